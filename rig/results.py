@@ -1,0 +1,230 @@
+"""Results on disk: the per-request Parquet schema, the crash-safe part writer, the manifest and readers.
+
+Layout (see DESIGN.md):
+    results/<run_id>/manifest.json
+    results/<run_id>/requests/point=<p>/gen=<g>/part-NNNNN.parquet
+    results/<run_id>/server_metrics/point=<p>/part-NNNNN.parquet
+    results/<run_id>/logs/point=<p>/server.log
+
+A Parquet file cut off mid-write has no footer and is unreadable, so nothing lives only in an open file: rows are
+buffered in memory and every few seconds (or rows) a whole part file is written as ``.tmp`` and renamed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any, Iterable
+
+import pyarrow as pa
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
+
+MANIFEST = "manifest.json"
+REQUESTS_DIR = "requests"
+SERVER_METRICS_DIR = "server_metrics"
+LOGS_DIR = "logs"
+
+# One row per request. Times ending in _ts are wall-clock epoch seconds derived from one monotonic anchor per
+# generator (not offset-corrected; add clock_offset_s to put them on the driver's clock); durations ending in _s
+# come from the monotonic clock alone.
+REQUEST_SCHEMA = pa.schema(
+    [
+        # identity of the point
+        ("run_id", pa.string()),
+        ("point", pa.string()),
+        ("engine", pa.string()),
+        ("workload", pa.string()),
+        ("api", pa.string()),
+        ("steps", pa.int32()),
+        ("server_config", pa.string()),  # id of the server configuration (several points share one launch)
+        ("server_args", pa.string()),  # JSON of the point's server knobs
+        ("load_mode", pa.string()),  # closed | poisson | gamma | trace
+        ("concurrency", pa.int32()),  # closed loop: the level's concurrency (whole point, all generators)
+        ("rate", pa.float64()),  # open loop: the level's target requests/s (whole point)
+        ("repeat", pa.int32()),
+        ("generator", pa.int32()),
+        ("host", pa.string()),
+        ("clock_offset_s", pa.float64()),  # generator clock minus driver clock
+        # identity of the request
+        ("request_id", pa.string()),
+        ("session_id", pa.string()),
+        ("turn", pa.int32()),
+        ("category", pa.string()),  # chat | code | greedy | agent | dataset
+        # timing
+        ("intended_send_ts", pa.float64()),
+        ("send_ts", pa.float64()),
+        ("first_token_ts", pa.float64()),
+        ("end_ts", pa.float64()),
+        ("ttft_s", pa.float64()),
+        ("e2e_s", pa.float64()),
+        ("slip_s", pa.float64()),  # actual - intended send
+        ("e2e_from_intended_s", pa.float64()),
+        ("chunk_offsets_s", pa.list_(pa.float64())),  # arrival of each non-empty chunk, from send
+        ("chunk_tokens", pa.list_(pa.int32())),  # tokens carried by each of those chunks
+        # tokens, from the server
+        ("prompt_tokens", pa.int64()),
+        ("completion_tokens", pa.int64()),
+        ("cached_tokens", pa.int64()),
+        ("finish_reason", pa.string()),
+        # outcome
+        ("status", pa.string()),  # ok | failed | cancelled
+        ("ok", pa.bool_()),
+        ("http_status", pa.int32()),
+        ("error", pa.string()),
+        # sampling
+        ("temperature", pa.float64()),
+        ("top_p", pa.float64()),
+        ("top_k", pa.int32()),
+        ("max_tokens", pa.int32()),
+        ("ignore_eos", pa.bool_()),
+        ("seed", pa.int64()),
+        # speculative decoding, where the engine reports it per request
+        ("spec_verify_ct", pa.int64()),
+        ("spec_accept_length", pa.float64()),
+        ("spec_accepted_drafts", pa.int64()),
+        ("spec_proposed_drafts", pa.int64()),
+        # server-side timestamps (SGLang meta_info with --enable-metrics), epoch seconds on the server's clock
+        ("server_received_ts", pa.float64()),
+        ("server_first_token_ts", pa.float64()),
+        ("server_finished_ts", pa.float64()),
+        ("server_queue_s", pa.float64()),
+        # output
+        ("output_hash", pa.string()),
+        ("output_chars", pa.int64()),
+    ]
+)
+
+SERVER_METRICS_SCHEMA = pa.schema(
+    [
+        ("run_id", pa.string()),
+        ("point", pa.string()),
+        ("ts", pa.float64()),
+        ("name", pa.string()),
+        ("labels", pa.string()),  # JSON object, keys sorted
+        ("value", pa.float64()),
+    ]
+)
+
+
+def empty_record() -> dict[str, Any]:
+    """A record with every column present and null."""
+    return {name: None for name in REQUEST_SCHEMA.names}
+
+
+def _atomic_write_table(table: pa.Table, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    pq.write_table(table, tmp)
+    os.replace(tmp, path)
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+class PartWriter:
+    """Buffers rows and writes closed Parquet part files into one directory.
+
+    ``add`` is cheap; ``maybe_flush`` writes a part when the buffer is old or large; ``close`` writes the rest.
+    Thread-safe, so a flusher task and the request path may share it.
+    """
+
+    def __init__(self, directory: Path | str, schema: pa.Schema, *, max_rows: int = 5000, max_age_s: float = 2.0):
+        self.directory = Path(directory)
+        self.schema = schema
+        self.max_rows = max_rows
+        self.max_age_s = max_age_s
+        self._rows: list[dict[str, Any]] = []
+        self._oldest: float | None = None
+        self._next_part = self._first_free_part()
+        self._lock = threading.Lock()
+        self.rows_written = 0
+        self.parts: list[str] = []
+
+    def _first_free_part(self) -> int:
+        if not self.directory.exists():
+            return 0
+        taken = [int(p.stem.split("-")[1]) for p in self.directory.glob("part-*.parquet")]
+        return max(taken) + 1 if taken else 0
+
+    def add(self, row: dict[str, Any]) -> None:
+        with self._lock:
+            if not self._rows:
+                self._oldest = time.monotonic()
+            self._rows.append(row)
+
+    def maybe_flush(self) -> None:
+        with self._lock:
+            due = self._rows and (
+                len(self._rows) >= self.max_rows or time.monotonic() - (self._oldest or 0) >= self.max_age_s
+            )
+        if due:
+            self.flush()
+
+    def flush(self) -> None:
+        with self._lock:
+            rows, self._rows = self._rows, []
+            if not rows:
+                return
+            path = self.directory / f"part-{self._next_part:05d}.parquet"
+            self._next_part += 1
+            table = pa.Table.from_pylist(rows, schema=self.schema)
+            _atomic_write_table(table, path)
+            self.rows_written += len(rows)
+            self.parts.append(path.name)
+
+    @property
+    def pending(self) -> int:
+        return len(self._rows)
+
+    def close(self) -> None:
+        self.flush()
+
+
+def requests_dir(run_dir: Path, point: str, generator: int) -> Path:
+    return Path(run_dir) / REQUESTS_DIR / f"point={point}" / f"gen={generator}"
+
+
+def server_metrics_dir(run_dir: Path, point: str) -> Path:
+    return Path(run_dir) / SERVER_METRICS_DIR / f"point={point}"
+
+
+def server_log_path(run_dir: Path, point: str) -> Path:
+    return Path(run_dir) / LOGS_DIR / f"point={point}" / "server.log"
+
+
+def _read_parts(root: Path, schema: pa.Schema, columns: Iterable[str] | None) -> pa.Table:
+    files = sorted(str(p) for p in root.rglob("part-*.parquet")) if root.exists() else []
+    cols = list(columns) if columns is not None else None
+    if not files:
+        return schema.empty_table().select(cols) if cols else schema.empty_table()
+    # Partition values are columns already; read files without hive inference so the schema stays ours.
+    dataset = ds.dataset(files, schema=schema, format="parquet")
+    return dataset.to_table(columns=cols)
+
+
+def read_requests(run_dir: Path | str, columns: Iterable[str] | None = None) -> pa.Table:
+    """Every request record of a run (all points, all generators)."""
+    return _read_parts(Path(run_dir) / REQUESTS_DIR, REQUEST_SCHEMA, columns)
+
+
+def read_server_metrics(run_dir: Path | str, columns: Iterable[str] | None = None) -> pa.Table:
+    return _read_parts(Path(run_dir) / SERVER_METRICS_DIR, SERVER_METRICS_SCHEMA, columns)
+
+
+def write_manifest(run_dir: Path | str, manifest: dict[str, Any]) -> None:
+    atomic_write_text(Path(run_dir) / MANIFEST, json.dumps(manifest, indent=2, sort_keys=False, default=str) + "\n")
+
+
+def read_manifest(run_dir: Path | str) -> dict[str, Any]:
+    path = Path(run_dir) / MANIFEST
+    if not path.exists():
+        raise FileNotFoundError(f"{run_dir} is not a rig run directory (no {MANIFEST})")
+    return json.loads(path.read_text())

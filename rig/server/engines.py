@@ -1,0 +1,204 @@
+"""Engine adapters: everything engine-specific about launching and reading a server.
+
+Each adapter owns its argv, readiness, server-info capture, startup-log parsing, and how it reports speculative
+acceptance. The server actor (rig/server/actor.py) is the same for all of them.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from rig.server.spec import ServerConfig
+
+# SGLang's key startup line (scheduler.py; identical 0.5.9..0.5.23); the sim prints the same line.
+_SGLANG_CAPACITY_LINE = re.compile(
+    r"max_total_num_tokens=(?P<max_total_num_tokens>\d+), chunked_prefill_size=(?P<chunked_prefill_size>-?\d+), "
+    r"max_prefill_tokens=(?P<max_prefill_tokens>\d+), max_running_requests=(?P<max_running_requests>\d+), "
+    r"context_len=(?P<context_len>\d+), available_(?:gpu|cpu)_mem=(?P<available_mem_gb>[\d.]+) GB"
+)
+
+
+@dataclass(frozen=True)
+class Engine:
+    """Base adapter. Subclasses set the class attributes and override what differs."""
+
+    name: ClassVar[str] = ""
+    default_api: ClassVar[str] = "openai-completions"
+    launches_process: ClassVar[bool] = True
+    metric_prefix: ClassVar[str] = ""
+    uses_gpus: ClassVar[bool] = True
+
+    def argv(self, cfg: ServerConfig, host: str, port: int) -> list[str]:
+        raise NotImplementedError
+
+    def python(self, cfg: ServerConfig) -> str:
+        return cfg.python or sys.executable
+
+    def env(self, cfg: ServerConfig) -> dict[str, str]:
+        """Extra environment for the engine process (never secrets in argv)."""
+        return dict(cfg.env)
+
+    def health_path(self) -> str:
+        return "/health"
+
+    def info_paths(self) -> list[str]:
+        """GET endpoints whose JSON is recorded in the manifest once the server is healthy."""
+        return []
+
+    def parse_startup_log(self, text: str) -> dict[str, Any]:
+        return {}
+
+    def window_acceptance(self, before: dict[str, float], after: dict[str, float]) -> dict[str, float] | None:
+        """Acceptance over a point's window from counter deltas; ``before``/``after`` map metric name -> summed value."""
+        return None
+
+    def num_gpus(self, cfg: ServerConfig) -> int:
+        return cfg.tp if self.uses_gpus else 0
+
+
+class SGLangEngine(Engine):
+    name = "sglang"
+    default_api = "sglang-native"  # /generate carries per-request spec_verify_ct and accept length
+    metric_prefix = "sglang:"
+
+    def module(self, cfg: ServerConfig) -> list[str]:
+        return [self.python(cfg), "-m", "sglang.launch_server"]
+
+    def speculative_args(self, cfg: ServerConfig) -> list[str]:
+        if cfg.steps <= 0:
+            return []
+        args = ["--speculative-algorithm", cfg.spec_algorithm]
+        if cfg.draft_model_path:
+            args += ["--speculative-draft-model-path", cfg.draft_model_path]
+        args += [
+            "--speculative-num-steps", str(cfg.steps),
+            "--speculative-eagle-topk", str(cfg.eagle_topk),
+            "--speculative-num-draft-tokens", str(cfg.num_draft_tokens if cfg.num_draft_tokens else cfg.steps + 1),
+        ]
+        return args
+
+    def argv(self, cfg: ServerConfig, host: str, port: int) -> list[str]:
+        argv = self.module(cfg) + [
+            "--model-path", cfg.model,
+            "--tp-size", str(cfg.tp),
+            "--host", host,
+            "--port", str(port),
+            "--enable-metrics",
+        ]
+        if cfg.served_model_name:
+            argv += ["--served-model-name", cfg.served_model_name]
+        argv += self.speculative_args(cfg)
+        argv += list(cfg.extra_args)  # verbatim: flag spellings change across SGLang versions
+        return argv
+
+    def info_paths(self) -> list[str]:
+        return ["/server_info", "/model_info"]
+
+    def parse_startup_log(self, text: str) -> dict[str, Any]:
+        found = _SGLANG_CAPACITY_LINE.search(text)
+        if not found:
+            return {}
+        out: dict[str, Any] = {k: int(v) for k, v in found.groupdict().items() if k != "available_mem_gb"}
+        out["available_mem_gb"] = float(found["available_mem_gb"])
+        return out
+
+    def window_acceptance(self, before: dict[str, float], after: dict[str, float]) -> dict[str, float] | None:
+        gen = after.get("sglang:generation_tokens_total", 0.0) - before.get("sglang:generation_tokens_total", 0.0)
+        ver = after.get("sglang:spec_verify_calls_total", 0.0) - before.get("sglang:spec_verify_calls_total", 0.0)
+        if ver <= 0:
+            return None
+        return {"generation_tokens": gen, "verify_calls": ver, "accept_length": gen / ver}
+
+
+class SimEngine(SGLangEngine):
+    """The built-in simulated server: started exactly like sglang.launch_server, with the same flags."""
+
+    name = "sim"
+    uses_gpus = False
+
+    def module(self, cfg: ServerConfig) -> list[str]:
+        return [sys.executable, "-m", "rig.sim"]  # always the rig's own interpreter
+
+    def argv(self, cfg: ServerConfig, host: str, port: int) -> list[str]:
+        argv = super().argv(cfg, host, port)
+        if cfg.sim_profile:
+            argv += ["--sim-profile", cfg.sim_profile]
+        return argv
+
+
+class VLLMEngine(Engine):
+    name = "vllm"
+    default_api = "openai-completions"
+    metric_prefix = "vllm:"
+
+    def argv(self, cfg: ServerConfig, host: str, port: int) -> list[str]:
+        argv = [
+            self.python(cfg), "-m", "vllm.entrypoints.openai.api_server",
+            "--model", cfg.model,
+            "--host", host,
+            "--port", str(port),
+            "--tensor-parallel-size", str(cfg.tp),
+        ]
+        if cfg.served_model_name:
+            argv += ["--served-model-name", cfg.served_model_name]
+        if cfg.steps > 0:
+            spec: dict[str, Any] = {"method": cfg.spec_method, "num_speculative_tokens": cfg.steps}
+            if cfg.spec_method == "ngram":
+                spec.update({"prompt_lookup_max": 4, "prompt_lookup_min": 2})
+            if cfg.draft_model_path:
+                spec["model"] = cfg.draft_model_path
+            argv += ["--speculative-config", json.dumps(spec, separators=(",", ":"))]
+        argv += list(cfg.extra_args)
+        return argv
+
+    def info_paths(self) -> list[str]:
+        return ["/v1/models", "/version"]
+
+    def window_acceptance(self, before: dict[str, float], after: dict[str, float]) -> dict[str, float] | None:
+        def delta(name: str) -> float:
+            return after.get(name, 0.0) - before.get(name, 0.0)
+
+        drafts = delta("vllm:spec_decode_num_drafts_total")
+        if drafts <= 0:
+            return None
+        accepted = delta("vllm:spec_decode_num_accepted_tokens_total")
+        proposed = delta("vllm:spec_decode_num_draft_tokens_total")
+        return {
+            "drafts": drafts,
+            "draft_tokens": proposed,
+            "accepted_tokens": accepted,
+            "accept_length": 1.0 + accepted / drafts,
+            "accept_rate": accepted / proposed if proposed else float("nan"),
+        }
+
+    def num_gpus(self, cfg: ServerConfig) -> int:
+        return 0 if cfg.device == "cpu" else cfg.tp
+
+
+class ExternalEngine(Engine):
+    """A server the user already runs: nothing is launched; steps are recorded, not applied."""
+
+    name = "external"
+    default_api = "openai-completions"
+    launches_process = False
+    uses_gpus = False
+
+    def argv(self, cfg: ServerConfig, host: str, port: int) -> list[str]:
+        return []
+
+    def info_paths(self) -> list[str]:
+        return ["/v1/models"]
+
+
+ENGINES: dict[str, Engine] = {e.name: e for e in (SGLangEngine(), SimEngine(), VLLMEngine(), ExternalEngine())}
+
+
+def engine_for(name: str) -> Engine:
+    try:
+        return ENGINES[name]
+    except KeyError:
+        raise ValueError(f"unknown engine {name!r}; choose one of {', '.join(sorted(ENGINES))}") from None

@@ -1,0 +1,67 @@
+"""What a server configuration is: the knobs of one engine launch (one per sweep value of steps and server args)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+EngineName = Literal["sim", "sglang", "vllm", "external"]
+
+
+class ServerConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    engine: EngineName = "sim"
+    model: str = "Qwen/Qwen3.5-122B-A10B"
+    served_model_name: str | None = None
+    tp: int = Field(4, ge=1, le=64)
+    steps: int = Field(0, ge=0, le=32)  # 0: no speculative decoding
+    spec_algorithm: str = "NEXTN"  # sglang/sim: NEXTN (MTP), EAGLE, EAGLE3, STANDALONE
+    spec_method: str = "mtp"  # vllm: ngram, mtp, eagle, eagle3
+    eagle_topk: int = Field(1, ge=1)
+    num_draft_tokens: int | None = Field(None, ge=1)  # default steps + 1 (chain)
+    draft_model_path: str | None = None
+    extra_args: tuple[str, ...] = ()  # passed to the engine verbatim
+    env: dict[str, str] = Field(default_factory=dict)
+    device: Literal["gpu", "cpu"] = "gpu"
+    port: int = Field(30000, ge=0, le=65535)  # 0: pick a free port
+    host: str | None = None  # bind address; default: the node's IP as Ray sees it
+    url: str | None = None  # external engine only
+    python: str | None = None  # interpreter that runs the engine (its own venv); default: the rig's own
+    sim_profile: str | None = None  # sim only: a profile file (default: the shipped reference profile)
+    health_timeout_s: float = Field(1800.0, gt=0)  # model loads take minutes
+
+    @field_validator("spec_algorithm")
+    @classmethod
+    def _upper(cls, v: str) -> str:
+        return v.upper()
+
+    @field_validator("spec_method")
+    @classmethod
+    def _known_method(cls, v: str) -> str:
+        allowed = {"ngram", "mtp", "eagle", "eagle3", "draft_model", "suffix"}
+        if v not in allowed:
+            raise ValueError(f"must be one of {', '.join(sorted(allowed))}")
+        return v
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "ServerConfig":
+        if self.engine == "external" and not self.url:
+            raise ValueError("engine 'external' needs server.url (the URL of the server you run)")
+        if self.spec_algorithm == "STANDALONE" and self.steps > 0 and not self.draft_model_path:
+            raise ValueError("spec_algorithm STANDALONE needs draft_model_path")
+        return self
+
+    def knobs(self) -> dict:
+        """The knobs that distinguish one configuration from another (recorded on every row)."""
+        d = self.model_dump(exclude={"env", "health_timeout_s", "port", "host", "url"})
+        d["extra_args"] = list(self.extra_args)
+        return d
+
+    def config_id(self) -> str:
+        """A short, stable, readable id: steps plus a hash of every other knob."""
+        blob = json.dumps(self.knobs(), sort_keys=True)
+        return f"{self.engine}-s{self.steps}-{hashlib.sha1(blob.encode()).hexdigest()[:8]}"
