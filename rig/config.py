@@ -1,0 +1,226 @@
+"""RunSpec: everything a run or sweep needs, from YAML and CLI flags, validated before anything starts.
+
+Every bad value becomes a ``SpecError`` with one line naming the key and the value (the CLI exits 2).
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+import secrets
+import time
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from rig.server.spec import ServerConfig
+from rig.workloads.spec import WorkloadSpec
+
+ApiName = Literal["sglang-native", "openai-completions", "openai-chat"]
+LoadMode = Literal["closed", "poisson", "gamma", "trace"]
+_RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+
+
+class SpecError(ValueError):
+    """A user-caused configuration error; its message is one line."""
+
+
+class Timeouts(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    connect_s: float = Field(10.0, gt=0)
+    first_token_s: float = Field(600.0, gt=0)  # includes server queueing at high load
+    total_s: float = Field(3600.0, gt=0)
+
+
+class LoadSpec(BaseModel):
+    """How load is offered at each level of a point."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    mode: LoadMode = "closed"
+    concurrency: list[int] = Field(default_factory=lambda: [1, 4, 16, 32, 64])
+    rates: list[float] = Field(default_factory=list)  # open loop: requests/s per level
+    burstiness: float = Field(1.0, gt=0)  # gamma: coefficient of variation of inter-arrivals (1 = Poisson)
+    max_concurrency: int | None = Field(None, ge=1)  # open loop: cap on in-flight requests (whole point)
+    requests: int | None = Field(None, ge=1)  # per level; default: the campaign rule (closed) or rate x duration
+    duration_s: float | None = Field(None, gt=0)  # per level; stops sending new sessions after this
+    warmup_requests: int = Field(1, ge=0)  # per generator, sent before the level and kept out of the results
+    trace_speed: float = Field(1.0, gt=0)  # trace replay: >1 replays faster
+    api: ApiName | None = None  # default: the engine's (sglang-native for sim and sglang)
+    seed: int = 0
+    timeouts: Timeouts = Field(default_factory=Timeouts)
+    slip_threshold_s: float = Field(0.010, gt=0)  # p99 schedule slip above this flags the point
+    loop_lag_threshold_s: float = Field(0.050, gt=0)  # generator event-loop lag p99 above this flags the point
+
+    @field_validator("concurrency")
+    @classmethod
+    def _positive_levels(cls, v: list[int]) -> list[int]:
+        if any(c < 1 for c in v):
+            raise ValueError("concurrency levels must be >= 1")
+        return v
+
+    @field_validator("rates")
+    @classmethod
+    def _positive_rates(cls, v: list[float]) -> list[float]:
+        if any(r <= 0 for r in v):
+            raise ValueError("rates must be > 0")
+        return v
+
+    @model_validator(mode="after")
+    def _levels_exist(self) -> "LoadSpec":
+        if self.mode in ("poisson", "gamma") and not self.rates:
+            raise ValueError(f"mode {self.mode} needs at least one rate (--rate)")
+        if self.mode == "closed" and not self.concurrency:
+            raise ValueError("closed-loop mode needs at least one concurrency level")
+        return self
+
+    def levels(self) -> list[tuple[int | None, float | None]]:
+        """(concurrency, rate) per level in order."""
+        if self.mode == "closed":
+            return [(c, None) for c in self.concurrency]
+        if self.mode == "trace":
+            return [(self.max_concurrency, None)]
+        return [(self.max_concurrency, r) for r in self.rates]
+
+    def requests_for(self, concurrency: int | None, rate: float | None) -> int | None:
+        """Sessions to send at a level; None means 'until the duration ends' (or the whole trace)."""
+        if self.requests is not None:
+            return self.requests
+        if self.duration_s is not None:
+            return None
+        if self.mode == "closed":
+            assert concurrency is not None
+            return 4 if concurrency == 1 else 2 * concurrency  # the campaign's rule
+        if self.mode == "trace":
+            return None
+        return max(1, int(round((rate or 1.0) * 60.0)))  # a minute of arrivals
+
+
+class ClusterSpec(BaseModel):
+    """Where things run: the embedded default (local Ray) or a cluster file."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    address: str | None = None  # None: start a local Ray instance
+    server_label: dict[str, str] = Field(default_factory=dict)  # e.g. {"role": "server"}
+    server_resource: str | None = None  # e.g. "blackwell"
+    client_label: dict[str, str] = Field(default_factory=dict)  # e.g. {"role": "client"}
+    client_resource: str | None = None  # e.g. "client" (one per client host)
+    per_host: int = Field(1, ge=1)  # generators per client host
+    allow_generators_on_server_node: bool = True  # the embedded default runs everything on one node
+    shared_results: bool | None = None  # None: detect (same host or a shared path)
+    object_store_memory_mb: int = Field(256, ge=64)
+    num_cpus: int | None = None  # local Ray only
+
+
+class RunSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    run_id: str = Field(default_factory=lambda: time.strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(2))
+    out: Path = Path("results")
+    server: ServerConfig = Field(default_factory=ServerConfig)
+    workloads: list[WorkloadSpec] = Field(default_factory=lambda: [WorkloadSpec(name="realistic")])
+    steps: list[int] = Field(default_factory=lambda: [4])
+    server_grid: dict[str, list[Any]] = Field(default_factory=dict)  # other server knobs to sweep
+    load: LoadSpec = Field(default_factory=LoadSpec)
+    cluster: ClusterSpec = Field(default_factory=ClusterSpec)
+    clients: int = Field(1, ge=1)
+    repeat: int = Field(1, ge=1)
+    metrics_interval_s: float = Field(1.0, gt=0)
+    flush_cache: bool = True
+    fail_fast: bool = False
+    api_key_env: str = "RIG_API_KEY"  # the key itself never enters the spec, manifest or logs
+    api_key_file: Path | None = None
+
+    @field_validator("run_id")
+    @classmethod
+    def _safe_run_id(cls, v: str) -> str:
+        if not _RUN_ID.match(v):
+            raise ValueError("use letters, digits, '.', '_' and '-' (max 128)")
+        return v
+
+    @field_validator("steps")
+    @classmethod
+    def _steps(cls, v: list[int]) -> list[int]:
+        if not v or any(s < 0 for s in v):
+            raise ValueError("steps must be a non-empty list of integers >= 0")
+        return v
+
+    @field_validator("server_grid")
+    @classmethod
+    def _grid_keys(cls, v: dict[str, list[Any]]) -> dict[str, list[Any]]:
+        allowed = set(ServerConfig.model_fields) - {"engine", "steps", "env", "url", "host", "port", "python"}
+        for key, values in v.items():
+            if key not in allowed:
+                raise ValueError(f"cannot sweep {key!r}; sweepable: {', '.join(sorted(allowed))}")
+            if not isinstance(values, list) or not values:
+                raise ValueError(f"{key}: give a non-empty list of values")
+        return v
+
+    @property
+    def run_dir(self) -> Path:
+        return self.out / self.run_id
+
+    def server_configs(self) -> list[ServerConfig]:
+        """One per launch: the product of steps and the server grid, in a stable order."""
+        keys = sorted(self.server_grid)
+        combos = itertools.product(*(self.server_grid[k] for k in keys)) if keys else [()]
+        configs = []
+        for combo in combos:
+            for steps in self.steps:
+                update = dict(zip(keys, combo), steps=steps)
+                try:
+                    configs.append(ServerConfig.model_validate({**self.server.model_dump(), **update}))
+                except ValidationError as e:
+                    raise SpecError(_one_line(e, prefix="server")) from None
+        return configs
+
+    def api_for(self, engine_default: str) -> str:
+        return self.load.api or engine_default
+
+
+def _one_line(err: ValidationError, prefix: str = "") -> str:
+    first = err.errors()[0]
+    loc = ".".join(str(p) for p in first["loc"] if not isinstance(p, int) or True)
+    loc = f"{prefix}.{loc}" if prefix and loc else (prefix or loc)
+    value = first.get("input")
+    shown = "" if isinstance(value, dict) else f" (got {value!r})"
+    msg = first["msg"].removeprefix("Value error, ")
+    more = f" [+{len(err.errors()) - 1} more]" if len(err.errors()) > 1 else ""
+    return f"{loc}: {msg}{shown}{more}"
+
+
+def load_yaml(path: Path | str) -> dict[str, Any]:
+    p = Path(path)
+    try:
+        data = yaml.safe_load(p.read_text())
+    except FileNotFoundError:
+        raise SpecError(f"{p}: no such file") from None
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark else ""
+        raise SpecError(f"{p}:{where} invalid YAML ({getattr(e, 'problem', None) or e})") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise SpecError(f"{p}: top level must be a mapping of keys, got {type(data).__name__}")
+    return data
+
+
+def _deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = _deep_merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def build_spec(yaml_data: dict[str, Any] | None, overrides: dict[str, Any]) -> RunSpec:
+    """Merge YAML (lowest) with CLI overrides (highest) and validate into a RunSpec."""
+    data = _deep_merge(yaml_data or {}, overrides)
+    try:
+        return RunSpec.model_validate(data)
+    except ValidationError as e:
+        raise SpecError(_one_line(e)) from None

@@ -1,0 +1,101 @@
+"""The LoadGenerator Ray actor: one event loop on one client host, driving its share of each point."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import time
+from pathlib import Path
+from typing import Any
+
+import ray
+
+from rig.loadgen.drive import PointRun, make_session
+from rig.loadgen.plan import GeneratorPlan
+
+
+class LoadGenerator:
+    """Async actor. Methods run on one event loop, so ``progress`` is served while ``run_point`` works."""
+
+    def __init__(self, generator: int, out_root: str, spool_root: str | None = None):
+        self.generator = generator
+        self.out_root = Path(out_root)
+        # Where part files are written on this host: the results dir itself when it is shared/local,
+        # else a local spool the driver gathers from at the end.
+        self.spool_root = Path(spool_root) if spool_root else self.out_root
+        self.host = socket.gethostname()
+        try:
+            self.node_ip = ray.util.get_node_ip_address()
+            self.node_id = ray.get_runtime_context().get_node_id()
+        except Exception:  # outside Ray (tests)
+            self.node_ip, self.node_id = "127.0.0.1", None
+        self.clock_offset_s = 0.0
+        self._http = None
+        self._current: PointRun | None = None
+        self._task: asyncio.Task | None = None
+
+    async def info(self) -> dict[str, Any]:
+        return {"generator": self.generator, "host": self.host, "node_ip": self.node_ip, "node_id": self.node_id,
+                "pid": os.getpid(), "spool_root": str(self.spool_root)}
+
+    async def clock(self) -> float:
+        return time.time()
+
+    async def set_clock_offset(self, offset_s: float) -> None:
+        self.clock_offset_s = offset_s
+
+    async def can_write(self) -> str | None:
+        """None if the spool is writable here, else why not (checked before a run starts)."""
+        try:
+            self.spool_root.mkdir(parents=True, exist_ok=True)
+            probe = self.spool_root / f".probe-{self.generator}-{os.getpid()}"
+            probe.write_bytes(b"x")
+            probe.unlink()
+            return None
+        except OSError as e:
+            return f"{self.spool_root}: {e.strerror or e}"
+
+    async def prepare(self, plan: GeneratorPlan) -> int:
+        """Open the HTTP session and send the plan's warm-up requests (not recorded)."""
+        if self._http is None or self._http.closed:
+            self._http = make_session()
+        self._current = PointRun(plan, self.spool_root, self.host, self.clock_offset_s)
+        return await self._current.warmup(self._http)
+
+    async def run_point(self, start_wall: float) -> dict[str, Any]:
+        """Start at the common wall-clock time ``start_wall`` (driver clock) and drive the prepared point."""
+        assert self._current is not None, "prepare() first"
+        start_mono = time.perf_counter() + (start_wall + self.clock_offset_s - time.time())
+        self._task = asyncio.get_running_loop().create_task(self._current.run(self._http, start_mono))
+        try:
+            return await asyncio.shield(self._task)
+        finally:
+            self._task = None
+
+    async def stop(self) -> None:
+        """Stop the running point: in-flight requests are recorded as cancelled, part files closed."""
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+
+    async def progress(self) -> dict[str, int]:
+        if self._current is None:
+            return {"scheduled": 0, "ok": 0, "failed": 0, "cancelled": 0, "in_flight": 0, "tokens": 0}
+        return dict(self._current.counts)
+
+    async def list_parts(self, rel_dir: str) -> list[str]:
+        root = self.spool_root / rel_dir
+        return sorted(str(p.relative_to(self.spool_root)) for p in root.rglob("part-*.parquet")) if root.exists() else []
+
+    async def read_part(self, rel_path: str) -> bytes:
+        return (self.spool_root / rel_path).read_bytes()
+
+    async def close(self) -> None:
+        if self._http is not None:
+            await self._http.close()
+
+
+def remote_class(**options: Any):
+    """The actor class with Ray options; never restarted (a silent restart would double-count load)."""
+    return ray.remote(max_restarts=0, max_task_retries=0, **options)(LoadGenerator)

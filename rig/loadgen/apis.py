@@ -1,0 +1,286 @@
+"""Request payloads and streamed-event parsing for each HTTP API the rig speaks.
+
+Each API turns a Turn (plus conversation history) into a path and JSON body, and folds each streamed JSON event
+into a ``StreamState``. Token counts come only from the server (meta_info / usage / token ids).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from rig.workloads.base import Turn, render_messages
+
+# Names of accepted / proposed draft counts across SGLang versions (0.5.9, 0.5.15 legacy, 0.5.15+).
+_ACCEPTED_KEYS = ("spec_num_correct_drafts", "spec_accepted_drafts", "spec_accept_token_num")
+_PROPOSED_KEYS = ("spec_num_proposed_drafts", "spec_proposed_drafts", "spec_draft_token_num")
+
+
+class StreamError(Exception):
+    """The server said something the rig cannot accept (error event, malformed event)."""
+
+
+@dataclass
+class StreamState:
+    """What the stream has told us so far."""
+
+    text_parts: list[str] = field(default_factory=list)
+    chunk_tokens: list[int] = field(default_factory=list)  # per non-empty chunk
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    cached_tokens: int | None = None
+    finish_reason: str | None = None
+    finished: bool = False  # a finish reason arrived
+    done: bool = False  # [DONE] arrived
+    spec: dict[str, Any] = field(default_factory=dict)
+    server_ts: dict[str, float] = field(default_factory=dict)
+    # native API: cumulative state
+    _native_tokens: int = 0
+    _native_text: str = ""
+
+    @property
+    def text(self) -> str:
+        return "".join(self.text_parts)
+
+
+def _finish_name(fr: Any) -> str | None:
+    if fr is None:
+        return None
+    if isinstance(fr, dict):
+        return str(fr.get("type"))
+    return str(fr)
+
+
+def _error_message(obj: dict[str, Any]) -> str | None:
+    err = obj.get("error")
+    if err is not None:
+        if isinstance(err, dict):
+            return str(err.get("message") or err)
+        return str(err)
+    if obj.get("object") == "error":
+        return str(obj.get("message") or obj)
+    return None
+
+
+def _spec_fields(src: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if src.get("spec_verify_ct") is not None:
+        out["spec_verify_ct"] = int(src["spec_verify_ct"])
+    if src.get("spec_accept_length") is not None:
+        out["spec_accept_length"] = float(src["spec_accept_length"])
+    for k in _ACCEPTED_KEYS:
+        if src.get(k) is not None:
+            out["spec_accepted_drafts"] = int(src[k])
+            break
+    for k in _PROPOSED_KEYS:
+        if src.get(k) is not None:
+            out["spec_proposed_drafts"] = int(src[k])
+            break
+    return out
+
+
+def _server_timestamps(meta: dict[str, Any]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    rec = meta.get("request_received_ts")
+    if isinstance(rec, (int, float)):
+        out["server_received_ts"] = float(rec)
+        ftl = meta.get("first_token_latency")
+        if isinstance(ftl, (int, float)):
+            out["server_first_token_ts"] = float(rec) + float(ftl)
+    if isinstance(meta.get("first_token_ts"), (int, float)):
+        out["server_first_token_ts"] = float(meta["first_token_ts"])
+    fin = meta.get("request_finished_ts")
+    if isinstance(fin, (int, float)):
+        out["server_finished_ts"] = float(fin)
+    if isinstance(meta.get("queue_time"), (int, float)):
+        out["server_queue_s"] = float(meta["queue_time"])
+    return out
+
+
+class Api:
+    name = ""
+    path = ""
+
+    def payload(self, turn: Turn, history: list[dict[str, str]], model: str) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def fold(self, obj: Any, state: StreamState) -> int:
+        """Apply one event; return how many new output tokens (or, if unknown, non-empty pieces) it carried."""
+        raise NotImplementedError
+
+
+class SGLangNative(Api):
+    """SGLang's native /generate: cumulative text, meta_info with server token counts and speculative stats."""
+
+    name = "sglang-native"
+    path = "/generate"
+
+    def payload(self, turn: Turn, history: list[dict[str, str]], model: str) -> dict[str, Any]:
+        params: dict[str, Any] = {
+            "max_new_tokens": turn.max_tokens,
+            "temperature": turn.temperature,
+            "top_p": turn.top_p,
+            "ignore_eos": turn.ignore_eos,
+        }
+        if turn.top_k and turn.top_k > 0:
+            params["top_k"] = turn.top_k
+        if turn.seed is not None:
+            params["sampling_seed"] = turn.seed
+        return {
+            "text": render_messages([*history, *turn.messages]),
+            "sampling_params": params,
+            "stream": True,
+            "rid": turn.request_id,
+        }
+
+    def fold(self, obj: Any, state: StreamState) -> int:
+        if not isinstance(obj, dict):
+            raise StreamError(f"malformed event: expected an object, got {type(obj).__name__}")
+        msg = _error_message(obj)
+        if msg is not None:
+            raise StreamError(msg)
+        meta = obj.get("meta_info")
+        text = obj.get("text")
+        if not isinstance(meta, dict) or not isinstance(text, str):
+            raise StreamError("malformed event: /generate chunk without text and meta_info")
+        ct = meta.get("completion_tokens")
+        if not isinstance(ct, int):
+            raise StreamError("malformed event: meta_info.completion_tokens missing")
+        new_tokens = ct - state._native_tokens
+        if not text.startswith(state._native_text):
+            # --incremental-streaming-output servers send deltas, not cumulative text.
+            piece = text
+            state._native_text += text
+        else:
+            piece = text[len(state._native_text) :]
+            state._native_text = text
+        state._native_tokens = ct
+        if piece:
+            state.text_parts.append(piece)
+        state.completion_tokens = ct
+        if isinstance(meta.get("prompt_tokens"), int):
+            state.prompt_tokens = meta["prompt_tokens"]
+        if isinstance(meta.get("cached_tokens"), int):
+            state.cached_tokens = meta["cached_tokens"]
+        fr = meta.get("finish_reason")
+        if fr is not None:
+            state.finish_reason = _finish_name(fr)
+            state.finished = True
+            if state.finish_reason == "abort":
+                reason = fr.get("message") if isinstance(fr, dict) else None
+                raise StreamError(f"server aborted the request: {reason or fr}")
+            state.spec.update(_spec_fields(meta))
+            state.server_ts.update(_server_timestamps(meta))
+        return max(new_tokens, 0)
+
+
+class _OpenAIBase(Api):
+    def _common(self, turn: Turn, model: str) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "model": model,
+            "temperature": turn.temperature,
+            "top_p": turn.top_p,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            "ignore_eos": turn.ignore_eos,
+            "return_token_ids": True,  # lets us count tokens per chunk where the server supports it
+        }
+        if turn.top_k and turn.top_k > 0:
+            body["top_k"] = turn.top_k
+        if turn.seed is not None:
+            body["seed"] = turn.seed
+        return body
+
+    def _piece(self, choice: dict[str, Any]) -> str:
+        raise NotImplementedError
+
+    def fold(self, obj: Any, state: StreamState) -> int:
+        if not isinstance(obj, dict):
+            raise StreamError(f"malformed event: expected an object, got {type(obj).__name__}")
+        msg = _error_message(obj)
+        if msg is not None:
+            raise StreamError(msg)
+        usage = obj.get("usage")
+        if isinstance(usage, dict):
+            if isinstance(usage.get("prompt_tokens"), int):
+                state.prompt_tokens = usage["prompt_tokens"]
+            if isinstance(usage.get("completion_tokens"), int):
+                state.completion_tokens = usage["completion_tokens"]
+            details = usage.get("prompt_tokens_details")
+            if isinstance(details, dict) and isinstance(details.get("cached_tokens"), int):
+                state.cached_tokens = details["cached_tokens"]
+        ext = obj.get("sglext")
+        if isinstance(ext, dict) and isinstance(ext.get("spec_tokens_details"), dict):
+            state.spec.update(_spec_fields(ext["spec_tokens_details"]))
+        choices = obj.get("choices")
+        if choices is None:
+            if usage is None and ext is None:
+                raise StreamError("malformed event: no choices, usage or error")
+            return 0
+        if not isinstance(choices, list):
+            raise StreamError("malformed event: choices is not a list")
+        if not choices:
+            return 0
+        choice = choices[0]
+        if not isinstance(choice, dict):
+            raise StreamError("malformed event: choice is not an object")
+        piece = self._piece(choice)
+        ids = choice.get("token_ids")
+        n = len(ids) if isinstance(ids, list) else (1 if piece else 0)
+        if piece:
+            state.text_parts.append(piece)
+        if choice.get("finish_reason") is not None:
+            state.finish_reason = _finish_name(choice["finish_reason"])
+            state.finished = True
+            if state.finish_reason == "abort":
+                raise StreamError("server aborted the request")
+        return n
+
+
+class OpenAICompletions(_OpenAIBase):
+    name = "openai-completions"
+    path = "/v1/completions"
+
+    def payload(self, turn: Turn, history: list[dict[str, str]], model: str) -> dict[str, Any]:
+        body = self._common(turn, model)
+        body["prompt"] = render_messages([*history, *turn.messages])
+        body["max_tokens"] = turn.max_tokens
+        return body
+
+    def _piece(self, choice: dict[str, Any]) -> str:
+        text = choice.get("text")
+        if text is not None and not isinstance(text, str):
+            raise StreamError("malformed event: choices[0].text is not a string")
+        return text or ""
+
+
+class OpenAIChat(_OpenAIBase):
+    name = "openai-chat"
+    path = "/v1/chat/completions"
+
+    def payload(self, turn: Turn, history: list[dict[str, str]], model: str) -> dict[str, Any]:
+        body = self._common(turn, model)
+        body["messages"] = [*history, *turn.messages]
+        body["max_tokens"] = turn.max_tokens
+        body["max_completion_tokens"] = turn.max_tokens
+        return body
+
+    def _piece(self, choice: dict[str, Any]) -> str:
+        delta = choice.get("delta") or {}
+        if not isinstance(delta, dict):
+            raise StreamError("malformed event: delta is not an object")
+        content = delta.get("content") or ""
+        reasoning = delta.get("reasoning_content") or ""
+        if not isinstance(content, str) or not isinstance(reasoning, str):
+            raise StreamError("malformed event: delta content is not a string")
+        return reasoning + content
+
+
+APIS: dict[str, Api] = {a.name: a for a in (SGLangNative(), OpenAICompletions(), OpenAIChat())}
+
+
+def api_for(name: str) -> Api:
+    try:
+        return APIS[name]
+    except KeyError:
+        raise ValueError(f"unknown api {name!r}; choose one of {', '.join(APIS)}") from None

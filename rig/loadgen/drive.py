@@ -1,0 +1,221 @@
+"""Drive one point on one generator: closed loop by slots or open loop by arrival times; every request a record.
+
+Pure asyncio, no Ray: the Ray actor (actor.py) wraps it, tests drive it directly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import numpy as np
+
+from rig.loadgen.apis import api_for
+from rig.loadgen.client import ClientTimeouts, Outcome, request_fields, stream_request
+from rig.loadgen.health import LoopMonitor
+from rig.loadgen.plan import GeneratorPlan
+from rig.results import REQUEST_SCHEMA, PartWriter, empty_record, requests_dir
+from rig.workloads.base import Session, Turn
+
+
+def make_session(total_conns: int | None = None) -> aiohttp.ClientSession:
+    """One HTTP session per generator; no connection cap below the concurrency (aiohttp's default is 100)."""
+    connector = aiohttp.TCPConnector(limit=0, limit_per_host=0, ttl_dns_cache=300, force_close=False)
+    # A large read buffer: a 64 KiB buffer throttles long streamed responses (vLLM #39963).
+    return aiohttp.ClientSession(connector=connector, read_bufsize=2**20)
+
+
+class PointRun:
+    """State of one generator's share of one point."""
+
+    def __init__(self, plan: GeneratorPlan, out_root: Path | str, host: str, clock_offset_s: float):
+        self.plan = plan
+        self.api = api_for(plan.point.api)
+        self.host = host
+        self.clock_offset_s = clock_offset_s
+        self.writer = PartWriter(requests_dir(Path(out_root), plan.point.point, plan.generator), REQUEST_SCHEMA)
+        self.timeouts = ClientTimeouts(plan.connect_s, plan.first_token_s, plan.total_s)
+        self.headers = dict(plan.extra_headers)
+        self.counts = {"scheduled": 0, "ok": 0, "failed": 0, "cancelled": 0, "in_flight": 0, "tokens": 0}
+        self.slips: list[float] = []
+        self._anchor_wall = time.time()
+        self._anchor_mono = time.perf_counter()
+        self._common = {**plan.point.columns(), "generator": plan.generator, "host": host,
+                        "clock_offset_s": clock_offset_s}
+        self.started_mono: float | None = None
+        self.ended_mono: float | None = None
+
+    def wall(self, mono: float) -> float:
+        """Wall-clock time derived from the monotonic clock and one anchor (no NTP steps mid-run)."""
+        return self._anchor_wall + (mono - self._anchor_mono)
+
+    # ---------------------------------------------------------------- records
+    def _record(self, session: Session, j: int, turn: Turn, intended: float, out: Outcome) -> None:
+        rec = empty_record()
+        rec.update(self._common)
+        rec.update(request_fields(turn, out))
+        rec["session_id"] = session.session_id
+        rec["turn"] = j
+        rec["intended_send_ts"] = self.wall(intended)
+        rec["send_ts"] = self.wall(out.send_mono)
+        rec["first_token_ts"] = self.wall(out.first_mono) if out.first_mono is not None else None
+        rec["end_ts"] = self.wall(out.end_mono)
+        rec["slip_s"] = out.send_mono - intended
+        rec["e2e_from_intended_s"] = out.end_mono - intended
+        self.writer.add(rec)
+        self.counts[out.status] += 1
+        if out.status == "ok":
+            self.counts["tokens"] += int(rec["completion_tokens"] or 0)
+        self.slips.append(out.send_mono - intended)
+
+    def _skip(self, session: Session, j: int, turn: Turn, why: str) -> None:
+        """A scheduled turn that was never sent (earlier turn failed, level ended): recorded as cancelled."""
+        now = time.perf_counter()
+        out = Outcome(send_mono=now, end_mono=now, status="cancelled", error=why)
+        self._record(session, j, turn, now, out)
+
+    # ---------------------------------------------------------------- sending
+    async def _run_session(self, http: aiohttp.ClientSession, session: Session, intended: float,
+                           deadline: float | None) -> None:
+        history: list[dict[str, str]] = []
+        self.counts["scheduled"] += session.n_requests
+        for j, turn in enumerate(session.turns):
+            if j > 0:
+                if deadline is not None and time.perf_counter() + turn.think_time_s >= deadline:
+                    for k in range(j, session.n_requests):
+                        self._skip(session, k, session.turns[k], "not sent: the level's duration ended")
+                    return
+                if turn.think_time_s > 0:
+                    await asyncio.sleep(turn.think_time_s)
+                intended = time.perf_counter()
+            self.counts["in_flight"] += 1
+            try:
+                out = await stream_request(http, self.plan.url, self.api, turn, history, self.plan.model,
+                                           self.timeouts, self.headers)
+            except asyncio.CancelledError:
+                now = time.perf_counter()
+                self._record(session, j, turn, intended,
+                             Outcome(send_mono=min(intended, now), end_mono=now, status="cancelled",
+                                     error="cancelled: the run was stopped"))
+                for k in range(j + 1, session.n_requests):
+                    self._skip(session, k, session.turns[k], "not sent: the run was stopped")
+                raise
+            finally:
+                self.counts["in_flight"] -= 1
+            self._record(session, j, turn, intended, out)
+            if out.status != "ok":
+                for k in range(j + 1, session.n_requests):
+                    self._skip(session, k, session.turns[k], f"not sent: turn {j} failed")
+                return
+            history = [*history, *turn.messages, {"role": "assistant", "content": out.state.text}]
+
+    async def _closed_loop(self, http: aiohttp.ClientSession, start: float) -> None:
+        todo = iter(self.plan.sessions)
+        deadline = start + self.plan.duration_s if self.plan.duration_s else None
+
+        async def slot() -> None:
+            for session in todo:  # one shared iterator: each session goes to the first free slot
+                now = time.perf_counter()
+                if deadline is not None and now >= deadline:
+                    return
+                await self._run_session(http, session, now, deadline)
+
+        await asyncio.gather(*(slot() for _ in range(max(1, self.plan.slots or 1))))
+
+    async def _open_loop(self, http: aiohttp.ClientSession, start: float) -> None:
+        assert self.plan.arrivals is not None
+        cap = asyncio.Semaphore(self.plan.slots) if self.plan.slots else None
+        deadline = start + self.plan.duration_s if self.plan.duration_s else None
+        tasks: set[asyncio.Task] = set()
+
+        async def fire(session: Session, due: float) -> None:
+            try:
+                await self._run_session(http, session, due, deadline)
+            finally:
+                if cap:
+                    cap.release()
+
+        try:
+            for session, offset in zip(self.plan.sessions, self.plan.arrivals):
+                due = start + offset
+                if deadline is not None and due >= deadline:
+                    break
+                delay = due - time.perf_counter()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                if cap:
+                    await cap.acquire()  # waiting here shows up as slip: the schedule stays honest
+                task = asyncio.get_running_loop().create_task(fire(session, due))
+                tasks.add(task)
+                task.add_done_callback(tasks.discard)
+            if tasks:
+                await asyncio.gather(*tasks)
+        except asyncio.CancelledError:
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            raise
+
+    async def _flusher(self) -> None:
+        while True:
+            await asyncio.sleep(0.5)
+            await asyncio.to_thread(self.writer.maybe_flush)
+
+    async def warmup(self, http: aiohttp.ClientSession) -> int:
+        """Send the warm-up sessions; nothing is recorded. Returns how many succeeded."""
+        ok = 0
+        for session in self.plan.warmup:
+            history: list[dict[str, str]] = []
+            for turn in session.turns:
+                out = await stream_request(http, self.plan.url, self.api, turn, history, self.plan.model,
+                                           self.timeouts, self.headers)
+                ok += out.status == "ok"
+        return ok
+
+    async def run(self, http: aiohttp.ClientSession, start_mono: float) -> dict[str, Any]:
+        """Wait for the common start, drive the level, flush everything; returns the generator's summary."""
+        monitor = LoopMonitor()
+        flusher = asyncio.get_running_loop().create_task(self._flusher())
+        status, error = "complete", None
+        try:
+            delay = start_mono - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            monitor.start()
+            self.started_mono = time.perf_counter()
+            if self.plan.arrivals is None:
+                await self._closed_loop(http, start_mono)
+            else:
+                await self._open_loop(http, start_mono)
+        except asyncio.CancelledError:
+            status, error = "interrupted", "stopped before the level ended"
+        finally:
+            self.ended_mono = time.perf_counter()
+            flusher.cancel()
+            health = await monitor.stop() if monitor._task else {}
+            await asyncio.to_thread(self.writer.close)
+        return self.summary(status, error, health)
+
+    def summary(self, status: str, error: str | None, health: dict[str, Any]) -> dict[str, Any]:
+        slips = np.asarray(self.slips) if self.slips else np.zeros(1)
+        window = (self.ended_mono or 0) - (self.started_mono or 0)
+        sent = self.counts["ok"] + self.counts["failed"]
+        return {
+            "generator": self.plan.generator,
+            "host": self.host,
+            "status": status,
+            "error": error,
+            "rows_written": self.writer.rows_written,
+            "parts": list(self.writer.parts),
+            "scheduled": self.counts["scheduled"],
+            "records": {k: self.counts[k] for k in ("ok", "failed", "cancelled")},
+            "tokens": self.counts["tokens"],
+            "slip_p50_s": float(np.percentile(slips, 50)),
+            "slip_p99_s": float(np.percentile(slips, 99)),
+            "achieved_rate": sent / window if window > 0 else None,
+            "window_s": window,
+            **health,
+        }

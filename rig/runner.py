@@ -1,0 +1,564 @@
+"""Runs a RunSpec: for each server configuration, launch the server once, run its load points, record everything.
+
+The flow is one-directional: spec -> placement -> server -> load -> records -> (analysis, elsewhere).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shutil
+import signal
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import ray
+
+import rig
+from rig import cluster
+from rig.config import RunSpec
+from rig.loadgen.actor import remote_class as generator_class
+from rig.loadgen.plan import GeneratorPlan, PointInfo
+from rig.results import read_manifest, server_log_path, write_manifest
+from rig.server.actor import ServerError
+from rig.server.actor import remote_class as server_class
+from rig.server.engines import engine_for
+from rig.server.spec import ServerConfig
+from rig.workloads import build_sessions
+from rig.workloads.base import Session
+from rig.workloads.spec import WorkloadSpec
+
+WARMUP_SEED_OFFSET = 1_000_003  # warm-up requests come from a different part of the seed space
+
+
+class RunError(RuntimeError):
+    """A run-level failure with a one-line message for the user."""
+
+
+@dataclass(frozen=True)
+class Point:
+    point: str
+    server: ServerConfig
+    workload: WorkloadSpec
+    concurrency: int | None
+    rate: float | None
+    repeat: int
+
+    @property
+    def config_id(self) -> str:
+        return self.server.config_id()
+
+
+def point_id(cfg: ServerConfig, workload: WorkloadSpec, concurrency: int | None, rate: float | None,
+             mode: str, repeat: int) -> str:
+    """Readable and deterministic, so a resumed sweep finds the same points."""
+    level = f"c{concurrency}" if rate is None else f"r{rate:g}" + (f"c{concurrency}" if concurrency else "")
+    if mode == "trace":
+        level = "trace" + (f"c{concurrency}" if concurrency else "")
+    rep = f"-rep{repeat}" if repeat else ""
+    return f"{cfg.config_id()}-{workload.name}-{level}{rep}"
+
+
+def expand_points(spec: RunSpec) -> list[Point]:
+    points = []
+    for cfg in spec.server_configs():
+        for wl in spec.workloads:
+            for concurrency, rate in spec.load.levels():
+                for rep in range(spec.repeat):
+                    pid = point_id(cfg, wl, concurrency, rate, spec.load.mode, rep)
+                    points.append(Point(pid, cfg, wl, concurrency, rate, rep))
+    return points
+
+
+def split_closed(sessions: list[Session], concurrency: int, n_gen: int) -> list[tuple[list[Session], int]]:
+    """Concurrency C over G generators sums to C; session i goes to slot i mod C, slot s to generator s mod G."""
+    out: list[tuple[list[Session], int]] = []
+    for g in range(n_gen):
+        slots = sum(1 for s in range(concurrency) if s % n_gen == g)
+        mine = [sess for i, sess in enumerate(sessions) if (i % concurrency) % n_gen == g]
+        out.append((mine, slots))
+    return out
+
+
+def split_open(sessions: list[Session], offsets: list[float], n_gen: int, cap: int | None
+               ) -> list[tuple[list[Session], list[float], int | None]]:
+    """One global arrival schedule; generator g takes every G-th arrival (its slice keeps absolute offsets)."""
+    out = []
+    for g in range(n_gen):
+        idx = list(range(g, len(sessions), n_gen))
+        slot_cap = None if cap is None else max(1, sum(1 for s in range(cap) if s % n_gen == g))
+        out.append(([sessions[i] for i in idx], [offsets[i] for i in idx], slot_cap))
+    return out
+
+
+def versions() -> dict[str, str]:
+    import aiohttp
+    import pyarrow
+
+    return {"rig": rig.__version__, "python": platform.python_version(), "ray": ray.__version__,
+            "aiohttp": aiohttp.__version__, "pyarrow": pyarrow.__version__, "platform": platform.platform()}
+
+
+def read_api_key(spec: RunSpec) -> str | None:
+    """From the file or the environment variable named in the spec; never stored anywhere."""
+    if spec.api_key_file:
+        try:
+            return spec.api_key_file.read_text().strip() or None
+        except OSError as e:
+            raise RunError(f"api_key_file {spec.api_key_file}: {e.strerror}") from None
+    return os.environ.get(spec.api_key_env) or None
+
+
+@dataclass
+class Progress:
+    """Callbacks the CLI provides to show what is going on (no-ops by default)."""
+
+    status: Callable[[str], None] = lambda msg: None
+    point_start: Callable[[str, int], None] = lambda point, total: None
+    point_update: Callable[[int, dict[str, int]], None] = lambda done, counts: None
+    point_end: Callable[[str, dict[str, Any]], None] = lambda point, result: None
+
+
+@dataclass
+class Runner:
+    spec: RunSpec
+    progress: Progress = field(default_factory=Progress)
+    resume: bool = False
+
+    def __post_init__(self) -> None:
+        self.run_dir = self.spec.run_dir
+        self.points = expand_points(self.spec)
+        self.manifest: dict[str, Any] = {}
+        self.stop_requested = threading.Event()
+        self.stop_reason = ""
+        self.generators: list[Any] = []
+        self.gen_info: list[dict[str, Any]] = []
+        self.server = None
+        self.placement: cluster.Placement | None = None
+        self.api_key = read_api_key(self.spec)
+        self._started_ray = False
+
+    # ---------------------------------------------------------------- manifest
+    def _init_manifest(self) -> None:
+        if self.resume:
+            self.manifest = read_manifest(self.run_dir)
+            self.manifest["status"] = "running"
+            self.manifest.setdefault("resumed", []).append(time.time())
+            known = {p["point"] for p in self.manifest["points"]}
+            for p in self.points:
+                if p.point not in known:
+                    self.manifest["points"].append(self._point_entry(p))
+        else:
+            self.manifest = {
+                "run_id": self.spec.run_id,
+                "status": "running",
+                "created": time.time(),
+                "spec": json.loads(self.spec.model_dump_json()),
+                "versions": versions(),
+                "cluster": {},
+                "server_configs": {},
+                "points": [self._point_entry(p) for p in self.points],
+            }
+        self.save()
+
+    def _point_entry(self, p: Point) -> dict[str, Any]:
+        return {"point": p.point, "server_config": p.config_id, "engine": p.server.engine,
+                "workload": p.workload.name, "steps": p.server.steps, "load_mode": self.spec.load.mode,
+                "concurrency": p.concurrency, "rate": p.rate, "repeat": p.repeat, "status": "pending",
+                "started_ts": None, "ended_ts": None, "requests_scheduled": 0,
+                "records": {"ok": 0, "failed": 0, "cancelled": 0}, "window_acceptance": None,
+                "flush_cache": None, "flags": [], "generators": []}
+
+    def _entry(self, pid: str) -> dict[str, Any]:
+        return next(p for p in self.manifest["points"] if p["point"] == pid)
+
+    def save(self) -> None:
+        write_manifest(self.run_dir, self.manifest)
+
+    # ---------------------------------------------------------------- setup
+    def _check_output(self) -> None:
+        try:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            probe = self.run_dir / ".write-probe"
+            probe.write_bytes(b"x" * 4096)
+            probe.unlink()
+        except OSError as e:
+            raise RunError(f"cannot write results to {self.run_dir}: {e.strerror or e}") from None
+        free = shutil.disk_usage(self.run_dir).free
+        if free < 64 * 2**20:
+            raise RunError(f"only {free / 2**20:.0f} MiB free at {self.run_dir}; need at least 64 MiB")
+
+    def _setup_cluster(self) -> None:
+        n = self.spec.clients
+        self._started_ray = not ray.is_initialized()
+        self.progress.status("starting Ray" if self.spec.cluster.address is None else
+                             f"connecting to Ray at {self.spec.cluster.address}")
+        layout = cluster.connect(self.spec.cluster, n)
+        gpus = max(engine_for(c.engine).num_gpus(c) for c in self.spec.server_configs())
+        self.placement = cluster.plan_placement(self.spec.cluster, layout["nodes"], gpus, n)
+        Gen = generator_class()
+        out_root = str(self.run_dir.resolve())
+        self.generators = [Gen.options(**opts).remote(i, out_root) for i, opts in enumerate(self.placement.generator_options)]
+        self.gen_info = ray.get([g.info.remote() for g in self.generators])
+        problems = [p for p in ray.get([g.can_write.remote() for g in self.generators]) if p]
+        if problems:
+            raise RunError(f"a generator cannot write its results: {problems[0]}")
+        for g, info in zip(self.generators, self.gen_info):
+            offset, rtt = cluster.measure_clock_offset(g)
+            info["clock_offset_s"], info["clock_rtt_s"] = offset, rtt
+            ray.get(g.set_clock_offset.remote(offset))
+        self.manifest["cluster"] = {**layout, "local": self.placement.local, "generators": self.gen_info,
+                                    "server_node": self.placement.server_node}
+        self.save()
+
+    # ---------------------------------------------------------------- server
+    def _launch_server(self, cfg: ServerConfig) -> dict[str, Any]:
+        Server = server_class()
+        log = server_log_path(self.run_dir.resolve(), cfg.config_id())
+        self.server = Server.options(**self.placement.server_options).remote(
+            cfg, str(self.run_dir.resolve()), str(log), self.api_key)
+        entry: dict[str, Any] = {"engine": cfg.engine, "knobs": cfg.knobs(), "status": "starting", "error": None}
+        self.manifest["server_configs"][cfg.config_id()] = entry
+        started = ray.get(self.server.start.remote())
+        entry.update(command=started["command"], url=started["url"], node_ip=started.get("node_ip"),
+                     gpu_ids=started.get("gpu_ids"))
+        self.save()
+        self.progress.status(f"waiting for {cfg.engine} (steps={cfg.steps}) to be healthy at {started['url']}")
+        ready_ref = self.server.wait_ready.remote()
+        while True:
+            done, _ = ray.wait([ready_ref], timeout=0.5)
+            if done:
+                break
+            if self.stop_requested.is_set():
+                raise KeyboardInterrupt
+        ready = ray.get(ready_ref)  # raises ServerError wrapped by Ray if the engine died
+        desc = ray.get(self.server.describe.remote())
+        info = desc["info"]
+        entry.update(status="ready", ready_after_s=ready["ready_after_s"], startup=desc["startup"],
+                     server_info=info.get("/server_info"), model_info=info.get("/model_info"), info=info)
+        self.save()
+        return entry
+
+    def _stop_server(self) -> None:
+        if self.server is None:
+            return
+        try:
+            ray.get(self.server.stop.remote(), timeout=60)
+        except Exception:  # already dead
+            pass
+        try:
+            ray.kill(self.server)
+        except Exception:
+            pass
+        self.server = None
+
+    def _served_model(self, cfg: ServerConfig, entry: dict[str, Any]) -> str:
+        if cfg.served_model_name:
+            return cfg.served_model_name
+        models = (entry.get("info") or {}).get("/v1/models") or {}
+        try:
+            return models["data"][0]["id"]
+        except (KeyError, IndexError, TypeError):
+            return cfg.model
+
+    # ---------------------------------------------------------------- one point
+    def _sessions(self, p: Point) -> tuple[list[Session], list[float] | None]:
+        load = self.spec.load
+        n = load.requests_for(p.concurrency, p.rate)
+        if load.mode == "closed":
+            if n is None:  # duration-bound: enough sessions that the slots never run dry
+                n = min(200_000, (p.concurrency or 1) * max(16, int(load.duration_s or 0) * 4))
+            return build_sessions(p.workload, seed=load.seed, n_sessions=n), None
+        from rig.loadgen import arrivals
+
+        if load.mode == "trace":
+            sessions = build_sessions(p.workload, seed=load.seed, n_sessions=n or 1_000_000)
+            stamps = [s.arrival_s for s in sessions]
+            if any(t is None for t in stamps):
+                raise RunError("trace replay needs a dataset whose records carry 'timestamp'")
+            offsets = list(arrivals.trace_offsets(stamps, speed=load.trace_speed))
+            return sessions, offsets
+        if n is None:
+            n = max(1, int((p.rate or 1) * (load.duration_s or 60) * 1.5) + 16)
+        offsets = list(arrivals.arrival_offsets(load.mode, rate=p.rate, n=n, seed=load.seed,
+                                                burstiness=load.burstiness))
+        if load.duration_s:
+            offsets = [o for o in offsets if o < load.duration_s]
+        return build_sessions(p.workload, seed=load.seed, n_sessions=len(offsets)), offsets
+
+    def _plans(self, p: Point, url: str, model: str, api: str) -> list[GeneratorPlan]:
+        load = self.spec.load
+        info = PointInfo(run_id=self.spec.run_id, point=p.point, engine=p.server.engine, workload=p.workload.name,
+                         api=api, steps=p.server.steps, server_config=p.config_id,
+                         server_args=json.dumps(p.server.knobs(), sort_keys=True), load_mode=load.mode,
+                         concurrency=p.concurrency, rate=p.rate, repeat=p.repeat)
+        sessions, offsets = self._sessions(p)
+        n_gen = len(self.generators)
+        warm = build_sessions(p.workload, seed=load.seed + WARMUP_SEED_OFFSET, n_sessions=load.warmup_requests)
+        warm = [_shorten(s) for s in warm]
+        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+        common = dict(point=info, url=url, model=model, duration_s=load.duration_s, warmup=tuple(warm),
+                      connect_s=load.timeouts.connect_s, first_token_s=load.timeouts.first_token_s,
+                      total_s=load.timeouts.total_s, slip_threshold_s=load.slip_threshold_s, extra_headers=headers)
+        if offsets is None:
+            return [GeneratorPlan(generator=g, sessions=tuple(mine), slots=slots, **common)
+                    for g, (mine, slots) in enumerate(split_closed(sessions, p.concurrency or 1, n_gen))]
+        return [GeneratorPlan(generator=g, sessions=tuple(mine), arrivals=tuple(offs), slots=cap, **common)
+                for g, (mine, offs, cap) in enumerate(split_open(sessions, offsets, n_gen, p.concurrency))]
+
+    def _run_point(self, p: Point, server_entry: dict[str, Any]) -> None:
+        entry = self._entry(p.point)
+        cfg = p.server
+        api = self.spec.api_for(engine_for(cfg.engine).default_api)
+        plans = self._plans(p, server_entry["url"], self._served_model(cfg, server_entry), api)
+        total = sum(pl.n_requests for pl in plans)
+        entry.update(status="running", requests_scheduled=0, started_ts=time.time(), api=api)
+        self.save()
+        self.progress.status(f"{p.point}: warming up")
+        warm_ok = ray.get([g.prepare.remote(pl) for g, pl in zip(self.generators, plans)])
+        entry["warmup_ok"] = sum(warm_ok)
+        if self.spec.flush_cache:
+            entry["flush_cache"] = ray.get(self.server.flush_cache.remote())
+        before = ray.get(self.server.metrics_snapshot.remote())
+        ray.get(self.server.start_scrape.remote(self.spec.run_id, p.point, self.spec.metrics_interval_s))
+        start_wall = time.time() + 1.0  # common start for every generator (driver clock)
+        refs = [g.run_point.remote(start_wall) for g in self.generators]
+        exit_ref = self.server.wait_exit.remote()
+        self.progress.point_start(p.point, total)
+        results: dict[int, dict[str, Any]] = {}
+        server_died: int | None = None
+        pending = list(refs)
+        while pending:
+            done, pending = ray.wait(pending, num_returns=len(pending), timeout=0.5)
+            for ref in done:
+                g = refs.index(ref)
+                try:
+                    results[g] = ray.get(ref)
+                except ray.exceptions.RayActorError as e:
+                    results[g] = {"generator": g, "status": "failed", "error": f"generator died: {type(e).__name__}"}
+            ready, _ = ray.wait([exit_ref], timeout=0)
+            if ready and server_died is None:
+                server_died = ray.get(exit_ref)
+                self.stop_reason = f"server exited with code {server_died} during the point"
+                self._stop_generators()
+            if self.stop_requested.is_set():
+                self._stop_generators()
+            counts = self._poll_progress()
+            self.progress.point_update(sum(counts.get(k, 0) for k in ("ok", "failed", "cancelled")), counts)
+        after = ray.get(self.server.metrics_snapshot.remote()) if server_died is None else {}
+        metric_parts = ray.get(self.server.stop_scrape.remote()) if server_died is None else []
+        self._gather(p.point, results, metric_parts)
+        entry["ended_ts"] = time.time()
+        entry["window_acceptance"] = engine_for(cfg.engine).window_acceptance(before, after) if after else None
+        self._finish_point(entry, plans, results, server_died)
+        self.progress.point_end(p.point, entry)
+
+    def _stop_generators(self) -> None:
+        for g in self.generators:
+            try:
+                g.stop.remote()
+            except Exception:
+                pass
+
+    def _poll_progress(self) -> dict[str, int]:
+        total: dict[str, int] = {}
+        refs = [g.progress.remote() for g in self.generators]
+        for ref in refs:
+            try:
+                for k, v in ray.get(ref, timeout=5).items():
+                    total[k] = total.get(k, 0) + v
+            except Exception:
+                pass
+        return total
+
+    def _gather(self, pid: str, results: dict[int, dict[str, Any]], metric_parts: list[str]) -> None:
+        """Bring part files written on other hosts into the run directory (no-op when they are already here)."""
+        rel = f"requests/point={pid}"
+        for g, gen in enumerate(self.generators):
+            try:
+                parts = ray.get(gen.list_parts.remote(f"{rel}/gen={g}"), timeout=30)
+                for part in parts:
+                    dest = self.run_dir / part
+                    if not dest.exists():
+                        data = ray.get(gen.read_part.remote(part), timeout=120)
+                        _write_bytes(dest, data)
+            except Exception:
+                results.setdefault(g, {}).setdefault("error", "could not gather part files from this generator")
+        for part in metric_parts:
+            dest = self.run_dir / part
+            if not dest.exists():
+                _write_bytes(dest, ray.get(self.server.read_file.remote(part)))
+
+    def _finish_point(self, entry: dict[str, Any], plans: list[GeneratorPlan], results: dict[int, dict[str, Any]],
+                      server_died: int | None) -> None:
+        gens = [results.get(g, {"generator": g, "status": "failed", "error": "no result"}) for g in range(len(plans))]
+        entry["generators"] = gens
+        records = {"ok": 0, "failed": 0, "cancelled": 0}
+        scheduled = 0
+        for r in gens:
+            for k in records:
+                records[k] += (r.get("records") or {}).get(k, 0)
+            scheduled += r.get("scheduled", 0)
+        entry["records"] = records
+        entry["requests_scheduled"] = scheduled
+        entry["requests_planned"] = sum(pl.n_requests for pl in plans)
+        flags = set(entry.get("flags") or [])
+        load = self.spec.load
+        for r in gens:
+            if r.get("status") == "failed":
+                flags.add("generator_lost")
+            if (r.get("loop_lag_p99_ms") or 0) > load.loop_lag_threshold_s * 1e3:
+                flags.add("client_saturated")
+            if load.mode != "closed" and (r.get("slip_p99_s") or 0) > load.slip_threshold_s:
+                flags.update({"schedule_slip", "client_saturated"})
+        if server_died is not None:
+            flags.add("server_died")
+        entry["flags"] = sorted(flags)
+        if server_died is not None or all(r.get("status") == "failed" for r in gens):
+            entry["status"] = "failed"
+            entry["error"] = self.stop_reason or "every generator failed"
+        elif self.stop_requested.is_set():
+            entry["status"] = "interrupted"
+        elif any(r.get("status") != "complete" for r in gens) or records["ok"] == 0:
+            entry["status"] = "partial"
+        else:
+            entry["status"] = "complete"
+        self.save()
+
+    # ---------------------------------------------------------------- the run
+    def request_stop(self, reason: str) -> None:
+        self.stop_reason = reason
+        self.stop_requested.set()
+
+    def run(self) -> dict[str, Any]:
+        self._check_output()
+        self._init_manifest()
+        done_points = {p["point"] for p in self.manifest["points"] if p["status"] == "complete"}
+        todo = [p for p in self.points if p.point not in done_points]
+        status = "complete"
+        try:
+            self._setup_cluster()
+            by_config: dict[str, list[Point]] = {}
+            for p in todo:
+                by_config.setdefault(p.config_id, []).append(p)
+            for config_id, points in by_config.items():
+                if self.stop_requested.is_set():
+                    break
+                cfg = points[0].server
+                try:
+                    server_entry = self._launch_server(cfg)
+                except (ServerError, ray.exceptions.RayTaskError) as e:
+                    msg = str(e.cause if isinstance(e, ray.exceptions.RayTaskError) and e.cause else e)
+                    first = msg.strip().splitlines()[0] if msg.strip() else type(e).__name__
+                    self.manifest["server_configs"][config_id].update(status="failed", error=msg[-2000:])
+                    for p in points:
+                        self._entry(p.point).update(status="failed", error=f"server did not start: {first}")
+                    self._fetch_log(config_id)
+                    self._stop_server()
+                    self.save()
+                    self.progress.status(f"server {config_id} failed to start: {first}")
+                    if self.spec.fail_fast:
+                        raise RunError(f"server {config_id} failed to start: {first}")
+                    continue
+                try:
+                    for p in points:
+                        if self.stop_requested.is_set():
+                            break
+                        self._run_point(p, server_entry)
+                        if self._entry(p.point)["status"] == "failed":
+                            if self.spec.fail_fast:
+                                raise RunError(f"point {p.point} failed: {self._entry(p.point).get('error')}")
+                            if "server_died" in self._entry(p.point)["flags"]:
+                                for rest in points[points.index(p) + 1:]:
+                                    self._entry(rest.point).update(status="failed", error="server died earlier")
+                                break
+                finally:
+                    self._fetch_log(config_id)
+                    self._stop_server()
+                    self.manifest["server_configs"][config_id]["stopped"] = True
+                    self.save()
+        except KeyboardInterrupt:
+            self.request_stop(self.stop_reason or "interrupted")
+        finally:
+            self._teardown()
+            if self.stop_requested.is_set():
+                status = "interrupted"
+            states = [p["status"] for p in self.manifest["points"]]
+            if status != "interrupted":
+                if all(s == "complete" for s in states):
+                    status = "complete"
+                elif all(s == "failed" for s in states):
+                    status = "failed"
+                else:
+                    status = "partial"
+            for p in self.manifest["points"]:
+                if p["status"] == "running":
+                    p["status"] = "interrupted"
+            self.manifest["status"] = status
+            self.manifest["stop_reason"] = self.stop_reason or None
+            self.manifest["finished"] = time.time()
+            self.save()
+        return self.manifest
+
+    def _fetch_log(self, config_id: str) -> None:
+        """Copy the server log next to the results when the server ran on another host."""
+        dest = server_log_path(self.run_dir, config_id)
+        if dest.exists() or self.server is None:
+            return
+        try:
+            text = ray.get(self.server.read_log.remote(), timeout=30)
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            dest.write_text(text)
+        except Exception:
+            pass
+
+    def _teardown(self) -> None:
+        self._stop_server()
+        for g in self.generators:
+            try:
+                ray.get(g.close.remote(), timeout=5)
+            except Exception:
+                pass
+            try:
+                ray.kill(g)
+            except Exception:
+                pass
+        self.generators = []
+        try:
+            cluster.release(self.placement)
+        except Exception:
+            pass
+        if self._started_ray and ray.is_initialized():
+            ray.shutdown()
+
+
+def _shorten(session: Session) -> Session:
+    """Warm-up sessions: first turn only, at most 32 output tokens."""
+    from dataclasses import replace
+
+    turn = replace(session.turns[0], max_tokens=min(32, session.turns[0].max_tokens), think_time_s=0.0,
+                   request_id="warmup-" + session.turns[0].request_id)
+    return replace(session, turns=(turn,), session_id="warmup-" + session.session_id)
+
+
+def _write_bytes(dest: Path, data: bytes) -> None:
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.with_name(dest.name + ".tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, dest)
+
+
+def install_signal_handlers(runner: Runner) -> None:
+    """SIGINT/SIGTERM stop the run cleanly: generators record in-flight requests as cancelled, then teardown."""
+
+    def handler(signum: int, frame: Any) -> None:
+        if runner.stop_requested.is_set():
+            raise KeyboardInterrupt  # second signal: stop waiting
+        runner.request_stop(f"stopped by {signal.Signals(signum).name}")
+
+    signal.signal(signal.SIGINT, handler)
+    signal.signal(signal.SIGTERM, handler)

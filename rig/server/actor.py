@@ -1,0 +1,263 @@
+"""The ServerActor: launches the engine on its node, waits until healthy, records what it is, scrapes /metrics,
+and tears it down. Started with a plain Popen (no new session): Ray kills the actor's process group if it dies.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import psutil
+import ray
+
+from rig.results import SERVER_METRICS_SCHEMA, PartWriter, server_metrics_dir
+from rig.server.engines import engine_for
+from rig.server.metrics import parse_metrics, summed_values
+from rig.server.spec import ServerConfig
+
+
+def free_port(preferred: int, host: str = "0.0.0.0") -> int:
+    """The preferred port if it can be bound now, else one the kernel picks."""
+    for port in ([preferred] if preferred else []) + [0]:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                s.bind((host, port))
+                return s.getsockname()[1]
+            except OSError:
+                continue
+    raise OSError("no free port")
+
+
+class ServerError(RuntimeError):
+    """The engine failed to start or died; the message is one line plus the log's tail."""
+
+
+class ServerActor:
+    def __init__(self, cfg: ServerConfig, spool_root: str, log_path: str, api_key: str | None = None):
+        self.cfg = cfg
+        self.engine = engine_for(cfg.engine)
+        self.spool_root = Path(spool_root)
+        self.log_path = Path(log_path)
+        self.api_key = api_key
+        try:
+            self.node_ip = ray.util.get_node_ip_address()
+            self.node_id = ray.get_runtime_context().get_node_id()
+            self.gpu_ids = [str(g) for g in ray.get_runtime_context().get_accelerator_ids().get("GPU", [])]
+        except Exception:  # outside Ray (tests)
+            self.node_ip, self.node_id, self.gpu_ids = "127.0.0.1", None, []
+        self.proc: subprocess.Popen | None = None
+        self.url: str | None = cfg.url.rstrip("/") if cfg.url else None
+        self.argv: list[str] = []
+        self._scrape_task: asyncio.Task | None = None
+        self._scrape_writer: PartWriter | None = None
+        self._http: aiohttp.ClientSession | None = None
+
+    # ------------------------------------------------------------------ lifecycle
+    def command(self) -> list[str]:
+        return list(self.argv)
+
+    async def start(self) -> dict[str, Any]:
+        """Launch the engine process (nothing for 'external'); returns its command and URL."""
+        if not self.engine.launches_process:
+            return {"command": [], "url": self.url, "node_ip": self.node_ip, "node_id": self.node_id}
+        bind = self.cfg.host or "0.0.0.0"
+        port = free_port(self.cfg.port, bind)
+        self.argv = self.engine.argv(self.cfg, bind, port)
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        log = open(self.log_path, "ab")
+        env = {**os.environ, **self.engine.env(self.cfg)}
+        if self.api_key:
+            self.argv = [*self.argv, "--api-key", self.api_key] if self.cfg.engine in ("sglang", "sim") else self.argv
+            env["VLLM_API_KEY"] = self.api_key
+        # Plain Popen: no start_new_session, so Ray's process-group cleanup sweeps the engine's whole tree.
+        self.proc = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
+        log.close()
+        url_host = self.node_ip if bind in ("0.0.0.0", "::") else bind
+        self.url = f"http://{url_host}:{port}"
+        return {"command": self.public_command(), "url": self.url, "node_ip": self.node_ip, "node_id": self.node_id,
+                "gpu_ids": self.gpu_ids, "pid": self.proc.pid}
+
+    def public_command(self) -> list[str]:
+        """The command with any secret masked (the API key is passed on the command line to SGLang)."""
+        out, hide = [], False
+        for a in self.argv:
+            out.append("***" if hide else a)
+            hide = a == "--api-key"
+        return out
+
+    def _session(self) -> aiohttp.ClientSession:
+        if self._http is None or self._http.closed:
+            self._http = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
+        return self._http
+
+    def _headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+
+    def log_tail(self, lines: int = 15) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+        return "\n".join(text.rstrip().splitlines()[-lines:])
+
+    async def wait_ready(self, timeout_s: float | None = None) -> dict[str, Any]:
+        """Poll the health endpoint until 200; fail fast if the process exits. Returns startup facts."""
+        timeout_s = timeout_s or self.cfg.health_timeout_s
+        t0 = time.monotonic()
+        deadline = t0 + timeout_s
+        last = "no answer"
+        while time.monotonic() < deadline:
+            if self.proc is not None and self.proc.poll() is not None:
+                raise ServerError(f"{self.cfg.engine} exited with code {self.proc.returncode} before it was healthy"
+                                  f"\n{self.log_tail()}")
+            try:
+                async with self._session().get(self.url + self.engine.health_path(), headers=self._headers(),
+                                               timeout=aiohttp.ClientTimeout(total=5)) as r:
+                    if r.status == 200:
+                        return {"ready_after_s": time.monotonic() - t0}
+                    last = f"HTTP {r.status}"
+            except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as e:
+                last = type(e).__name__
+            await asyncio.sleep(0.25 if time.monotonic() - t0 < 10 else 2.0)
+        raise ServerError(f"{self.cfg.engine} not healthy at {self.url} after {timeout_s:g}s (last: {last})"
+                          f"\n{self.log_tail()}")
+
+    async def describe(self) -> dict[str, Any]:
+        """Server info endpoints' JSON and the parsed startup log (recorded per server configuration)."""
+        info: dict[str, Any] = {}
+        for path in self.engine.info_paths():
+            try:
+                async with self._session().get(self.url + path, headers=self._headers(),
+                                               timeout=aiohttp.ClientTimeout(total=10)) as r:
+                    info[path] = await r.json(content_type=None) if r.status == 200 else {"http_status": r.status}
+            except (aiohttp.ClientError, asyncio.TimeoutError, ValueError) as e:
+                info[path] = {"error": f"{type(e).__name__}: {e}"}
+        startup = self.engine.parse_startup_log(self._log_text())
+        return {"info": info, "startup": startup}
+
+    def _log_text(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+
+    async def read_log(self) -> str:
+        return self._log_text()
+
+    async def flush_cache(self) -> dict[str, Any]:
+        """POST /flush_cache (SGLang/sim): clears the prefix cache and resets the spec counters."""
+        if self.cfg.engine not in ("sglang", "sim"):
+            return {"status": None, "body": "not supported by this engine"}
+        try:
+            async with self._session().post(self.url + "/flush_cache", headers=self._headers(),
+                                            timeout=aiohttp.ClientTimeout(total=30)) as r:
+                return {"status": r.status, "body": (await r.text())[:200]}
+        except (aiohttp.ClientError, asyncio.TimeoutError) as e:
+            return {"status": None, "body": f"{type(e).__name__}: {e}"}
+
+    async def alive(self) -> bool:
+        return self.proc is None or self.proc.poll() is None
+
+    async def wait_exit(self) -> int | None:
+        """Resolves when the engine process exits (the driver watches this to detect a dead server)."""
+        if self.proc is None:
+            await asyncio.Event().wait()
+        while self.proc.poll() is None:
+            await asyncio.sleep(0.5)
+        return self.proc.returncode
+
+    # ------------------------------------------------------------------ metrics
+    async def _scrape(self) -> dict[str, Any] | None:
+        try:
+            async with self._session().get(self.url + "/metrics", headers=self._headers(),
+                                           timeout=aiohttp.ClientTimeout(total=5)) as r:
+                if r.status != 200:
+                    return None
+                return parse_metrics(await r.text())
+        except (aiohttp.ClientError, asyncio.TimeoutError, ValueError):
+            return None
+
+    async def metrics_snapshot(self) -> dict[str, float]:
+        """Every metric summed over its labels (for counter deltas over a point's window)."""
+        samples = await self._scrape()
+        return summed_values(samples or [])
+
+    async def start_scrape(self, run_id: str, point: str, interval_s: float) -> None:
+        await self.stop_scrape()
+        self._scrape_writer = PartWriter(server_metrics_dir(self.spool_root, point), SERVER_METRICS_SCHEMA,
+                                         max_age_s=5.0)
+        writer = self._scrape_writer
+
+        async def loop() -> None:
+            next_t = time.monotonic()
+            while True:
+                ts = time.time()
+                for name, labels, value in await self._scrape() or []:
+                    writer.add({"run_id": run_id, "point": point, "ts": ts, "name": name, "labels": labels,
+                                "value": value})
+                await asyncio.to_thread(writer.maybe_flush)
+                next_t += interval_s
+                await asyncio.sleep(max(0.0, next_t - time.monotonic()))
+
+        self._scrape_task = asyncio.get_running_loop().create_task(loop())
+
+    async def stop_scrape(self) -> list[str]:
+        if self._scrape_task is not None:
+            self._scrape_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._scrape_task
+            self._scrape_task = None
+        parts: list[str] = []
+        if self._scrape_writer is not None:
+            await asyncio.to_thread(self._scrape_writer.close)
+            parts = [str((self._scrape_writer.directory / p).relative_to(self.spool_root))
+                     for p in self._scrape_writer.parts]
+            self._scrape_writer = None
+        return parts
+
+    async def read_file(self, rel_path: str) -> bytes:
+        return (self.spool_root / rel_path).read_bytes()
+
+    # ------------------------------------------------------------------ teardown
+    async def stop(self, grace_s: float = 30.0) -> int | None:
+        """SIGTERM the engine (it tears down its own children), then SIGKILL whatever of its tree remains."""
+        await self.stop_scrape()
+        if self._http is not None:
+            await self._http.close()
+        if self.proc is None:
+            return None
+        try:
+            tree = psutil.Process(self.proc.pid).children(recursive=True)
+        except psutil.NoSuchProcess:
+            tree = []
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            t0 = time.monotonic()
+            while self.proc.poll() is None and time.monotonic() - t0 < grace_s:
+                await asyncio.sleep(0.1)
+        for p in [*tree, psutil.Process(self.proc.pid) if self.proc.poll() is None else None]:
+            if p is not None:
+                with contextlib.suppress(psutil.NoSuchProcess):
+                    p.kill()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout=5)
+        return self.proc.returncode
+
+
+def remote_class(**options: Any):
+    """Never restarted: a restarted server would silently change the system under test."""
+    return ray.remote(max_restarts=0, max_task_retries=0, **options)(ServerActor)
+
+
+def dumps_knobs(cfg: ServerConfig) -> str:
+    return json.dumps(cfg.knobs(), sort_keys=True)
