@@ -1,0 +1,88 @@
+"""Greedy losslessness: at temperature 0, speculation must not change the output of any request."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from rig.analysis.runs import PointInfo, Run, read_point_requests
+
+
+def comparable_groups(run: Run) -> list[list[PointInfo]]:
+    """Points that ran the same requests (workload, load level, repeat) on configurations that differ only in
+    speculative knobs; only groups of two or more can disagree."""
+    groups: dict[tuple, list[PointInfo]] = defaultdict(list)
+    for p in run.points:
+        groups[(p.non_speculative_knobs(),) + p.level_key()].append(p)
+    return [g for g in groups.values() if len(g) > 1]
+
+
+def _label(p: PointInfo, group: list[PointInfo]) -> str:
+    """steps=N, or the point id when two points of the group share a steps value."""
+    same = [q for q in group if q.steps == p.steps]
+    return f"steps={p.steps}" if len(same) == 1 else f"{p.point}"
+
+
+def check_lossless(run: Run) -> dict[str, Any]:
+    """Every temperature-0 request whose output_hash differs between comparable points, with each point's hash."""
+    mismatches: list[dict[str, Any]] = []
+    checked = 0
+    groups = comparable_groups(run)
+    flt = (pc.field("temperature") == 0) & (pc.field("ok") == True) & pc.field("output_hash").is_valid()  # noqa: E712
+    for gi, group in enumerate(groups):
+        parts = []
+        for pi, p in enumerate(group):
+            t = read_point_requests(run.run_dir, p.point, ["request_id", "output_hash"], filter=flt)
+            parts.append(t.append_column("pi", pa.array([pi] * t.num_rows, pa.int32())))
+        t = pa.concat_tables(parts)
+        if t.num_rows == 0:
+            continue
+        per_req = t.group_by("request_id").aggregate([("output_hash", "count_distinct"), ("pi", "count")])
+        checked += int(pc.sum(pc.greater(per_req["pi_count"], 1)).as_py() or 0)
+        bad = per_req.filter(pc.greater(per_req["output_hash_count_distinct"], 1))["request_id"]
+        if len(bad) == 0:
+            continue
+        rows = t.filter(pc.is_in(t["request_id"], value_set=bad)).sort_by([("request_id", "ascending"), ("pi", "ascending")])
+        by_req: dict[str, dict[str, str]] = defaultdict(dict)
+        for rid, h, pi in zip(rows["request_id"].to_pylist(), rows["output_hash"].to_pylist(), rows["pi"].to_pylist()):
+            by_req[rid][_label(group[pi], group)] = h
+        p0 = group[0]
+        for rid, hashes in by_req.items():
+            mismatches.append(
+                {
+                    "request_id": rid,
+                    "workload": p0.workload,
+                    "load_mode": p0.load_mode,
+                    "concurrency": p0.concurrency,
+                    "rate": p0.rate,
+                    "repeat": p0.repeat,
+                    "points": [q.point for q in group],
+                    "steps": sorted({q.steps for q in group}, key=lambda s: (s is None, s)),
+                    "hashes": hashes,
+                }
+            )
+    return {
+        "groups_checked": len(groups),
+        "requests_checked": checked,
+        "mismatches": mismatches,
+        "ok": not mismatches,
+    }
+
+
+def mismatch_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """Flat rows (one per mismatching request) for tables and CSV."""
+    return [
+        {
+            "request_id": m["request_id"],
+            "workload": m["workload"],
+            "concurrency": m["concurrency"],
+            "rate": m["rate"],
+            "repeat": m["repeat"],
+            "steps": ",".join(str(s) for s in m["steps"]),
+            "hashes": "; ".join(f"{k}: {v}" for k, v in m["hashes"].items()),
+        }
+        for m in result["mismatches"]
+    ]

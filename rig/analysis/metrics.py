@@ -1,0 +1,331 @@
+"""Metric definitions: the one place the rig says what each number means (the README quotes this docstring).
+
+Every metric is computed from the per-request Parquet records (``rig.results.REQUEST_SCHEMA``) of one point.
+Latency metrics use requests with ``ok`` true; times are seconds.
+
+- **TTFT** = first non-empty chunk − send (column ``ttft_s``, measured on the generator's monotonic clock;
+  ``first_token_ts − send_ts`` when the column is null).
+- **E2E** = end of stream − send (``e2e_s``; ``end_ts − send_ts`` when null).
+- **TPOT** = (E2E − TTFT) / (completion_tokens − 1), for requests with more than one completion token.
+- **ITL** = each gap between consecutive non-empty chunks divided over the tokens in the later chunk
+  (``chunk_offsets_s``, ``chunk_tokens``): a chunk of k tokens that arrived g seconds after the previous one
+  contributes k values of g/k. The first chunk is TTFT, not ITL. Percentiles are over tokens.
+- **Per-request tok/s** = completion_tokens / E2E, averaged over requests (DESIGN.md's and the campaign's
+  "per-request tok/s"). It includes time queued in the server.
+- **Decode tok/s** = (completion_tokens − 1) / (E2E − TTFT) = 1 / TPOT, averaged over requests. It excludes
+  queueing and prefill, so it is the speed a user sees once tokens flow; at high concurrency per-request tok/s
+  from send cannot match the campaign's numbers (Little's law), decode tok/s can.
+- **Tokens** = Σ completion_tokens of ok requests (token counts come from the server, never re-tokenized).
+- **Wall time** = last end − first send over all written requests of the point and all its generators, each
+  timestamp first put on the driver's clock: driver time = ts − clock_offset_s (offset = generator clock − driver
+  clock; the row's value, else the manifest's for that generator, else 0).
+- **Aggregate tok/s** = Tokens / Wall time.
+- **Acceptance length** (tokens per verify step, bonus token included) = Σ completion_tokens / Σ spec_verify_ct over
+  ok requests that report spec_verify_ct (token-weighted across requests). Engines that report only counters:
+  the manifest's ``window_acceptance`` (counter deltas over the point's window), else the same deltas from the
+  scraped ``server_metrics`` (SGLang: Δgeneration_tokens / Δspec_verify_calls; vLLM: 1 + Δaccepted / Δdrafts).
+- **Open loop**: latency is also reported from the intended send time (``e2e_from_intended_s``; TTFT from
+  intended = TTFT + slip), which counts the time a late client held the request (coordinated omission), and
+  schedule slip = actual − intended send is summarised by percentiles.
+- **Goodput** under SLOs (e.g. ttft ≤ 500 ms and tpot ≤ 50 ms): a request is good if it is ok and meets every
+  SLO (a request with one token has no TPOT and passes a TPOT SLO). Fraction = good / (ok + failed; cancelled
+  requests are excluded), goodput req/s = good / Wall time, goodput tok/s = Σ completion_tokens of good / Wall time.
+- **Percentiles** are numpy's linear interpolation (``np.percentile``), reported as p50, p90, p95, p99 and mean.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+PERCENTILES: tuple[int, ...] = (50, 90, 95, 99)
+
+# Columns the per-point metrics read (never the chunk lists: those are read only for ITL).
+REQUEST_COLUMNS: list[str] = [
+    "ok",
+    "status",
+    "generator",
+    "clock_offset_s",
+    "request_id",
+    "intended_send_ts",
+    "send_ts",
+    "first_token_ts",
+    "end_ts",
+    "ttft_s",
+    "e2e_s",
+    "slip_s",
+    "e2e_from_intended_s",
+    "completion_tokens",
+    "spec_verify_ct",
+]
+ITL_COLUMNS: list[str] = ["chunk_offsets_s", "chunk_tokens"]
+
+
+def as_float(col: pa.ChunkedArray | pa.Array) -> np.ndarray:
+    """A numeric Arrow column as float64 numpy with NaN for nulls."""
+    arr = pc.cast(col, pa.float64())
+    return np.asarray(arr.to_numpy(zero_copy_only=False) if isinstance(arr, pa.Array) else arr.to_numpy(), dtype=float)
+
+
+def as_bool(col: pa.ChunkedArray | pa.Array) -> np.ndarray:
+    """A boolean Arrow column as numpy, nulls false."""
+    return np.asarray(pc.fill_null(col, False).to_numpy(zero_copy_only=False), dtype=bool)
+
+
+@dataclass
+class Requests:
+    """Per-request metric arrays of one point (one element per written row)."""
+
+    ok: np.ndarray
+    cancelled: np.ndarray
+    tokens: np.ndarray  # completion_tokens (NaN if unknown)
+    ttft: np.ndarray
+    e2e: np.ndarray
+    send: np.ndarray  # driver clock
+    end: np.ndarray  # driver clock
+    slip: np.ndarray
+    e2e_from_intended: np.ndarray
+    verify_ct: np.ndarray
+
+    @property
+    def n(self) -> int:
+        return len(self.ok)
+
+    @property
+    def tpot(self) -> np.ndarray:
+        """(E2E − TTFT) / (completion_tokens − 1); NaN when fewer than two tokens."""
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.where(self.tokens > 1, (self.e2e - self.ttft) / (self.tokens - 1), np.nan)
+
+    @property
+    def per_request_tok_s(self) -> np.ndarray:
+        """completion_tokens / E2E."""
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.where(self.e2e > 0, self.tokens / self.e2e, np.nan)
+
+    @property
+    def decode_tok_s(self) -> np.ndarray:
+        """(completion_tokens − 1) / (E2E − TTFT) = 1/TPOT."""
+        dec = self.e2e - self.ttft
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.where((self.tokens > 1) & (dec > 0), (self.tokens - 1) / dec, np.nan)
+
+    @property
+    def ttft_from_intended(self) -> np.ndarray:
+        """TTFT counted from the intended send time (open loop)."""
+        return self.ttft + np.nan_to_num(self.slip, nan=0.0)
+
+
+def requests_from_table(table: pa.Table, offsets_by_generator: dict[int, float] | None = None) -> Requests:
+    """Derive the per-request arrays from a table with ``REQUEST_COLUMNS``."""
+    offset = as_float(table["clock_offset_s"])
+    if offsets_by_generator and np.isnan(offset).any():
+        # Few generators: map through the unique ids, not per row.
+        uniq, inv = np.unique(as_float(table["generator"]), return_inverse=True)
+        fallback = np.array([offsets_by_generator.get(int(g), 0.0) if np.isfinite(g) else 0.0 for g in uniq])
+        offset = np.where(np.isnan(offset), fallback[inv.ravel()], offset)
+    offset = np.nan_to_num(offset, nan=0.0)
+    send_ts = as_float(table["send_ts"])
+    first_ts = as_float(table["first_token_ts"])
+    end_ts = as_float(table["end_ts"])
+    ttft = as_float(table["ttft_s"])
+    ttft = np.where(np.isnan(ttft), first_ts - send_ts, ttft)
+    e2e = as_float(table["e2e_s"])
+    e2e = np.where(np.isnan(e2e), end_ts - send_ts, e2e)
+    # A failed request may lack end_ts; it still occupied the client until send + e2e.
+    end_ts = np.where(np.isnan(end_ts), send_ts + e2e, end_ts)
+    status = table["status"]
+    return Requests(
+        ok=as_bool(table["ok"]),
+        cancelled=as_bool(pc.equal(status, "cancelled")),
+        tokens=as_float(table["completion_tokens"]),
+        ttft=ttft,
+        e2e=e2e,
+        send=send_ts - offset,
+        end=end_ts - offset,
+        slip=as_float(table["slip_s"]),
+        e2e_from_intended=as_float(table["e2e_from_intended_s"]),
+        verify_ct=as_float(table["spec_verify_ct"]),
+    )
+
+
+def window(r: Requests) -> tuple[float | None, float | None, float | None]:
+    """(first send, last end, wall seconds) on the driver's clock over every written request."""
+    if r.n == 0 or np.all(np.isnan(r.send)):
+        return None, None, None
+    start = float(np.nanmin(r.send))
+    end = float(np.nanmax(r.end)) if not np.all(np.isnan(r.end)) else None
+    return start, end, (end - start) if end is not None else None
+
+
+def total_tokens(r: Requests) -> int:
+    """Σ completion_tokens over ok requests."""
+    return int(np.nansum(r.tokens[r.ok]))
+
+
+def aggregate_tok_s(tokens: int, wall_s: float | None) -> float | None:
+    """Tokens / wall time."""
+    return tokens / wall_s if wall_s and wall_s > 0 else None
+
+
+def nanmean(x: np.ndarray) -> float | None:
+    """Mean of the finite values, None if there are none."""
+    x = x[np.isfinite(x)]
+    return float(x.mean()) if x.size else None
+
+
+def acceptance_from_requests(r: Requests) -> float | None:
+    """Token-weighted acceptance length Σ tokens / Σ spec_verify_ct over ok requests that report verify counts."""
+    m = r.ok & (r.verify_ct > 0) & np.isfinite(r.tokens)
+    if not m.any():
+        return None
+    return float(r.tokens[m].sum() / r.verify_ct[m].sum())
+
+
+def acceptance_from_counters(engine: str | None, before: dict[str, float], after: dict[str, float]) -> float | None:
+    """Acceptance length from counter deltas; the engine adapter knows its counter names and formula."""
+    from rig.server.engines import ENGINES
+
+    order = [engine] if engine in ENGINES else []
+    order += [e for e in ("sglang", "vllm") if e not in order]
+    for name in order:
+        got = ENGINES[name].window_acceptance(before, after)
+        if got and got.get("accept_length") is not None:
+            return float(got["accept_length"])
+    return None
+
+
+def itl_values(offsets: pa.ChunkedArray | pa.Array, tokens: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """ITL values and their token weights from chunk offset and chunk token lists (one entry per later chunk)."""
+    if isinstance(offsets, pa.ChunkedArray):
+        offsets = offsets.combine_chunks() if offsets.num_chunks else pa.array([], offsets.type)
+    if isinstance(tokens, pa.ChunkedArray):
+        tokens = tokens.combine_chunks() if tokens.num_chunks else pa.array([], tokens.type)
+    if len(offsets) == 0:
+        return np.empty(0), np.empty(0)
+    n_off = pc.fill_null(pc.list_value_length(offsets), 0)
+    n_tok = pc.fill_null(pc.list_value_length(tokens), -1)
+    # Lists of unequal length cannot be paired chunk by chunk; without token counts each chunk counts one token.
+    same = as_bool(pc.equal(n_off, n_tok))
+    no_tok = as_bool(pc.equal(n_tok, -1))
+    keep = same | no_tok
+    if not keep.all():
+        offsets = offsets.filter(pa.array(keep))
+        tokens = tokens.filter(pa.array(keep))
+        no_tok = no_tok[keep]
+    flat = as_float(pc.list_flatten(offsets))
+    parent = np.asarray(pc.list_parent_indices(offsets).to_numpy(zero_copy_only=False))
+    lengths = np.asarray(pc.fill_null(pc.list_value_length(offsets), 0).to_numpy(zero_copy_only=False))
+    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]) if len(lengths) else np.empty(0, dtype=int)
+    position = np.arange(len(flat)) - starts[parent]
+    # Token counts aligned with flat offsets; rows without counts get one token per chunk.
+    tok = np.ones(len(flat))
+    if (~no_tok).any():
+        with_tok = ~no_tok[parent]
+        tok_flat = as_float(pc.list_flatten(tokens.filter(pa.array(~no_tok))))
+        tok[with_tok] = tok_flat
+    gaps = np.diff(flat, prepend=np.nan)
+    later = position > 0
+    gaps, tok = gaps[later], tok[later]
+    good = np.isfinite(gaps) & (tok > 0)
+    return gaps[good] / tok[good], tok[good]
+
+
+def weighted_percentiles(values: np.ndarray, weights: np.ndarray | None, qs: Iterable[float]) -> list[float | None]:
+    """Percentiles of ``values`` each repeated ``weights`` times, exactly as np.percentile(linear) on that array."""
+    qs = list(qs)
+    v = np.asarray(values, dtype=float)
+    if weights is None:
+        v = v[np.isfinite(v)]
+        return [float(x) for x in np.percentile(v, qs)] if v.size else [None] * len(qs)
+    w = np.asarray(weights, dtype=float)
+    m = np.isfinite(v) & (w > 0)
+    v, w = v[m], w[m]
+    if not v.size:
+        return [None] * len(qs)
+    order = np.argsort(v, kind="stable")
+    v, w = v[order], w[order]
+    cw = np.cumsum(w)
+    total = cw[-1]
+    out: list[float | None] = []
+    for q in qs:
+        h = (total - 1) * q / 100.0
+        lo, hi = np.floor(h), np.ceil(h)
+        # Expanded index k lies in the first run whose cumulative weight exceeds k.
+        v_lo = v[np.searchsorted(cw, lo, side="right")]
+        v_hi = v[np.searchsorted(cw, hi, side="right")]
+        out.append(float(v_lo + (h - lo) * (v_hi - v_lo)))
+    return out
+
+
+def summarize(values: np.ndarray, weights: np.ndarray | None = None) -> dict[str, Any]:
+    """n, mean and the standard percentiles of the finite values (weighted: as if each repeated weight times)."""
+    v = np.asarray(values, dtype=float)
+    if weights is None:
+        fin = v[np.isfinite(v)]
+        n, mean = int(fin.size), (float(fin.mean()) if fin.size else None)
+    else:
+        w = np.asarray(weights, dtype=float)
+        m = np.isfinite(v) & (w > 0)
+        n = int(w[m].sum())
+        mean = float((v[m] * w[m]).sum() / w[m].sum()) if m.any() else None
+    pcts = weighted_percentiles(v, weights, PERCENTILES)
+    out: dict[str, Any] = {"n": n, "mean": mean}
+    out.update({f"p{q}": x for q, x in zip(PERCENTILES, pcts)})
+    return out
+
+
+# --- SLOs and goodput ---------------------------------------------------------------------------------------------
+
+SLO_METRICS = ("ttft", "tpot", "e2e")
+_UNITS = {"ms": 1e-3, "s": 1.0, "us": 1e-6, "": 1e-3}  # a bare number is milliseconds, as genai-perf's goodput
+
+
+@dataclass(frozen=True)
+class Slo:
+    """One service-level objective: ``metric`` (ttft | tpot | e2e) must be ≤ ``limit_s``."""
+
+    metric: str
+    limit_s: float
+
+    def __str__(self) -> str:
+        return f"{self.metric}<={self.limit_s * 1e3:g}ms"
+
+
+def parse_slo(text: str) -> Slo:
+    """Parse ``ttft=500ms`` / ``tpot=0.05s`` / ``e2e=20s`` (bare numbers are ms); ValueError on bad input."""
+    m = re.fullmatch(r"\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*[=:]\s*([0-9]*\.?[0-9]+(?:[eE][-+]?\d+)?)\s*(ms|s|us)?\s*", text)
+    if not m:
+        raise ValueError(f"bad SLO {text!r}: expected METRIC=VALUE[ms|s], e.g. ttft=500ms")
+    metric = m.group(1).lower()
+    if metric not in SLO_METRICS:
+        raise ValueError(f"bad SLO {text!r}: metric must be one of {', '.join(SLO_METRICS)}")
+    return Slo(metric, float(m.group(2)) * _UNITS[m.group(3) or ""])
+
+
+def goodput(r: Requests, slos: list[Slo], wall_s: float | None) -> dict[str, Any]:
+    """Requests meeting every SLO: count, fraction of ok+failed, rate and token rate over the wall time."""
+    values = {"ttft": r.ttft, "tpot": r.tpot, "e2e": r.e2e}
+    good = r.ok.copy()
+    for s in slos:
+        v = values[s.metric]
+        # No TPOT (one token) passes; a missing TTFT/E2E on an ok request cannot be shown to meet the SLO.
+        passes = np.isnan(v) if s.metric == "tpot" else np.zeros(r.n, dtype=bool)
+        with np.errstate(invalid="ignore"):
+            good &= (v <= s.limit_s) | passes
+    denom = int((~r.cancelled).sum())
+    n_good = int(good.sum())
+    tokens = int(np.nansum(r.tokens[good]))
+    return {
+        "slos": ", ".join(str(s) for s in slos),
+        "good": n_good,
+        "counted": denom,
+        "fraction": n_good / denom if denom else None,
+        "goodput_req_s": n_good / wall_s if wall_s else None,
+        "goodput_tok_s": tokens / wall_s if wall_s else None,
+    }

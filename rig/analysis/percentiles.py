@@ -1,0 +1,57 @@
+"""Latency distributions per point: TTFT, TPOT, ITL, E2E (and, open loop, from the intended send and slip)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pyarrow.compute as pc
+
+from rig.analysis import metrics as m
+from rig.analysis.runs import PointInfo, Run, read_point_requests
+
+# The rows of the latency table, in order; values in milliseconds.
+LATENCY_METRICS = ("ttft", "tpot", "itl", "e2e")
+OPEN_LOOP_METRICS = ("ttft_from_intended", "e2e_from_intended", "slip")
+STAT_KEYS = ("n", "mean", "p50", "p90", "p95", "p99")
+
+
+def read_itl(run: Run, p: PointInfo) -> tuple[np.ndarray, np.ndarray]:
+    """ITL values and token weights of the point's ok requests."""
+    t = read_point_requests(run.run_dir, p.point, m.ITL_COLUMNS, filter=pc.field("ok") == True)  # noqa: E712
+    return m.itl_values(t["chunk_offsets_s"], t["chunk_tokens"])
+
+
+def latency_rows(p: PointInfo, r: m.Requests, itl: tuple[np.ndarray, np.ndarray] | None) -> list[dict[str, Any]]:
+    """One row per latency metric of a point: n, mean and p50/p90/p95/p99, in milliseconds (n in requests or tokens)."""
+    ok = r.ok
+    values: dict[str, tuple[np.ndarray, np.ndarray | None]] = {
+        "ttft": (r.ttft[ok], None),
+        "tpot": (r.tpot[ok], None),
+        "e2e": (r.e2e[ok], None),
+    }
+    if itl is not None:
+        values["itl"] = itl
+    if p.open_loop:
+        values["ttft_from_intended"] = (r.ttft_from_intended[ok], None)
+        values["e2e_from_intended"] = (r.e2e_from_intended[ok], None)
+        values["slip"] = (r.slip, None)  # every sent request slipped or not, whatever its outcome
+    rows = []
+    for name in LATENCY_METRICS + OPEN_LOOP_METRICS:
+        if name not in values:
+            continue
+        s = m.summarize(*values[name])
+        row: dict[str, Any] = {"point": p.point, "metric": name, "n": s["n"]}
+        for k in STAT_KEYS[1:]:
+            row[f"{k}_ms"] = s[k] * 1e3 if s[k] is not None else None
+        rows.append(row)
+    return rows
+
+
+def cdf_points(values: np.ndarray, weights: np.ndarray | None = None, n: int = 200) -> tuple[np.ndarray, np.ndarray]:
+    """(x, F(x)) at n quantiles, enough to draw a CDF without plotting every request."""
+    qs = np.linspace(0, 100, n)
+    xs = m.weighted_percentiles(values, weights, qs)
+    if not xs or xs[0] is None:
+        return np.empty(0), np.empty(0)
+    return np.asarray(xs, dtype=float), qs / 100.0

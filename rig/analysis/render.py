@@ -1,0 +1,128 @@
+"""Terminal rendering of a report's sections (rich tables), next to the campaign table."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from rig.analysis.lossless import mismatch_rows
+from rig.analysis.report import Report
+from rig.analysis.tables import fmt, render_campaign_table
+
+MAX_MISMATCH_ROWS = 50  # the terminal shows this many; CSV and JSON carry all
+
+
+def _level(row: dict[str, Any]) -> str:
+    lv = row.get("level")
+    return "–" if lv is None else (f"{lv:g}" if isinstance(lv, float) else str(lv))
+
+
+def render_latency(rows: list[dict[str, Any]]) -> Table:
+    """TTFT/TPOT/ITL/E2E (and open-loop) percentiles per point, in ms."""
+    t = Table(title="Latency (ms; ITL percentiles are over tokens)", title_justify="left", header_style="bold")
+    for c in ("Point", "Metric", "n", "mean", "p50", "p90", "p95", "p99"):
+        t.add_column(c, justify="left" if c in ("Point", "Metric") else "right")
+    last = None
+    for r in rows:
+        if last is not None and r["point"] != last:
+            t.add_section()
+        t.add_row(
+            r["point"] if r["point"] != last else "", r["metric"], fmt(r["n"], ",d"),
+            *(fmt(r[f"{k}_ms"], ",.2f") for k in ("mean", "p50", "p90", "p95", "p99")),
+        )
+        last = r["point"]
+    return t
+
+
+def render_acceptance(rows: list[dict[str, Any]]) -> Table:
+    """Acceptance length per point, with every source side by side."""
+    t = Table(title="Acceptance length (tokens per verify step)", title_justify="left", header_style="bold")
+    for c in ("Point", "Steps", "Level", "Accept len", "Source", "Per-request", "Manifest window", "Counters",
+              "Gauge mean"):
+        t.add_column(c, justify="left" if c in ("Point", "Source") else "right")
+    for r in rows:
+        t.add_row(
+            r["point"], fmt(r["steps"], "d"), _level(r), fmt(r["accept_length"], ".3f"), r["source"] or "–",
+            fmt(r["from_requests"], ".3f"), fmt(r["from_manifest_window"], ".3f"),
+            fmt(r["from_server_counters"], ".3f"), fmt(r["server_gauge_mean"], ".3f"),
+        )
+    return t
+
+
+def render_server(rows: list[dict[str, Any]]) -> Table:
+    """The server's time series summarised next to the client's throughput."""
+    t = Table(
+        title="Server vs client (running/queued requests and KV token usage from /metrics)",
+        title_justify="left", header_style="bold",
+    )
+    for c in ("Point", "Steps", "Level", "Agg tok/s", "Decode tok/s", "Running mean/max", "Queued mean/max",
+              "Token usage mean/max", "Max running (eff.)", "Samples", "Note"):
+        t.add_column(c, justify="left" if c in ("Point", "Note") else "right")
+    for r in rows:
+        note = Text("at running cap, queueing", style="yellow") if r["at_running_cap"] else Text("")
+        t.add_row(
+            r["point"], fmt(r["steps"], "d"), _level(r), fmt(r["aggregate_tok_s"]), fmt(r["decode_tok_s"]),
+            f"{fmt(r['running_mean'])} / {fmt(r['running_max'], ',.0f')}",
+            f"{fmt(r['queued_mean'])} / {fmt(r['queued_max'], ',.0f')}",
+            f"{fmt(r['token_usage_mean'], '.2f')} / {fmt(r['token_usage_max'], '.2f')}",
+            fmt(r["max_running_requests"], ",d") if isinstance(r["max_running_requests"], int) else fmt(r["max_running_requests"]),
+            fmt(r["samples"], ",d"), note,
+        )
+    return t
+
+
+def render_goodput(rows: list[dict[str, Any]]) -> Table:
+    """Requests meeting every SLO per point."""
+    slos = rows[0]["slos"] if rows else ""
+    t = Table(title=f"Goodput ({slos})", title_justify="left", header_style="bold")
+    for c in ("Point", "Steps", "Level", "Good", "Counted", "Fraction", "Goodput req/s", "Goodput tok/s"):
+        t.add_column(c, justify="left" if c == "Point" else "right")
+    for r in rows:
+        t.add_row(
+            r["point"], fmt(r["steps"], "d"), _level(r), fmt(r["good"], ",d"), fmt(r["counted"], ",d"),
+            fmt(r["fraction"] * 100 if r["fraction"] is not None else None, ".1f") + ("%" if r["fraction"] is not None else ""),
+            fmt(r["goodput_req_s"], ",.2f"), fmt(r["goodput_tok_s"]),
+        )
+    return t
+
+
+def render_lossless(result: dict[str, Any]) -> RenderableType:
+    """A one-line verdict, and the mismatching requests if any."""
+    if result["groups_checked"] == 0:
+        return Text("Greedy losslessness: nothing to compare (no two points share requests across speculative "
+                    "settings)", style="dim")
+    if result["ok"]:
+        return Text(
+            f"Greedy losslessness: OK ({result['requests_checked']:,} temperature-0 requests compared across "
+            f"{result['groups_checked']} group(s) of points)", style="green",
+        )
+    rows = mismatch_rows(result)
+    t = Table(title=f"Greedy losslessness: {len(rows)} MISMATCH(ES)", title_justify="left", title_style="bold red",
+              header_style="bold")
+    for c in ("Request", "Workload", "Level", "Repeat", "Steps", "Output hashes"):
+        t.add_column(c)
+    for r in rows[:MAX_MISMATCH_ROWS]:
+        level = r["concurrency"] if r["concurrency"] is not None else r["rate"]
+        t.add_row(r["request_id"], str(r["workload"]), str(level), str(r["repeat"]), r["steps"], r["hashes"])
+    if len(rows) > MAX_MISMATCH_ROWS:
+        t.caption = f"… and {len(rows) - MAX_MISMATCH_ROWS} more (see --csv / --json)"
+    return t
+
+
+def render_report(report: Report) -> Group:
+    """Every section of the report for the terminal."""
+    parts: list[RenderableType] = [
+        Text(f"Run {report.run.run_id}  ·  status {report.run.status or 'unknown'}  ·  {len(report.campaign)} point(s)",
+             style="bold"),
+    ]
+    for w in report.warnings:
+        parts.append(Text(f"! {w}", style="yellow"))
+    parts += [render_campaign_table(report.campaign), render_latency(report.latency),
+              render_acceptance(report.acceptance), render_server(report.server)]
+    if report.goodput:
+        parts.append(render_goodput(report.goodput))
+    parts.append(render_lossless(report.lossless))
+    return Group(*parts)

@@ -1,0 +1,169 @@
+"""The whole report of a run: every section computed in one pass over the points, ready to render or export."""
+
+from __future__ import annotations
+
+import csv
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rig.analysis import metrics as m
+from rig.analysis.lossless import check_lossless, mismatch_rows
+from rig.analysis.percentiles import cdf_points, latency_rows, read_itl
+from rig.analysis.points import INVALIDATING, acceptance, campaign_row, load_requests, sort_key
+from rig.analysis.runs import Run, load_run
+from rig.analysis.server_series import Series, counter_window_acceptance, point_series, summarize_point
+
+
+@dataclass
+class Report:
+    """Every table of ``rig report`` plus the data its plots need."""
+
+    run: Run
+    campaign: list[dict[str, Any]]
+    latency: list[dict[str, Any]]
+    acceptance: list[dict[str, Any]]
+    server: list[dict[str, Any]]
+    goodput: list[dict[str, Any]]
+    lossless: dict[str, Any]
+    slos: list[m.Slo] = field(default_factory=list)
+    series: dict[str, dict[str, Series]] = field(default_factory=dict)
+    cdfs: dict[str, dict[str, tuple[np.ndarray, np.ndarray]]] = field(default_factory=dict)
+
+    @property
+    def warnings(self) -> list[str]:
+        """Run-level caveats: run status, points without rows, invalid points."""
+        out = list(self.run.warnings)
+        empty = [r["point"] for r in self.campaign if r["requests"] == 0]
+        if empty:
+            out.append(f"{len(empty)} point(s) have no rows: {', '.join(empty)}")
+        bad = [r["point"] for r in self.campaign if set(r["flags"]) & INVALIDATING]
+        if bad:
+            out.append(f"{len(bad)} point(s) flagged invalid: {', '.join(bad)}")
+        if not self.lossless["ok"]:
+            out.append(f"greedy losslessness: {len(self.lossless['mismatches'])} mismatching request(s)")
+        return out
+
+
+def build_report(run_dir: Path | str | Run, slos: list[m.Slo] | None = None, cdf_resolution: int = 200) -> Report:
+    """Read each point once and compute every section of the report."""
+    run = run_dir if isinstance(run_dir, Run) else load_run(run_dir)
+    slos = list(slos or [])
+    campaign, latency, accept_rows, server, good = [], [], [], [], []
+    series_by_point, cdfs = {}, {}
+    for p in run.points:
+        r = load_requests(run, p)
+        series = point_series(run.run_dir, p.point)
+        series_by_point[p.point] = series
+        row = campaign_row(run, p, r, series)
+        itl = read_itl(run, p)
+        latency += latency_rows(p, r, itl)
+        ok = r.ok
+        cdfs[p.point] = {
+            "ttft": cdf_points(r.ttft[ok], n=cdf_resolution),
+            "tpot": cdf_points(r.tpot[ok], n=cdf_resolution),
+            "itl": cdf_points(*itl, n=cdf_resolution),
+            "e2e": cdf_points(r.e2e[ok], n=cdf_resolution),
+        }
+        wa = (p.window_acceptance or {}).get("accept_length")
+        gauge = series["accept_length_gauge"]
+        accept_rows.append(
+            {
+                "point": p.point,
+                "steps": p.steps,
+                "workload": p.workload,
+                "level": p.level,
+                "accept_length": row["accept_length"],
+                "source": row["accept_source"],
+                "from_requests": m.acceptance_from_requests(r),
+                "from_manifest_window": float(wa) if wa is not None else None,
+                "from_server_counters": counter_window_acceptance(p.engine, series),
+                "server_gauge_mean": m.nanmean(gauge.values) if not gauge.empty else None,
+            }
+        )
+        srv = summarize_point(run, p, series)
+        srv.update(
+            steps=p.steps, workload=p.workload, level=p.level, aggregate_tok_s=row["aggregate_tok_s"],
+            per_request_tok_s=row["per_request_tok_s"], decode_tok_s=row["decode_tok_s"],
+        )
+        server.append(srv)
+        if slos:
+            g = m.goodput(r, slos, row["wall_s"])
+            g.update(point=p.point, steps=p.steps, workload=p.workload, level=p.level)
+            good.append(g)
+            row.update(goodput_fraction=g["fraction"], goodput_req_s=g["goodput_req_s"], goodput_tok_s=g["goodput_tok_s"])
+        campaign.append(row)
+    order = {r["point"]: i for i, r in enumerate(sorted(campaign, key=sort_key))}
+    by_order = lambda rows: sorted(rows, key=lambda x: order.get(x["point"], 0))  # noqa: E731
+    return Report(
+        run=run,
+        campaign=by_order(campaign),
+        latency=by_order(latency),
+        acceptance=by_order(accept_rows),
+        server=by_order(server),
+        goodput=by_order(good),
+        lossless=check_lossless(run),
+        slos=slos,
+        series=series_by_point,
+        cdfs=cdfs,
+    )
+
+
+def _cell(v: Any) -> Any:
+    if isinstance(v, (list, tuple)):
+        return ";".join(str(x) for x in v)
+    if isinstance(v, dict):
+        return json.dumps(v, sort_keys=True)
+    return "" if v is None else v
+
+
+def write_csv(rows: list[dict[str, Any]], path: Path) -> None:
+    """Rows as CSV with the union of their keys as header (lists joined by ';')."""
+    keys: list[str] = []
+    for r in rows:
+        keys += [k for k in r if k not in keys]
+    with path.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=keys)
+        w.writeheader()
+        for r in rows:
+            w.writerow({k: _cell(r.get(k)) for k in keys})
+
+
+def export_csv(report: Report, out_dir: Path) -> list[Path]:
+    """campaign, latency, acceptance, server, goodput (with SLOs) and lossless mismatches as CSV files."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tables = {
+        "campaign": report.campaign,
+        "latency": report.latency,
+        "acceptance": report.acceptance,
+        "server": report.server,
+        "lossless_mismatches": mismatch_rows(report.lossless),
+    }
+    if report.slos:
+        tables["goodput"] = report.goodput
+    paths = []
+    for name, rows in tables.items():
+        path = out_dir / f"{name}.csv"
+        write_csv(rows, path)
+        paths.append(path)
+    return paths
+
+
+def to_json(obj: Any) -> str:
+    """JSON with NaN/inf as null (strict JSON readers reject NaN)."""
+
+    def clean(x: Any) -> Any:
+        if isinstance(x, float) and not np.isfinite(x):
+            return None
+        if isinstance(x, dict):
+            return {k: clean(v) for k, v in x.items()}
+        if isinstance(x, (list, tuple)):
+            return [clean(v) for v in x]
+        if isinstance(x, np.generic):
+            return clean(x.item())
+        return x
+
+    return json.dumps(clean(obj), indent=2)

@@ -1,0 +1,240 @@
+"""Opening a run directory for analysis: a tolerant view of the manifest and per-point Parquet readers."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
+
+from rig.results import (
+    MANIFEST,
+    REQUEST_SCHEMA,
+    REQUESTS_DIR,
+    SERVER_METRICS_DIR,
+    SERVER_METRICS_SCHEMA,
+)
+
+# Knobs that only change how speculation runs; configurations differing only in these must agree on greedy output.
+SPECULATIVE_KNOBS = frozenset(
+    {"steps", "spec_algorithm", "spec_method", "eagle_topk", "num_draft_tokens", "draft_model_path"}
+)
+CLOSED = "closed"
+
+
+class RunError(Exception):
+    """A user-facing problem with a run directory (one line, no traceback)."""
+
+
+@dataclass
+class PointInfo:
+    """What the analysis needs to know about one point, from the manifest or, failing that, from its rows."""
+
+    point: str
+    server_config: str | None = None
+    engine: str | None = None
+    workload: str | None = None
+    steps: int | None = None
+    load_mode: str | None = None
+    concurrency: int | None = None
+    rate: float | None = None
+    repeat: int | None = None
+    status: str | None = None
+    started_ts: float | None = None
+    ended_ts: float | None = None
+    requests_scheduled: int | None = None
+    flags: list[str] = field(default_factory=list)
+    generators: list[dict[str, Any]] = field(default_factory=list)
+    window_acceptance: dict[str, Any] | None = None
+    knobs: dict[str, Any] = field(default_factory=dict)
+    in_manifest: bool = True
+
+    @property
+    def open_loop(self) -> bool:
+        return self.load_mode not in (None, CLOSED)
+
+    @property
+    def level(self) -> float | int | None:
+        """The load level: concurrency for a closed loop, target rate for an open one."""
+        return self.rate if self.open_loop else self.concurrency
+
+    def level_key(self) -> tuple:
+        """Points with equal level keys ran the same requests at the same load (they are paired)."""
+        return (self.workload, self.load_mode, self.concurrency, self.rate, self.repeat)
+
+    def non_speculative_knobs(self) -> str:
+        """The server knobs other than speculative ones, as a canonical string."""
+        rest = {k: v for k, v in self.knobs.items() if k not in SPECULATIVE_KNOBS}
+        if not rest:
+            return json.dumps({"engine": self.engine}, sort_keys=True)
+        return json.dumps(rest, sort_keys=True, default=str)
+
+
+@dataclass
+class Run:
+    """A run directory opened for analysis."""
+
+    run_dir: Path
+    manifest: dict[str, Any]
+    points: list[PointInfo]
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def run_id(self) -> str:
+        return str(self.manifest.get("run_id") or self.run_dir.name)
+
+    @property
+    def status(self) -> str | None:
+        return self.manifest.get("status")
+
+    def point(self, name: str) -> PointInfo:
+        for p in self.points:
+            if p.point == name:
+                return p
+        raise RunError(f"no point {name!r} in {self.run_dir} (points: {', '.join(p.point for p in self.points)})")
+
+    def server_config(self, config_id: str | None) -> dict[str, Any]:
+        configs = self.manifest.get("server_configs") or {}
+        return (configs.get(config_id) if config_id else None) or {}
+
+
+def _dict(x: Any) -> dict[str, Any]:
+    return x if isinstance(x, dict) else {}
+
+
+def point_files(run_dir: Path, point: str, kind: str = REQUESTS_DIR) -> list[str]:
+    """Closed part files of one point (``.tmp`` files are half-written and never read)."""
+    root = Path(run_dir) / kind / f"point={point}"
+    return sorted(str(p) for p in root.rglob("part-*.parquet")) if root.exists() else []
+
+
+def _points_on_disk(run_dir: Path) -> list[str]:
+    root = run_dir / REQUESTS_DIR
+    found = {p.name.split("=", 1)[1] for p in root.glob("point=*")} if root.exists() else set()
+    return sorted(found)
+
+
+_IDENTITY = ["server_config", "engine", "workload", "steps", "load_mode", "concurrency", "rate", "repeat", "server_args"]
+
+
+def _identity_from_rows(run_dir: Path, point: str) -> dict[str, Any]:
+    files = point_files(run_dir, point)
+    for f in files:
+        try:
+            t = pq.ParquetFile(f).read_row_group(0, columns=_IDENTITY)
+        except (OSError, pa.ArrowInvalid):
+            continue
+        if t.num_rows:
+            return t.slice(0, 1).to_pylist()[0]
+    return {}
+
+
+def load_run(run_dir: Path | str) -> Run:
+    """Open a run directory; missing manifest keys are filled from the rows and noted in ``warnings``."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise RunError(f"{run_dir} is not a directory")
+    mpath = run_dir / MANIFEST
+    if not mpath.exists():
+        raise RunError(f"{run_dir} is not a rig run directory (no {MANIFEST})")
+    try:
+        manifest = json.loads(mpath.read_text())
+    except json.JSONDecodeError as e:
+        raise RunError(f"{mpath} is not valid JSON ({e.msg} at line {e.lineno})") from None
+    if not isinstance(manifest, dict):
+        raise RunError(f"{mpath} is not a JSON object")
+    warnings: list[str] = []
+    status = manifest.get("status")
+    if status != "complete":
+        warnings.append(f"run status is {status or 'unknown'}: numbers cover what was written")
+    configs = _dict(manifest.get("server_configs"))
+    points: list[PointInfo] = []
+    seen: set[str] = set()
+    for raw in manifest.get("points") or []:
+        if not isinstance(raw, dict) or not raw.get("point"):
+            continue
+        name = str(raw["point"])
+        seen.add(name)
+        cfg = _dict(configs.get(raw.get("server_config")))
+        knobs = _dict(cfg.get("knobs"))
+        p = PointInfo(
+            point=name,
+            server_config=raw.get("server_config"),
+            engine=raw.get("engine") or cfg.get("engine"),
+            workload=raw.get("workload"),
+            steps=raw.get("steps", knobs.get("steps")),
+            load_mode=raw.get("load_mode"),
+            concurrency=raw.get("concurrency"),
+            rate=raw.get("rate"),
+            repeat=raw.get("repeat"),
+            status=raw.get("status"),
+            started_ts=raw.get("started_ts"),
+            ended_ts=raw.get("ended_ts"),
+            requests_scheduled=raw.get("requests_scheduled"),
+            flags=[str(f) for f in raw.get("flags") or []],
+            generators=[g for g in raw.get("generators") or [] if isinstance(g, dict)],
+            window_acceptance=raw.get("window_acceptance") if isinstance(raw.get("window_acceptance"), dict) else None,
+            knobs=knobs,
+        )
+        points.append(p)
+    for name in _points_on_disk(run_dir):
+        if name not in seen:
+            points.append(PointInfo(point=name, in_manifest=False))
+            warnings.append(f"point {name} has rows but is not in the manifest")
+    for p in points:
+        _fill_from_rows(run_dir, p)
+    if not points:
+        raise RunError(f"{run_dir} has no points (empty run)")
+    return Run(run_dir=run_dir, manifest=manifest, points=points, warnings=warnings)
+
+
+def _fill_from_rows(run_dir: Path, p: PointInfo) -> None:
+    """Fill identity fields the manifest lacks from the point's first row."""
+    needed = [k for k in _IDENTITY[:-1] if getattr(p, k) is None]
+    if not needed and p.knobs:
+        return
+    row = _identity_from_rows(run_dir, p.point)
+    for k in needed:
+        if row.get(k) is not None:
+            setattr(p, k, row[k])
+    if not p.knobs and row.get("server_args"):
+        try:
+            p.knobs = _dict(json.loads(row["server_args"]))
+        except json.JSONDecodeError:
+            pass
+    if p.load_mode is None and (p.concurrency is not None or p.rate is not None):
+        p.load_mode = CLOSED if p.concurrency is not None else "poisson"
+
+
+def read_point_requests(
+    run_dir: Path | str, point: str, columns: Iterable[str], filter: pc.Expression | None = None
+) -> pa.Table:
+    """Selected request columns of one point (an empty table with the right schema if it has no rows)."""
+    cols = list(columns)
+    files = point_files(Path(run_dir), point)
+    if not files:
+        return REQUEST_SCHEMA.empty_table().select(cols)
+    return ds.dataset(files, schema=REQUEST_SCHEMA, format="parquet").to_table(columns=cols, filter=filter)
+
+
+def read_point_server_metrics(run_dir: Path | str, point: str, names: Iterable[str] | None = None) -> pa.Table:
+    """Server /metrics samples of one point, optionally only the given metric names."""
+    files = point_files(Path(run_dir), point, SERVER_METRICS_DIR)
+    if not files:
+        return SERVER_METRICS_SCHEMA.empty_table()
+    flt = pc.field("name").isin(list(names)) if names is not None else None
+    return ds.dataset(files, schema=SERVER_METRICS_SCHEMA, format="parquet").to_table(filter=flt)
+
+
+def generator_offsets(manifest: dict[str, Any]) -> dict[int, float]:
+    """Clock offset (generator − driver) of each generator from the manifest, for rows that lack one."""
+    out: dict[int, float] = {}
+    for g in _dict(manifest.get("cluster")).get("generators") or []:
+        if isinstance(g, dict) and g.get("generator") is not None and g.get("clock_offset_s") is not None:
+            out[int(g["generator"])] = float(g["clock_offset_s"])
+    return out

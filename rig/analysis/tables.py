@@ -1,0 +1,99 @@
+"""The campaign table: one row per point, grouped per (server configuration, workload), and its terminal rendering."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+
+from rig.analysis.points import INVALIDATING, campaign_row, load_requests, sort_key
+from rig.analysis.runs import Run, load_run
+
+# Keys every campaign row carries (rig report --json); documented in the README.
+CAMPAIGN_KEYS = (
+    "point", "server_config", "engine", "steps", "workload", "load_mode", "concurrency", "rate", "achieved_rate",
+    "repeat", "status", "requests", "aggregate_tok_s", "per_request_tok_s", "decode_tok_s", "tokens", "wall_s",
+    "first_send_ts", "last_end_ts", "ok", "failed", "cancelled", "accept_length", "accept_source", "flags",
+)
+
+
+def campaign_table(run_dir: Path | str | Run) -> list[dict[str, Any]]:
+    """Every point's campaign row, in table order; works on partial runs (points without rows have null rates)."""
+    run = run_dir if isinstance(run_dir, Run) else load_run(run_dir)
+    rows = [campaign_row(run, p, load_requests(run, p)) for p in run.points]
+    return sorted(rows, key=sort_key)
+
+
+def fmt(x: Any, spec: str = ",.1f") -> str:
+    """A number for a table cell; '–' for missing."""
+    if x is None:
+        return "–"
+    if isinstance(x, float) and x != x:
+        return "–"
+    return format(x, spec)
+
+
+def group_rows(rows: Iterable[dict[str, Any]]) -> list[tuple[tuple[Any, Any], list[dict[str, Any]]]]:
+    """Rows grouped per (server configuration, workload), in first-seen order."""
+    groups: dict[tuple[Any, Any], list[dict[str, Any]]] = {}
+    for r in rows:
+        groups.setdefault((r.get("server_config"), r.get("workload")), []).append(r)
+    return list(groups.items())
+
+
+def group_title(rows: list[dict[str, Any]]) -> str:
+    """'workload · config (engine, steps=N)' for a group of campaign rows."""
+    r = rows[0]
+    bits = [b for b in (r.get("engine"), f"steps={r['steps']}" if r.get("steps") is not None else None) if b]
+    return f"{r.get('workload') or '?'} · {r.get('server_config') or '?'}" + (f" ({', '.join(bits)})" if bits else "")
+
+
+def _level_header(rows: list[dict[str, Any]]) -> tuple[str, Callable[[dict[str, Any]], str]]:
+    if all(r.get("load_mode") in (None, "closed") for r in rows):
+        return "Concurrency", lambda r: fmt(r.get("concurrency"), "d")
+    return "Rate (req/s)", lambda r: (
+        fmt(r.get("concurrency"), "d") + " (C)" if r.get("load_mode") in (None, "closed") else fmt(r.get("rate"), ",.2f")
+    )
+
+
+def _flags_cell(flags: list[str]) -> Text:
+    if not flags:
+        return Text("")
+    bad = any(f in INVALIDATING for f in flags)
+    return Text(", ".join(flags), style="bold red" if bad else "yellow")
+
+
+def render_campaign_table(rows: list[dict[str, Any]]) -> Group:
+    """The campaign's table, one rich Table per (server configuration, workload)."""
+    tables = []
+    for _, grp in group_rows(rows):
+        header, level = _level_header(grp)
+        show_repeat = len({r.get("repeat") for r in grp}) > 1
+        t = Table(title=group_title(grp), title_justify="left", header_style="bold")
+        t.add_column(header, justify="right")
+        if show_repeat:
+            t.add_column("Repeat", justify="right")
+        for name in ("Aggregate tok/s", "Per-request tok/s", "Decode tok/s", "Tokens", "Wall time (s)", "OK",
+                     "Failed", "Accept len"):
+            t.add_column(name, justify="right")
+        t.add_column("Flags")
+        for r in grp:
+            cells = [level(r)]
+            if show_repeat:
+                cells.append(fmt(r.get("repeat"), "d"))
+            cells += [
+                fmt(r.get("aggregate_tok_s")),
+                fmt(r.get("per_request_tok_s")),
+                fmt(r.get("decode_tok_s")),
+                fmt(r.get("tokens"), ",d"),
+                fmt(r.get("wall_s")),
+                fmt(r.get("ok"), "d"),
+                fmt(r.get("failed"), "d"),
+                fmt(r.get("accept_length"), ".2f"),
+            ]
+            t.add_row(*cells, _flags_cell(r.get("flags") or []))
+        tables.append(t)
+    return Group(*tables)
