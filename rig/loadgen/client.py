@@ -111,7 +111,12 @@ async def stream_request(
                 if state.done:
                     break
             tail, cut = parser.close()
-            consume(tail)
+            try:
+                consume(tail)
+            except StreamError:
+                if not cut:
+                    raise
+                raise StreamError("truncated stream: ended mid-event") from None
             if not state.done and not state.finished:
                 out.status = "failed"
                 out.error = "truncated stream: ended mid-event" if cut else "truncated stream: no finish reason"

@@ -1,0 +1,436 @@
+"""The `rig` command line: run, sweep, report, compare, sim, check."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+import yaml
+
+from rig.config import SpecError, build_spec, load_yaml
+
+EXIT_USAGE = 2
+
+
+def _csv_ints(name: str, text: str | None) -> list[int] | None:
+    if text is None:
+        return None
+    try:
+        values = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise click.BadParameter(f"expected comma-separated integers, got {text!r}", param_hint=name) from None
+    if not values:
+        raise click.BadParameter("expected at least one value", param_hint=name)
+    return values
+
+
+def _csv_floats(name: str, text: str | None) -> list[float] | None:
+    if text is None:
+        return None
+    try:
+        values = [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise click.BadParameter(f"expected comma-separated numbers, got {text!r}", param_hint=name) from None
+    return values
+
+
+def _kv(name: str, items: tuple[str, ...]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"expected KEY=VALUE, got {item!r}", param_hint=name)
+        out[key.strip()] = yaml.safe_load(value) if value else ""
+    return out
+
+
+def _set(d: dict[str, Any], path: str, value: Any) -> None:
+    if value is None:
+        return
+    keys = path.split(".")
+    for k in keys[:-1]:
+        d = d.setdefault(k, {})
+    d[keys[-1]] = value
+
+
+def run_options(f):
+    """Options shared by `rig run` and `rig sweep`."""
+    opts = [
+        click.option("--config", "config_file", type=click.Path(path_type=Path), help="YAML run spec (flags override it)."),
+        click.option("--cluster", "cluster_file", type=click.Path(path_type=Path),
+                     help="Cluster file (clusters/*.yaml). Default: the embedded local Ray."),
+        click.option("--engine", type=click.Choice(["sim", "sglang", "vllm", "external"]), help="Engine (default sim)."),
+        click.option("--model", help="Model path or name passed to the engine."),
+        click.option("--served-model-name", help="Name the engine serves the model as."),
+        click.option("--tp", type=int, help="Tensor parallel size (GPUs the server asks Ray for)."),
+        click.option("--spec-algorithm", help="SGLang --speculative-algorithm (NEXTN, EAGLE, EAGLE3, STANDALONE)."),
+        click.option("--spec-method", help="vLLM speculative method (ngram, mtp, eagle, eagle3)."),
+        click.option("--draft-model", help="Draft model path (EAGLE/STANDALONE)."),
+        click.option("--server-arg", "server_args", multiple=True,
+                     help="Extra engine argument, passed verbatim; repeat for each token (--server-arg=--foo --server-arg=1)."),
+        click.option("--url", help="external engine: URL of a server you already run."),
+        click.option("--engine-python", help="Interpreter that runs the engine (its own venv)."),
+        click.option("--port", type=int, help="Server port (0 = any free port)."),
+        click.option("--workload", help="greedy, realistic, agentic or dataset (sweep: comma-separated)."),
+        click.option("--dataset", type=click.Path(path_type=Path), help="dataset workload: a ShareGPT JSON or JSONL file."),
+        click.option("--workload-opt", "workload_opts", multiple=True, help="Workload option KEY=VALUE (repeatable)."),
+        click.option("--mode", type=click.Choice(["closed", "poisson", "gamma", "trace"]), help="Load pattern."),
+        click.option("--concurrency", help="Closed-loop levels, e.g. 1,4,16,32,64; open loop: in-flight cap."),
+        click.option("--rate", help="Open-loop arrival rates in requests/s, e.g. 1,2,4."),
+        click.option("--burstiness", type=float, help="gamma: coefficient of variation of inter-arrivals."),
+        click.option("--requests", type=int, help="Sessions per level (default: 4 at C=1, 2xC otherwise)."),
+        click.option("--duration", type=float, help="Seconds per level (instead of a request count)."),
+        click.option("--warmup", type=int, help="Warm-up requests per generator, kept out of the results."),
+        click.option("--trace-speed", type=float, help="Trace replay speed factor."),
+        click.option("--api", type=click.Choice(["sglang-native", "openai-completions", "openai-chat"])),
+        click.option("--seed", type=int, help="Workload seed (same seed, same requests on every point)."),
+        click.option("--clients", type=int, help="Load generators (default 1; one per client host)."),
+        click.option("--per-host", type=int, help="Generators per client host."),
+        click.option("--repeat", type=int, help="Repeat every point n times."),
+        click.option("--first-token-timeout", type=float, help="Seconds to wait for a first token."),
+        click.option("--request-timeout", type=float, help="Seconds a whole request may take."),
+        click.option("--metrics-interval", type=float, help="Seconds between /metrics samples."),
+        click.option("--no-flush-cache", is_flag=True, default=None, help="Do not /flush_cache between points."),
+        click.option("--fail-fast", is_flag=True, default=None, help="Stop at the first failed point."),
+        click.option("--api-key-env", help="Environment variable holding the API key (default RIG_API_KEY)."),
+        click.option("--api-key-file", type=click.Path(path_type=Path), help="File holding the API key."),
+        click.option("--out", type=click.Path(path_type=Path), help="Results root (default results/)."),
+        click.option("--run-id", help="Run directory name (default: timestamp)."),
+        click.option("--dry-run", is_flag=True, help="Print the resolved spec, server commands and placement; start nothing."),
+        click.option("-q", "--quiet", is_flag=True, help="No progress bar."),
+    ]
+    for opt in reversed(opts):
+        f = opt(f)
+    return f
+
+
+def overrides_from_flags(kw: dict[str, Any], steps: list[int] | None, workloads: list[str] | None) -> dict[str, Any]:
+    o: dict[str, Any] = {}
+    _set(o, "server.engine", kw["engine"])
+    _set(o, "server.model", kw["model"])
+    _set(o, "server.served_model_name", kw["served_model_name"])
+    _set(o, "server.tp", kw["tp"])
+    _set(o, "server.spec_algorithm", kw["spec_algorithm"])
+    _set(o, "server.spec_method", kw["spec_method"])
+    _set(o, "server.draft_model_path", kw["draft_model"])
+    _set(o, "server.extra_args", list(kw["server_args"]) or None)
+    _set(o, "server.url", kw["url"])
+    _set(o, "server.python", kw["engine_python"])
+    _set(o, "server.port", kw["port"])
+    _set(o, "steps", steps)
+    if workloads is not None or kw["dataset"] or kw["workload_opts"]:
+        opts = _kv("--workload-opt", kw["workload_opts"])
+        if kw["dataset"]:
+            opts["path"] = str(kw["dataset"])
+        names = workloads or (["dataset"] if kw["dataset"] else None)
+        if names is not None:
+            o["workloads"] = [{"name": n, **opts} for n in names]
+        else:
+            o["_workload_opts"] = opts
+    _set(o, "load.mode", kw["mode"])
+    conc = _csv_ints("--concurrency", kw["concurrency"])
+    if conc is not None:
+        if kw["mode"] in ("poisson", "gamma", "trace") or kw["rate"]:
+            _set(o, "load.max_concurrency", conc[0])
+        else:
+            _set(o, "load.concurrency", conc)
+    _set(o, "load.rates", _csv_floats("--rate", kw["rate"]))
+    if kw["rate"] and not kw["mode"]:
+        _set(o, "load.mode", "poisson")
+    _set(o, "load.burstiness", kw["burstiness"])
+    _set(o, "load.requests", kw["requests"])
+    _set(o, "load.duration_s", kw["duration"])
+    _set(o, "load.warmup_requests", kw["warmup"])
+    _set(o, "load.trace_speed", kw["trace_speed"])
+    _set(o, "load.api", kw["api"])
+    _set(o, "load.seed", kw["seed"])
+    _set(o, "load.timeouts.first_token_s", kw["first_token_timeout"])
+    _set(o, "load.timeouts.total_s", kw["request_timeout"])
+    _set(o, "clients", kw["clients"])
+    _set(o, "cluster.per_host", kw["per_host"])
+    _set(o, "repeat", kw["repeat"])
+    _set(o, "metrics_interval_s", kw["metrics_interval"])
+    if kw["no_flush_cache"]:
+        o["flush_cache"] = False
+    if kw["fail_fast"]:
+        o["fail_fast"] = True
+    _set(o, "api_key_env", kw["api_key_env"])
+    _set(o, "api_key_file", str(kw["api_key_file"]) if kw["api_key_file"] else None)
+    _set(o, "out", str(kw["out"]) if kw["out"] else None)
+    _set(o, "run_id", kw["run_id"])
+    return o
+
+
+def resolve_spec(kw: dict[str, Any], steps: list[int] | None, workloads: list[str] | None):
+    """YAML (run spec, then cluster file) merged with flags; SpecError -> one line, exit 2."""
+    from rig.config import _deep_merge
+
+    try:
+        data = load_yaml(kw["config_file"]) if kw["config_file"] else {}
+        if kw["cluster_file"]:
+            cluster_doc = load_yaml(kw["cluster_file"])
+            if "cluster" not in cluster_doc:
+                raise SpecError(f"{kw['cluster_file']}: no 'cluster:' mapping")
+            data = _deep_merge(data, {"cluster": cluster_doc["cluster"]})
+            if "server" in cluster_doc:  # a cluster file may carry site defaults for the server (engine, tp)
+                data = _deep_merge({"server": cluster_doc["server"]}, data)
+        over = overrides_from_flags(kw, steps, workloads)
+        extra_wl = over.pop("_workload_opts", None)
+        if extra_wl:
+            base = data.get("workloads") or [{"name": "realistic"}]
+            over["workloads"] = [{**w, **extra_wl} for w in base]
+        return build_spec(data, over)
+    except SpecError as e:
+        raise click.UsageError(str(e)) from None
+    except click.BadParameter:
+        raise
+
+
+def print_dry_run(spec) -> None:
+    from rig.runner import expand_points
+    from rig.server.engines import engine_for
+
+    doc = json.loads(spec.model_dump_json())
+    click.echo("# resolved spec")
+    click.echo(yaml.safe_dump(doc, sort_keys=False).rstrip())
+    click.echo("\n# server commands (one launch per configuration)")
+    for cfg in spec.server_configs():
+        eng = engine_for(cfg.engine)
+        host = cfg.host or "0.0.0.0"
+        argv = eng.argv(cfg, host, cfg.port) if eng.launches_process else []
+        import shlex
+
+        line = shlex.join(argv) if argv else f"(nothing launched: external server at {cfg.url})"
+        click.echo(f"{cfg.config_id()}: {line}")
+    click.echo("\n# placement")
+    c = spec.cluster
+    if c.address is None:
+        click.echo(f"local Ray on this machine: server actor (engine {spec.server.engine}) and {spec.clients} "
+                   f"generator(s) on one node")
+    else:
+        gpus = max(engine_for(x.engine).num_gpus(x) for x in spec.server_configs())
+        sel = " ".join([f"{k}={v}" for k, v in c.server_label.items()] + ([f"resource:{c.server_resource}"] if c.server_resource else []))
+        csel = " ".join([f"{k}={v}" for k, v in c.client_label.items()] + ([f"resource:{c.client_resource}"] if c.client_resource else []))
+        click.echo(f"Ray at {c.address}: server actor on [{sel or 'any'}] with num_gpus={gpus}; "
+                   f"{spec.clients} generator(s) on [{csel or 'any'}], {c.per_host} per host")
+    points = expand_points(spec)
+    click.echo(f"\n# {len(points)} point(s)")
+    for p in points:
+        click.echo(f"{p.point}")
+
+
+def execute(spec, quiet: bool, resume: bool = False) -> int:
+    """Run the spec with a progress bar, print the campaign table, return the exit code."""
+    from rich.console import Console
+
+    from rig.runner import RunError, Runner, install_signal_handlers
+
+    console = Console(stderr=True)
+    progress_ui = _ProgressUI(console, quiet)
+    runner = Runner(spec, progress=progress_ui.callbacks(), resume=resume)
+    install_signal_handlers(runner)
+    try:
+        with progress_ui:
+            manifest = runner.run()
+    except RunError as e:
+        raise click.ClickException(str(e)) from None
+    _print_table(spec.run_dir)
+    status = manifest["status"]
+    console.print(f"results: {spec.run_dir}  status: {status}"
+                  + (f" ({manifest.get('stop_reason')})" if manifest.get("stop_reason") else ""))
+    return {"complete": 0, "partial": 1, "failed": 1, "interrupted": 130}.get(status, 1)
+
+
+def _print_table(run_dir: Path) -> None:
+    from rich.console import Console
+
+    from rig.analysis.tables import campaign_table, render_campaign_table
+
+    rows = campaign_table(run_dir)
+    Console().print(render_campaign_table(rows))
+
+
+class _ProgressUI:
+    """One rich progress bar for the current point, fed by the driver's polling of the generators."""
+
+    def __init__(self, console, quiet: bool):
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self.console = console
+        self.quiet = quiet
+        self.progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                 TextColumn("{task.fields[detail]}"), TimeElapsedColumn(), console=console,
+                                 disable=quiet, transient=False)
+        self.task = None
+
+    def __enter__(self):
+        self.progress.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        return self.progress.__exit__(*exc)
+
+    def callbacks(self):
+        from rig.runner import Progress as Callbacks
+
+        def status(msg: str) -> None:
+            if not self.quiet:
+                self.console.log(msg)
+
+        def point_start(point: str, total: int) -> None:
+            self.task = self.progress.add_task(point, total=total, detail="")
+
+        def point_update(done: int, counts: dict[str, int]) -> None:
+            if self.task is not None:
+                detail = f"ok {counts.get('ok', 0)} failed {counts.get('failed', 0)} in flight {counts.get('in_flight', 0)}"
+                self.progress.update(self.task, completed=done, detail=detail)
+
+        def point_end(point: str, entry: dict[str, Any]) -> None:
+            if self.task is not None:
+                flags = ",".join(entry.get("flags") or [])
+                self.progress.update(self.task, detail=f"{entry['status']}" + (f" [{flags}]" if flags else ""))
+            self.task = None
+
+        return Callbacks(status=status, point_start=point_start, point_update=point_update, point_end=point_end)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
+@click.version_option(package_name="rig")
+def cli() -> None:
+    """rig: a distributed test rig for LLM serving with speculative decoding."""
+
+
+@cli.command()
+@click.option("--steps", type=int, help="Speculative steps (0 = no speculation). Default 4.")
+@run_options
+def run(steps: int | None, **kw: Any) -> None:
+    """Run one server configuration over its concurrency levels (or rates) and record every request."""
+    workloads = [kw["workload"]] if kw["workload"] else None
+    if kw["workload"] and "," in kw["workload"]:
+        raise click.BadParameter("rig run takes one workload; use rig sweep for several", param_hint="--workload")
+    spec = resolve_spec(kw, [steps] if steps is not None else None, workloads)
+    if kw["dry_run"]:
+        print_dry_run(spec)
+        return
+    sys.exit(execute(spec, kw["quiet"]))
+
+
+@cli.command()
+@click.option("--steps", "steps_csv", help="Steps values to sweep, e.g. 0,1,2,3,4.")
+@click.option("--grid", "grid", multiple=True, help="Server knob to sweep, KEY=V1,V2 (e.g. eagle_topk=1,2).")
+@click.option("--resume", "resume_dir", type=click.Path(path_type=Path, file_okay=False),
+              help="Continue an interrupted sweep in this run directory, skipping completed points.")
+@run_options
+def sweep(steps_csv: str | None, grid: tuple[str, ...], resume_dir: Path | None, **kw: Any) -> None:
+    """Run a grid of server configurations x workloads x load levels into one run directory."""
+    from rig.results import read_manifest
+
+    if resume_dir is not None:
+        try:
+            old = read_manifest(resume_dir)
+        except FileNotFoundError as e:
+            raise click.UsageError(str(e)) from None
+        from rig.config import RunSpec
+
+        spec = RunSpec.model_validate(old["spec"])
+        if kw["dry_run"]:
+            print_dry_run(spec)
+            return
+        sys.exit(execute(spec, kw["quiet"], resume=True))
+    steps = _csv_ints("--steps", steps_csv)
+    workloads = [w.strip() for w in kw["workload"].split(",")] if kw["workload"] else None
+    spec = resolve_spec(kw, steps, workloads)
+    if grid:
+        g: dict[str, list[Any]] = {}
+        for item in grid:
+            key, sep, values = item.partition("=")
+            if not sep:
+                raise click.BadParameter(f"expected KEY=V1,V2, got {item!r}", param_hint="--grid")
+            g[key.strip().replace("-", "_")] = [yaml.safe_load(v) for v in values.split(",")]
+        try:
+            spec = build_spec(json.loads(spec.model_dump_json()), {"server_grid": g})
+        except SpecError as e:
+            raise click.UsageError(str(e)) from None
+    if kw["dry_run"]:
+        print_dry_run(spec)
+        return
+    sys.exit(execute(spec, kw["quiet"]))
+
+
+@cli.command()
+@click.option("--cluster", "cluster_file", type=click.Path(path_type=Path), required=True)
+@click.option("--connect/--no-connect", default=True, help="Also check a reachable cluster's nodes.")
+def check(cluster_file: Path, connect: bool) -> None:
+    """Validate a cluster file and, when its cluster is reachable, check that its nodes match."""
+    from rig.cluster import PlacementError, connect as ray_connect, plan_placement
+    from rig.config import ClusterSpec
+
+    try:
+        doc = load_yaml(cluster_file)
+        if "cluster" not in doc:
+            raise SpecError(f"{cluster_file}: no 'cluster:' mapping")
+        spec = build_spec({"cluster": doc["cluster"], **({"server": doc["server"]} if "server" in doc else {})}, {})
+    except SpecError as e:
+        raise click.UsageError(str(e)) from None
+    c: ClusterSpec = spec.cluster
+    click.echo(f"{cluster_file}: valid ({'local Ray' if c.address is None else 'Ray at ' + c.address})")
+    if not connect or c.address is None:
+        return
+    import ray
+
+    try:
+        layout = ray_connect(c, 1)
+    except Exception as e:  # unreachable cluster
+        raise click.ClickException(f"cannot reach Ray at {c.address}: {str(e).splitlines()[0]}") from None
+    try:
+        from rig.server.engines import engine_for
+
+        gpus = engine_for(spec.server.engine).num_gpus(spec.server)
+        n_clients = len([n for n in layout["nodes"] if all(n["labels"].get(k) == v for k, v in c.client_label.items())])
+        placement = plan_placement(c, layout["nodes"], gpus, max(1, n_clients * c.per_host if c.client_label else 1))
+        click.echo(f"{len(layout['nodes'])} nodes; server node ok; {len(placement.client_nodes)} client host(s)")
+    except PlacementError as e:
+        raise click.ClickException(str(e)) from None
+    finally:
+        ray.shutdown()
+
+
+def _mount_optional() -> None:
+    """Commands that live with their subsystem (analysis, sim)."""
+    try:
+        from rig.analysis.cli import compare, report
+
+        cli.add_command(report)
+        cli.add_command(compare)
+    except ImportError:
+        pass
+    try:
+        from rig.sim.cli import sim
+
+        cli.add_command(sim)
+    except ImportError:
+        pass
+
+
+_mount_optional()
+
+
+def main() -> None:
+    try:
+        cli.main(standalone_mode=False)
+    except click.exceptions.Abort:
+        click.echo("aborted", err=True)
+        sys.exit(130)
+    except click.UsageError as e:
+        click.echo(f"rig: error: {e.format_message()}", err=True)
+        sys.exit(EXIT_USAGE)
+    except click.ClickException as e:
+        click.echo(f"rig: error: {e.format_message()}", err=True)
+        sys.exit(e.exit_code)
+
+
+if __name__ == "__main__":
+    main()

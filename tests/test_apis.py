@@ -1,0 +1,100 @@
+"""Folding streamed events of each API into token counts, text, spec stats and errors."""
+
+import json
+
+import pytest
+
+from rig.loadgen.apis import OpenAIChat, OpenAICompletions, SGLangNative, StreamError, StreamState
+from rig.workloads.base import Turn
+
+TURN = Turn(request_id="r1", messages=({"role": "user", "content": "hi"},), max_tokens=8, temperature=0.7,
+            top_p=0.9, top_k=20, ignore_eos=False, seed=5)
+
+
+def test_native_payload_uses_sglang_sampling_names():
+    body = SGLangNative().payload(TURN, [], "m")
+    sp = body["sampling_params"]
+    assert sp == {"max_new_tokens": 8, "temperature": 0.7, "top_p": 0.9, "ignore_eos": False, "top_k": 20,
+                  "sampling_seed": 5}
+    assert body["stream"] is True and body["rid"] == "r1" and "hi" in body["text"]
+
+
+def test_native_cumulative_text_and_tokens_per_chunk():
+    api, st = SGLangNative(), StreamState()
+    def ev(text, ct, fr=None, **meta):
+        return {"text": text, "meta_info": {"completion_tokens": ct, "prompt_tokens": 11, "cached_tokens": 3,
+                                            "finish_reason": fr, **meta}}
+    assert api.fold(ev("Hello", 1), st) == 1
+    assert api.fold(ev("Hello wor", 4), st) == 3  # a speculative chunk: 3 tokens at once
+    final = ev("Hello world!", 6, {"type": "length", "length": 6}, spec_verify_ct=3, spec_accept_length=2.0,
+               spec_num_correct_drafts=3, spec_num_proposed_drafts=6, request_received_ts=100.0,
+               first_token_latency=0.25, request_finished_ts=101.5, queue_time=0.01)
+    assert api.fold(final, st) == 2
+    assert st.text == "Hello world!"
+    assert (st.prompt_tokens, st.completion_tokens, st.cached_tokens) == (11, 6, 3)
+    assert st.finish_reason == "length" and st.finished
+    assert st.spec == {"spec_verify_ct": 3, "spec_accept_length": 2.0, "spec_accepted_drafts": 3,
+                       "spec_proposed_drafts": 6}
+    assert st.server_ts == {"server_received_ts": 100.0, "server_first_token_ts": 100.25,
+                            "server_finished_ts": 101.5, "server_queue_s": 0.01}
+
+
+def test_native_legacy_draft_names():
+    api, st = SGLangNative(), StreamState()
+    api.fold({"text": "x", "meta_info": {"completion_tokens": 1, "finish_reason": {"type": "stop"},
+                                         "spec_verify_ct": 1, "spec_accept_token_num": 0,
+                                         "spec_draft_token_num": 3}}, st)
+    assert st.spec["spec_accepted_drafts"] == 0 and st.spec["spec_proposed_drafts"] == 3
+
+
+@pytest.mark.parametrize("obj", [
+    {"error": {"message": "boom", "code": 500}},
+    {"object": "error", "message": "bad"},
+    {"text": "x"},
+    {"text": "x", "meta_info": {}},
+    [1, 2],
+])
+def test_native_errors_and_malformed_events_raise(obj):
+    with pytest.raises(StreamError):
+        SGLangNative().fold(obj, StreamState())
+
+
+def test_native_abort_is_an_error():
+    with pytest.raises(StreamError, match="abort"):
+        SGLangNative().fold({"text": "", "meta_info": {"completion_tokens": 0,
+                                                       "finish_reason": {"type": "abort", "message": "oom"}}},
+                            StreamState())
+
+
+def test_completions_stream_with_usage_chunk_and_token_ids():
+    api, st = OpenAICompletions(), StreamState()
+    assert api.fold({"choices": [{"index": 0, "text": "", "finish_reason": None}]}, st) == 0
+    assert api.fold({"choices": [{"index": 0, "text": "ab", "token_ids": [5, 6]}]}, st) == 2
+    assert api.fold({"choices": [{"index": 0, "text": "c", "finish_reason": "stop"}]}, st) == 1
+    assert api.fold({"choices": [], "usage": {"prompt_tokens": 4, "completion_tokens": 3,
+                                              "prompt_tokens_details": {"cached_tokens": 2}}}, st) == 0
+    assert (st.text, st.completion_tokens, st.prompt_tokens, st.cached_tokens, st.finish_reason) == \
+        ("abc", 3, 4, 2, "stop")
+    body = api.payload(TURN, [{"role": "user", "content": "before"}], "served")
+    assert body["stream_options"] == {"include_usage": True} and body["max_tokens"] == 8
+    assert body["model"] == "served" and "before" in body["prompt"] and body["seed"] == 5
+
+
+def test_chat_deltas_and_sglext_spec_details():
+    api, st = OpenAIChat(), StreamState()
+    api.fold({"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]}, st)
+    api.fold({"choices": [{"index": 0, "delta": {"content": "Hi"}}]}, st)
+    api.fold({"choices": [{"index": 0, "delta": {}, "finish_reason": "length"}]}, st)
+    api.fold({"choices": [], "sglext": {"spec_tokens_details": {"spec_verify_ct": 2, "spec_accept_length": 1.5}}}, st)
+    api.fold({"choices": [], "usage": {"prompt_tokens": 9, "completion_tokens": 3}}, st)
+    assert st.text == "Hi" and st.finish_reason == "length" and st.completion_tokens == 3
+    assert st.spec == {"spec_verify_ct": 2, "spec_accept_length": 1.5}
+    body = api.payload(TURN, [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}], "m")
+    assert [m["content"] for m in body["messages"]] == ["a", "b", "hi"]
+
+
+def test_openai_malformed_events():
+    for obj in ({"id": 1}, {"choices": "x"}, {"choices": [{"text": 3}]}, {"choices": [{"delta": "x"}]}):
+        api = OpenAIChat() if "delta" in json.dumps(obj) else OpenAICompletions()
+        with pytest.raises(StreamError):
+            api.fold(obj, StreamState())
