@@ -1,0 +1,68 @@
+"""Workloads: a spec and a seed in, a deterministic, prefix-stable list of sessions out.
+
+``build_sessions(spec, seed=s, n_sessions=n)`` returns sessions ``0..n-1``; session i depends only on (spec, s, i),
+so the first n of a longer list equal the shorter list and every sweep point sees the same requests (ids, prompts,
+sampling parameters, per-request seeds, arrival offsets). Ids: session ``"{workload}-{i:06d}"``, turn
+``"{session_id}-t{j}"``; warm-up sessions use ``"{workload}-warmup-{i:06d}"`` and an independent seed stream.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable
+
+from rig.workloads import agentic, dataset, greedy, realistic
+from rig.workloads.base import Session, Turn, render_messages
+from rig.workloads.errors import WorkloadError
+from rig.workloads.seeding import MAIN, WARMUP
+from rig.workloads.spec import Dist, WorkloadSpec
+
+__all__ = ["Dist", "Session", "Turn", "WorkloadError", "WorkloadSpec", "build_sessions", "dataset_size",
+           "render_messages", "sessions_digest", "warmup_sessions"]
+
+_BUILDERS: dict[str, Callable[[WorkloadSpec, int, range, str, int], list[Session]]] = {
+    "greedy": greedy.build,
+    "realistic": realistic.build,
+    "agentic": agentic.build,
+    "dataset": dataset.build,
+}
+_MAX_SESSIONS = 10_000_000  # a guard against a typo'd count eating the driver's memory
+
+
+def _check(spec: WorkloadSpec, seed: int, n: int) -> None:
+    if not isinstance(spec, WorkloadSpec):
+        raise WorkloadError(f"workload: expected a WorkloadSpec, got {type(spec).__name__}")
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise WorkloadError(f"workload seed must be an integer >= 0 (got {seed!r})")
+    if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= _MAX_SESSIONS:
+        raise WorkloadError(f"workload n_sessions must be an integer in [0, {_MAX_SESSIONS}] (got {n!r})")
+
+
+def build_sessions(spec: WorkloadSpec, *, seed: int, n_sessions: int) -> list[Session]:
+    """Sessions 0..n_sessions-1 of ``spec`` under ``seed``: deterministic and prefix-stable."""
+    _check(spec, seed, n_sessions)
+    return _BUILDERS[spec.name](spec, seed, range(n_sessions), spec.name, MAIN)
+
+
+def warmup_sessions(spec: WorkloadSpec, *, seed: int, n_sessions: int) -> list[Session]:
+    """Warm-up sessions: same shape as the workload's, different content and ids (never equal to measured ones)."""
+    _check(spec, seed, n_sessions)
+    return _BUILDERS[spec.name](spec, seed, range(n_sessions), f"{spec.name}-warmup", WARMUP)
+
+
+def dataset_size(spec: WorkloadSpec) -> int | None:
+    """Usable entries in a dataset workload's file (a trace replay's natural count); None for other workloads."""
+    return dataset.size(spec) if spec.name == "dataset" else None
+
+
+def sessions_digest(sessions: list[Session]) -> str:
+    """A sha256 over everything sent (ids, messages, sampling, seeds, think times, arrivals): equal digests on two
+    sweep points or generators prove they were given the same requests."""
+    h = hashlib.sha256()
+    for s in sessions:
+        h.update(json.dumps([s.session_id, s.arrival_s], sort_keys=True).encode())
+        for t in s.turns:
+            h.update(json.dumps([t.request_id, t.messages, t.max_tokens, t.temperature, t.top_p, t.top_k,
+                                 t.ignore_eos, t.seed, t.think_time_s, t.category], sort_keys=True).encode())
+    return h.hexdigest()

@@ -27,6 +27,11 @@ class Turn:
     think_time_s: float = 0.0  # pause before sending this turn (after the previous turn ended)
     category: str = "chat"
 
+    @property
+    def prompt(self) -> str:
+        """This turn's own messages as plain text (for a first turn, the whole prompt of a completion-style API)."""
+        return render_messages(self.messages)
+
 
 @dataclass(frozen=True)
 class Session:
