@@ -162,6 +162,17 @@ def schedule(pattern: Pattern, rate: float, *, cv: float = 1.0, n: int | None = 
     raise ValueError(f"arrival pattern must be poisson, gamma or constant (got {pattern!r})")
 
 
+def arrival_offsets(mode: str, *, rate: float, n: int | None = None, duration_s: float | None = None,
+                    seed: int | np.random.Generator = 0, burstiness: float = 1.0) -> np.ndarray:
+    """``schedule`` under the run spec's names: ``mode`` poisson|gamma|constant, ``burstiness`` = the gamma CV."""
+    return schedule(mode, rate, cv=burstiness, n=n, duration_s=duration_s, seed=seed)  # type: ignore[arg-type]
+
+
+def trace_offsets(timestamps: Sequence[float] | np.ndarray, speed: float = 1.0) -> np.ndarray:
+    """``trace`` under the runner's name."""
+    return trace(timestamps, speed)
+
+
 def split(offsets: np.ndarray | Sequence[float], k: int) -> list[Slice]:
     """Round-robin slices for ``k`` generators: generator g gets indices g, g+k, ...; offsets stay absolute."""
     if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:

@@ -40,7 +40,10 @@ def _check(spec: WorkloadSpec, seed: int, n: int) -> None:
 
 
 def build_sessions(spec: WorkloadSpec, *, seed: int, n_sessions: int) -> list[Session]:
-    """Sessions 0..n_sessions-1 of ``spec`` under ``seed``: deterministic and prefix-stable."""
+    """Sessions 0..n_sessions-1 of ``spec`` under ``seed``: deterministic and prefix-stable.
+
+    A dataset workload without ``cycle`` returns at most as many sessions as its file has usable entries.
+    """
     _check(spec, seed, n_sessions)
     return _BUILDERS[spec.name](spec, seed, range(n_sessions), spec.name, MAIN)
 

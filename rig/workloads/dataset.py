@@ -1,7 +1,8 @@
 """Sessions from a user dataset file (one turn each), with sampling parameters from the spec.
 
-Session i uses entry ``i mod N`` of the file (N usable entries), through a seeded permutation if ``shuffle``; asking
-for more sessions than entries cycles through the file again with new request ids. With timestamps (and
+Session i uses entry i of the file (N usable entries), through a seeded permutation if ``shuffle``. Asking for more
+than N sessions returns N (a file is a finite set of requests; a trace replay asks for "all"), unless ``cycle`` is
+set: then session i uses entry ``i mod N`` and the file repeats with new request ids. With timestamps (and
 ``use_timestamps``, not ``shuffle``), ``Session.arrival_s`` is the entry's timestamp minus the first one's; each later
 cycle is shifted by the trace's span plus one mean gap, so a repeated trace keeps its shape. Warm-up sessions take
 entries from the end of the file backwards, so they overlap measured prompts only in small files.
@@ -47,6 +48,8 @@ def build(spec: WorkloadSpec, seed: int, indices: range, id_prefix: str, stream:
         period = span + (span / (n - 1) if n > 1 else 0.0)
     out = []
     for i in indices:
+        if i >= n and not spec.cycle:
+            break
         rng = session_rng(seed, spec.name, i, stream)
         entry = entries[int(order[i % n])]
         sid = f"{id_prefix}-{i:06d}"

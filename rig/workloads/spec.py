@@ -29,6 +29,8 @@ agent_max_context_tokens          32000                        stop adding turns
                                                                exceed this (estimated, replies at max_tokens)
 text/code_chars_per_token         4.5 / 3.5                    measured, see rig/workloads/lengths.py
 fallback_max_tokens (dataset)     512                          for entries with no max_tokens of their own
+cycle (dataset)                   False                        a file is a finite set of requests; asking for
+                                                               more returns all of them (True: repeat the file)
 ================================  ===========================  ==============================================
 
 Length distributions are ``Dist``: lognormal with a median and sigma (``median * exp(sigma * N(0,1))``), clipped to
@@ -136,6 +138,7 @@ class WorkloadSpec(BaseModel):
     shuffle: bool = False  # seeded permutation of the entries (drops timestamps: a shuffled trace is not a trace)
     use_reply_length: bool = False  # ShareGPT: the first gpt reply's estimated tokens become max_tokens
     use_timestamps: bool = True  # JSONL `timestamp` -> Session.arrival_s
+    cycle: bool = False  # more sessions than entries: repeat the file (True) or stop at its end (False)
     fallback_max_tokens: int = Field(512, ge=1)
 
     def __init__(self, **data: Any) -> None:
