@@ -4,7 +4,7 @@ Layout (see DESIGN.md):
     results/<run_id>/manifest.json
     results/<run_id>/requests/point=<p>/gen=<g>/part-NNNNN.parquet
     results/<run_id>/server_metrics/point=<p>/part-NNNNN.parquet
-    results/<run_id>/logs/point=<p>/server.log
+    results/<run_id>/logs/server=<config_id>/server.log      (one server launch serves several points)
 
 A Parquet file cut off mid-write has no footer and is unreadable, so nothing lives only in an open file: rows are
 buffered in memory and every few seconds (or rows) a whole part file is written as ``.tmp`` and renamed.
@@ -196,8 +196,8 @@ def server_metrics_dir(run_dir: Path, point: str) -> Path:
     return Path(run_dir) / SERVER_METRICS_DIR / f"point={point}"
 
 
-def server_log_path(run_dir: Path, point: str) -> Path:
-    return Path(run_dir) / LOGS_DIR / f"point={point}" / "server.log"
+def server_log_path(run_dir: Path, config_id: str) -> Path:
+    return Path(run_dir) / LOGS_DIR / f"server={config_id}" / "server.log"
 
 
 def _read_parts(root: Path, schema: pa.Schema, columns: Iterable[str] | None) -> pa.Table:

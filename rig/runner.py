@@ -507,7 +507,7 @@ class Runner:
     def _fetch_log(self, config_id: str) -> None:
         """Copy the server log next to the results when the server ran on another host."""
         dest = server_log_path(self.run_dir, config_id)
-        if dest.exists() or self.server is None:
+        if dest.exists() or self.server is None or not engine_for(self.spec.server.engine).launches_process:
             return
         try:
             text = ray.get(self.server.read_log.remote(), timeout=30)

@@ -1,0 +1,102 @@
+"""RunSpec from YAML and flags: defaults, sweeps, and one-line errors (exit 2) for every bad value."""
+
+import subprocess
+import sys
+
+import pytest
+from click.testing import CliRunner
+
+from rig.cli import cli
+from rig.config import RunSpec, SpecError, build_spec, load_yaml
+from rig.runner import expand_points, split_closed, split_open
+from rig.workloads import build_sessions
+from rig.workloads.spec import WorkloadSpec
+
+
+def test_defaults_are_the_main_job():
+    spec = RunSpec()
+    assert spec.server.engine == "sim" and spec.steps == [4] and spec.workloads[0].name == "realistic"
+    assert spec.load.concurrency == [1, 4, 16, 32, 64] and spec.clients == 1
+    assert [spec.load.requests_for(c, None) for c in spec.load.concurrency] == [4, 8, 32, 64, 128]
+
+
+def test_sweep_product_and_stable_point_ids():
+    spec = build_spec({}, {"steps": [0, 2], "server_grid": {"eagle_topk": [1, 2]},
+                           "workloads": [{"name": "greedy"}, {"name": "realistic"}],
+                           "load": {"concurrency": [1, 4]}})
+    cfgs = spec.server_configs()
+    assert [(c.steps, c.eagle_topk) for c in cfgs] == [(0, 1), (2, 1), (0, 2), (2, 2)]
+    points = expand_points(spec)
+    assert len(points) == 4 * 2 * 2
+    assert len({p.point for p in points}) == len(points)
+    assert [p.point for p in expand_points(spec)] == [p.point for p in points]  # deterministic (resume relies on it)
+
+
+@pytest.mark.parametrize("data,needle", [
+    ({"load": {"concurrency": [0]}}, "load.concurrency"),
+    ({"steps": [-1]}, "steps"),
+    ({"server": {"tp": 0}}, "server.tp"),
+    ({"server": {"engine": "tgi"}}, "server.engine"),
+    ({"bogus": 1}, "bogus"),
+    ({"load": {"mode": "poisson"}}, "rate"),
+    ({"run_id": "../etc"}, "run_id"),
+    ({"server_grid": {"port": [1, 2]}}, "cannot sweep 'port'"),
+    ({"server": {"engine": "external"}}, "server.url"),
+])
+def test_bad_values_give_one_line_naming_the_key(data, needle):
+    with pytest.raises(SpecError) as e:
+        build_spec(data, {})
+    msg = str(e.value)
+    assert needle in msg and "\n" not in msg
+
+
+def test_bad_yaml_names_file_and_line(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("server:\n  engine: sim\n   tp: [\n")
+    with pytest.raises(SpecError, match=r"bad.yaml: line \d+ invalid YAML"):
+        load_yaml(bad)
+    (tmp_path / "list.yaml").write_text("- a\n- b\n")
+    with pytest.raises(SpecError, match="top level must be a mapping"):
+        load_yaml(tmp_path / "list.yaml")
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["run", "--concurrency", "1,x"], "comma-separated integers"),
+    (["run", "--engine", "nope"], "nope"),
+    (["run", "--tp", "0"], "server.tp"),
+    (["run", "--workload", "greedy,realistic"], "rig sweep"),
+    (["run", "--workload-opt", "temperature"], "KEY=VALUE"),
+    (["run", "--config", "/nonexistent.yaml"], "no such file"),
+    (["sweep", "--grid", "port=1,2"], "cannot sweep"),
+])
+def test_cli_errors_exit_2_with_one_line(args, needle):
+    proc = subprocess.run([sys.executable, "-m", "rig.cli", *args, "--dry-run"], capture_output=True, text=True)
+    assert proc.returncode == 2, proc.stderr
+    lines = [l for l in proc.stderr.strip().splitlines() if l.strip()]
+    assert len(lines) == 1 and needle in lines[0], proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_dry_run_prints_command_and_placement():
+    res = CliRunner().invoke(cli, ["run", "--steps", "3", "--concurrency", "1,4", "--dry-run"])
+    assert res.exit_code == 0, res.output
+    assert "--speculative-num-steps 3 --speculative-eagle-topk 1 --speculative-num-draft-tokens 4" in res.output
+    assert "-m rig.sim" in res.output and "local Ray" in res.output
+    assert res.output.count("-realistic-c") == 2
+
+
+def test_closed_split_sums_to_concurrency_and_covers_every_session():
+    sessions = build_sessions(WorkloadSpec(name="greedy"), seed=0, n_sessions=10)
+    for c, g in [(1, 1), (4, 2), (5, 2), (3, 4)]:
+        parts = split_closed(sessions, c, g)
+        assert sum(slots for _, slots in parts) == c
+        ids = sorted(s.session_id for mine, _ in parts for s in mine)
+        assert ids == sorted(s.session_id for s in sessions)
+
+
+def test_open_split_keeps_absolute_offsets():
+    sessions = build_sessions(WorkloadSpec(name="greedy"), seed=0, n_sessions=5)
+    offs = [0.0, 0.1, 0.3, 0.35, 0.9]
+    parts = split_open(sessions, offs, 2, cap=3)
+    assert parts[0][1] == [0.0, 0.3, 0.9] and parts[1][1] == [0.1, 0.35]
+    assert parts[0][2] + parts[1][2] == 3
