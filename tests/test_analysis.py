@@ -48,9 +48,8 @@ def _config(steps: int) -> dict:
             "startup": {"max_total_num_tokens": 100000, "max_running_requests": 26}}
 
 
-@pytest.fixture(scope="module")
-def run_dir(tmp_path_factory) -> Path:
-    d = tmp_path_factory.mktemp("run")
+def make_run(d: Path) -> Path:
+    """The hand-built run: four points (steps 0, 2, 3, 4) of the same three requests on two generators."""
     manifest = {
         "run_id": "r1", "status": "complete",
         "cluster": {"generators": [{"generator": 0, "clock_offset_s": 0.0}, {"generator": 1, "clock_offset_s": OFFSET_G1}]},
@@ -82,6 +81,11 @@ def run_dir(tmp_path_factory) -> Path:
         ]
     write_server_metrics(d, "p-s4", samples)
     return d
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory) -> Path:
+    return make_run(tmp_path_factory.mktemp("run"))
 
 
 def _row(rows, point):

@@ -1,0 +1,146 @@
+"""Click commands ``report`` and ``compare`` (mounted on the main CLI with ``cli.add_command``)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from rig.analysis.metrics import Slo, parse_slo
+from rig.analysis.runs import RunError
+
+
+def _slos(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> list[Slo]:
+    try:
+        return [parse_slo(v) for v in values]
+    except ValueError as e:
+        raise click.BadParameter(str(e)) from None
+
+
+def _fail(e: Exception) -> click.ClickException:
+    msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+    return click.ClickException(msg)
+
+
+@click.command("report")
+@click.argument("run_dir", type=click.Path(path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Print the campaign table as a JSON list (one object per point).")
+@click.option("--csv", "csv_dir", type=click.Path(path_type=Path), help="Write every table as CSV into DIR.")
+@click.option("--plots", "plots_dir", type=click.Path(path_type=Path), help="Write PNG plots into DIR.")
+@click.option("--html", "html_file", type=click.Path(path_type=Path), help="Write one self-contained HTML page.")
+@click.option("--slo", "slos", multiple=True, callback=_slos, metavar="METRIC=VALUE",
+              help="An SLO for goodput, e.g. --slo ttft=500ms --slo tpot=50ms (metrics: ttft, tpot, e2e).")
+def report(run_dir: Path, as_json: bool, csv_dir: Path | None, plots_dir: Path | None, html_file: Path | None,
+           slos: list[Slo]) -> None:
+    """Tables, percentiles, acceptance, server state, goodput and losslessness of RUN_DIR, from Parquet alone."""
+    from rig.analysis.report import build_report, export_csv, to_json
+
+    err = Console(stderr=True)
+    try:
+        if as_json and not (csv_dir or plots_dir or html_file or slos):
+            # The campaign table alone is much cheaper than the whole report (no ITL, no losslessness).
+            from rig.analysis.runs import load_run
+            from rig.analysis.tables import campaign_table
+
+            run = load_run(run_dir)
+            for w in run.warnings:
+                err.print(f"[yellow]! {w}[/yellow]")
+            click.echo(to_json(campaign_table(run)))
+            return
+        rep = build_report(run_dir, slos=slos)
+    except (RunError, OSError, ValueError) as e:
+        raise _fail(e) from None
+    if as_json:
+        for w in rep.warnings:
+            err.print(f"[yellow]! {w}[/yellow]")
+        click.echo(to_json(rep.campaign))
+    else:
+        from rig.analysis.render import render_report
+
+        Console(width=max(Console().width, 160) if not sys.stdout.isatty() else None).print(render_report(rep))
+    written: list[Path] = []
+    try:
+        if csv_dir:
+            written += export_csv(rep, csv_dir)
+        if plots_dir:
+            from rig.analysis.plots import write_plots
+
+            written += write_plots(rep, plots_dir)
+        if html_file:
+            from rig.analysis.html import render_html
+
+            html_file.parent.mkdir(parents=True, exist_ok=True)
+            html_file.write_text(render_html(rep))
+            written.append(html_file)
+    except OSError as e:
+        raise _fail(e) from None
+    if written:
+        err.print(f"wrote {len(written)} file(s): " + ", ".join(str(p) for p in written[:6])
+                  + (" …" if len(written) > 6 else ""))
+
+
+def _speedup_table(rows: list[dict[str, Any]]) -> Table:
+    t = Table(title="Paired per-request speedups (geometric mean, bootstrap 95% CI; > 1 = candidate faster)",
+              title_justify="left", header_style="bold")
+    for c in ("Baseline", "Candidate", "Workload", "Level", "Metric", "Pairs", "Speedup", "95% CI", "Median"):
+        t.add_column(c, justify="right" if c in ("Pairs", "Speedup", "95% CI", "Median", "Level") else "left")
+    last = None
+    for r in rows:
+        key = (r["baseline"], r["candidate"])
+        if last is not None and key != last:
+            t.add_section()
+        level = r["concurrency"] if r["load_mode"] in (None, "closed") else r["rate"]
+        ci = f"{r['ci_low']:.3f}–{r['ci_high']:.3f}" if r["ci_low"] is not None else "–"
+        t.add_row(
+            r["baseline"] if key != last else "", r["candidate"] if key != last else "", str(r["workload"]),
+            str(level), r["metric"], f"{r['pairs']:,}", f"{r['speedup']:.3f}" if r["speedup"] else "–", ci,
+            f"{r['median_ratio']:.3f}" if r["median_ratio"] else "–",
+        )
+        last = key
+    return t
+
+
+def _best_table(rows: list[dict[str, Any]]) -> Table:
+    t = Table(title="Best configuration per load level (aggregate tok/s; margin over the runner-up, 95% CI)",
+              title_justify="left", header_style="bold")
+    for c in ("Workload", "Level", "Best", "Agg tok/s", "Runner-up", "Agg tok/s ", "Margin", "95% CI", "CI from"):
+        t.add_column(c, justify="right" if c.strip() in ("Agg tok/s", "Margin", "95% CI", "Level") else "left")
+    for r in rows:
+        level = r["concurrency"] if r["load_mode"] in (None, "closed") else r["rate"]
+        pct = lambda x: f"{x * 100:+.1f}%" if x is not None else "–"  # noqa: E731
+        t.add_row(
+            str(r["workload"]), str(level), r["best"], f"{r['best_aggregate_tok_s']:,.1f}", r["runner_up"] or "–",
+            f"{r['runner_up_aggregate_tok_s']:,.1f}" if r["runner_up_aggregate_tok_s"] else "–", pct(r["margin"]),
+            f"{pct(r['ci_low'])} … {pct(r['ci_high'])}" if r["ci_low"] is not None else "–", r["ci_method"] or "–",
+        )
+    return t
+
+
+@click.command("compare")
+@click.argument("a")
+@click.argument("b", required=False)
+@click.option("--baseline-steps", type=int, help="One run: compare every point against its steps=N point.")
+@click.option("--resamples", type=click.IntRange(100, 100000), default=2000, show_default=True,
+              help="Bootstrap resamples.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Bootstrap seed.")
+@click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON.")
+def compare(a: str, b: str | None, baseline_steps: int | None, resamples: int, seed: int, as_json: bool) -> None:
+    """Paired speedups of B over baseline A (runs, or RUN_DIR:POINT), or of one run's points over --baseline-steps."""
+    from rig.analysis.compare import compare as run_compare
+    from rig.analysis.report import to_json
+
+    try:
+        result = run_compare(a, b, baseline_steps, resamples, seed)
+    except (RunError, OSError, ValueError) as e:
+        raise _fail(e) from None
+    if as_json:
+        click.echo(to_json(result))
+        return
+    out = Console(width=max(Console().width, 160) if not sys.stdout.isatty() else None)
+    out.print(f"[bold]Compare: {result['mode']}[/bold]  ({result['resamples']} resamples, seed {result['seed']})")
+    out.print(_speedup_table(result["speedups"]))
+    out.print(_best_table(result["best"]))

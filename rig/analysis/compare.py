@@ -1,0 +1,239 @@
+"""Paired comparisons: per-request speedups of a candidate over a baseline, and the best steps per load level.
+
+Speedups join the two points' ok requests on ``request_id`` (the same seeded request at the same workload and load
+level), take the per-request ratio (baseline/candidate for times, candidate/baseline for rates; > 1 means the
+candidate is faster) and report their geometric mean with a bootstrap 95 % percentile interval over the pairs.
+
+The best configuration of a level is the one with the highest aggregate tok/s (mean over repeats). Its margin over
+the runner-up is best/runner-up − 1. The interval resamples repeats when both have two or more; otherwise it
+resamples each point's requests and scales the point's aggregate by the resampled/observed ratio of Σtokens/Σlatency
+(closed loop: throughput = concurrency × Σtokens/ΣE2E by Little's law) or of Σtokens (open loop: the arrival rate is
+fixed), which captures request-to-request variability but not run-to-run drift.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from rig.analysis import metrics as m
+from rig.analysis.points import campaign_row, load_requests
+from rig.analysis.runs import PointInfo, Run, RunError, generator_offsets, load_run, read_point_requests
+
+SPEEDUP_METRICS = ("e2e", "ttft", "tpot", "decode_tok_s")
+RESAMPLES = 2000
+SEED = 0
+CONFIDENCE = 0.95
+_BATCH_CELLS = 4_000_000  # resamples × pairs per batch: bounds bootstrap memory
+
+
+@dataclass
+class Side:
+    """One point of one run."""
+
+    run: Run
+    point: PointInfo
+    label: str
+
+
+def bootstrap_mean_ci(x: np.ndarray, resamples: int = RESAMPLES, seed: int = SEED) -> tuple[float, float]:
+    """Percentile bootstrap interval of the mean of ``x`` (seeded, vectorised in batches)."""
+    rng = np.random.default_rng(seed)
+    n = x.size
+    means = np.empty(resamples)
+    step = max(1, _BATCH_CELLS // max(n, 1))
+    for i in range(0, resamples, step):
+        b = min(step, resamples - i)
+        means[i:i + b] = x[rng.integers(0, n, size=(b, n))].mean(axis=1)
+    alpha = (1 - CONFIDENCE) / 2
+    lo, hi = np.quantile(means, [alpha, 1 - alpha])
+    return float(lo), float(hi)
+
+
+def _per_request(side: Side) -> pa.Table:
+    """request_id plus the four speedup metrics of the point's ok requests."""
+    t = read_point_requests(side.run.run_dir, side.point.point, m.REQUEST_COLUMNS)
+    r = m.requests_from_table(t, generator_offsets(side.run.manifest))
+    keep = pa.array(r.ok)
+    return pa.table({
+        "request_id": t["request_id"].filter(keep),
+        "e2e": r.e2e[r.ok], "ttft": r.ttft[r.ok], "tpot": r.tpot[r.ok], "decode_tok_s": r.decode_tok_s[r.ok],
+    })
+
+
+def paired_speedups(base: Side, cand: Side, resamples: int = RESAMPLES, seed: int = SEED) -> list[dict[str, Any]]:
+    """One row per metric: pairs, geometric-mean speedup, its bootstrap CI, and the median per-request ratio."""
+    a, b = _per_request(base), _per_request(cand)
+    j = a.join(b, "request_id", left_suffix="_base", right_suffix="_cand", join_type="inner")
+    rows = []
+    for metric in SPEEDUP_METRICS:
+        x = m.as_float(j[f"{metric}_base"]) if j.num_rows else np.empty(0)
+        y = m.as_float(j[f"{metric}_cand"]) if j.num_rows else np.empty(0)
+        ratio = (y / x) if metric == "decode_tok_s" else (x / y)  # > 1: the candidate is better
+        with np.errstate(divide="ignore", invalid="ignore"):
+            logs = np.log(ratio)
+        logs = logs[np.isfinite(logs)]
+        row: dict[str, Any] = {
+            "baseline": base.label, "candidate": cand.label, "baseline_point": base.point.point,
+            "candidate_point": cand.point.point, "workload": cand.point.workload, "load_mode": cand.point.load_mode,
+            "concurrency": cand.point.concurrency, "rate": cand.point.rate, "repeat": cand.point.repeat,
+            "baseline_steps": base.point.steps, "candidate_steps": cand.point.steps, "metric": metric,
+            "pairs": int(logs.size), "speedup": None, "ci_low": None, "ci_high": None, "median_ratio": None,
+        }
+        if logs.size:
+            lo, hi = bootstrap_mean_ci(logs, resamples, seed)
+            row.update(speedup=float(np.exp(logs.mean())), ci_low=float(np.exp(lo)), ci_high=float(np.exp(hi)),
+                       median_ratio=float(np.exp(np.median(logs))))
+        rows.append(row)
+    return rows
+
+
+# --- pairing points -----------------------------------------------------------------------------------------------
+
+
+def pair_runs(a: Run, b: Run, label_a: str, label_b: str) -> list[tuple[Side, Side]]:
+    """Each point of B with the point of A at the same workload and level: same steps if A has one, else A's only one."""
+    by_level: dict[tuple, list[PointInfo]] = defaultdict(list)
+    for p in a.points:
+        by_level[p.level_key()].append(p)
+    pairs = []
+    for pb in b.points:
+        cands = by_level.get(pb.level_key(), [])
+        same = [pa_ for pa_ in cands if pa_.steps == pb.steps]
+        match = same[0] if same else (cands[0] if len(cands) == 1 else None)
+        if match is not None:
+            pairs.append((Side(a, match, f"{label_a}:{match.point}"), Side(b, pb, f"{label_b}:{pb.point}")))
+    return pairs
+
+
+def pair_within(run: Run, baseline_steps: int) -> list[tuple[Side, Side]]:
+    """Every point whose steps differ from ``baseline_steps`` with the baseline point of the same workload and level
+    (and the same non-speculative server knobs when there is one)."""
+    pairs = []
+    for p in run.points:
+        if p.steps == baseline_steps:
+            continue
+        base = [q for q in run.points if q.steps == baseline_steps and q.level_key() == p.level_key()]
+        pref = [q for q in base if q.non_speculative_knobs() == p.non_speculative_knobs()] or base
+        if pref:
+            pairs.append((Side(run, pref[0], pref[0].point), Side(run, p, p.point)))
+    return pairs
+
+
+# --- best steps per level ----------------------------------------------------------------------------------------
+
+
+def _rescale_samples(side: Side, rng: np.random.Generator, resamples: int) -> np.ndarray:
+    """Bootstrap multipliers of a point's aggregate tok/s from resampling its ok requests."""
+    r = load_requests(side.run, side.point)
+    ok = r.ok & np.isfinite(r.tokens) & np.isfinite(r.e2e)
+    tok, lat = r.tokens[ok], r.e2e[ok]
+    if tok.size == 0 or tok.sum() <= 0:
+        return np.full(resamples, np.nan)
+    closed = not side.point.open_loop
+    observed = tok.sum() / lat.sum() if closed else tok.sum()
+    out = np.empty(resamples)
+    step = max(1, _BATCH_CELLS // tok.size)
+    for i in range(0, resamples, step):
+        n = min(step, resamples - i)
+        idx = rng.integers(0, tok.size, size=(n, tok.size))
+        s = tok[idx].sum(axis=1)
+        out[i:i + n] = (s / lat[idx].sum(axis=1) if closed else s) / observed
+    return out
+
+
+def best_per_level(sides: list[Side], resamples: int = RESAMPLES, seed: int = SEED) -> list[dict[str, Any]]:
+    """Per (workload, load level): the configuration with the highest aggregate tok/s and its margin (with CI)."""
+    rng = np.random.default_rng(seed)
+    levels: dict[tuple, dict[str, list[tuple[Side, float]]]] = defaultdict(lambda: defaultdict(list))
+    for s in sides:
+        row = campaign_row(s.run, s.point, load_requests(s.run, s.point))
+        if row["aggregate_tok_s"] is None:
+            continue
+        p = s.point
+        config = f"steps={p.steps}" if s.label == p.point else s.label.rsplit(":", 1)[0] + f":steps={p.steps}"
+        if len({q.server_config for q in s.run.points if q.steps == p.steps}) > 1:
+            config += f" ({p.server_config})"
+        levels[(p.workload, p.load_mode, p.concurrency, p.rate)][config].append((s, row["aggregate_tok_s"]))
+    out = []
+    for (workload, mode, conc, rate), configs in levels.items():
+        ranked = sorted(configs.items(), key=lambda kv: -np.mean([v for _, v in kv[1]]))
+        best_cfg, best = ranked[0]
+        row: dict[str, Any] = {
+            "workload": workload, "load_mode": mode, "concurrency": conc, "rate": rate, "best": best_cfg,
+            "best_aggregate_tok_s": float(np.mean([v for _, v in best])), "runner_up": None,
+            "runner_up_aggregate_tok_s": None, "margin": None, "ci_low": None, "ci_high": None, "ci_method": None,
+        }
+        if len(ranked) > 1:
+            run_cfg, runner = ranked[1]
+            b_mean, r_mean = row["best_aggregate_tok_s"], float(np.mean([v for _, v in runner]))
+            row.update(runner_up=run_cfg, runner_up_aggregate_tok_s=r_mean, margin=b_mean / r_mean - 1)
+            if len(best) > 1 and len(runner) > 1:
+                bv, rv = np.array([v for _, v in best]), np.array([v for _, v in runner])
+                bs = bv[rng.integers(0, bv.size, (resamples, bv.size))].mean(1)
+                rs = rv[rng.integers(0, rv.size, (resamples, rv.size))].mean(1)
+                method = "repeats"
+            else:
+                bs = b_mean * np.mean([_rescale_samples(s, rng, resamples) for s, _ in best], axis=0)
+                rs = r_mean * np.mean([_rescale_samples(s, rng, resamples) for s, _ in runner], axis=0)
+                method = "requests"
+            margins = bs / rs - 1
+            margins = margins[np.isfinite(margins)]
+            if margins.size:
+                alpha = (1 - CONFIDENCE) / 2
+                lo, hi = np.quantile(margins, [alpha, 1 - alpha])
+                row.update(ci_low=float(lo), ci_high=float(hi), ci_method=method)
+        out.append(row)
+    key = lambda r: (str(r["workload"]), str(r["load_mode"]), r["concurrency"] or 0, r["rate"] or 0)  # noqa: E731
+    return sorted(out, key=key)
+
+
+# --- entry points ------------------------------------------------------------------------------------------------
+
+
+def parse_target(text: str) -> tuple[Path, str | None]:
+    """'RUN_DIR' or 'RUN_DIR:POINT' (a directory whose name holds ':' wins over the split)."""
+    if Path(text).is_dir() or ":" not in text:
+        return Path(text), None
+    run_dir, point = text.rsplit(":", 1)
+    return Path(run_dir), point
+
+
+def compare(a: str, b: str | None = None, baseline_steps: int | None = None, resamples: int = RESAMPLES,
+            seed: int = SEED) -> dict[str, Any]:
+    """Run the comparison the arguments describe; see the module docstring."""
+    da, pa_ = parse_target(a)
+    if b is None:
+        if baseline_steps is None:
+            raise RunError("compare needs two runs or points, or one run with --baseline-steps")
+        run = load_run(da)
+        pairs = pair_within(run, baseline_steps)
+        sides = [Side(run, p, p.point) for p in run.points]
+        mode = f"within {run.run_id}, baseline steps={baseline_steps}"
+    else:
+        db, pb = parse_target(b)
+        ra, rb = load_run(da), (load_run(db) if db != da else None)
+        rb = rb or ra
+        if (pa_ is None) != (pb is None):
+            raise RunError("give two runs (A B) or two points (RUN:POINT RUN:POINT), not one of each")
+        la, lb = (ra.run_id, rb.run_id) if ra.run_id != rb.run_id else ("A", "B")
+        if pa_ is not None:
+            # Two points of one run need no run prefix.
+            na, nb = (pa_, pb) if ra is rb else (f"{la}:{pa_}", f"{lb}:{pb}")
+            sa, sb = Side(ra, ra.point(pa_), na), Side(rb, rb.point(pb), nb)
+            pairs, sides = [(sa, sb)], [sa, sb]
+            mode = f"{sa.label} vs {sb.label}"
+        else:
+            pairs = pair_runs(ra, rb, la, lb)
+            sides = [Side(ra, p, f"{la}:{p.point}") for p in ra.points] + [Side(rb, p, f"{lb}:{p.point}") for p in rb.points]
+            mode = f"{la} (baseline) vs {lb}"
+    if not pairs:
+        raise RunError("no matching points to compare (same workload, load level and repeat)")
+    speedups = [row for base, cand in pairs for row in paired_speedups(base, cand, resamples, seed)]
+    return {"mode": mode, "resamples": resamples, "seed": seed, "speedups": speedups,
+            "best": best_per_level(sides, resamples, seed)}

@@ -1,0 +1,121 @@
+"""One self-contained HTML page of a report: tables inline, plots embedded as base64 PNG (no external references)."""
+
+from __future__ import annotations
+
+import base64
+import html
+import tempfile
+from pathlib import Path
+from typing import Any, Callable
+
+from rig.analysis.lossless import mismatch_rows
+from rig.analysis.plots import write_plots
+from rig.analysis.report import Report
+from rig.analysis.tables import fmt, group_rows, group_title
+
+Col = tuple[str, str, Callable[[Any], str]]
+
+_CSS = """
+body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;margin:2em;color:#222}
+table{border-collapse:collapse;margin:.5em 0 1.5em;font-size:13px}
+th,td{border:1px solid #ccc;padding:3px 8px;text-align:right}
+th{background:#f3f3f3} td.l,th.l{text-align:left}
+.warn{color:#a60} .bad{color:#b00;font-weight:bold} .ok{color:#070}
+img{max-width:100%;border:1px solid #eee;margin:.5em 0}
+"""
+
+
+def _num(spec: str) -> Callable[[Any], str]:
+    return lambda v: fmt(v, spec)
+
+
+def _text(v: Any) -> str:
+    if isinstance(v, (list, tuple)):
+        return ", ".join(str(x) for x in v)
+    return "" if v is None else str(v)
+
+
+def table_html(rows: list[dict[str, Any]], cols: list[Col], caption: str = "") -> str:
+    """An HTML table of ``rows`` with (key, header, formatter) columns."""
+    head = "".join(f'<th class="{"l" if f is _text else ""}">{html.escape(h)}</th>' for _, h, f in cols)
+    body = []
+    for r in rows:
+        cells = "".join(f'<td class="{"l" if f is _text else ""}">{html.escape(f(r.get(k)))}</td>' for k, _, f in cols)
+        body.append(f"<tr>{cells}</tr>")
+    cap = f"<caption>{html.escape(caption)}</caption>" if caption else ""
+    return f"<table>{cap}<tr>{head}</tr>{''.join(body)}</table>"
+
+
+CAMPAIGN_COLS: list[Col] = [
+    ("concurrency", "Concurrency", _num("d")), ("rate", "Rate (req/s)", _num(",.2f")), ("repeat", "Repeat", _num("d")),
+    ("aggregate_tok_s", "Aggregate tok/s", _num(",.1f")), ("per_request_tok_s", "Per-request tok/s", _num(",.1f")),
+    ("decode_tok_s", "Decode tok/s", _num(",.1f")), ("tokens", "Tokens", _num(",d")), ("wall_s", "Wall time (s)", _num(",.1f")),
+    ("ok", "OK", _num("d")), ("failed", "Failed", _num("d")), ("accept_length", "Accept len", _num(".2f")),
+    ("flags", "Flags", _text),
+]
+LATENCY_COLS: list[Col] = [("point", "Point", _text), ("metric", "Metric", _text), ("n", "n", _num(",d"))] + [
+    (f"{k}_ms", f"{k} (ms)", _num(",.2f")) for k in ("mean", "p50", "p90", "p95", "p99")
+]
+ACCEPT_COLS: list[Col] = [
+    ("point", "Point", _text), ("steps", "Steps", _num("d")), ("level", "Level", _text),
+    ("accept_length", "Accept len", _num(".3f")), ("source", "Source", _text),
+    ("from_requests", "Per-request", _num(".3f")), ("from_manifest_window", "Manifest window", _num(".3f")),
+    ("from_server_counters", "Counters", _num(".3f")), ("server_gauge_mean", "Gauge mean", _num(".3f")),
+]
+SERVER_COLS: list[Col] = [
+    ("point", "Point", _text), ("steps", "Steps", _num("d")), ("level", "Level", _text),
+    ("aggregate_tok_s", "Agg tok/s", _num(",.1f")), ("decode_tok_s", "Decode tok/s", _num(",.1f")),
+    ("running_mean", "Running mean", _num(",.1f")), ("running_max", "Running max", _num(",.0f")),
+    ("queued_mean", "Queued mean", _num(",.1f")), ("queued_max", "Queued max", _num(",.0f")),
+    ("token_usage_mean", "Token usage mean", _num(".2f")), ("token_usage_max", "Token usage max", _num(".2f")),
+    ("max_running_requests", "Max running (eff.)", _text), ("at_running_cap", "At cap, queueing", _text),
+]
+GOODPUT_COLS: list[Col] = [
+    ("point", "Point", _text), ("steps", "Steps", _num("d")), ("level", "Level", _text), ("good", "Good", _num(",d")),
+    ("counted", "Counted", _num(",d")), ("fraction", "Fraction", _num(".3f")),
+    ("goodput_req_s", "Goodput req/s", _num(",.2f")), ("goodput_tok_s", "Goodput tok/s", _num(",.1f")),
+]
+LOSSLESS_COLS: list[Col] = [
+    ("request_id", "Request", _text), ("workload", "Workload", _text), ("concurrency", "Concurrency", _text),
+    ("rate", "Rate", _text), ("repeat", "Repeat", _text), ("steps", "Steps", _text), ("hashes", "Output hashes", _text),
+]
+
+
+def _img(path: Path) -> str:
+    data = base64.b64encode(path.read_bytes()).decode("ascii")
+    return f'<figure><img alt="{html.escape(path.stem)}" src="data:image/png;base64,{data}"></figure>'
+
+
+def render_html(report: Report, plot_dir: Path | None = None) -> str:
+    """The report as one HTML document; plots are drawn into ``plot_dir`` (a temporary one if None)."""
+    run = report.run
+    parts = [f"<h1>rig report: {html.escape(run.run_id)}</h1>",
+             f"<p>status: <b>{html.escape(str(run.status or 'unknown'))}</b> · {len(report.campaign)} point(s)</p>"]
+    parts += [f'<p class="warn">! {html.escape(w)}</p>' for w in report.warnings]
+    parts.append("<h2>Campaign table</h2>")
+    for _, grp in group_rows(report.campaign):
+        open_loop = any(r.get("load_mode") not in (None, "closed") for r in grp)
+        repeats = len({r.get("repeat") for r in grp}) > 1
+        cols = [c for c in CAMPAIGN_COLS
+                if not (c[0] == "rate" and not open_loop) and not (c[0] == "repeat" and not repeats)]
+        parts.append(table_html(grp, cols, group_title(grp)))
+    parts += ["<h2>Latency</h2><p>milliseconds; ITL percentiles are over tokens.</p>", table_html(report.latency, LATENCY_COLS)]
+    parts += ["<h2>Acceptance length</h2>", table_html(report.acceptance, ACCEPT_COLS)]
+    parts += ["<h2>Server vs client</h2>", table_html(report.server, SERVER_COLS)]
+    if report.goodput:
+        parts += [f"<h2>Goodput ({html.escape(report.goodput[0]['slos'])})</h2>", table_html(report.goodput, GOODPUT_COLS)]
+    ll = report.lossless
+    parts.append("<h2>Greedy losslessness</h2>")
+    if ll["ok"]:
+        parts.append(f'<p class="ok">OK: {ll["requests_checked"]} temperature-0 requests compared across '
+                     f'{ll["groups_checked"]} group(s) of points.</p>')
+    else:
+        parts.append(f'<p class="bad">{len(ll["mismatches"])} mismatching request(s)</p>')
+        parts.append(table_html(mismatch_rows(ll), LOSSLESS_COLS))
+    parts.append("<h2>Plots</h2>")
+    with tempfile.TemporaryDirectory() as tmp:
+        paths = write_plots(report, plot_dir or Path(tmp))
+        parts += [_img(p) for p in paths]
+    return ("<!DOCTYPE html><html><head><meta charset=\"utf-8\">"
+            f"<title>rig report {html.escape(run.run_id)}</title><style>{_CSS}</style></head><body>"
+            + "\n".join(parts) + "</body></html>\n")

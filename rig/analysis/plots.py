@@ -1,0 +1,177 @@
+"""PNG plots of a report: throughput and per-request speed against load, latency CDFs, acceptance, server queues."""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only; never a display (CI, ssh)
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+from rig.analysis.report import Report  # noqa: E402
+
+DPI = 110
+
+
+def safe_name(text: str) -> str:
+    """A string usable as a file name."""
+    return re.sub(r"[^A-Za-z0-9._=-]+", "_", text).strip("_") or "x"
+
+
+def _level(row: dict[str, Any]) -> float | None:
+    lv = row.get("rate") if row.get("load_mode") not in (None, "closed") else row.get("concurrency")
+    return float(lv) if lv is not None else None
+
+
+def _config_labels(rows: list[dict[str, Any]]) -> dict[Any, str]:
+    """'steps=N' per server configuration, with the config id when two configurations share a steps value."""
+    by_steps: dict[Any, set] = defaultdict(set)
+    for r in rows:
+        by_steps[r.get("steps")].add(r.get("server_config"))
+    return {
+        r.get("server_config"): (f"steps={r.get('steps')}" if len(by_steps[r.get("steps")]) == 1
+                                 else f"steps={r.get('steps')} {r.get('server_config')}")
+        for r in rows
+    }
+
+
+def _lines(rows: list[dict[str, Any]], key: str) -> dict[tuple[str, str], tuple[np.ndarray, np.ndarray]]:
+    """(workload, config label) -> (levels, mean of ``key`` over repeats) for rows that have both."""
+    labels = _config_labels(rows)
+    acc: dict[tuple[str, str], dict[float, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for r in rows:
+        lv, y = _level(r), r.get(key)
+        if lv is not None and y is not None:
+            acc[(str(r.get("workload")), labels[r.get("server_config")])][lv].append(float(y))
+    out = {}
+    for k, pts in acc.items():
+        xs = np.array(sorted(pts))
+        out[k] = (xs, np.array([np.mean(pts[x]) for x in xs]))
+    return out
+
+
+def _xlabel(rows: list[dict[str, Any]]) -> str:
+    return "concurrency" if all(r.get("load_mode") in (None, "closed") for r in rows) else "concurrency / rate (req/s)"
+
+
+def _save(fig: plt.Figure, path: Path) -> Path:
+    fig.tight_layout()
+    fig.savefig(path, dpi=DPI)
+    plt.close(fig)
+    return path
+
+
+def plot_throughput(report: Report, path: Path) -> Path:
+    """Aggregate tok/s against concurrency (or rate), one line per steps, one panel per workload."""
+    lines = _lines(report.campaign, "aggregate_tok_s")
+    workloads = sorted({w for w, _ in lines}) or ["(no data)"]
+    fig, axes = plt.subplots(1, len(workloads), figsize=(5.5 * len(workloads), 4), squeeze=False)
+    for ax, wl in zip(axes[0], workloads):
+        for (w, label), (x, y) in sorted(lines.items()):
+            if w == wl:
+                ax.plot(x, y, marker="o", label=label)
+        ax.set_xscale("log", base=2)
+        ax.set(title=f"{wl}: aggregate throughput", xlabel=_xlabel(report.campaign), ylabel="tok/s")
+        ax.grid(alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=8)
+    return _save(fig, path)
+
+
+def plot_request_speed(report: Report, path: Path) -> Path:
+    """Per-request tok/s (from send) and decode tok/s against load, one line per (workload, steps)."""
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for ax, key, title in ((axes[0], "per_request_tok_s", "per-request tok/s (from send)"),
+                           (axes[1], "decode_tok_s", "decode tok/s (after first token)")):
+        for (w, label), (x, y) in sorted(_lines(report.campaign, key).items()):
+            ax.plot(x, y, marker="o", label=f"{w} {label}")
+        ax.set_xscale("log", base=2)
+        ax.set(title=title, xlabel=_xlabel(report.campaign), ylabel="tok/s")
+        ax.grid(alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7)
+    return _save(fig, path)
+
+
+def plot_latency_cdfs(report: Report, workload: str, path: Path) -> Path:
+    """CDFs of TTFT, TPOT, ITL and E2E for every point of one workload."""
+    fig, axes = plt.subplots(2, 2, figsize=(11, 7.5))
+    rows = [r for r in report.campaign if str(r.get("workload")) == workload]
+    for ax, metric in zip(axes.ravel(), ("ttft", "tpot", "itl", "e2e")):
+        for r in rows:
+            x, f = report.cdfs.get(r["point"], {}).get(metric, (np.empty(0), np.empty(0)))
+            if x.size:
+                ax.plot(x * 1e3, f, label=r["point"], linewidth=1.2)
+        ax.set(title=f"{workload}: {metric.upper()} CDF", xlabel="ms", ylabel="fraction")
+        if metric in ("ttft", "e2e"):
+            ax.set_xscale("log")
+        ax.grid(alpha=0.3)
+        if ax.get_legend_handles_labels()[0] and len(rows) <= 12:
+            ax.legend(fontsize=6)
+    return _save(fig, path)
+
+
+def plot_acceptance(report: Report, path: Path) -> Path:
+    """Acceptance length against steps, one line per (workload, load level)."""
+    acc: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for r in report.acceptance:
+        if r.get("accept_length") is not None and r.get("steps") is not None:
+            acc[f"{r.get('workload')} @ {r.get('level')}"][int(r["steps"])].append(float(r["accept_length"]))
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    for label, pts in sorted(acc.items()):
+        xs = sorted(pts)
+        ax.plot(xs, [np.mean(pts[x]) for x in xs], marker="o", label=label)
+    ax.set(title="acceptance length vs steps", xlabel="speculative steps", ylabel="tokens per verify step")
+    ax.grid(alpha=0.3)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=7)
+    return _save(fig, path)
+
+
+def plot_server(report: Report, point: str, path: Path) -> Path | None:
+    """Running and queued requests (and KV token usage) over the point's time; None if nothing was scraped."""
+    s = report.series.get(point)
+    if not s or (s["running"].empty and s["queued"].empty):
+        return None
+    t0 = min(x.ts[0] for x in (s["running"], s["queued"], s["token_usage"]) if not x.empty)
+    fig, ax = plt.subplots(figsize=(8, 3.6))
+    for name, style in (("running", "-"), ("queued", "--")):
+        if not s[name].empty:
+            ax.plot(s[name].ts - t0, s[name].values, style, drawstyle="steps-post", label=f"{name} requests")
+    cap = next((r.get("max_running_requests") for r in report.server if r["point"] == point), None)
+    top = max([float(np.nanmax(s[n].values)) for n in ("running", "queued") if not s[n].empty] + [float(cap or 0), 1.0])
+    if cap:
+        ax.axhline(cap, color="grey", linestyle=":", label=f"max running (eff.) = {cap}")
+    ax.set_ylim(0, top * 1.15)
+    ax.set(title=f"server during {point}", xlabel="seconds", ylabel="requests")
+    ax.grid(alpha=0.3)
+    if not s["token_usage"].empty:
+        ax2 = ax.twinx()
+        ax2.plot(s["token_usage"].ts - t0, s["token_usage"].values, color="tab:green", alpha=0.6, label="token usage")
+        ax2.set_ylabel("KV token usage")
+        ax2.set_ylim(0, max(1.0, float(np.nanmax(s["token_usage"].values))))
+        ax2.legend(loc="upper right", fontsize=7)
+    ax.legend(loc="upper left", fontsize=7)
+    return _save(fig, path)
+
+
+def write_plots(report: Report, out_dir: Path) -> list[Path]:
+    """Every plot of the report as PNG files in ``out_dir``; returns the paths written."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = [
+        plot_throughput(report, out_dir / "throughput_vs_concurrency.png"),
+        plot_request_speed(report, out_dir / "request_speed_vs_concurrency.png"),
+        plot_acceptance(report, out_dir / "acceptance_vs_steps.png"),
+    ]
+    for wl in sorted({str(r.get("workload")) for r in report.campaign}):
+        paths.append(plot_latency_cdfs(report, wl, out_dir / f"latency_cdf_{safe_name(wl)}.png"))
+    for r in report.campaign:
+        got = plot_server(report, r["point"], out_dir / f"server_{safe_name(r['point'])}.png")
+        if got:
+            paths.append(got)
+    return paths
