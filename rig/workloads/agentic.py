@@ -5,10 +5,12 @@ real source file of the session. Each later turn adds one tool-output-like chunk
 directory listing; ``rig.workloads.tools``) as a user message; the load generator prepends the conversation so far,
 including the assistant's real replies, so the resent prefix grows turn by turn. Turn j waits ``think_time_s`` after
 turn j-1 ends. Turns stop early when the estimated conversation (our chunks plus every reply at its max_tokens) would
-exceed ``agent_max_context_tokens``.
+exceed ``agent_max_context_tokens`` (checked with the drawn sizes, before any text is built).
 """
 
 from __future__ import annotations
+
+import numpy as np
 
 from rig.workloads import corpus, source, tools
 from rig.workloads.base import Session, Turn
@@ -49,13 +51,14 @@ def build(spec: WorkloadSpec, seed: int, indices: range, id_prefix: str, stream:
                 think = draw(spec.think_time_s, rng)
                 n_tokens = draw_int(spec.tool_output_tokens, rng)
                 tool = TOOLS[int(rng.choice(len(TOOLS), p=TOOL_WEIGHTS))]
+                # Decide before building the text: a chunk that would overflow the context is never generated.
+                if context + n_tokens + max_tokens > spec.agent_max_context_tokens:
+                    break
                 call, body = _tool_output(tool, tree, rng, tokens_to_chars(n_tokens, spec.code_chars_per_token),
                                           focus, name)
                 content = f"Tool result for {call}:\n{body}"
                 messages = ({"role": "user", "content": content},)
                 added = estimate_tokens(content, spec.code_chars_per_token)
-            if j > 0 and context + added + max_tokens > spec.agent_max_context_tokens:
-                break
             context += added + max_tokens
             turns.append(Turn(
                 request_id=f"{sid}-t{j}",
@@ -74,7 +77,7 @@ def build(spec: WorkloadSpec, seed: int, indices: range, id_prefix: str, stream:
     return out
 
 
-def _tool_output(tool: str, tree: source.SourceTree, rng, n_chars: int, focus: str, name: str) -> tuple[str, str]:
+def _tool_output(tool: str, tree: source.SourceTree, rng: np.random.Generator, n_chars: int, focus: str, name: str) -> tuple[str, str]:
     """Dispatch to one tool's generator: reads mostly of the session's file, sometimes of another."""
     if tool == "read_file":
         path = focus if rng.random() < 0.6 else source.pick_file(tree, rng, n_chars)

@@ -101,6 +101,7 @@ _DIST_DEFAULTS: dict[str, dict[str, float]] = {
     "tool_output_tokens": _dist(800, 0.8, 50, 8000),
     "think_time_s": _dist(1.5, 1.0, 0, 60),
 }
+_MAX_TOKENS_LIMIT = 1_000_000  # no prompt, output or tool result is longer; bigger is a typo that would eat memory
 _TOKEN_DISTS = ("chat_prompt_tokens", "chat_output_tokens", "code_prompt_tokens", "code_output_tokens",
                 "agent_turns", "agent_output_tokens", "tool_output_tokens")
 
@@ -116,7 +117,7 @@ class WorkloadSpec(BaseModel):
     top_p: float = Field(0.95, gt=0, le=1)
     top_k: int = -1
     ignore_eos: bool = False
-    max_tokens: int | None = Field(None, ge=1)
+    max_tokens: int | None = Field(None, ge=1, le=_MAX_TOKENS_LIMIT)
     # realistic
     code_fraction: float = Field(0.3, ge=0, le=1)
     chat_prompt_tokens: Dist = Dist(**_DIST_DEFAULTS["chat_prompt_tokens"])
@@ -131,7 +132,7 @@ class WorkloadSpec(BaseModel):
     agent_output_tokens: Dist = Dist(**_DIST_DEFAULTS["agent_output_tokens"])
     tool_output_tokens: Dist = Dist(**_DIST_DEFAULTS["tool_output_tokens"])
     think_time_s: Dist = Dist(**_DIST_DEFAULTS["think_time_s"])
-    agent_max_context_tokens: int = Field(32000, ge=256)
+    agent_max_context_tokens: int = Field(32000, ge=256, le=10_000_000)
     # dataset
     path: str | None = None
     format: Literal["auto", "sharegpt", "jsonl"] = "auto"
@@ -139,7 +140,7 @@ class WorkloadSpec(BaseModel):
     use_reply_length: bool = False  # ShareGPT: the first gpt reply's estimated tokens become max_tokens
     use_timestamps: bool = True  # JSONL `timestamp` -> Session.arrival_s
     cycle: bool = False  # more sessions than entries: repeat the file (True) or stop at its end (False)
-    fallback_max_tokens: int = Field(512, ge=1)
+    fallback_max_tokens: int = Field(512, ge=1, le=_MAX_TOKENS_LIMIT)
 
     def __init__(self, **data: Any) -> None:
         """Validate; any problem becomes a one-line WorkloadError naming the key."""
@@ -180,9 +181,18 @@ class WorkloadSpec(BaseModel):
 
     @field_validator(*_TOKEN_DISTS)
     @classmethod
-    def _at_least_one(cls, v: Dist) -> Dist:
+    def _token_range(cls, v: Dist) -> Dist:
         if v.min < 1:
             raise ValueError(f"min must be >= 1 (got {v.min:g})")
+        if v.max > _MAX_TOKENS_LIMIT:
+            raise ValueError(f"max must be <= {_MAX_TOKENS_LIMIT} (got {v.max:g})")
+        return v
+
+    @field_validator("think_time_s")
+    @classmethod
+    def _think_range(cls, v: Dist) -> Dist:
+        if v.max > 3600:
+            raise ValueError(f"max must be <= 3600 seconds (got {v.max:g})")
         return v
 
     @model_validator(mode="after")
