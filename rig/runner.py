@@ -23,7 +23,10 @@ from rig import cluster
 from rig.config import RunSpec
 from rig.loadgen.actor import remote_class as generator_class
 from rig.loadgen.plan import GeneratorPlan, PointInfo
-from rig.results import read_manifest, server_log_path, write_manifest
+import pyarrow.parquet as pq
+
+from rig.results import (REQUESTS_DIR, SERVER_METRICS_DIR, read_manifest, requests_dir, server_log_path,
+                         write_manifest)
 from rig.server.actor import ServerError
 from rig.server.actor import remote_class as server_class
 from rig.server.engines import engine_for
@@ -136,6 +139,7 @@ class Runner:
         self.stop_requested = threading.Event()
         self.stop_reason = ""
         self.generators: list[Any] = []
+        self.active: list[tuple[int, Any]] = []  # (generator id, handle) of generators still alive
         self.gen_info: list[dict[str, Any]] = []
         self.server = None
         self.placement: cluster.Placement | None = None
@@ -203,6 +207,7 @@ class Runner:
         Gen = generator_class()
         out_root = str(self.run_dir.resolve())
         self.generators = [Gen.options(**opts).remote(i, out_root) for i, opts in enumerate(self.placement.generator_options)]
+        self.active = list(enumerate(self.generators))
         self.gen_info = ray.get([g.info.remote() for g in self.generators])
         problems = [p for p in ray.get([g.can_write.remote() for g in self.generators]) if p]
         if problems:
@@ -297,36 +302,43 @@ class Runner:
                          server_args=json.dumps(p.server.knobs(), sort_keys=True), load_mode=load.mode,
                          concurrency=p.concurrency, rate=p.rate, repeat=p.repeat)
         sessions, offsets = self._sessions(p)
-        n_gen = len(self.generators)
+        n_gen = len(self.active)
         warm = build_sessions(p.workload, seed=load.seed + WARMUP_SEED_OFFSET, n_sessions=load.warmup_requests)
         warm = [_shorten(s) for s in warm]
         headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
         common = dict(point=info, url=url, model=model, duration_s=load.duration_s, warmup=tuple(warm),
                       connect_s=load.timeouts.connect_s, first_token_s=load.timeouts.first_token_s,
                       total_s=load.timeouts.total_s, slip_threshold_s=load.slip_threshold_s, extra_headers=headers)
+        ids = [g for g, _ in self.active]
         if offsets is None:
-            return [GeneratorPlan(generator=g, sessions=tuple(mine), slots=slots, **common)
-                    for g, (mine, slots) in enumerate(split_closed(sessions, p.concurrency or 1, n_gen))]
-        return [GeneratorPlan(generator=g, sessions=tuple(mine), arrivals=tuple(offs), slots=cap, **common)
-                for g, (mine, offs, cap) in enumerate(split_open(sessions, offsets, n_gen, p.concurrency))]
+            return [GeneratorPlan(generator=ids[i], sessions=tuple(mine), slots=slots, **common)
+                    for i, (mine, slots) in enumerate(split_closed(sessions, p.concurrency or 1, n_gen))]
+        return [GeneratorPlan(generator=ids[i], sessions=tuple(mine), arrivals=tuple(offs), slots=cap, **common)
+                for i, (mine, offs, cap) in enumerate(split_open(sessions, offsets, n_gen, p.concurrency))]
 
     def _run_point(self, p: Point, server_entry: dict[str, Any]) -> None:
         entry = self._entry(p.point)
+        if not self.active:
+            entry.update(status="failed", error="no load generator left (all died)")
+            self.save()
+            return
         cfg = p.server
         api = self.spec.api_for(engine_for(cfg.engine).default_api)
         plans = self._plans(p, server_entry["url"], self._served_model(cfg, server_entry), api)
         total = sum(pl.n_requests for pl in plans)
         entry.update(status="running", requests_scheduled=0, started_ts=time.time(), api=api)
+        self._supersede(p.point)
         self.save()
         self.progress.status(f"{p.point}: warming up")
-        warm_ok = ray.get([g.prepare.remote(pl) for g, pl in zip(self.generators, plans)])
+        handles = [h for _, h in self.active]
+        warm_ok = ray.get([g.prepare.remote(pl) for g, pl in zip(handles, plans)])
         entry["warmup_ok"] = sum(warm_ok)
         if self.spec.flush_cache:
             entry["flush_cache"] = ray.get(self.server.flush_cache.remote())
         before = ray.get(self.server.metrics_snapshot.remote())
         ray.get(self.server.start_scrape.remote(self.spec.run_id, p.point, self.spec.metrics_interval_s))
         start_wall = time.time() + 1.0  # common start for every generator (driver clock)
-        refs = [g.run_point.remote(start_wall) for g in self.generators]
+        refs = [g.run_point.remote(start_wall) for g in handles]
         exit_ref = self.server.wait_exit.remote()
         self.progress.point_start(p.point, total)
         results: dict[int, dict[str, Any]] = {}
@@ -335,11 +347,11 @@ class Runner:
         while pending:
             done, pending = ray.wait(pending, num_returns=len(pending), timeout=0.5)
             for ref in done:
-                g = refs.index(ref)
+                gid = plans[refs.index(ref)].generator
                 try:
-                    results[g] = ray.get(ref)
+                    results[gid] = ray.get(ref)
                 except ray.exceptions.RayActorError as e:
-                    results[g] = {"generator": g, "status": "failed", "error": f"generator died: {type(e).__name__}"}
+                    results[gid] = self._salvage(p.point, gid, f"generator died: {type(e).__name__}")
             ready, _ = ray.wait([exit_ref], timeout=0)
             if ready and server_died is None:
                 server_died = ray.get(exit_ref)
@@ -357,8 +369,33 @@ class Runner:
         self._finish_point(entry, plans, results, server_died)
         self.progress.point_end(p.point, entry)
 
+    def _salvage(self, pid: str, gid: int, why: str) -> dict[str, Any]:
+        """A generator died mid-point: keep what its closed part files hold, count it, and stop using it."""
+        self.active = [(g, h) for g, h in self.active if g != gid]
+        result: dict[str, Any] = {"generator": gid, "status": "failed", "error": why, "rows_written": 0,
+                                  "records": {"ok": 0, "failed": 0, "cancelled": 0}, "scheduled": 0}
+        gen_dir = requests_dir(self.run_dir, pid, gid)
+        if gen_dir.exists():
+            table = pq.ParquetDataset(sorted(str(p) for p in gen_dir.glob("part-*.parquet"))).read(columns=["status"]) \
+                if any(gen_dir.glob("part-*.parquet")) else None
+            if table is not None and table.num_rows:
+                statuses = table.column("status").to_pylist()
+                result.update(status="partial", rows_written=len(statuses), scheduled=len(statuses),
+                              records={k: statuses.count(k) for k in ("ok", "failed", "cancelled")},
+                              parts=sorted(p.name for p in gen_dir.glob("part-*.parquet")))
+        return result
+
+    def _supersede(self, pid: str) -> None:
+        """Before (re)running a point, move any rows of an earlier unfinished attempt aside (no duplicates)."""
+        for sub in (REQUESTS_DIR, SERVER_METRICS_DIR):
+            old = self.run_dir / sub / f"point={pid}"
+            if old.exists():
+                dest = self.run_dir / "superseded" / time.strftime("%Y%m%d-%H%M%S") / sub / f"point={pid}"
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                os.replace(old, dest)
+
     def _stop_generators(self) -> None:
-        for g in self.generators:
+        for _, g in self.active:
             try:
                 g.stop.remote()
             except Exception:
@@ -366,7 +403,7 @@ class Runner:
 
     def _poll_progress(self) -> dict[str, int]:
         total: dict[str, int] = {}
-        refs = [g.progress.remote() for g in self.generators]
+        refs = [g.progress.remote() for _, g in self.active]
         for ref in refs:
             try:
                 for k, v in ray.get(ref, timeout=5).items():
@@ -378,7 +415,7 @@ class Runner:
     def _gather(self, pid: str, results: dict[int, dict[str, Any]], metric_parts: list[str]) -> None:
         """Bring part files written on other hosts into the run directory (no-op when they are already here)."""
         rel = f"requests/point={pid}"
-        for g, gen in enumerate(self.generators):
+        for g, gen in self.active:
             try:
                 parts = ray.get(gen.list_parts.remote(f"{rel}/gen={g}"), timeout=30)
                 for part in parts:
@@ -395,7 +432,8 @@ class Runner:
 
     def _finish_point(self, entry: dict[str, Any], plans: list[GeneratorPlan], results: dict[int, dict[str, Any]],
                       server_died: int | None) -> None:
-        gens = [results.get(g, {"generator": g, "status": "failed", "error": "no result"}) for g in range(len(plans))]
+        gens = [results.get(pl.generator, {"generator": pl.generator, "status": "failed", "error": "no result"})
+                for pl in plans]
         entry["generators"] = gens
         records = {"ok": 0, "failed": 0, "cancelled": 0}
         scheduled = 0
@@ -409,7 +447,7 @@ class Runner:
         flags = set(entry.get("flags") or [])
         load = self.spec.load
         for r in gens:
-            if r.get("status") == "failed":
+            if r.get("status") == "failed" or "died" in (r.get("error") or ""):
                 flags.add("generator_lost")
             if (r.get("loop_lag_p99_ms") or 0) > load.loop_lag_threshold_s * 1e3:
                 flags.add("client_saturated")
