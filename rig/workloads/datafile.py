@@ -11,6 +11,7 @@ human turn is the prompt (with any system turns before it as the system message)
 max_tokens hint when asked. Entries with no human turn (empty conversations are common in public dumps) are skipped;
 a file with no usable entry is an error. Entries without ``conversations`` are read as JSONL-style records.
 
+Format ``auto``: ``.jsonl`` is JSONL, ``.json`` is JSON, anything else is JSON if it starts with ``[``.
 Every problem is a one-line WorkloadError: ``<file>:<line>: what`` for JSONL, ``<file>: entry [i]: what`` for JSON.
 """
 
@@ -120,6 +121,11 @@ def _check_timestamps(entries: list[Entry]) -> None:
         prev = e
 
 
+def _json_msg(e: json.JSONDecodeError) -> str:
+    """The decoder's message without its dangling position words ("Unterminated string starting at")."""
+    return e.msg.removesuffix(" starting at")
+
+
 def _read_jsonl(path: str, text: str) -> list[Entry]:
     out = []
     for n, line in enumerate(text.splitlines(), 1):
@@ -128,7 +134,7 @@ def _read_jsonl(path: str, text: str) -> list[Entry]:
         try:
             obj = json.loads(line)
         except json.JSONDecodeError as e:
-            raise WorkloadError(f"{path}:{n}: not valid JSON ({e.msg} at column {e.colno})") from None
+            raise WorkloadError(f"{path}:{n}: not valid JSON at column {e.colno}: {_json_msg(e)}") from None
         out.append(_record(obj, f"{path}:{n}"))
     return out
 
@@ -168,7 +174,7 @@ def _read_json(path: str, text: str, fmt: str, use_reply_length: bool, cpt: floa
     try:
         data = json.loads(text)
     except json.JSONDecodeError as e:
-        raise WorkloadError(f"{path}:{e.lineno}: not valid JSON ({e.msg} at column {e.colno})") from None
+        raise WorkloadError(f"{path}:{e.lineno}: not valid JSON at column {e.colno}: {_json_msg(e)}") from None
     if not isinstance(data, list):
         raise WorkloadError(f"{path}: top level must be a JSON list of entries (got {type(data).__name__})")
     out = []
@@ -207,7 +213,13 @@ def _read_cached(_abs: str, path: str, _mtime: int, _size: int, fmt: str, use_re
     except OSError as e:
         raise WorkloadError(f"{path}: cannot read ({e.strerror})") from None
     if fmt == "auto":
-        fmt = "jsonl" if path.endswith(".jsonl") or not text.lstrip().startswith("[") else "json"
+        # By suffix; otherwise sniff: a JSON list starts with '['.
+        if path.endswith(".jsonl"):
+            fmt = "jsonl"
+        elif path.endswith(".json") or text.lstrip().startswith("["):
+            fmt = "json"
+        else:
+            fmt = "jsonl"
     entries = _read_jsonl(path, text) if fmt == "jsonl" else _read_json(path, text, fmt, use_reply_length, cpt)
     if not entries:
         raise WorkloadError(f"{path}: no usable entries (need at least one prompt)")
