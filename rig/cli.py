@@ -250,7 +250,8 @@ def _print_table(run_dir: Path) -> None:
     from rig.analysis.tables import campaign_table, render_campaign_table
 
     rows = campaign_table(run_dir)
-    Console().print(render_campaign_table(rows))
+    # Not a terminal (a pipe, a CI log): wide enough that no header or number is cut.
+    Console(width=None if sys.stdout.isatty() else 200).print(render_campaign_table(rows))
 
 
 class _ProgressUI:

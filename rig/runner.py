@@ -366,6 +366,9 @@ class Runner:
         self._gather(p.point, results, metric_parts)
         entry["ended_ts"] = time.time()
         entry["window_acceptance"] = engine_for(cfg.engine).window_acceptance(before, after) if after else None
+        # Counter increases over the point's window (warm-up excluded): the server's own token accounting.
+        entry["server_counters_delta"] = {k: after[k] - before.get(k, 0.0) for k in sorted(after)
+                                          if k.endswith("_total")} if after else None
         self._finish_point(entry, plans, results, server_died)
         self.progress.point_end(p.point, entry)
 
