@@ -48,8 +48,9 @@ def _rng(seed: int | np.random.Generator) -> np.random.Generator:
 
 def _check_rate(rate: float) -> float:
     if isinstance(rate, bool) or not isinstance(rate, (int, float, np.floating, np.integer)) \
-            or not math.isfinite(rate) or rate <= 0:
-        raise ValueError(f"arrival rate must be a finite number > 0 requests/s (got {rate!r})")
+            or not math.isfinite(rate) or not 1e-9 <= rate <= 1e9:
+        # Outside these bounds offsets overflow or collapse to zero: a unit mistake, not a load pattern.
+        raise ValueError(f"arrival rate must be a finite number > 0 requests/s, within [1e-9, 1e9] (got {rate!r})")
     return float(rate)
 
 
