@@ -22,8 +22,12 @@ def test_sampling_defaults_depend_on_workload() -> None:
 def test_dist_shorthands() -> None:
     s = WorkloadSpec(name="realistic", chat_output_tokens=256, chat_prompt_tokens={"median": 300})
     assert s.chat_output_tokens == Dist(median=256, sigma=0, min=256, max=256)
-    # A partial mapping keeps the other defaults.
+    # A partial mapping keeps the other defaults; so does a dotted key (the CLI's --workload-opt form).
     assert s.chat_prompt_tokens == Dist(median=300, sigma=1.0, min=8, max=4000)
+    d = WorkloadSpec(**{"name": "agentic", "think_time_s.median": 0, "think_time_s.min": 0})
+    assert d.think_time_s == Dist(median=0, sigma=1.0, min=0, max=60)
+    with pytest.raises(WorkloadError, match=r"^workload.think_time_s.mean: unknown option"):
+        WorkloadSpec(**{"name": "agentic", "think_time_s.mean": 1})
 
 
 @pytest.mark.parametrize("kw, expected", [

@@ -35,7 +35,7 @@ cycle (dataset)                   False                        a file is a finit
 
 Length distributions are ``Dist``: lognormal with a median and sigma (``median * exp(sigma * N(0,1))``), clipped to
 [min, max]; a plain number means a constant. A partial mapping (``{median: 500}``) keeps the workload's other
-defaults. For ``realistic`` and ``agentic`` the output distribution sets ``max_tokens``; with EOS honoured the real
+defaults, and so does a dotted key (``chat_prompt_tokens.median: 500``). For ``realistic`` and ``agentic`` the output distribution sets ``max_tokens``; with EOS honoured the real
 output can be shorter. Options that do not apply to the chosen workload are accepted and ignored, so one set of
 options can serve a sweep over several workloads.
 """
@@ -163,6 +163,11 @@ class WorkloadSpec(BaseModel):
         if not isinstance(data, dict):
             return data
         out = dict(data)
+        # Dotted keys (`--workload-opt chat_prompt_tokens.median=300`) address one field of a distribution.
+        for key in [k for k in out if isinstance(k, str) and "." in k]:
+            head, _, field = key.partition(".")
+            if head in _DIST_DEFAULTS and isinstance(out.get(head, {}), dict):
+                out[head] = {**out.get(head, {}), field: out.pop(key)}
         name = out.get("name")
         if isinstance(name, str):
             for key, value in _NAME_DEFAULTS.get(name, {}).items():
