@@ -12,6 +12,7 @@ buffered in memory and every few seconds (or rows) a whole part file is written 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import threading
@@ -174,9 +175,16 @@ class PartWriter:
             if not rows:
                 return
             path = self.directory / f"part-{self._next_part:05d}.parquet"
-            self._next_part += 1
             table = pa.Table.from_pylist(rows, schema=self.schema)
-            _atomic_write_table(table, path)
+            try:
+                _atomic_write_table(table, path)
+            except OSError:
+                # Disk full or unwritable: keep the rows for the next attempt, drop the half-written temp file.
+                self._rows = rows + self._rows
+                with contextlib.suppress(OSError):
+                    path.with_name(path.name + ".tmp").unlink()
+                raise
+            self._next_part += 1
             self.rows_written += len(rows)
             self.parts.append(path.name)
 

@@ -1,6 +1,7 @@
 """One generator driving one point against a fake server: closed and open loop, records, accounting, slip."""
 
 import asyncio
+import os
 import time
 
 import pyarrow.parquet as pq
@@ -106,3 +107,34 @@ def test_open_loop_duration_stops_new_arrivals(tmp_path):
     offs = tuple(0.05 * i for i in range(40))  # 2 s of arrivals
     summary = drive(tmp_path, sessions=sessions(40), arrivals=offs, duration_s=0.5)
     assert summary["scheduled"] == 10 == summary["rows_written"]
+
+
+def test_unwritable_output_keeps_rows_and_reports(tmp_path):
+    from rig.results import REQUEST_SCHEMA, PartWriter, empty_record
+
+    w = PartWriter(tmp_path / "parts", REQUEST_SCHEMA)
+    w.add({**empty_record(), "request_id": "a", "status": "ok"})
+    w.flush()
+    (tmp_path / "parts").chmod(0o500)
+    try:
+        w.add({**empty_record(), "request_id": "b", "status": "ok"})
+        if os.geteuid() == 0:  # root ignores permissions: simulate a full disk instead
+            import rig.results as results
+
+            orig = results._atomic_write_table
+            results._atomic_write_table = lambda *a: (_ for _ in ()).throw(OSError(28, "No space left on device"))
+            try:
+                with pytest.raises(OSError):
+                    w.flush()
+            finally:
+                results._atomic_write_table = orig
+        else:
+            with pytest.raises(OSError):
+                w.flush()
+        assert w.pending == 1 and w.rows_written == 1  # the row is kept for a retry
+    finally:
+        (tmp_path / "parts").chmod(0o700)
+    w.flush()
+    ids = [r for f in sorted((tmp_path / "parts").glob("part-*.parquet"))
+           for r in pq.read_table(f).column("request_id").to_pylist()]
+    assert w.rows_written == 2 and ids == ["a", "b"] and not list((tmp_path / "parts").glob("*.tmp"))

@@ -47,6 +47,7 @@ class PointRun:
                         "clock_offset_s": clock_offset_s}
         self.started_mono: float | None = None
         self.ended_mono: float | None = None
+        self.write_error: str | None = None
 
     def wall(self, mono: float) -> float:
         """Wall-clock time derived from the monotonic clock and one anchor (no NTP steps mid-run)."""
@@ -162,7 +163,11 @@ class PointRun:
     async def _flusher(self) -> None:
         while True:
             await asyncio.sleep(0.5)
-            await asyncio.to_thread(self.writer.maybe_flush)
+            try:
+                await asyncio.to_thread(self.writer.maybe_flush)
+                self.write_error = None
+            except OSError as e:  # keep driving; rows stay buffered and the next flush retries
+                self.write_error = f"cannot write part file: {e.strerror or e}"
 
     async def warmup(self, http: aiohttp.ClientSession) -> int:
         """Send the warm-up sessions; nothing is recorded. Returns how many succeeded."""
@@ -196,7 +201,11 @@ class PointRun:
             self.ended_mono = time.perf_counter()
             flusher.cancel()
             health = await monitor.stop() if monitor._task else {}
-            await asyncio.to_thread(self.writer.close)
+            try:
+                await asyncio.to_thread(self.writer.close)
+            except OSError as e:
+                status = "failed"
+                error = f"cannot write part file: {e.strerror or e}; {self.writer.pending} records not saved"
         return self.summary(status, error, health)
 
     def summary(self, status: str, error: str | None, health: dict[str, Any]) -> dict[str, Any]:
@@ -209,6 +218,7 @@ class PointRun:
             "status": status,
             "error": error,
             "rows_written": self.writer.rows_written,
+            "rows_unwritten": self.writer.pending,
             "parts": list(self.writer.parts),
             "scheduled": self.counts["scheduled"],
             "records": {k: self.counts[k] for k in ("ok", "failed", "cancelled")},
