@@ -111,9 +111,34 @@ class ClusterSpec(BaseModel):
     client_resource: str | None = None  # e.g. "client" (one per client host)
     per_host: int = Field(1, ge=1)  # generators per client host
     allow_generators_on_server_node: bool = True  # the embedded default runs everything on one node
-    shared_results: bool | None = None  # None: detect (same host or a shared path)
+    shared_results: bool | None = None  # None: detect (can each generator see the driver's results dir?)
+    # Where generators write part files when the driver's results dir is not visible to them: a local directory
+    # on each client host ({host}, {node_ip}, {node_id} are filled in there); the driver gathers through Ray.
+    spool_dir: str = "/tmp/rig-spool"
+    # A shared destination every generator writes to directly: a path on a shared filesystem (NFS) or a
+    # pyarrow filesystem URI (s3://bucket/prefix, gs://...). The driver copies it into results/<run_id>/.
+    results_uri: str | None = None
+    placement_timeout_s: float = Field(60.0, gt=0)  # how long generators may wait for a free slot
     object_store_memory_mb: int = Field(256, ge=64)
     num_cpus: int | None = None  # local Ray only
+
+    @field_validator("spool_dir")
+    @classmethod
+    def _spool_placeholders(cls, v: str) -> str:
+        try:
+            filled = v.format(host="h", node_ip="i", node_id="n")
+        except (KeyError, IndexError, ValueError):
+            raise ValueError("only the placeholders {host}, {node_ip} and {node_id} are allowed") from None
+        if not filled.strip():
+            raise ValueError("must be a directory path")
+        return v
+
+    @field_validator("results_uri")
+    @classmethod
+    def _uri(cls, v: str | None) -> str | None:
+        if v is not None and not v.strip():
+            raise ValueError("give a shared path or a URI such as s3://bucket/prefix")
+        return v.rstrip("/") if v else v
 
 
 class RunSpec(BaseModel):
