@@ -102,7 +102,7 @@ _GOOD = '{"prompt": "hello"}\n'
 def test_jsonl_errors_name_file_line_and_problem(tmp_path: Path, lines: str, where: int, what: str) -> None:
     path = _write(tmp_path, "bad.jsonl", lines)
     with pytest.raises(WorkloadError) as e:
-        build_sessions(_spec(path), seed=0, n_sessions=1)
+        _spec(path)  # the file is read when the spec is validated: a bad file stops a run before it starts
     msg = str(e.value)
     assert "\n" not in msg
     assert msg.startswith(f"{path}:{where}: {what}")
@@ -122,30 +122,38 @@ def test_jsonl_errors_name_file_line_and_problem(tmp_path: Path, lines: str, whe
 def test_json_errors_name_file_entry_and_problem(tmp_path: Path, doc: str, what: str) -> None:
     path = _write(tmp_path, "bad.json", doc)
     with pytest.raises(WorkloadError) as e:
-        build_sessions(_spec(path), seed=0, n_sessions=1)
-    assert str(e.value) == f"{path}: {what}" or str(e.value).startswith(f"{path}: {what}")
+        _spec(path)
+    assert str(e.value).startswith(f"{path}: {what}") and "\n" not in str(e.value)
 
 
 def test_json_parse_error_names_the_line(tmp_path: Path) -> None:
     path = _write(tmp_path, "bad.json", '[\n  {"conversations": []},\n  {"conversations": [}\n]')
     with pytest.raises(WorkloadError, match=rf"^{path}:3: not valid JSON at column 22: Expecting value"):
-        build_sessions(_spec(path), seed=0, n_sessions=1)
+        _spec(path)
 
 
 def test_sharegpt_format_requires_conversations(tmp_path: Path) -> None:
     path = _write(tmp_path, "x.json", json.dumps([{"prompt": "a"}]))
     assert len(build_sessions(_spec(path), seed=0, n_sessions=3)) == 1  # auto: JSONL-style records in a list
     with pytest.raises(WorkloadError, match=r"entry \[0\]: missing 'conversations'"):
-        build_sessions(_spec(path, format="sharegpt"), seed=0, n_sessions=1)
+        _spec(path, format="sharegpt")
 
 
 def test_unreadable_files(tmp_path: Path) -> None:
     with pytest.raises(WorkloadError, match=r"nope.jsonl: cannot read \(No such file or directory\)"):
-        build_sessions(_spec(tmp_path / "nope.jsonl"), seed=0, n_sessions=1)
+        _spec(tmp_path / "nope.jsonl")
     bad = tmp_path / "latin1.jsonl"
     bad.write_bytes(b'{"prompt": "caf\xe9"}\n')
     with pytest.raises(WorkloadError, match=r"latin1.jsonl: not UTF-8 text"):
-        build_sessions(_spec(bad), seed=0, n_sessions=1)
+        _spec(bad)
+
+
+def test_file_broken_after_validation_fails_at_build(tmp_path: Path) -> None:
+    path = _write(tmp_path, "p.jsonl", _GOOD)
+    spec = _spec(path)
+    path.write_text(_GOOD + "{oops\n")
+    with pytest.raises(WorkloadError, match=rf"^{path}:2: not valid JSON"):
+        build_sessions(spec, seed=0, n_sessions=2)
 
 
 def test_edited_file_is_reread(tmp_path: Path) -> None:

@@ -202,14 +202,23 @@ class WorkloadSpec(BaseModel):
 
     @model_validator(mode="after")
     def _workload_needs(self) -> "WorkloadSpec":
-        if self.name == "dataset" and not self.path:
-            raise ValueError("path is required for the dataset workload (a ShareGPT .json or a .jsonl file)")
+        if self.name == "dataset":
+            if not self.path:
+                raise ValueError("path is required for the dataset workload (a ShareGPT .json or a .jsonl file)")
+            # Read the file now (cached), so a bad file stops the run before any server starts.
+            from rig.workloads.datafile import read_dataset
+
+            read_dataset(self.path, self.format, use_reply_length=self.use_reply_length,
+                         chars_per_token=self.text_chars_per_token)
         return self
 
 
 def _one_line(err: ValidationError) -> str:
     """The first validation problem as ``workload.<key>: <what> (got <value>)`` on one line."""
     first = err.errors()[0]
+    cause = (first.get("ctx") or {}).get("error")
+    if isinstance(cause, WorkloadError):  # a dataset file's own message already names the file and line
+        return str(cause)
     loc = ".".join(str(p) for p in first["loc"])
     msg = str(first["msg"]).removeprefix("Value error, ").replace("\n", " ")
     if first["type"] == "extra_forbidden":
