@@ -1,4 +1,12 @@
-"""Ray connection, node discovery, pre-flight checks and placement of the server and load generators."""
+"""Ray connection, node discovery, pre-flight checks and placement of the server and load generators.
+
+Placement rules (see ``reference/ray-notes.md``):
+- the server asks for its GPUs (that is what sets CUDA_VISIBLE_DEVICES) plus the server label and/or resource;
+- generators get a hard per-host guarantee: either a count resource (each client host advertises ``client: 1`` and
+  each generator takes ``1 / per_host`` of it) or a STRICT_SPREAD placement group over the client label;
+- unless allowed, generators are kept off the server node(s) by a ``ray.io/node-id`` label selector.
+Every way the cluster can fall short is a ``ClusterError`` with a one-line message.
+"""
 
 from __future__ import annotations
 
@@ -6,16 +14,24 @@ import logging
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import Any, Iterable
 
 import ray
 from ray.util.placement_group import placement_group, remove_placement_group
-from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy, PlacementGroupSchedulingStrategy
 
 from rig.config import ClusterSpec
+from rig.loadgen import spool
+
+NODE_ID_LABEL = "ray.io/node-id"
 
 
-class PlacementError(RuntimeError):
+class ClusterError(RuntimeError):
+    """The cluster cannot be reached or cannot host the run; the message is one line."""
+
+
+class PlacementError(ClusterError):
     """The cluster cannot host the run as asked; one line saying what is missing."""
 
 
@@ -29,11 +45,18 @@ class Placement:
     client_nodes: list[str]
     local: bool
     placement_group: Any = None
+    server_nodes: list[str] = field(default_factory=list)
+    per_host: int = 1
+    allow_on_server: bool = True
     notes: list[str] = field(default_factory=list)
 
 
+# ---------------------------------------------------------------------------------------------------- connection
 def connect(spec: ClusterSpec, n_generators: int) -> dict[str, Any]:
-    """Start local Ray (embedded default) or join the cluster at spec.address. Returns a description."""
+    """Start local Ray (embedded default) or join the cluster at spec.address. Returns a description.
+
+    Joining an existing cluster never changes it: ``ray.shutdown()`` afterwards only disconnects this driver.
+    """
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     if ray.is_initialized():
         return describe_nodes()
@@ -45,7 +68,11 @@ def connect(spec: ClusterSpec, n_generators: int) -> dict[str, Any]:
         ray.init(address="local", num_cpus=cpus, num_gpus=0, object_store_memory=spec.object_store_memory_mb * 2**20,
                  **common)
     else:
-        ray.init(address=spec.address, **common)
+        try:
+            ray.init(address=spec.address, **common)
+        except Exception as e:  # ConnectionError, auth mismatch, version mismatch, ...
+            first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+            raise ClusterError(f"cannot join the Ray cluster at {spec.address}: {first[:300]}") from None
     return describe_nodes()
 
 
@@ -64,13 +91,19 @@ def describe_nodes() -> dict[str, Any]:
             "gpus": res.get("GPU", 0),
             "resources": {k: v for k, v in res.items() if not k.startswith(("node:", "memory", "object_store"))},
         })
-    return {"ray_version": ray.__version__, "nodes": nodes}
+    try:
+        driver_node = ray.get_runtime_context().get_node_id()
+    except Exception:
+        driver_node = None
+    return {"ray_version": ray.__version__, "nodes": nodes, "driver_node": driver_node,
+            "driver_ip": ray.util.get_node_ip_address()}
 
 
+# ---------------------------------------------------------------------------------------------------- pre-flight
 def _matches(node: dict[str, Any], label: dict[str, str], resource: str | None) -> bool:
     if label and any(node["labels"].get(k) != v for k, v in label.items()):
         return False
-    if resource and node["resources"].get(resource, 0) < 1:
+    if resource and node["resources"].get(resource, 0) <= 0:
         return False
     return True
 
@@ -80,8 +113,16 @@ def _describe_selector(label: dict[str, str], resource: str | None) -> str:
     return " and ".join(parts) or "any node"
 
 
-def plan_placement(spec: ClusterSpec, nodes: list[dict[str, Any]], n_gpus: int, n_generators: int) -> Placement:
+def _exclude(node_ids: Iterable[str]) -> dict[str, str]:
+    ids = sorted(set(node_ids))
+    return {NODE_ID_LABEL: f"!in({','.join(ids)})"} if ids else {}
+
+
+def plan_placement(spec: ClusterSpec, nodes: list[dict[str, Any]], n_gpus: int, n_generators: int,
+                   timeout_s: float | None = None) -> Placement:
     """Pre-flight: check the nodes can host the server and the generators, and say how to place them."""
+    if n_generators < 1:
+        raise PlacementError("at least one load generator is needed (--clients >= 1)")
     local = spec.address is None
     if local:
         return Placement(
@@ -90,68 +131,299 @@ def plan_placement(spec: ClusterSpec, nodes: list[dict[str, Any]], n_gpus: int, 
             server_node=nodes[0]["node_id"] if nodes else None,
             client_nodes=[nodes[0]["node_id"]] * n_generators if nodes else [],
             local=True,
+            server_nodes=[nodes[0]["node_id"]] if nodes else [],
+            per_host=max(n_generators, spec.per_host),
         )
+    timeout_s = timeout_s if timeout_s is not None else spec.placement_timeout_s
+
+    # --- the server
     servers = [n for n in nodes if _matches(n, spec.server_label, spec.server_resource)]
+    if n_gpus and not (spec.server_label or spec.server_resource):
+        servers = [n for n in servers if n["gpus"] > 0]
     if not servers:
         raise PlacementError(f"no alive node has {_describe_selector(spec.server_label, spec.server_resource)} "
                              f"for the server ({len(nodes)} nodes in the cluster)")
     if n_gpus and not any(n["gpus"] >= n_gpus for n in servers):
         best = max(n["gpus"] for n in servers)
         raise PlacementError(f"the server needs {n_gpus} GPUs on one node; the server node(s) have at most {best:g}")
-    server_opts: dict[str, Any] = {"num_cpus": 1, "num_gpus": n_gpus}
+    if n_gpus:
+        servers = [n for n in servers if n["gpus"] >= n_gpus]
+    server_cpus = 1 if any(n["cpus"] >= 1 for n in servers) else 0
+    server_opts: dict[str, Any] = {"num_cpus": server_cpus, "num_gpus": n_gpus}
     if spec.server_label:
         server_opts["label_selector"] = dict(spec.server_label)
     if spec.server_resource:
         server_opts["resources"] = {spec.server_resource: 1}
-    server_node = servers[0]["node_id"] if len(servers) == 1 else None
+    server_ids = [s["node_id"] for s in servers]
+    server_node = server_ids[0] if len(server_ids) == 1 else None
 
+    # --- the generators
     clients = [n for n in nodes if _matches(n, spec.client_label, spec.client_resource)]
-    if not spec.allow_generators_on_server_node:
-        clients = [n for n in clients if n["node_id"] not in {s["node_id"] for s in servers}]
-    capacity = len(clients) * spec.per_host
+    avoid = [] if spec.allow_generators_on_server_node else server_ids
+    clients = [n for n in clients if n["node_id"] not in set(avoid)]
+    if not spec.client_label and not spec.client_resource:
+        clients = [n for n in clients if n["cpus"] >= 1]  # e.g. a head started with --num-cpus=0 hosts nothing
+    where = _describe_selector(spec.client_label, spec.client_resource)
+    off_server = "" if spec.allow_generators_on_server_node else ", not the server node"
+    per_host = spec.per_host
+    if spec.client_resource:
+        # Each generator takes 1/per_host of the host's count resource: a host advertising 1 runs per_host
+        # generators, one advertising k runs k * per_host. A hard guarantee: extra generators queue, never double up.
+        share = 1.0 / per_host
+        slots = {n["node_id"]: int(n["resources"].get(spec.client_resource, 0) * per_host + 1e-9) for n in clients}
+        capacity = sum(slots.values())
+    else:
+        slots = {n["node_id"]: per_host if n["cpus"] >= per_host else 0 for n in clients}
+        capacity = sum(slots.values())
     if capacity < n_generators:
+        hosts = sum(1 for v in slots.values() if v > 0)
         raise PlacementError(
-            f"{n_generators} generators asked for, but only {len(clients)} client host(s) with "
-            f"{_describe_selector(spec.client_label, spec.client_resource)} x per_host {spec.per_host} = {capacity}")
-    gen_opts: list[dict[str, Any]] = []
+            f"{n_generators} generator(s) asked for, but only {hosts} client host(s) with {where}{off_server} "
+            f"x per_host {per_host} = {capacity} slot(s); add client hosts or lower --clients")
+
+    selector = {**dict(spec.client_label), **_exclude(avoid)}
     pg = None
     if spec.client_resource:
-        # A count resource: each client host advertises per_host, each generator takes 1 (hard guarantee).
-        gen_opts = [{"num_cpus": 0, "resources": {spec.client_resource: 1}} for _ in range(n_generators)]
+        opts: dict[str, Any] = {"num_cpus": 0, "resources": {spec.client_resource: share}}
+        if selector:
+            opts["label_selector"] = selector
+        gen_opts = [dict(opts) for _ in range(n_generators)]
     else:
-        hosts = min(len(clients), -(-n_generators // spec.per_host))
-        bundle_selector = [dict(spec.client_label)] * hosts if spec.client_label else None
+        hosts = -(-n_generators // per_host)
         kwargs: dict[str, Any] = {"strategy": "STRICT_SPREAD"}
-        if bundle_selector:
-            kwargs["bundle_label_selector"] = bundle_selector
-        pg = placement_group([{"CPU": spec.per_host}] * hosts, **kwargs)
+        if selector:
+            kwargs["bundle_label_selector"] = [dict(selector) for _ in range(hosts)]
+        pg = placement_group([{"CPU": per_host}] * hosts, **kwargs)
         try:
-            ray.get(pg.ready(), timeout=60)
+            ray.get(pg.ready(), timeout=timeout_s)
         except Exception:
             remove_placement_group(pg)
-            raise PlacementError(f"could not spread {hosts} generator bundles over distinct client hosts "
-                                 f"within 60s (STRICT_SPREAD)") from None
-        gen_opts = [{"num_cpus": 1, "scheduling_strategy": PlacementGroupSchedulingStrategy(pg, i % hosts)}
+            raise PlacementError(f"could not spread {hosts} generator bundle(s) of {per_host} CPU over distinct "
+                                 f"client hosts with {where}{off_server} within {timeout_s:g}s (STRICT_SPREAD); "
+                                 f"are their CPUs in use?") from None
+        gen_opts = [{"num_cpus": 1, "scheduling_strategy": PlacementGroupSchedulingStrategy(pg, i // per_host)}
                     for i in range(n_generators)]
     return Placement(server_opts, gen_opts, server_node, [c["node_id"] for c in clients], local=False,
-                     placement_group=pg)
+                     placement_group=pg, server_nodes=server_ids, per_host=per_host,
+                     allow_on_server=spec.allow_generators_on_server_node)
+
+
+def verify_generators(placement: Placement, gen_info: list[dict[str, Any]]) -> None:
+    """After the generators started: each is on an allowed client host, at most per_host per host."""
+    if placement.local:
+        return
+    per_node: dict[str, int] = {}
+    for info in gen_info:
+        node = info.get("node_id")
+        per_node[node] = per_node.get(node, 0) + 1
+        if not placement.allow_on_server and node in placement.server_nodes:
+            raise PlacementError(f"generator {info['generator']} landed on the server node {info.get('node_ip')}")
+        if placement.client_nodes and node not in placement.client_nodes:
+            raise PlacementError(f"generator {info['generator']} landed on {info.get('node_ip')}, not a client host")
+    crowded = {n: k for n, k in per_node.items() if k > placement.per_host}
+    if crowded:
+        node, k = next(iter(crowded.items()))
+        ip = next(i.get("node_ip") for i in gen_info if i.get("node_id") == node)
+        raise PlacementError(f"{k} generators landed on one client host ({ip}); per_host is {placement.per_host}")
+
+
+def wait_started(handles: list[Any], timeout_s: float, what: str = "generator") -> list[Any]:
+    """ray.get of each actor's info(), with a one-line error naming the actors that never got placed."""
+    refs = [h.info.remote() for h in handles]
+    ready, pending = ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
+    if pending:
+        idx = [refs.index(r) for r in pending]
+        raise PlacementError(f"{len(pending)} {what}(s) ({', '.join(map(str, idx[:8]))}) could not be placed within "
+                             f"{timeout_s:g}s: the cluster has no free slot for them (resources in use?)")
+    return ray.get(refs)
+
+
+# ---------------------------------------------------------------------------------------------------- clocks
+def best_offset(samples: Iterable[tuple[float, float, float]]) -> tuple[float, float]:
+    """(offset, rtt) from (t_send, t_remote, t_recv) samples: the lowest-RTT one wins.
+
+    offset = remote clock - driver clock, so a remote timestamp ts is ``ts - offset`` on the driver's clock.
+    """
+    best: tuple[float, float] | None = None
+    for t0, t_remote, t1 in samples:
+        rtt = t1 - t0
+        if best is None or rtt < best[1]:
+            best = (t_remote - (t0 + t1) / 2, rtt)
+    if best is None:
+        raise ValueError("no clock samples")
+    return best
 
 
 def measure_clock_offset(actor: Any, pings: int = 15) -> tuple[float, float]:
     """(offset, rtt) of an actor's clock against the driver's, from the lowest-RTT of several pings."""
-    best: tuple[float, float] | None = None
+    ray.get(actor.clock.remote())  # warm the path (first call pays connection setup)
+    samples = []
     for _ in range(pings):
         t0 = time.time()
         t_actor = ray.get(actor.clock.remote())
-        t1 = time.time()
-        rtt = t1 - t0
-        offset = t_actor - (t0 + t1) / 2
-        if best is None or rtt < best[1]:
-            best = (offset, rtt)
-    assert best is not None
-    return best
+        samples.append((t0, t_actor, time.time()))
+    return best_offset(samples)
+
+
+def host_clocks(gen_info: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per client host (node IP): its clock offset and RTT (from its lowest-RTT generator) and its generators."""
+    hosts: dict[str, dict[str, Any]] = {}
+    for g in gen_info:
+        key = g.get("node_ip") or g.get("host") or "?"
+        h = hosts.setdefault(key, {"host": g.get("host"), "node_id": g.get("node_id"), "generators": []})
+        h["generators"].append(g["generator"])
+        if g.get("clock_rtt_s") is not None and (h.get("clock_rtt_s") is None or g["clock_rtt_s"] < h["clock_rtt_s"]):
+            h["clock_offset_s"], h["clock_rtt_s"] = g["clock_offset_s"], g["clock_rtt_s"]
+            h["clock_uncertainty_s"] = g["clock_rtt_s"] / 2
+    return hosts
+
+
+# ---------------------------------------------------------------------------------------------------- node files
+def _on_node(node_id: str) -> dict[str, Any]:
+    return {"num_cpus": 0, "scheduling_strategy": NodeAffinitySchedulingStrategy(node_id, soft=False),
+            "max_retries": 0}
+
+
+@ray.remote
+def _list_files(root: str, rel_dir: str, pattern: str) -> list[str]:
+    base = Path(root)
+    d = base / rel_dir
+    return sorted(str(p.relative_to(base)) for p in d.rglob(pattern)) if d.exists() else []
+
+
+@ray.remote
+def _read_files(root: str, rels: list[str]) -> dict[str, bytes]:
+    return {r: (Path(root) / r).read_bytes() for r in rels}
+
+
+@ray.remote
+def _remove_files(root: str, rels: list[str]) -> int:
+    n = 0
+    for r in rels:
+        try:
+            (Path(root) / r).unlink()
+            n += 1
+        except FileNotFoundError:
+            pass
+    return n
+
+
+def list_node_files(node_id: str, root: str, rel_dir: str, pattern: str = "part-*.parquet",
+                    timeout_s: float = 30) -> list[str]:
+    """Files under root/rel_dir on a node (works after the actor that wrote them died, while the node lives)."""
+    return ray.get(_list_files.options(**_on_node(node_id)).remote(root, rel_dir, pattern), timeout=timeout_s)
+
+
+def read_node_files(node_id: str, root: str, rels: list[str], timeout_s: float = 120
+                    ) -> Iterable[tuple[str, bytes]]:
+    """Yield (rel, bytes) of files on a node, a few at a time (part files are small: a few MB at most)."""
+    batch = 16
+    for i in range(0, len(rels), batch):
+        got = ray.get(_read_files.options(**_on_node(node_id)).remote(root, rels[i:i + batch]), timeout=timeout_s)
+        yield from got.items()
+
+
+def remove_node_files(node_id: str, root: str, rels: list[str], timeout_s: float = 30) -> int:
+    if not rels:
+        return 0
+    return ray.get(_remove_files.options(**_on_node(node_id)).remote(root, rels), timeout=timeout_s)
 
 
 def release(placement: Placement | None) -> None:
     if placement is not None and placement.placement_group is not None:
         remove_placement_group(placement.placement_group)
+
+
+# ---------------------------------------------------------------------------------------------------- results
+def set_outputs(spec: ClusterSpec, run_dir: Path, run_id: str, generators: list[Any],
+                gen_info: list[dict[str, Any]]) -> None:
+    """Decide where each generator writes its part files, tell it, and record it in ``gen_info``.
+
+    - ``results_uri`` a path (NFS) -> every generator writes there directly (``shared``);
+    - ``results_uri`` an object store -> each writes its local spool and ships every closed part there (``ship``);
+    - else the driver's results dir when the generator sees it (``direct``; ``shared_results: true`` insists on
+      it), or a local spool on the generator's host (``spool``; ``shared_results: false`` forces it).
+    Spooled parts reach the driver through Ray at the end of each point (``gather_parts``).
+    """
+    import secrets
+
+    out_root = str(Path(run_dir).resolve())
+    spool_root = f"{spec.spool_dir.rstrip('/')}/{run_id}"
+    probe = Path(out_root) / f".visible-{secrets.token_hex(6)}"
+    token = secrets.token_hex(16)
+    probe.write_text(token)
+    try:
+        sees = ray.get([g.sees.remote(str(probe), token) for g in generators], timeout=60)
+    finally:
+        probe.unlink(missing_ok=True)
+    plans: list[tuple[str, str | None, str]] = []
+    for info, seen in zip(gen_info, sees):
+        if spec.results_uri and not spool.is_remote_uri(spec.results_uri):
+            plans.append((f"{spool.local_path(spec.results_uri)}/{run_id}", None, "shared"))
+        elif spec.results_uri:
+            plans.append((spool_root, f"{spec.results_uri}/{run_id}", "ship"))
+        elif spec.shared_results is True:
+            if not seen:
+                raise ClusterError(f"shared_results is true, but generator {info['generator']} on "
+                                   f"{info.get('host')} ({info.get('node_ip')}) does not see {out_root}")
+            plans.append((out_root, None, "direct"))
+        elif spec.shared_results is None and seen:
+            plans.append((out_root, None, "direct"))
+        else:
+            plans.append((spool_root, None, "spool"))
+    problems = ray.get([g.set_output.remote(root, uri) for g, (root, uri, _) in zip(generators, plans)], timeout=120)
+    for info, (root, uri, mode), problem in zip(gen_info, plans, problems):
+        if problem:
+            raise ClusterError(f"generator {info['generator']} on {info.get('host')} ({info.get('node_ip')}) "
+                               f"cannot write its results: {problem}")
+        info["output_mode"], info["ship_uri"] = mode, uri
+    infos = ray.get([g.info.remote() for g in generators])
+    for info, now in zip(gen_info, infos):
+        info["spool_root"] = now["spool_root"]  # filled in for its host
+
+
+def gather_parts(run_dir: Path, rel_dir: str, info: dict[str, Any], results_uri: str | None = None,
+                 run_id: str | None = None) -> dict[str, int]:
+    """Bring one generator's part files under ``rel_dir`` into ``run_dir``; returns counts.
+
+    From the shared URI first (nothing through Ray), then anything still missing from the generator's host
+    through a task pinned to that node (this works after the generator actor died, while its node lives).
+    Spooled copies that arrived are removed from the generator's host.
+    """
+    run_dir = Path(run_dir)
+    dest_dir = run_dir / rel_dir
+    have = {p.name for p in dest_dir.glob("part-*.parquet")} if dest_dir.exists() else set()
+    counts = {"from_uri": 0, "from_host": 0, "removed": 0}
+    mode = info.get("output_mode", "direct")
+    if mode == "direct":
+        return counts
+    if results_uri and run_id:
+        try:
+            fs, base, _ = spool.open_uri(spool.local_path(results_uri) if not spool.is_remote_uri(results_uri)
+                                         else results_uri)
+            src = f"{base}/{run_id}/{rel_dir}"
+            for name in spool.list_parts(fs, src):
+                if name not in have:
+                    _write_atomic(dest_dir / name, spool.read(fs, f"{src}/{name}"))
+                    have.add(name)
+                    counts["from_uri"] += 1
+        except Exception:  # the driver may not reach the URI: fall back to the generator's host
+            pass
+    node, root = info.get("node_id"), info.get("spool_root")
+    if node and root and Path(root).resolve() != run_dir.resolve():
+        listed = list_node_files(node, root, rel_dir)
+        missing = [r for r in listed if Path(r).name not in have]
+        for rel, data in read_node_files(node, root, missing):
+            _write_atomic(run_dir / rel, data)
+            have.add(Path(rel).name)
+            counts["from_host"] += 1
+        if mode in ("spool", "ship"):
+            counts["removed"] = remove_node_files(node, root, [r for r in listed if Path(r).name in have])
+    return counts
+
+
+def _write_atomic(dest: Path, data: bytes) -> None:
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.with_name(dest.name + ".tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, dest)

@@ -201,23 +201,29 @@ class Runner:
         self._started_ray = not ray.is_initialized()
         self.progress.status("starting Ray" if self.spec.cluster.address is None else
                              f"connecting to Ray at {self.spec.cluster.address}")
-        layout = cluster.connect(self.spec.cluster, n)
-        gpus = max(engine_for(c.engine).num_gpus(c) for c in self.spec.server_configs())
-        self.placement = cluster.plan_placement(self.spec.cluster, layout["nodes"], gpus, n)
-        Gen = generator_class()
-        out_root = str(self.run_dir.resolve())
-        self.generators = [Gen.options(**opts).remote(i, out_root) for i, opts in enumerate(self.placement.generator_options)]
-        self.active = list(enumerate(self.generators))
-        self.gen_info = ray.get([g.info.remote() for g in self.generators])
-        problems = [p for p in ray.get([g.can_write.remote() for g in self.generators]) if p]
-        if problems:
-            raise RunError(f"a generator cannot write its results: {problems[0]}")
+        try:
+            layout = cluster.connect(self.spec.cluster, n)
+            gpus = max(engine_for(c.engine).num_gpus(c) for c in self.spec.server_configs())
+            self.placement = cluster.plan_placement(self.spec.cluster, layout["nodes"], gpus, n)
+            Gen = generator_class()
+            out_root = str(self.run_dir.resolve())
+            self.generators = [Gen.options(**opts).remote(i, out_root)
+                               for i, opts in enumerate(self.placement.generator_options)]
+            self.active = list(enumerate(self.generators))
+            self.gen_info = cluster.wait_started(self.generators, self.spec.cluster.placement_timeout_s)
+            cluster.verify_generators(self.placement, self.gen_info)
+            cluster.set_outputs(self.spec.cluster, self.run_dir, self.spec.run_id, self.generators, self.gen_info)
+        except cluster.ClusterError as e:
+            raise RunError(str(e)) from None
         for g, info in zip(self.generators, self.gen_info):
+            # offset = generator clock - driver clock; every record carries it (driver time = ts - offset)
             offset, rtt = cluster.measure_clock_offset(g)
             info["clock_offset_s"], info["clock_rtt_s"] = offset, rtt
             ray.get(g.set_clock_offset.remote(offset))
         self.manifest["cluster"] = {**layout, "local": self.placement.local, "generators": self.gen_info,
-                                    "server_node": self.placement.server_node}
+                                    "hosts": cluster.host_clocks(self.gen_info),
+                                    "server_node": self.placement.server_node,
+                                    "results_uri": self.spec.cluster.results_uri}
         self.save()
 
     # ---------------------------------------------------------------- server
@@ -377,6 +383,10 @@ class Runner:
         self.active = [(g, h) for g, h in self.active if g != gid]
         result: dict[str, Any] = {"generator": gid, "status": "failed", "error": why, "rows_written": 0,
                                   "records": {"ok": 0, "failed": 0, "cancelled": 0}, "scheduled": 0}
+        try:
+            self._gather_one(pid, gid)  # its parts may still be on its host (the node outlives the actor)
+        except Exception:
+            pass  # its host is gone too: count what reached the results dir
         gen_dir = requests_dir(self.run_dir, pid, gid)
         if gen_dir.exists():
             table = pq.ParquetDataset(sorted(str(p) for p in gen_dir.glob("part-*.parquet"))).read(columns=["status"]) \
@@ -417,21 +427,23 @@ class Runner:
 
     def _gather(self, pid: str, results: dict[int, dict[str, Any]], metric_parts: list[str]) -> None:
         """Bring part files written on other hosts into the run directory (no-op when they are already here)."""
-        rel = f"requests/point={pid}"
-        for g, gen in self.active:
+        for g, _ in self.active:
             try:
-                parts = ray.get(gen.list_parts.remote(f"{rel}/gen={g}"), timeout=30)
-                for part in parts:
-                    dest = self.run_dir / part
-                    if not dest.exists():
-                        data = ray.get(gen.read_part.remote(part), timeout=120)
-                        _write_bytes(dest, data)
-            except Exception:
-                results.setdefault(g, {}).setdefault("error", "could not gather part files from this generator")
+                results.setdefault(g, {})["gathered"] = self._gather_one(pid, g)
+            except Exception as e:
+                why = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+                results.setdefault(g, {}).setdefault("error", f"could not gather part files from this generator: {why}")
         for part in metric_parts:
             dest = self.run_dir / part
             if not dest.exists():
                 _write_bytes(dest, ray.get(self.server.read_file.remote(part)))
+
+    def _gather_one(self, pid: str, gid: int) -> dict[str, int]:
+        info = next((i for i in self.gen_info if i["generator"] == gid), None)
+        if info is None:
+            return {}
+        rel = str(requests_dir(Path("."), pid, gid))
+        return cluster.gather_parts(self.run_dir, rel, info, self.spec.cluster.results_uri, self.spec.run_id)
 
     def _finish_point(self, entry: dict[str, Any], plans: list[GeneratorPlan], results: dict[int, dict[str, Any]],
                       server_died: int | None) -> None:

@@ -11,8 +11,10 @@ from typing import Any
 
 import ray
 
+from rig.loadgen import spool
 from rig.loadgen.drive import PointRun, make_session
 from rig.loadgen.plan import GeneratorPlan
+from rig.results import requests_dir
 
 
 class LoadGenerator:
@@ -21,23 +23,44 @@ class LoadGenerator:
     def __init__(self, generator: int, out_root: str, spool_root: str | None = None):
         self.generator = generator
         self.out_root = Path(out_root)
-        # Where part files are written on this host: the results dir itself when it is shared/local,
-        # else a local spool the driver gathers from at the end.
-        self.spool_root = Path(spool_root) if spool_root else self.out_root
         self.host = socket.gethostname()
         try:
             self.node_ip = ray.util.get_node_ip_address()
             self.node_id = ray.get_runtime_context().get_node_id()
         except Exception:  # outside Ray (tests)
             self.node_ip, self.node_id = "127.0.0.1", None
+        # Where part files are written on this host: the results dir itself when it is shared/local,
+        # else a local spool ({host}, {node_ip}, {node_id} filled in) the driver gathers from at the end.
+        self.spool_root = Path(self._fill(spool_root)) if spool_root else self.out_root
+        self.shipper: spool.Shipper | None = None  # copies closed parts to a shared URI as they appear
         self.clock_offset_s = 0.0
         self._http = None
         self._current: PointRun | None = None
         self._task: asyncio.Task | None = None
 
+    def _fill(self, template: str) -> str:
+        return spool.fill(template, self.host, self.node_ip, self.node_id)
+
     async def info(self) -> dict[str, Any]:
         return {"generator": self.generator, "host": self.host, "node_ip": self.node_ip, "node_id": self.node_id,
                 "pid": os.getpid(), "spool_root": str(self.spool_root)}
+
+    async def sees(self, path: str, token: str) -> bool:
+        """Whether this host sees the driver's file at ``path`` holding ``token`` (same host or a shared FS)."""
+        try:
+            return Path(path).read_text() == token
+        except OSError:
+            return False
+
+    async def set_output(self, root: str, ship_uri: str | None = None) -> str | None:
+        """Write part files under ``root`` (a template filled for this host); with ``ship_uri``, also copy each
+        closed part there as it appears. Returns None, or why this host cannot write there."""
+        self.spool_root = Path(self._fill(root))
+        self.shipper = spool.Shipper(self.spool_root, ship_uri) if ship_uri else None
+        problem = await self.can_write()
+        if problem is None and self.shipper is not None:
+            problem = await asyncio.to_thread(self.shipper.check)
+        return problem
 
     async def clock(self) -> float:
         return time.time()
@@ -68,10 +91,30 @@ class LoadGenerator:
         assert self._current is not None, "prepare() first"
         start_mono = time.perf_counter() + (start_wall + self.clock_offset_s - time.time())
         self._task = asyncio.get_running_loop().create_task(self._current.run(self._http, start_mono))
+        shipping = asyncio.get_running_loop().create_task(self._ship_loop()) if self.shipper else None
         try:
-            return await asyncio.shield(self._task)
+            result = await asyncio.shield(self._task)
         finally:
             self._task = None
+            if shipping is not None:
+                shipping.cancel()
+                await asyncio.gather(shipping, return_exceptions=True)
+        if self.shipper is not None:
+            await asyncio.to_thread(self.shipper.ship, self._rel_dir())  # the last parts, closed by run()
+            result.update(self.shipper.summary())
+        return result
+
+    def _rel_dir(self) -> str:
+        assert self._current is not None
+        plan = self._current.plan
+        return str(requests_dir(Path("."), plan.point.point, plan.generator))
+
+    async def _ship_loop(self, every_s: float = 1.0) -> None:
+        """Copy closed part files to the shared URI while the point runs (they survive this host)."""
+        assert self.shipper is not None
+        while True:
+            await asyncio.sleep(every_s)
+            await asyncio.to_thread(self.shipper.ship, self._rel_dir())
 
     async def stop(self) -> None:
         """Stop the running point: in-flight requests are recorded as cancelled, part files closed."""
