@@ -104,11 +104,7 @@ class ServerActor:
         return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
 
     def log_tail(self, lines: int = 15) -> str:
-        try:
-            text = self.log_path.read_text(errors="replace")
-        except OSError:
-            return ""
-        return "\n".join(text.rstrip().splitlines()[-lines:])
+        return "\n".join(self._log_text().rstrip().splitlines()[-lines:])
 
     async def wait_ready(self, timeout_s: float | None = None) -> dict[str, Any]:
         """Poll the health endpoint until 200; fail fast if the process exits. Returns startup facts."""
@@ -143,13 +139,25 @@ class ServerActor:
             except (aiohttp.ClientError, asyncio.TimeoutError, ValueError) as e:
                 info[path] = {"error": f"{type(e).__name__}: {e}"}
         startup = self.engine.parse_startup_log(self._log_text())
-        return {"info": info, "startup": startup}
+        # /server_info echoes every resolved server arg, api_key included: never let it reach the manifest.
+        return {"info": redact(info, self.api_key), "startup": startup}
 
     def _log_text(self) -> str:
         try:
-            return self.log_path.read_text(errors="replace")
+            return redact(self.log_path.read_text(errors="replace"), self.api_key)
         except OSError:
             return ""
+
+    def _scrub_log(self) -> None:
+        """Engines print their arguments (SGLang logs ServerArgs with api_key): mask the key in the log file."""
+        if not self.api_key:
+            return
+        with contextlib.suppress(OSError):
+            text = self.log_path.read_text(errors="replace")
+            if self.api_key in text:
+                tmp = self.log_path.with_name(self.log_path.name + ".tmp")
+                tmp.write_text(redact(text, self.api_key))
+                os.replace(tmp, self.log_path)
 
     async def read_log(self) -> str:
         return self._log_text()
@@ -251,7 +259,21 @@ class ServerActor:
                     p.kill()
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(timeout=5)
+        self._scrub_log()
         return self.proc.returncode
+
+
+def redact(obj: Any, secret: str | None) -> Any:
+    """A copy of obj (str, list, dict) with every occurrence of the secret replaced by ***."""
+    if not secret:
+        return obj
+    if isinstance(obj, str):
+        return obj.replace(secret, "***")
+    if isinstance(obj, list):
+        return [redact(x, secret) for x in obj]
+    if isinstance(obj, dict):
+        return {k: redact(v, secret) for k, v in obj.items()}
+    return obj
 
 
 def remote_class(**options: Any):

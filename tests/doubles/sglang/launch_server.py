@@ -45,6 +45,8 @@ def words_for(prompt: str, n: int, seed: int | None, temperature: float) -> list
 
 
 async def generate(request: web.Request) -> web.StreamResponse:
+    if ARGS.api_key and request.headers.get("Authorization") != f"Bearer {ARGS.api_key}":
+        return web.json_response({"error": "Unauthorized"}, status=401)
     STATE["calls"] += 1
     crash_after = os.environ.get("RIG_DOUBLE_CRASH_AFTER")
     if crash_after and STATE["calls"] > int(crash_after):
@@ -82,7 +84,7 @@ async def health(request: web.Request) -> web.Response:
 async def server_info(request: web.Request) -> web.Response:
     return web.json_response({"model_path": ARGS.model_path, "tp_size": ARGS.tp_size,
                               "speculative_num_steps": ARGS.speculative_num_steps, "max_total_num_tokens": 1000,
-                              "max_running_requests": 48, "internal_states": [{}]})
+                              "max_running_requests": 48, "api_key": ARGS.api_key, "internal_states": [{}]})
 
 
 async def models(request: web.Request) -> web.Response:
@@ -112,6 +114,7 @@ def main() -> None:
     app.router.add_get("/v1/models", models)
     app.router.add_get("/metrics", metrics)
     app.router.add_post("/flush_cache", flush)
+    print(f"server_args=ServerArgs(model_path={ARGS.model_path!r}, api_key={ARGS.api_key!r})", flush=True)
     print("max_total_num_tokens=1000, chunked_prefill_size=8192, max_prefill_tokens=16384, "
           "max_running_requests=48, context_len=4096, available_gpu_mem=1.00 GB", flush=True)
     web.run_app(app, host=ARGS.host, port=ARGS.port, print=None)
