@@ -217,3 +217,68 @@ def test_json_round_trip(run_dir):
 
     rows = json.loads(to_json(campaign_table(run_dir)))
     assert [r["point"] for r in rows] == ["p-s0", "p-s2", "p-s3", "p-s4"]
+
+
+def _open_loop_run(d: Path, slips: list[float], generators: list[dict] | None = None) -> Path:
+    write_run(d, {"run_id": "o", "status": "complete", "points": [
+        {"point": "o1", "server_config": "c", "engine": "sim", "workload": "realistic", "steps": 1,
+         "load_mode": "poisson", "concurrency": None, "rate": 2.0, "repeat": 0, "status": "complete",
+         "flags": [], "generators": generators or []}]})
+    rows = []
+    for i, slip in enumerate(slips):
+        intended = 10.0 + i
+        rows.append(record(point="o1", generator=0, clock_offset_s=0.0, request_id=f"o{i}", intended_send_ts=intended,
+                           send_ts=intended + slip, slip_s=slip, ttft_s=0.1, e2e_s=1.0, end_ts=intended + slip + 1.0,
+                           e2e_from_intended_s=1.0 + slip, completion_tokens=10, status="ok", ok=True,
+                           temperature=0.7))
+    write_requests(d, "o1", 0, rows)
+    return d
+
+
+def test_open_loop_latency_from_intended_and_slip_flag(tmp_path):
+    d = _open_loop_run(tmp_path, [0.0, 0.0, 0.2, 0.0])
+    rep = build_report(d)
+    row = rep.campaign[0]
+    assert row["rate"] == 2.0 and row["concurrency"] is None
+    # sends at 10, 11, 12.2, 13 -> 3 intervals over 3 s
+    assert row["achieved_rate"] == pytest.approx(1.0)
+    assert "schedule_slip" in row["flags"]  # p99 slip 0.194 s > 0.05 s
+    lat = {r["metric"]: r for r in rep.latency}
+    assert lat["e2e_from_intended"]["p50_ms"] == pytest.approx(1000.0)
+    assert lat["e2e_from_intended"]["mean_ms"] == pytest.approx(1050.0)
+    assert lat["ttft_from_intended"]["p99_ms"] == pytest.approx(100 + 0.97 * 200)
+    assert lat["slip"]["p50_ms"] == pytest.approx(0.0)
+    assert lat["slip"]["mean_ms"] == pytest.approx(50.0)
+    assert "schedule_slip" not in build_report(_open_loop_run(tmp_path / "b", [0.0] * 4)).campaign[0]["flags"]
+
+
+def test_client_saturation_from_generator_reports(tmp_path):
+    gens = [{"generator": 0, "status": "complete", "cpu_pct": 97.0, "loop_lag_p99_ms": 3.0},
+            {"generator": 1, "status": "partial", "cpu_pct": 20.0}]
+    flags = campaign_table(_open_loop_run(tmp_path, [0.0] * 3, gens))[0]["flags"]
+    assert {"client_saturated", "generator_partial"} <= set(flags)
+
+
+def test_lossless_compares_only_configs_differing_in_speculative_knobs(tmp_path):
+    def point(name, steps, tp):
+        return {"point": name, "server_config": f"c{steps}{tp}", "engine": "sim", "workload": "greedy",
+                "steps": steps, "load_mode": "closed", "concurrency": 1, "repeat": 0, "status": "complete"}
+
+    cfgs = {f"c{s}{tp}": {"engine": "sim", "knobs": {"engine": "sim", "tp": tp, "steps": s, "eagle_topk": 1}}
+            for s, tp in ((0, 4), (3, 4), (0, 2))}
+    write_run(tmp_path, {"run_id": "l", "status": "complete", "server_configs": cfgs,
+                         "points": [point("a", 0, 4), point("b", 3, 4), point("c", 0, 2)]})
+    for name, h in (("a", "h1"), ("b", "h1"), ("c", "h-other-tp")):  # tp may change numerics: not compared
+        write_requests(tmp_path, name, 0, [record(point=name, request_id="q", ok=True, status="ok",
+                                                  temperature=0.0, output_hash=h)])
+    res = check_lossless(load_run(tmp_path))
+    assert res["ok"] and res["groups_checked"] == 1 and res["requests_checked"] == 1
+
+
+def test_unreadable_part_file_is_skipped_with_a_warning(tmp_path):
+    d = make_run(tmp_path / "run")
+    bad = d / "requests" / "point=p-s0" / "gen=0" / "part-00009.parquet"
+    bad.write_bytes(b"PAR1 truncated")
+    rep = build_report(d)
+    assert _row(rep.campaign, "p-s0")["tokens"] == 42
+    assert any("unreadable part file skipped" in w for w in rep.warnings)

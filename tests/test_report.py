@@ -66,7 +66,7 @@ def test_csv_plots_html(run_dir, tmp_path):
     assert (tmp_path / "csv" / "goodput.csv").exists()
     pngs = sorted(p.name for p in (tmp_path / "plots").glob("*.png"))
     assert {"throughput_vs_concurrency.png", "request_speed_vs_concurrency.png", "acceptance_vs_steps.png",
-            "latency_cdf_greedy.png", "server_p-s4.png"} <= set(pngs)
+            "latency_cdf_greedy_c2.png", "server_cfg4_greedy.png"} <= set(pngs)
     for p in (tmp_path / "plots").glob("*.png"):
         assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     page = html_file.read_text()

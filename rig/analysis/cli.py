@@ -47,9 +47,10 @@ def report(run_dir: Path, as_json: bool, csv_dir: Path | None, plots_dir: Path |
             from rig.analysis.tables import campaign_table
 
             run = load_run(run_dir)
+            rows = campaign_table(run)
             for w in run.warnings:
                 err.print(f"[yellow]! {w}[/yellow]")
-            click.echo(to_json(campaign_table(run)))
+            click.echo(to_json(rows))
             return
         rep = build_report(run_dir, slos=slos)
     except (RunError, OSError, ValueError) as e:
@@ -66,15 +67,17 @@ def report(run_dir: Path, as_json: bool, csv_dir: Path | None, plots_dir: Path |
     try:
         if csv_dir:
             written += export_csv(rep, csv_dir)
+        pngs = None
         if plots_dir:
             from rig.analysis.plots import write_plots
 
-            written += write_plots(rep, plots_dir)
+            pngs = write_plots(rep, plots_dir)
+            written += pngs
         if html_file:
             from rig.analysis.html import render_html
 
             html_file.parent.mkdir(parents=True, exist_ok=True)
-            html_file.write_text(render_html(rep))
+            html_file.write_text(render_html(rep, pngs))  # the same PNGs, not drawn twice
             written.append(html_file)
     except OSError as e:
         raise _fail(e) from None

@@ -57,7 +57,7 @@ def bootstrap_mean_ci(x: np.ndarray, resamples: int = RESAMPLES, seed: int = SEE
 
 def _per_request(side: Side) -> pa.Table:
     """request_id plus the four speedup metrics of the point's ok requests."""
-    t = read_point_requests(side.run.run_dir, side.point.point, m.REQUEST_COLUMNS)
+    t = read_point_requests(side.run.run_dir, side.point.point, m.REQUEST_COLUMNS, on_skip=side.run.note)
     r = m.requests_from_table(t, generator_offsets(side.run.manifest))
     keep = pa.array(r.ok)
     return pa.table({

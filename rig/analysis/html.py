@@ -86,8 +86,8 @@ def _img(path: Path) -> str:
     return f'<figure><img alt="{html.escape(path.stem)}" src="data:image/png;base64,{data}"></figure>'
 
 
-def render_html(report: Report, plot_dir: Path | None = None) -> str:
-    """The report as one HTML document; plots are drawn into ``plot_dir`` (a temporary one if None)."""
+def render_html(report: Report, plots: list[Path] | None = None) -> str:
+    """The report as one HTML document embedding ``plots`` (drawn into a temporary directory if None)."""
     run = report.run
     parts = [f"<h1>rig report: {html.escape(run.run_id)}</h1>",
              f"<p>status: <b>{html.escape(str(run.status or 'unknown'))}</b> · {len(report.campaign)} point(s)</p>"]
@@ -113,9 +113,11 @@ def render_html(report: Report, plot_dir: Path | None = None) -> str:
         parts.append(f'<p class="bad">{len(ll["mismatches"])} mismatching request(s)</p>')
         parts.append(table_html(mismatch_rows(ll), LOSSLESS_COLS))
     parts.append("<h2>Plots</h2>")
-    with tempfile.TemporaryDirectory() as tmp:
-        paths = write_plots(report, plot_dir or Path(tmp))
-        parts += [_img(p) for p in paths]
+    if plots is None:
+        with tempfile.TemporaryDirectory() as tmp:
+            parts += [_img(p) for p in write_plots(report, Path(tmp))]
+    else:
+        parts += [_img(p) for p in plots]
     return ("<!DOCTYPE html><html><head><meta charset=\"utf-8\">"
             f"<title>rig report {html.escape(run.run_id)}</title><style>{_CSS}</style></head><body>"
             + "\n".join(parts) + "</body></html>\n")

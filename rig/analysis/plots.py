@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import matplotlib
+import matplotlib.ticker
 
 matplotlib.use("Agg")  # files only; never a display (CI, ssh)
 import matplotlib.pyplot as plt  # noqa: E402
@@ -98,21 +99,24 @@ def plot_request_speed(report: Report, path: Path) -> Path:
     return _save(fig, path)
 
 
-def plot_latency_cdfs(report: Report, workload: str, path: Path) -> Path:
-    """CDFs of TTFT, TPOT, ITL and E2E for every point of one workload."""
+def plot_latency_cdfs(report: Report, rows: list[dict[str, Any]], title: str, path: Path) -> Path:
+    """CDFs of TTFT, TPOT, ITL and E2E, one line per point of ``rows`` (one workload and load level)."""
     fig, axes = plt.subplots(2, 2, figsize=(11, 7.5))
-    rows = [r for r in report.campaign if str(r.get("workload")) == workload]
+    labels = _config_labels(report.campaign)
+    repeats = len({r.get("repeat") for r in rows}) > 1
     for ax, metric in zip(axes.ravel(), ("ttft", "tpot", "itl", "e2e")):
         for r in rows:
             x, f = report.cdfs.get(r["point"], {}).get(metric, (np.empty(0), np.empty(0)))
             if x.size:
-                ax.plot(x * 1e3, f, label=r["point"], linewidth=1.2)
-        ax.set(title=f"{workload}: {metric.upper()} CDF", xlabel="ms", ylabel="fraction")
+                label = labels[r.get("server_config")] + (f" r{r.get('repeat')}" if repeats else "")
+                ax.plot(x * 1e3, f, label=label, linewidth=1.2)
+        ax.set(title=f"{title}: {metric.upper()} CDF", xlabel="ms", ylabel="fraction")
         if metric in ("ttft", "e2e"):
             ax.set_xscale("log")
+            ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
         ax.grid(alpha=0.3)
-        if ax.get_legend_handles_labels()[0] and len(rows) <= 12:
-            ax.legend(fontsize=6)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7)
     return _save(fig, path)
 
 
@@ -133,13 +137,14 @@ def plot_acceptance(report: Report, path: Path) -> Path:
     return _save(fig, path)
 
 
-def plot_server(report: Report, point: str, path: Path) -> Path | None:
-    """Running and queued requests (and KV token usage) over the point's time; None if nothing was scraped."""
+def _server_panel(ax: plt.Axes, report: Report, point: str) -> bool:
+    """Running and queued requests (and KV token usage) over one point; False if nothing was scraped."""
     s = report.series.get(point)
     if not s or (s["running"].empty and s["queued"].empty):
-        return None
+        ax.set_title(f"{point}: no server samples", fontsize=9)
+        ax.axis("off")
+        return False
     t0 = min(x.ts[0] for x in (s["running"], s["queued"], s["token_usage"]) if not x.empty)
-    fig, ax = plt.subplots(figsize=(8, 3.6))
     for name, style in (("running", "-"), ("queued", "--")):
         if not s[name].empty:
             ax.plot(s[name].ts - t0, s[name].values, style, drawstyle="steps-post", label=f"{name} requests")
@@ -148,15 +153,33 @@ def plot_server(report: Report, point: str, path: Path) -> Path | None:
     if cap:
         ax.axhline(cap, color="grey", linestyle=":", label=f"max running (eff.) = {cap}")
     ax.set_ylim(0, top * 1.15)
-    ax.set(title=f"server during {point}", xlabel="seconds", ylabel="requests")
+    ax.set_title(point, fontsize=9)
+    ax.set(xlabel="seconds", ylabel="requests")
     ax.grid(alpha=0.3)
     if not s["token_usage"].empty:
         ax2 = ax.twinx()
         ax2.plot(s["token_usage"].ts - t0, s["token_usage"].values, color="tab:green", alpha=0.6, label="token usage")
         ax2.set_ylabel("KV token usage")
         ax2.set_ylim(0, max(1.0, float(np.nanmax(s["token_usage"].values))))
-        ax2.legend(loc="upper right", fontsize=7)
-    ax.legend(loc="upper left", fontsize=7)
+        ax2.legend(loc="upper right", fontsize=6)
+    ax.legend(loc="upper left", fontsize=6)
+    return True
+
+
+def plot_server(report: Report, rows: list[dict[str, Any]], path: Path) -> Path | None:
+    """Server running/queued requests over time, one panel per point of a (configuration, workload) group."""
+    points = [r["point"] for r in rows if report.series.get(r["point"]) and not report.series[r["point"]]["running"].empty]
+    if not points:
+        return None
+    cols = min(3, len(points))
+    nrows = -(-len(points) // cols)
+    fig, axes = plt.subplots(nrows, cols, figsize=(5.8 * cols, 3.4 * nrows), squeeze=False)
+    for ax in axes.ravel()[len(points):]:
+        ax.axis("off")
+    for ax, point in zip(axes.ravel(), points):
+        _server_panel(ax, report, point)
+    r0 = rows[0]
+    fig.suptitle(f"server during {r0.get('workload')} · {r0.get('server_config')} (steps={r0.get('steps')})")
     return _save(fig, path)
 
 
@@ -168,10 +191,19 @@ def write_plots(report: Report, out_dir: Path) -> list[Path]:
         plot_request_speed(report, out_dir / "request_speed_vs_concurrency.png"),
         plot_acceptance(report, out_dir / "acceptance_vs_steps.png"),
     ]
-    for wl in sorted({str(r.get("workload")) for r in report.campaign}):
-        paths.append(plot_latency_cdfs(report, wl, out_dir / f"latency_cdf_{safe_name(wl)}.png"))
+    by_level: dict[tuple[str, float | None], list[dict[str, Any]]] = defaultdict(list)
     for r in report.campaign:
-        got = plot_server(report, r["point"], out_dir / f"server_{safe_name(r['point'])}.png")
+        by_level[(str(r.get("workload")), _level(r))].append(r)
+    for (wl, level), rows in sorted(by_level.items(), key=lambda kv: (kv[0][0], kv[0][1] or 0)):
+        closed = all(r.get("load_mode") in (None, "closed") for r in rows)
+        tag = ("c" if closed else "rate") + (f"{level:g}" if level is not None else "none")
+        title = f"{wl} @ {'C=' if closed else 'rate='}{level:g}" if level is not None else wl
+        paths.append(plot_latency_cdfs(report, rows, title, out_dir / f"latency_cdf_{safe_name(wl)}_{tag}.png"))
+    groups: dict[tuple[Any, Any], list[dict[str, Any]]] = defaultdict(list)
+    for r in report.campaign:
+        groups[(r.get("server_config"), r.get("workload"))].append(r)
+    for (config, workload), rows in groups.items():
+        got = plot_server(report, rows, out_dir / f"server_{safe_name(str(config))}_{safe_name(str(workload))}.png")
         if got:
             paths.append(got)
     return paths

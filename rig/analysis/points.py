@@ -27,7 +27,7 @@ INVALIDATING = frozenset(
 
 def load_requests(run: Run, p: PointInfo) -> m.Requests:
     """The point's per-request metric arrays (all written rows)."""
-    table = read_point_requests(run.run_dir, p.point, m.REQUEST_COLUMNS)
+    table = read_point_requests(run.run_dir, p.point, m.REQUEST_COLUMNS, on_skip=run.note)
     return m.requests_from_table(table, generator_offsets(run.manifest))
 
 
@@ -39,7 +39,7 @@ def acceptance(run: Run, p: PointInfo, r: m.Requests, series: dict[str, Series] 
     wa = p.window_acceptance or {}
     if wa.get("accept_length") is not None:
         return float(wa["accept_length"]), "manifest_window"
-    s = series if series is not None else point_series(run.run_dir, p.point)
+    s = series if series is not None else point_series(run, p.point)
     got = counter_window_acceptance(p.engine, s)
     return (got, "server_counters") if got is not None else (None, None)
 

@@ -56,7 +56,7 @@ def build_report(run_dir: Path | str | Run, slos: list[m.Slo] | None = None, cdf
     series_by_point, cdfs = {}, {}
     for p in run.points:
         r = load_requests(run, p)
-        series = point_series(run.run_dir, p.point)
+        series = point_series(run, p.point)
         series_by_point[p.point] = series
         row = campaign_row(run, p, r, series)
         itl = read_itl(run, p)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -91,6 +91,11 @@ class Run:
     @property
     def status(self) -> str | None:
         return self.manifest.get("status")
+
+    def note(self, warning: str) -> None:
+        """Add a warning once."""
+        if warning not in self.warnings:
+            self.warnings.append(warning)
 
     def point(self, name: str) -> PointInfo:
         for p in self.points:
@@ -211,24 +216,46 @@ def _fill_from_rows(run_dir: Path, p: PointInfo) -> None:
         p.load_mode = CLOSED if p.concurrency is not None else "poisson"
 
 
+def _read(files: list[str], schema: pa.Schema, cols: list[str] | None, filter: pc.Expression | None,
+          on_skip: Callable[[str], None] | None) -> pa.Table:
+    """Read part files as one table; an unreadable file (a crash or a copy cut it short) is skipped and reported."""
+    empty = schema.empty_table()
+    if not files:
+        return empty.select(cols) if cols else empty
+    try:
+        return ds.dataset(files, schema=schema, format="parquet").to_table(columns=cols, filter=filter)
+    except (pa.ArrowInvalid, OSError):
+        pass
+    # Slow path, only when some file is bad: read file by file and leave the bad ones out.
+    tables = []
+    for f in files:
+        try:
+            tables.append(ds.dataset([f], schema=schema, format="parquet").to_table(columns=cols, filter=filter))
+        except (pa.ArrowInvalid, OSError):
+            if on_skip:
+                on_skip(f"unreadable part file skipped: {f}")
+    if tables:
+        return pa.concat_tables(tables)
+    return empty.select(cols) if cols else empty
+
+
 def read_point_requests(
-    run_dir: Path | str, point: str, columns: Iterable[str], filter: pc.Expression | None = None
+    run_dir: Path | str,
+    point: str,
+    columns: Iterable[str],
+    filter: pc.Expression | None = None,
+    on_skip: Callable[[str], None] | None = None,
 ) -> pa.Table:
     """Selected request columns of one point (an empty table with the right schema if it has no rows)."""
-    cols = list(columns)
-    files = point_files(Path(run_dir), point)
-    if not files:
-        return REQUEST_SCHEMA.empty_table().select(cols)
-    return ds.dataset(files, schema=REQUEST_SCHEMA, format="parquet").to_table(columns=cols, filter=filter)
+    return _read(point_files(Path(run_dir), point), REQUEST_SCHEMA, list(columns), filter, on_skip)
 
 
-def read_point_server_metrics(run_dir: Path | str, point: str, names: Iterable[str] | None = None) -> pa.Table:
+def read_point_server_metrics(
+    run_dir: Path | str, point: str, names: Iterable[str] | None = None, on_skip: Callable[[str], None] | None = None
+) -> pa.Table:
     """Server /metrics samples of one point, optionally only the given metric names."""
-    files = point_files(Path(run_dir), point, SERVER_METRICS_DIR)
-    if not files:
-        return SERVER_METRICS_SCHEMA.empty_table()
     flt = pc.field("name").isin(list(names)) if names is not None else None
-    return ds.dataset(files, schema=SERVER_METRICS_SCHEMA, format="parquet").to_table(filter=flt)
+    return _read(point_files(Path(run_dir), point, SERVER_METRICS_DIR), SERVER_METRICS_SCHEMA, None, flt, on_skip)
 
 
 def generator_offsets(manifest: dict[str, Any]) -> dict[int, float]:

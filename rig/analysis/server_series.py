@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -53,9 +52,9 @@ def _series(table: pa.Table, names: tuple[str, ...], how: str) -> Series:
     return Series(np.empty(0), np.empty(0))
 
 
-def point_series(run_dir: Path, point: str) -> dict[str, Series]:
-    """running, queued, token_usage, gen_throughput and accept_length gauges of one point."""
-    t = read_point_server_metrics(run_dir, point, ALL_NAMES)
+def point_series(run: Run, point: str) -> dict[str, Series]:
+    """running, queued, token_usage, gen_throughput and accept_length gauges, and the counters, of one point."""
+    t = read_point_server_metrics(run.run_dir, point, ALL_NAMES, on_skip=run.note)
     return {
         "running": _series(t, RUNNING, "sum"),
         "queued": _series(t, QUEUED, "sum"),
@@ -91,7 +90,7 @@ def _stat(s: Series, fn: str) -> float | None:
 
 def summarize_point(run: Run, p: PointInfo, series: dict[str, Series] | None = None) -> dict[str, Any]:
     """Mean/max running and queued requests and token usage, and what they say about the server's limit."""
-    s = series if series is not None else point_series(run.run_dir, p.point)
+    s = series if series is not None else point_series(run, p.point)
     limits = effective_limits(run, p)
     row: dict[str, Any] = {
         "point": p.point,
