@@ -134,6 +134,15 @@ class VLLMEngine(Engine):
     name = "vllm"
     default_api = "openai-completions"
     metric_prefix = "vllm:"
+    # KV-capacity lines (v1/core/kv_cache_utils.py, v1/engine/core.py). 0.32.0 on CPU prints, e.g.
+    #   "CPU KV cache size: 524,288 tokens, Maximum concurrency for 2,048 tokens per request: 256.00x"
+    #   "init engine (profile, create kv cache, warmup model) took 32.73 s"
+    startup_lines: ClassVar[tuple[re.Pattern[str], ...]] = (
+        re.compile(r"(?P<kv_cache_device>[A-Z]+) KV cache size: (?P<kv_cache_tokens>[\d,]+) tokens"),
+        re.compile(r"Maximum concurrency for (?P<max_model_len>[\d,]+) tokens per request: "
+                   r"(?P<max_concurrency>[\d.]+)x"),
+        re.compile(r"init engine \(profile, create kv cache, warmup model\) took (?P<init_engine_s>[\d.]+) s"),
+    )
 
     def argv(self, cfg: ServerConfig, host: str, port: int) -> list[str]:
         argv = [
@@ -142,6 +151,7 @@ class VLLMEngine(Engine):
             "--host", host,
             "--port", str(port),
             "--tensor-parallel-size", str(cfg.tp),
+            "--enable-prompt-tokens-details",  # usage.prompt_tokens_details.cached_tokens (off by default)
         ]
         if cfg.served_model_name:
             argv += ["--served-model-name", cfg.served_model_name]
@@ -152,13 +162,40 @@ class VLLMEngine(Engine):
             if cfg.draft_model_path:
                 spec["model"] = cfg.draft_model_path
             argv += ["--speculative-config", json.dumps(spec, separators=(",", ":"))]
+            # Per-request acceptance on the final usage chunk, under metrics.speculative_decoding (experimental in
+            # vLLM 0.32; vLLM refuses the flag without --speculative-config, so only with steps > 0).
+            argv += ["--per-request-spec-decode-metrics", "summary"]
         argv += list(cfg.extra_args)
         return argv
+
+    def env(self, cfg: ServerConfig) -> dict[str, str]:
+        # vLLM reports usage statistics to its authors over the network by default; a benchmark never should.
+        return {"VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1", **cfg.env}
 
     def info_paths(self) -> list[str]:
         return ["/v1/models", "/version"]
 
+    def parse_startup_log(self, text: str) -> dict[str, Any]:
+        """KV capacity from the engine core's log (vLLM 0.32 prints one line on CPU; older GPU builds two)."""
+        out: dict[str, Any] = {}
+        for pattern in self.startup_lines:
+            found = pattern.search(text)
+            if found:
+                for k, v in found.groupdict().items():
+                    if k == "kv_cache_device":
+                        out[k] = v
+                    elif k in ("max_concurrency", "init_engine_s"):
+                        out[k] = float(v)
+                    else:
+                        out[k] = int(v.replace(",", ""))
+        return out
+
     def window_acceptance(self, before: dict[str, float], after: dict[str, float]) -> dict[str, float] | None:
+        """Counter deltas over a window. ``accept_length`` = 1 + accepted/drafts counts only the steps that had a
+        draft (ngram proposes nothing when the context has no match); ``tokens_per_step`` = generated tokens per
+        decode step over all steps, = generation / (generation - accepted), which is what SGLang's
+        generation_tokens / verify_calls measures."""
+
         def delta(name: str) -> float:
             return after.get(name, 0.0) - before.get(name, 0.0)
 
@@ -167,13 +204,18 @@ class VLLMEngine(Engine):
             return None
         accepted = delta("vllm:spec_decode_num_accepted_tokens_total")
         proposed = delta("vllm:spec_decode_num_draft_tokens_total")
-        return {
+        generated = delta("vllm:generation_tokens_total")
+        out = {
             "drafts": drafts,
             "draft_tokens": proposed,
             "accepted_tokens": accepted,
             "accept_length": 1.0 + accepted / drafts,
             "accept_rate": accepted / proposed if proposed else float("nan"),
         }
+        if generated > accepted:
+            out["generation_tokens"] = generated
+            out["tokens_per_step"] = generated / (generated - accepted)
+        return out
 
     def num_gpus(self, cfg: ServerConfig) -> int:
         return 0 if cfg.device == "cpu" else cfg.tp
