@@ -98,3 +98,17 @@ def test_openai_malformed_events():
         api = OpenAIChat() if "delta" in json.dumps(obj) else OpenAICompletions()
         with pytest.raises(StreamError):
             api.fold(obj, StreamState())
+
+
+def test_vllm_per_request_spec_summary_on_the_usage_chunk():
+    api, st = OpenAICompletions(), StreamState()
+    api.fold({"choices": [{"index": 0, "text": "abc", "finish_reason": "length"}]}, st)
+    api.fold({"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 12},
+              "metrics": {"speculative_decoding": {"num_spec_tokens": 2, "num_spec_steps": 5, "num_draft_tokens": 10,
+                                                   "num_accepted_draft_tokens": 6,
+                                                   "acceptance_histogram": [1, 2, 2]}}}, st)
+    assert st.spec == {"spec_verify_ct": 5, "spec_accepted_drafts": 6, "spec_proposed_drafts": 10,
+                       "spec_accept_length": pytest.approx(2.2)}
+    st2 = StreamState()
+    api.fold({"choices": [], "usage": {"completion_tokens": 1}, "metrics": {"speculative_decoding": {"x": 1}}}, st2)
+    assert st2.spec == {}

@@ -12,6 +12,8 @@ import pytest
 
 from rig.results import read_manifest, read_requests, read_server_metrics
 
+from accounting import assert_accounting
+
 pytestmark = pytest.mark.ray
 
 ARGS = ["--workload", "realistic", "--steps", "2", "--concurrency", "1,3", "--requests", "4",
@@ -39,6 +41,7 @@ def test_one_ok_row_per_request_with_server_token_counts(run):
     assert m["status"] == "complete"
     assert len(t) == 8 and t.ok.all() and t.request_id.groupby(t.point).apply(lambda s: s.is_unique).all()
     assert sorted(t.concurrency.unique()) == [1, 3]
+    assert_accounting(run_dir)
     for p in m["points"]:
         assert p["status"] == "complete" and p["requests_scheduled"] == 4 == p["records"]["ok"]
         rows = t[t.point == p["point"]]

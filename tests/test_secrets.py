@@ -10,6 +10,8 @@ import yaml
 
 from rig.results import read_manifest, read_requests
 
+from accounting import assert_accounting
+
 pytestmark = pytest.mark.ray
 DOUBLES = str(Path(__file__).parent / "doubles")
 SECRET = "sk-rig-test-8c1f2a9d5e"
@@ -28,6 +30,7 @@ def test_api_key_is_used_but_never_written(tmp_path):
     run = tmp_path / "sec"
     t = read_requests(run).to_pandas()
     assert len(t) == 3 and t.ok.all()  # the double answers 401 without the right Bearer token
+    assert_accounting(run)
     m = read_manifest(run)
     (cfg,) = m["server_configs"].values()
     assert cfg["server_info"]["api_key"] == "***" and "***" in cfg["command"]

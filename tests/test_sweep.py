@@ -14,6 +14,8 @@ import yaml
 
 from rig.results import read_manifest, read_requests
 
+from accounting import assert_accounting
+
 pytestmark = pytest.mark.ray
 DOUBLES = str(Path(__file__).parent / "doubles")
 BASE = ["--engine", "sglang", "--engine-python", sys.executable, "--model", "double", "--tp", "1",
@@ -46,6 +48,7 @@ def test_sweep_grid_and_lossless_check_catches_a_lossy_server(tmp_path):
     assert m["status"] == "complete" and len(m["server_configs"]) == 3 and len(m["points"]) == 6
     t = read_requests(run).to_pandas()
     assert len(t) == 24 and t.ok.all()
+    assert_accounting(run)
     assert sorted(t.groupby("steps").size().tolist()) == [8, 8, 8]
     # same seed, same requests on every point: request ids pair up across steps
     ids = t.groupby(["steps", "workload"]).request_id.apply(lambda s: tuple(sorted(s)))
@@ -105,6 +108,7 @@ def test_interrupted_sweep_resumes_without_duplicates(tmp_path):
     t = read_requests(run).to_pandas()
     assert len(t) == 3 * (4 + 4) and t.ok.all()
     assert not t.duplicated(["point", "request_id"]).any()
+    assert_accounting(run)
     # completed points were not re-run: their rows are the very same
     assert set(t[t.point.isin(done_before)].send_ts) == set(kept.send_ts)
     assert engine_procs() == []

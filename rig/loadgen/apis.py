@@ -79,6 +79,15 @@ def _spec_fields(src: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _vllm_spec_fields(sd: dict[str, Any]) -> dict[str, Any]:
+    """vLLM's per-request summary (--per-request-spec-decode-metrics summary) on the usage chunk."""
+    steps, accepted, drafted = sd.get("num_spec_steps"), sd.get("num_accepted_draft_tokens"), sd.get("num_draft_tokens")
+    if not all(isinstance(x, int) for x in (steps, accepted, drafted)) or steps <= 0:
+        return {}
+    return {"spec_verify_ct": steps, "spec_accepted_drafts": accepted, "spec_proposed_drafts": drafted,
+            "spec_accept_length": 1.0 + accepted / steps}
+
+
 def _server_timestamps(meta: dict[str, Any]) -> dict[str, float]:
     out: dict[str, float] = {}
     rec = meta.get("request_received_ts")
@@ -212,6 +221,9 @@ class _OpenAIBase(Api):
         ext = obj.get("sglext")
         if isinstance(ext, dict) and isinstance(ext.get("spec_tokens_details"), dict):
             state.spec.update(_spec_fields(ext["spec_tokens_details"]))
+        metrics = obj.get("metrics")
+        if isinstance(metrics, dict) and isinstance(metrics.get("speculative_decoding"), dict):
+            state.spec.update(_vllm_spec_fields(metrics["speculative_decoding"]))
         choices = obj.get("choices")
         if choices is None:
             if usage is None and ext is None:
