@@ -361,7 +361,6 @@ class Runner:
             ready, _ = ray.wait([exit_ref], timeout=0)
             if ready and server_died is None:
                 server_died = ray.get(exit_ref)
-                self.stop_reason = f"server exited with code {server_died} during the point"
                 self._stop_generators()
             if self.stop_requested.is_set():
                 self._stop_generators()
@@ -471,11 +470,17 @@ class Runner:
         if server_died is not None:
             flags.add("server_died")
         entry["flags"] = sorted(flags)
-        if server_died is not None or all(r.get("status") == "failed" for r in gens):
+        if server_died is not None:
             entry["status"] = "failed"
-            entry["error"] = self.stop_reason or "every generator failed"
+            entry["error"] = f"server exited with code {server_died} during the point"
+        elif all(r.get("status") == "failed" for r in gens):
+            entry["status"] = "failed"
+            entry["error"] = "every generator failed: " + "; ".join(str(r.get("error")) for r in gens)
         elif self.stop_requested.is_set():
             entry["status"] = "interrupted"
+        elif records["ok"] == 0 and records["failed"] > 0:
+            entry["status"] = "failed"
+            entry["error"] = f"no request succeeded ({records['failed']} failed)"
         elif any(r.get("status") != "complete" for r in gens) or records["ok"] == 0:
             entry["status"] = "partial"
         else:
