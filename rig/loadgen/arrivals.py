@@ -123,7 +123,8 @@ def constant(rate: float, *, n: int | None = None, duration_s: float | None = No
     if n is None:
         assert duration_s is not None
         if rate * duration_s > MAX_ARRIVALS:
-            raise ValueError(f"rate x duration_s = {rate * duration_s:.0f} arrivals exceeds the limit of {MAX_ARRIVALS}")
+            raise ValueError(f"rate x duration_s = {rate * duration_s:.0f} arrivals exceeds the limit of "
+                             f"{MAX_ARRIVALS}")
         n = int(math.ceil(rate * duration_s))
         offsets = np.arange(n) / rate
         return offsets[offsets < duration_s]

@@ -77,7 +77,8 @@ def build(spec: WorkloadSpec, seed: int, indices: range, id_prefix: str, stream:
     return out
 
 
-def _tool_output(tool: str, tree: source.SourceTree, rng: np.random.Generator, n_chars: int, focus: str, name: str) -> tuple[str, str]:
+def _tool_output(tool: str, tree: source.SourceTree, rng: np.random.Generator, n_chars: int, focus: str,
+                 name: str) -> tuple[str, str]:
     """Dispatch to one tool's generator: reads mostly of the session's file, sometimes of another."""
     if tool == "read_file":
         path = focus if rng.random() < 0.6 else source.pick_file(tree, rng, n_chars)

@@ -67,7 +67,8 @@ def source_tree(root: str | None = None) -> SourceTree:
                 if size >= _MIN_BYTES:
                     found.append((size, os.path.relpath(full, base).replace(os.sep, "/")))
     if not found:
-        raise WorkloadError(f"code_dir {base}: no source files of at least {_MIN_BYTES} bytes; set code_dir or code_fraction: 0")
+        raise WorkloadError(f"code_dir {base}: no source files of at least {_MIN_BYTES} bytes; "
+                            "set code_dir or code_fraction: 0")
     found.sort()
     return SourceTree(base, tuple(p for _, p in found), tuple(s for s, _ in found))
 

@@ -35,7 +35,8 @@ cycle (dataset)                   False                        a file is a finit
 
 Length distributions are ``Dist``: lognormal with a median and sigma (``median * exp(sigma * N(0,1))``), clipped to
 [min, max]; a plain number means a constant. A partial mapping (``{median: 500}``) keeps the workload's other
-defaults, and so does a dotted key (``chat_prompt_tokens.median: 500``). For ``realistic`` and ``agentic`` the output distribution sets ``max_tokens``; with EOS honoured the real
+defaults, and so does a dotted key (``chat_prompt_tokens.median: 500``). For ``realistic`` and ``agentic`` the
+output distribution sets ``max_tokens``; with EOS honoured the real
 output can be shorter. Options that do not apply to the chosen workload are accepted and ignored, so one set of
 options can serve a sweep over several workloads.
 """
