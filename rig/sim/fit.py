@@ -1,0 +1,261 @@
+"""Fit a profile's parameters to measurements by simulating each measured scenario in virtual time.
+
+Targets come from the campaign's published figures (``campaign_targets``) or from a rig results directory of real
+runs (``run_dir_targets``). The objective is the weighted sum of squared log-ratios sim/target; the optimiser is
+Nelder-Mead over the free parameters (log-scaled where positive), from the profile's defaults, so a fit is
+deterministic: the same inputs give the same profile.
+"""
+
+from __future__ import annotations
+
+import math
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterable
+
+import numpy as np
+import yaml
+
+from rig.sim.profile import SPEC_BY_NAME, Profile
+from rig.sim.virtual import Scenario, engine_config, run_closed_loop, summarize
+
+CAMPAIGN_DATA = Path(__file__).parent / "data" / "campaign.yaml"
+
+# Parameters the campaign constrains; everything else keeps its stated value (fact or assumption).
+CAMPAIGN_FREE = (
+    "t_fixed_ms",
+    "t_experts_ms",
+    "c_tok_ms",
+    "d_fixed_ms",
+    "acc_logit_loop",
+    "greedy_repeat_onset_tokens",
+    "state_mb_base",
+    "state_mb_per_draft_token",
+)
+# Real runs constrain timing and acceptance (they carry per-request acceptance); capacity comes from the server log.
+RUN_DIR_FREE = (
+    "t_fixed_ms",
+    "t_experts_ms",
+    "c_tok_ms",
+    "d_fixed_ms",
+    "acc_logit_greedy",
+    "acc_logit_temperature_slope",
+    "acc_logit_loop",
+)
+_LINEAR = {"acc_logit_loop", "acc_logit_greedy", "acc_logit_temperature_slope"}  # logits are searched linearly; the rest in log space
+
+
+@dataclass(frozen=True)
+class Target:
+    """One measured figure: a scenario, which metric of it, the measured value, and its weight in the objective."""
+
+    label: str
+    metric: str  # aggregate_tok_s | decode_tok_s | accept_length | mean_ttft_s | max_running | ratio
+    value: float
+    scenario: Scenario | None = None  # None for max_running (no simulation needed)
+    steps: int = 0  # for max_running
+    weight: float = 1.0
+    ratio_of: tuple[str, str] | None = None  # metric = ratio: label_a / label_b of two other targets
+
+
+@dataclass
+class FitResult:
+    profile: Profile
+    rows: list[dict]  # label, metric, target, sim, rel_err
+    objective: float
+    evaluations: int
+    free: tuple[str, ...] = field(default_factory=tuple)
+
+
+def _spread(total: int, n: int) -> tuple[int, ...]:
+    """n integers summing to total, as even as possible."""
+    base, extra = divmod(total, n)
+    return tuple(base + (1 if i < extra else 0) for i in range(n))
+
+
+def campaign_workload(d: dict) -> tuple[tuple[str, ...], tuple[int, ...] | None]:
+    """Prompts (and per-prompt max_tokens) standing in for the campaign's templates: the rig's own greedy
+    workload, rendered as the native API sends it, so a fit and a `rig run --workload greedy` see the same requests;
+    the stand-ins in the data file if that workload is not importable."""
+    try:
+        from rig.workloads.base import render_messages
+        from rig.workloads.greedy import TEMPLATES
+    except ImportError:
+        return tuple(d["prompts"]), None
+    prompts = tuple(render_messages([{"role": "user", "content": t}]) for t, _ in TEMPLATES)
+    return prompts, tuple(int(n) for _, n in TEMPLATES)
+
+
+def campaign_targets(path: Path = CAMPAIGN_DATA) -> list[Target]:
+    """The campaign's figures as targets, with the campaign client's behaviour as scenarios."""
+    d = yaml.safe_load(Path(path).read_text())
+    prompts, lengths = campaign_workload(d)
+    out: list[Target] = []
+    rows = d["steps4_table"]
+    for r in rows:
+        c, n = int(r["concurrency"]), int(r["ok"])
+        sc = Scenario(4, c, n, lengths or _spread(int(r["tokens"]), n), prompts, label=f"steps4 C={c}")
+        out.append(Target(f"steps4 C={c} aggregate", "aggregate_tok_s", float(r["aggregate_tok_s"]), sc))
+        out.append(Target(f"steps4 C={c} per-request", "decode_tok_s", float(r["per_request_tok_s"]), sc))
+    c1 = next(r for r in rows if int(r["concurrency"]) == 1)
+    base = float(c1["per_request_tok_s"]) / float(d["c1_speedup_vs_steps1"][4])
+    for steps, ratio in sorted(d["c1_speedup_vs_steps1"].items()):
+        if int(steps) == 4:
+            continue  # already a row of the table
+        sc = Scenario(int(steps), 1, 4, lengths or (1000,), prompts, label=f"steps{steps} C=1")
+        out.append(Target(f"steps{steps} C=1 per-request", "decode_tok_s", base * float(ratio), sc))
+    c64 = next(r for r in rows if int(r["concurrency"]) == 64)
+    for steps, agg in sorted(d["c64_aggregate_tok_s"].items()):
+        if int(steps) == 4:
+            continue
+        sc = Scenario(int(steps), 64, int(c64["ok"]), lengths or _spread(int(c64["tokens"]), int(c64["ok"])), prompts,
+                      label=f"steps{steps} C=64")
+        out.append(Target(f"steps{steps} C=64 aggregate", "aggregate_tok_s", float(agg), sc))
+    reg = d["c64_aggregate_tok_s"]
+    out.append(Target("C=64 aggregate steps4/steps3", "ratio", float(reg[4]) / float(reg[3]), weight=10.0,
+                      ratio_of=("steps4 C=64 aggregate", "steps3 C=64 aggregate")))
+    for steps, mr in sorted(d["max_running_requests"].items()):
+        # Read by hand from logs ("about 17"): a softer target than the throughput figures.
+        out.append(Target(f"max_running_requests steps={steps}", "max_running", float(mr), steps=int(steps),
+                          weight=0.5))
+    return out
+
+
+def run_dir_targets(run_dir: Path | str) -> list[Target]:
+    """Targets from a rig results directory: per (steps, concurrency, temperature) point, its aggregate and
+    decode tok/s, mean TTFT and acceptance length, replayed with the same request count and output lengths."""
+    from rig.results import read_requests  # the only reader of the rig's Parquet
+
+    df = read_requests(run_dir).to_pandas()
+    df = df[df["ok"].fillna(False).astype(bool)]
+    if df.empty:
+        raise ValueError(f"{run_dir}: no successful requests to fit to")
+    out: list[Target] = []
+    filler = ("Explain how this system works in detail.",)  # prompt text is not recorded; a neutral stand-in
+    keys = ["steps", "concurrency", "temperature"]
+    for (steps, conc, temp), g in df.groupby(keys, dropna=False):
+        if not conc or math.isnan(conc):
+            continue  # open-loop points are not replayed by the closed-loop client
+        steps, conc = int(steps), int(conc)
+        temp = 0.0 if temp is None or math.isnan(temp) else float(temp)
+        lens = tuple(int(x) for x in g["completion_tokens"])
+        sc = Scenario(steps, conc, len(g), lens, filler, temperature=temp, ignore_eos=True, label=f"s{steps} C={conc}")
+        label = f"steps{steps} C={conc} T={temp:g}"
+        wall = float(g["end_ts"].max() - g["send_ts"].min())
+        out.append(Target(f"{label} aggregate", "aggregate_tok_s", float(g["completion_tokens"].sum()) / wall, sc))
+        dec = g[(g["completion_tokens"] > 1) & (g["e2e_s"] > g["ttft_s"])]
+        if len(dec):
+            v = ((dec["completion_tokens"] - 1) / (dec["e2e_s"] - dec["ttft_s"])).mean()
+            out.append(Target(f"{label} per-request", "decode_tok_s", float(v), sc))
+        if steps > 0 and "spec_accept_length" in g and g["spec_accept_length"].notna().any():
+            al = float(g["spec_accept_length"].dropna().mean())
+            out.append(Target(f"{label} accept length", "accept_length", al, sc, weight=0.5))
+    if not out:
+        raise ValueError(f"{run_dir}: no closed-loop points to fit to")
+    return out
+
+
+def evaluate(profile: Profile, targets: Iterable[Target]) -> list[dict]:
+    """Simulate every scenario once and compare each target with the simulated figure."""
+    targets = list(targets)
+    cache: dict[Scenario, dict[str, float]] = {}
+    sims: dict[str, float] = {}
+    rows = []
+    for t in targets:
+        if t.metric == "ratio":
+            continue
+        if t.metric == "max_running":
+            sim = float(engine_config(profile, t.steps).max_running)
+        else:
+            assert t.scenario is not None
+            if t.scenario not in cache:
+                cache[t.scenario] = summarize(run_closed_loop(profile, t.scenario))
+            sim = cache[t.scenario][t.metric]
+        sims[t.label] = sim
+        rows.append(_row(t, sim))
+    for t in targets:
+        if t.metric == "ratio" and t.ratio_of:
+            a, b = t.ratio_of
+            rows.append(_row(t, sims[a] / sims[b] if sims.get(b) else float("nan")))
+    return rows
+
+
+def _row(t: Target, sim: float) -> dict:
+    rel = (sim - t.value) / t.value if t.value else float("nan")
+    return {"label": t.label, "metric": t.metric, "target": t.value, "sim": sim, "rel_err": rel, "weight": t.weight}
+
+
+def objective(rows: list[dict]) -> float:
+    total = 0.0
+    for r in rows:
+        if r["sim"] <= 0 or not math.isfinite(r["sim"]):
+            total += r["weight"] * 25.0
+        else:
+            total += r["weight"] * math.log(r["sim"] / r["target"]) ** 2
+    return total
+
+
+def fit(
+    targets: list[Target],
+    start: Profile | None = None,
+    free: tuple[str, ...] = CAMPAIGN_FREE,
+    max_evals: int = 1500,
+    progress: Callable[[int, float], None] | None = None,
+) -> FitResult:
+    """Minimise the objective over the free parameters, within each parameter's bounds."""
+    from scipy.optimize import minimize
+
+    base = start or Profile.defaults()
+    specs = [SPEC_BY_NAME[n] for n in free]
+
+    def to_x(p: Profile) -> np.ndarray:
+        return np.array([p.values[s.name] if s.name in _LINEAR else math.log(p.values[s.name]) for s in specs])
+
+    def from_x(x: np.ndarray) -> Profile:
+        vals = {}
+        for s, v in zip(specs, x):
+            val = float(v) if s.name in _LINEAR else math.exp(float(v))
+            vals[s.name] = min(max(val, s.lo), s.hi)
+        return base.with_values(**vals)
+
+    bounds = [(s.lo, s.hi) if s.name in _LINEAR else (math.log(max(s.lo, 1e-9)), math.log(s.hi)) for s in specs]
+    n_evals = 0
+
+    def f(x: np.ndarray) -> float:
+        nonlocal n_evals
+        n_evals += 1
+        val = objective(evaluate(from_x(x), targets))
+        if progress and n_evals % 50 == 0:
+            progress(n_evals, val)
+        return val
+
+    x0 = to_x(base)
+    best = minimize(f, x0, method="Nelder-Mead", bounds=bounds,
+                    options={"maxfev": max_evals, "xatol": 1e-4, "fatol": 1e-7, "adaptive": True})
+    # A restart from the optimum escapes a collapsed simplex (common with piecewise-constant terms).
+    best = minimize(f, best.x, method="Nelder-Mead", bounds=bounds,
+                    options={"maxfev": max_evals, "xatol": 1e-5, "fatol": 1e-8, "adaptive": True})
+    prof = from_x(best.x)
+    rows = evaluate(prof, targets)
+    return FitResult(prof, rows, objective(rows), n_evals, tuple(free))
+
+
+def fitted_profile(result: FitResult, name: str, command: list[str], data_note: str) -> Profile:
+    """Attach provenance to a fit's profile: the command, the data, per-target quality, and which values were fitted."""
+    p = result.profile
+    sources = {n: p.sources.get(n, "assumption") for n in SPEC_BY_NAME}
+    for n in result.free:
+        sources[n] = "fitted"
+    notes = dict(p.notes)
+    notes.update({
+        "produced_by": shlex.join(command),
+        "fitted_to": data_note,
+        "fit_objective": round(result.objective, 6),
+        "fit_quality": [
+            {"target": r["label"], "measured": round(r["target"], 4), "simulated": round(r["sim"], 4),
+             "rel_err_pct": round(100 * r["rel_err"], 2)}
+            for r in result.rows
+        ],
+    })
+    return Profile(dict(p.values), name=name, notes=notes, sources={**p.sources, **sources})

@@ -1,0 +1,100 @@
+"""Response bodies with SGLang's shapes: native /generate chunks and their meta_info."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from rig.sim.engine import Engine, Stream
+
+_dumps = json.dumps
+
+
+def spec_fields(st: Stream, steps: int) -> dict[str, Any]:
+    """Per-request speculative statistics (finished chunk only), under every version's names."""
+    r = st.req
+    if steps <= 0 or r.verify_ct <= 0:
+        return {}
+    proposed = r.verify_ct * steps
+    hist = list(r.hist)
+    return {
+        "spec_verify_ct": r.verify_ct,
+        "spec_accept_length": st.n_tokens / r.verify_ct,
+        "spec_accept_rate": r.accepted_drafts / proposed if proposed else 0.0,
+        "spec_num_correct_drafts": r.accepted_drafts,
+        "spec_num_proposed_drafts": proposed,
+        "spec_correct_drafts_histogram": hist,
+        # legacy aliases (0.5.15) and 0.5.9 names
+        "spec_accepted_drafts": r.accepted_drafts,
+        "spec_proposed_drafts": proposed,
+        "spec_accept_histogram": hist,
+        "spec_accept_token_num": r.accepted_drafts,
+        "spec_draft_token_num": proposed,
+    }
+
+
+def timing_fields(st: Stream, engine: Engine) -> dict[str, Any]:
+    """Server-side timestamps (epoch seconds) and latencies, as with --enable-metrics; finished chunk only."""
+    r = st.req
+    out: dict[str, Any] = {"request_received_ts": st.received_wall, "api_server_dispatch_finish_ts": st.received_wall}
+    if r.admit_t is not None:
+        out["forward_entry_time"] = engine.wall(r.admit_t)
+        out["queue_time"] = r.admit_t - r.arrival
+    if r.prefill_done_t is not None:
+        out["prefill_finished_time"] = engine.wall(r.prefill_done_t)
+    if st.first_token_wall is not None:
+        out["first_token_ts"] = st.first_token_wall
+        out["first_token_latency"] = st.first_token_wall - st.received_wall
+    if st.finished_wall is not None:
+        out["request_finished_ts"] = st.finished_wall
+        if st.first_token_wall is not None and st.finished_wall > st.first_token_wall:
+            out["decode_throughput"] = st.n_tokens / (st.finished_wall - st.first_token_wall)
+    out["response_sent_to_client_ts"] = time.time()
+    return out
+
+
+def meta_info(st: Stream, engine: Engine, *, enable_metrics: bool) -> dict[str, Any]:
+    meta: dict[str, Any] = {
+        "id": st.rid,
+        "finish_reason": st.finish_reason,
+        "prompt_tokens": st.prompt_tokens,
+        "weight_version": "default",
+        "total_retractions": 0,
+        "completion_tokens": st.n_tokens,
+        "cached_tokens": st.req.cached,
+        "reasoning_tokens": 0,
+    }
+    if st.finished:
+        meta["e2e_latency"] = (st.finished_wall or st.received_wall) - st.received_wall
+        meta.update(spec_fields(st, engine.cfg.steps))
+        if enable_metrics:
+            meta.update(timing_fields(st, engine))
+    return meta
+
+
+def native_body(st: Stream, engine: Engine, *, enable_metrics: bool) -> str:
+    """One /generate object: cumulative text and output_ids, plus meta_info (assembled by hand: ids grow long)."""
+    meta = meta_info(st, engine, enable_metrics=enable_metrics)
+    return '{"text":' + _dumps(st.text) + ',"output_ids":[' + st.ids_csv + '],"meta_info":' + _dumps(meta) + "}"
+
+
+def usage(st: Stream, *, cache_report: bool) -> dict[str, Any]:
+    u: dict[str, Any] = {
+        "prompt_tokens": st.prompt_tokens,
+        "completion_tokens": st.n_tokens,
+        "total_tokens": st.prompt_tokens + st.n_tokens,
+        "prompt_tokens_details": {"cached_tokens": st.req.cached} if cache_report else None,
+        "reasoning_tokens": 0,
+    }
+    return u
+
+
+def finish_name(st: Stream) -> str | None:
+    fr = st.finish_reason
+    return None if fr is None else fr["type"]
+
+
+def matched_stop(st: Stream) -> Any:
+    fr = st.finish_reason
+    return fr.get("matched") if fr and fr["type"] == "stop" else None

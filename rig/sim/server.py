@@ -1,0 +1,327 @@
+"""The HTTP server: SGLang's endpoints (sglang-contract.md §2) over the real-time engine."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from typing import Any, AsyncIterator
+
+from aiohttp import web
+
+import rig
+from rig.sim.args import ServerArgs
+from rig.sim.capacity import Capacity
+from rig.sim.engine import Engine, Stream
+from rig.sim.metrics import CONTENT_TYPE, SimMetrics
+from rig.sim.profile import Profile
+from rig.sim.responses import native_body
+from rig.sim.sampling import BadRequest, parse_native
+from rig.sim.text import token_id, tokenize
+
+log = logging.getLogger("rig.sim")
+access_log = logging.getLogger("rig.sim.access")
+ALWAYS_ALLOWED = ("/health", "/ready", "/metrics")
+ADMIN_PATHS = ("/flush_cache",)
+MODEL_ARCH = "Qwen3_5MoeForConditionalGeneration"
+
+
+class SimServer:
+    """State shared by the handlers: resolved args, profile, capacity, engine, metrics, readiness."""
+
+    def __init__(self, args: ServerArgs, profile: Profile, capacity: Capacity, engine: Engine, metrics: SimMetrics,
+                 context_len: int, profile_path: str):
+        self.args = args
+        self.profile = profile
+        self.capacity = capacity
+        self.engine = engine
+        self.metrics = metrics
+        self.context_len = context_len
+        self.profile_path = profile_path
+        self.ready = False
+        self.shutting_down = False
+        self.started = time.time()
+        self.model = args.served_model_name
+
+    # ---- shared helpers for the native and OpenAI routes ----
+    def tokenize_prompt(self, text: str | None, ids: Any) -> tuple[list[str], list[int]]:
+        if ids is not None:
+            if not isinstance(ids, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
+                raise BadRequest("input_ids must be a list of integers (batched requests are not supported)")
+            return [str(i) for i in ids], list(ids)
+        if not isinstance(text, str):
+            raise BadRequest("text must be a string (batched requests are not supported by the simulator)")
+        toks = tokenize(text)
+        return toks, [token_id(t) for t in toks]
+
+    def check_length(self, n_prompt: int, max_new: int) -> None:
+        if n_prompt + max_new > self.context_len:
+            raise BadRequest(
+                f"Requested token count exceeds the model's maximum context length of {self.context_len} tokens. "
+                f"You requested a total of {n_prompt + max_new} tokens: {n_prompt} tokens from the input messages "
+                f"and {max_new} tokens for the completion. Please reduce the number of tokens in the input messages "
+                f"or the completion to fit within the limit."
+            )
+
+    async def updates(self, st: Stream, request: web.Request) -> AsyncIterator[int]:
+        """Yield each time the stream has new tokens or finished; aborts the request if the client goes away."""
+        sent = -1
+        try:
+            while True:
+                await st.event.wait()
+                st.event.clear()
+                if st.n_tokens != sent or st.finished:
+                    sent = st.n_tokens
+                    yield sent
+                if st.finished:
+                    return
+        finally:
+            if not st.finished:
+                self.engine.abort(st)
+
+    async def wait_finished(self, st: Stream) -> None:
+        try:
+            while not st.finished:
+                await st.event.wait()
+                st.event.clear()
+        finally:
+            if not st.finished:
+                self.engine.abort(st)
+
+
+def error_json(message: str, status: int = 400, err_type: str = "BadRequestError") -> web.Response:
+    return web.json_response({"error": {"message": message, "type": err_type, "code": status}}, status=status)
+
+
+async def read_json(request: web.Request) -> dict:
+    try:
+        body = await request.json()
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise BadRequest("request body is not valid JSON") from None
+    if not isinstance(body, dict):
+        raise BadRequest("request body must be a JSON object")
+    return body
+
+
+async def start_sse(request: web.Request) -> web.StreamResponse:
+    resp = web.StreamResponse(status=200, headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+    await resp.prepare(request)
+    return resp
+
+
+def sse(payload: str) -> bytes:
+    return b"data: " + payload.encode() + b"\n\n"
+
+
+DONE = b"data: [DONE]\n\n"
+
+
+# ---------------------------------------------------------------- middleware
+def make_middlewares(srv: SimServer) -> list:
+    @web.middleware
+    async def auth_and_log(request: web.Request, handler):
+        path = request.path
+        key = srv.args.api_key
+        if path.startswith(ADMIN_PATHS) and srv.args.admin_api_key:
+            key = srv.args.admin_api_key
+        if key and not path.startswith(ALWAYS_ALLOWED):
+            if request.headers.get("Authorization", "") != f"Bearer {key}":
+                resp = web.json_response({"error": "Unauthorized"}, status=401)
+                _access(request, resp.status)
+                return resp
+        try:
+            resp = await handler(request)
+        except BadRequest as e:
+            resp = error_json(str(e))
+        _access(request, resp.status)
+        return resp
+
+    return [auth_and_log]
+
+
+def _access(request: web.Request, status: int) -> None:
+    if access_log.isEnabledFor(logging.INFO):
+        peer = request.transport.get_extra_info("peername") if request.transport else None
+        who = f"{peer[0]}:{peer[1]}" if peer else "-"
+        access_log.info('%s - "%s %s HTTP/1.1" %d', who, request.method, request.path_qs, status)
+
+
+# ---------------------------------------------------------------- health and info
+async def health(request: web.Request) -> web.Response:
+    srv: SimServer = request.app["srv"]
+    ok = srv.ready and not srv.shutting_down and srv.engine.alive
+    return web.Response(status=200 if ok else 503)
+
+
+async def health_generate(request: web.Request) -> web.Response:
+    """Runs a 1-token generation (not counted in metrics) like SGLang; 503 if nothing comes back in 20 s."""
+    srv: SimServer = request.app["srv"]
+    if not srv.ready or srv.shutting_down or not srv.engine.alive:
+        return web.Response(status=503)
+    from rig.sim.requests import Sampling
+
+    st = srv.engine.submit(["0"], [0], Sampling(max_new_tokens=1, temperature=0.0), rid=None, log_metrics=False)
+    try:
+        await asyncio.wait_for(srv.wait_finished(st), timeout=20.0)
+    except asyncio.TimeoutError:
+        return web.Response(status=503)
+    return web.Response(status=200)
+
+
+def server_info_dict(srv: SimServer) -> dict[str, Any]:
+    args = srv.args.as_dict()
+    cap = srv.capacity
+    eng = srv.engine
+    state: dict[str, Any] = dict(args)
+    state.update({
+        "last_gen_throughput": eng.last_gen_throughput,
+        "effective_max_running_requests_per_dp": cap.max_running_requests,
+        "memory_usage": {"weight": cap.weight_gb_per_gpu, "kvcache": cap.kv_pool_gb, "token_capacity":
+                         cap.max_total_num_tokens, "graph": srv.profile.graph_reserve_gb,
+                         "mamba_state": cap.state_pool_gb},
+        "world_size": srv.args.tp_size,
+        "startup_time": srv.started,
+    })
+    if srv.args.speculative and eng.avg_spec_accept_length is not None:
+        state["avg_spec_accept_length"] = eng.avg_spec_accept_length
+    info = dict(args)
+    info.update({
+        "max_total_num_tokens": cap.max_total_num_tokens,
+        "max_req_input_len": srv.context_len - 5,
+        "startup_time": srv.started,
+        "status": "ready" if srv.ready else "starting",
+        "internal_states": [state],
+        "version": f"{rig.__version__}-rig-sim",
+        "frontend": "python",
+        "sim": {"profile": srv.profile.name, "profile_path": srv.profile_path,
+                "state_limit_max_running_requests": cap.state_limit,
+                "state_mb_per_request": cap.state_mb_per_request},
+    })
+    return info
+
+
+async def server_info(request: web.Request) -> web.Response:
+    return web.json_response(server_info_dict(request.app["srv"]))
+
+
+async def get_server_info(request: web.Request) -> web.Response:
+    log.warning("Endpoint '/get_server_info' is deprecated and will be removed in a future version. "
+                "Please use '/server_info' instead.")
+    return await server_info(request)
+
+
+async def model_info(request: web.Request) -> web.Response:
+    srv: SimServer = request.app["srv"]
+    return web.json_response({
+        "model_path": srv.args.model_path,
+        "tokenizer_path": srv.args.tokenizer_path,
+        "is_generation": True,
+        "preferred_sampling_params": None,
+        "weight_version": "default",
+        "has_image_understanding": False,
+        "has_audio_understanding": False,
+        "model_type": "qwen3_5_moe",
+        "architectures": [MODEL_ARCH],
+        "served_model_name": srv.model,
+    })
+
+
+async def models(request: web.Request) -> web.Response:
+    srv: SimServer = request.app["srv"]
+    return web.json_response({"object": "list", "data": [_model_card(srv)]})
+
+
+async def model_one(request: web.Request) -> web.Response:
+    srv: SimServer = request.app["srv"]
+    name = request.match_info["name"]
+    if name != srv.model:
+        return web.json_response({"object": "error", "message": f"The model `{name}` does not exist.",
+                                  "type": "NotFoundError", "param": "model", "code": "model_not_found"}, status=404)
+    return web.json_response(_model_card(srv))
+
+
+def _model_card(srv: SimServer) -> dict:
+    return {"id": srv.model, "object": "model", "created": int(srv.started), "owned_by": "sglang",
+            "root": srv.model, "parent": None, "max_model_len": srv.context_len}
+
+
+async def metrics(request: web.Request) -> web.Response:
+    srv: SimServer = request.app["srv"]
+    if not srv.args.enable_metrics:
+        raise web.HTTPNotFound()
+    return web.Response(body=srv.metrics.render(), headers={"Content-Type": CONTENT_TYPE})
+
+
+async def flush_cache(request: web.Request) -> web.Response:
+    srv: SimServer = request.app["srv"]
+    timeout = request.query.get("timeout")
+    if timeout:
+        deadline = time.monotonic() + float(timeout)
+        while srv.engine.sched.busy and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+    if srv.engine.flush_cache():
+        return web.Response(text="Cache flushed.\nPlease check backend logs for more details. (When there are "
+                                 "running or waiting requests, the operation will not be performed.)\n")
+    return web.Response(status=400, text="Cache flush failed: there are running or waiting requests.\n")
+
+
+# ---------------------------------------------------------------- native /generate
+async def generate(request: web.Request) -> web.StreamResponse:
+    srv: SimServer = request.app["srv"]
+    body = await read_json(request)
+    text, ids = body.get("text"), body.get("input_ids")
+    if (text is None) == (ids is None):
+        raise BadRequest("Either text or input_ids should be provided.")
+    sampling, stops = parse_native(body.get("sampling_params"))
+    toks, tok_ids = srv.tokenize_prompt(text, ids)
+    rid = body.get("rid")
+    if rid is not None and not isinstance(rid, str):
+        raise BadRequest("rid must be a string")
+    stream = bool(body.get("stream", False))
+    em = srv.args.enable_metrics
+    try:
+        srv.check_length(len(tok_ids), sampling.max_new_tokens)
+    except BadRequest as e:
+        if not stream:
+            raise
+        resp = await start_sse(request)  # SGLang reports validation failures inside the stream
+        await resp.write(sse(json.dumps({"error": {"message": str(e), "type": "BadRequestError", "code": 400}})))
+        await resp.write(DONE)
+        return resp
+    st = srv.engine.submit(toks, tok_ids, sampling, rid=rid, stops=stops)
+    if not stream:
+        await srv.wait_finished(st)
+        return web.Response(text=native_body(st, srv.engine, enable_metrics=em), content_type="application/json")
+    resp = await start_sse(request)
+    try:
+        async for _ in srv.updates(st, request):
+            await resp.write(sse(native_body(st, srv.engine, enable_metrics=em)))
+        await resp.write(DONE)
+    except (ConnectionResetError, asyncio.CancelledError):
+        srv.engine.abort(st)
+        raise
+    return resp
+
+
+def create_app(srv: SimServer) -> web.Application:
+    from rig.sim import openai_api
+
+    app = web.Application(middlewares=make_middlewares(srv), client_max_size=64 * 1024 * 1024)
+    app["srv"] = srv
+    r = app.router
+    r.add_get("/health", health)
+    r.add_get("/health_generate", health_generate)
+    r.add_get("/server_info", server_info)
+    r.add_get("/get_server_info", get_server_info)
+    r.add_get("/model_info", model_info)
+    r.add_get("/get_model_info", model_info)
+    r.add_get("/v1/models", models)
+    r.add_get("/v1/models/{name:.+}", model_one)
+    r.add_get("/metrics", metrics)
+    r.add_route("GET", "/flush_cache", flush_cache)
+    r.add_route("POST", "/flush_cache", flush_cache)
+    r.add_post("/generate", generate)
+    r.add_post("/v1/completions", openai_api.completions)
+    r.add_post("/v1/chat/completions", openai_api.chat_completions)
+    return app
