@@ -68,12 +68,30 @@ def connect(spec: ClusterSpec, n_generators: int) -> dict[str, Any]:
         ray.init(address="local", num_cpus=cpus, num_gpus=0, object_store_memory=spec.object_store_memory_mb * 2**20,
                  **common)
     else:
+        _check_reachable(spec.address)
         try:
             ray.init(address=spec.address, **common)
         except Exception as e:  # ConnectionError, auth mismatch, version mismatch, ...
             first = (str(e).strip().splitlines() or [type(e).__name__])[0]
             raise ClusterError(f"cannot join the Ray cluster at {spec.address}: {first[:300]}") from None
     return describe_nodes()
+
+
+def _check_reachable(address: str, timeout_s: float = 5.0) -> None:
+    """Fail fast on HOST:PORT nobody listens on (ray.init would retry for minutes)."""
+    import socket
+
+    if address == "auto" or address.startswith(("ray://", "local")):
+        return
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit():
+        raise ClusterError(f"cluster.address {address!r}: expected HOST:PORT, 'auto' or ray://HOST:PORT")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s):
+            pass
+    except OSError as e:
+        why = e.strerror or type(e).__name__
+        raise ClusterError(f"cannot reach the Ray cluster at {address}: {why}") from None
 
 
 def describe_nodes() -> dict[str, Any]:
