@@ -109,7 +109,9 @@ def make_point(rng: np.random.Generator, run_dir: Path, point: str, steps: int, 
             out.mkdir(parents=True, exist_ok=True)
             pq.write_table(pa.table(data, schema=REQUEST_SCHEMA), out / f"part-{part:05d}.parquet")
     end = float(np.max(send + e2e))
-    ts = np.arange(start, end, 1.0)
+    # Scraped every second, but at most an hour of samples per point: the synthetic C=1 points span days of
+    # simulated time, which no real point does.
+    ts = np.arange(start, end, max(1.0, (end - start) / 3600))
     running = np.minimum(conc, 26 - 3 * steps) * np.ones(ts.size)
     samples = {
         "ts": np.repeat(ts, 3), "name": np.tile(["sglang:num_running_reqs", "sglang:num_queue_reqs", "sglang:token_usage"], ts.size),

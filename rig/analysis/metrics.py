@@ -236,34 +236,41 @@ def itl_values(offsets: pa.ChunkedArray | pa.Array, tokens: pa.ChunkedArray | pa
     return gaps[good] / tok[good], tok[good]
 
 
-def weighted_percentiles(values: np.ndarray, weights: np.ndarray | None, qs: Iterable[float]) -> list[float | None]:
-    """Percentiles of ``values`` each repeated ``weights`` times, exactly as np.percentile(linear) on that array."""
-    qs = list(qs)
+def sort_weighted(values: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Finite values with positive weight, sorted by value (with their weights): sort once, query many times."""
     v = np.asarray(values, dtype=float)
-    if weights is None:
-        v = v[np.isfinite(v)]
-        return [float(x) for x in np.percentile(v, qs)] if v.size else [None] * len(qs)
     w = np.asarray(weights, dtype=float)
     m = np.isfinite(v) & (w > 0)
     v, w = v[m], w[m]
+    order = np.argsort(v)  # ties are equal values: their order cannot change a percentile
+    return v[order], w[order]
+
+
+def weighted_percentiles(
+    values: np.ndarray, weights: np.ndarray | None, qs: Iterable[float], presorted: bool = False
+) -> list[float | None]:
+    """Percentiles of ``values`` each repeated ``weights`` times, exactly as np.percentile(linear) on that array.
+
+    ``presorted``: values and weights come from ``sort_weighted`` already.
+    """
+    q = np.asarray(list(qs), dtype=float)
+    if weights is None:
+        v = np.asarray(values, dtype=float)
+        v = v[np.isfinite(v)]
+        return [float(x) for x in np.percentile(v, q)] if v.size else [None] * q.size
+    v, w = (np.asarray(values, dtype=float), np.asarray(weights, dtype=float)) if presorted else sort_weighted(values, weights)
     if not v.size:
-        return [None] * len(qs)
-    order = np.argsort(v, kind="stable")
-    v, w = v[order], w[order]
+        return [None] * q.size
     cw = np.cumsum(w)
-    total = cw[-1]
-    out: list[float | None] = []
-    for q in qs:
-        h = (total - 1) * q / 100.0
-        lo, hi = np.floor(h), np.ceil(h)
-        # Expanded index k lies in the first run whose cumulative weight exceeds k.
-        v_lo = v[np.searchsorted(cw, lo, side="right")]
-        v_hi = v[np.searchsorted(cw, hi, side="right")]
-        out.append(float(v_lo + (h - lo) * (v_hi - v_lo)))
-    return out
+    h = (cw[-1] - 1) * q / 100.0
+    lo, hi = np.floor(h), np.ceil(h)
+    # Expanded index k lies in the first run whose cumulative weight exceeds k.
+    v_lo = v[np.minimum(np.searchsorted(cw, lo, side="right"), v.size - 1)]
+    v_hi = v[np.minimum(np.searchsorted(cw, hi, side="right"), v.size - 1)]
+    return [float(x) for x in v_lo + (h - lo) * (v_hi - v_lo)]
 
 
-def summarize(values: np.ndarray, weights: np.ndarray | None = None) -> dict[str, Any]:
+def summarize(values: np.ndarray, weights: np.ndarray | None = None, presorted: bool = False) -> dict[str, Any]:
     """n, mean and the standard percentiles of the finite values (weighted: as if each repeated weight times)."""
     v = np.asarray(values, dtype=float)
     if weights is None:
@@ -274,7 +281,7 @@ def summarize(values: np.ndarray, weights: np.ndarray | None = None) -> dict[str
         m = np.isfinite(v) & (w > 0)
         n = int(w[m].sum())
         mean = float((v[m] * w[m]).sum() / w[m].sum()) if m.any() else None
-    pcts = weighted_percentiles(v, weights, PERCENTILES)
+    pcts = weighted_percentiles(v, weights, PERCENTILES, presorted)
     out: dict[str, Any] = {"n": n, "mean": mean}
     out.update({f"p{q}": x for q, x in zip(PERCENTILES, pcts)})
     return out

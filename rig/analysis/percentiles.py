@@ -17,9 +17,9 @@ STAT_KEYS = ("n", "mean", "p50", "p90", "p95", "p99")
 
 
 def read_itl(run: Run, p: PointInfo) -> tuple[np.ndarray, np.ndarray]:
-    """ITL values and token weights of the point's ok requests."""
+    """ITL values and token weights of the point's ok requests, sorted by value (see metrics.sort_weighted)."""
     t = read_point_requests(run.run_dir, p.point, m.ITL_COLUMNS, filter=pc.field("ok") == True, on_skip=run.note)  # noqa: E712
-    return m.itl_values(t["chunk_offsets_s"], t["chunk_tokens"])
+    return m.sort_weighted(*m.itl_values(t["chunk_offsets_s"], t["chunk_tokens"]))
 
 
 def latency_rows(p: PointInfo, r: m.Requests, itl: tuple[np.ndarray, np.ndarray] | None) -> list[dict[str, Any]]:
@@ -30,8 +30,9 @@ def latency_rows(p: PointInfo, r: m.Requests, itl: tuple[np.ndarray, np.ndarray]
         "tpot": (r.tpot[ok], None),
         "e2e": (r.e2e[ok], None),
     }
+    presorted = {"itl"}
     if itl is not None:
-        values["itl"] = itl
+        values["itl"] = itl  # sorted by read_itl
     if p.open_loop:
         values["ttft_from_intended"] = (r.ttft_from_intended[ok], None)
         values["e2e_from_intended"] = (r.e2e_from_intended[ok], None)
@@ -40,7 +41,7 @@ def latency_rows(p: PointInfo, r: m.Requests, itl: tuple[np.ndarray, np.ndarray]
     for name in LATENCY_METRICS + OPEN_LOOP_METRICS:
         if name not in values:
             continue
-        s = m.summarize(*values[name])
+        s = m.summarize(*values[name], presorted=name in presorted)
         row: dict[str, Any] = {"point": p.point, "metric": name, "n": s["n"]}
         for k in STAT_KEYS[1:]:
             row[f"{k}_ms"] = s[k] * 1e3 if s[k] is not None else None
@@ -48,10 +49,11 @@ def latency_rows(p: PointInfo, r: m.Requests, itl: tuple[np.ndarray, np.ndarray]
     return rows
 
 
-def cdf_points(values: np.ndarray, weights: np.ndarray | None = None, n: int = 200) -> tuple[np.ndarray, np.ndarray]:
+def cdf_points(values: np.ndarray, weights: np.ndarray | None = None, n: int = 200,
+               presorted: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """(x, F(x)) at n quantiles, enough to draw a CDF without plotting every request."""
     qs = np.linspace(0, 100, n)
-    xs = m.weighted_percentiles(values, weights, qs)
+    xs = m.weighted_percentiles(values, weights, qs, presorted)
     if not xs or xs[0] is None:
         return np.empty(0), np.empty(0)
     return np.asarray(xs, dtype=float), qs / 100.0

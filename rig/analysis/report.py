@@ -13,7 +13,7 @@ import numpy as np
 from rig.analysis import metrics as m
 from rig.analysis.lossless import check_lossless, mismatch_rows
 from rig.analysis.percentiles import cdf_points, latency_rows, read_itl
-from rig.analysis.points import INVALIDATING, acceptance, campaign_row, load_requests, sort_key
+from rig.analysis.points import INVALIDATING, campaign_row, load_requests, sort_key
 from rig.analysis.runs import Run, load_run
 from rig.analysis.server_series import Series, counter_window_acceptance, point_series, summarize_point
 
@@ -65,7 +65,7 @@ def build_report(run_dir: Path | str | Run, slos: list[m.Slo] | None = None, cdf
         cdfs[p.point] = {
             "ttft": cdf_points(r.ttft[ok], n=cdf_resolution),
             "tpot": cdf_points(r.tpot[ok], n=cdf_resolution),
-            "itl": cdf_points(*itl, n=cdf_resolution),
+            "itl": cdf_points(*itl, n=cdf_resolution, presorted=True),
             "e2e": cdf_points(r.e2e[ok], n=cdf_resolution),
         }
         wa = (p.window_acceptance or {}).get("accept_length")

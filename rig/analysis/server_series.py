@@ -40,28 +40,46 @@ class Series:
         return self.ts.size == 0
 
 
-def _series(table: pa.Table, names: tuple[str, ...], how: str) -> Series:
+def _series(table: pa.Table, names: tuple[str, ...], how: str, present: dict[str, np.ndarray]) -> Series:
     """Samples of the first of ``names`` present, combined across label sets per scrape (``sum`` or ``mean``)."""
-    present = set(table["name"].unique().to_pylist()) if table.num_rows else set()
     for name in names:
         if name in present:
-            t = table.filter(pc.equal(table["name"], name))
+            idx = present[name]
+            ts = as_float(table["ts"].take(pa.array(idx)))
+            values = as_float(table["value"].take(pa.array(idx)))
+            keep = np.isfinite(ts) & np.isfinite(values)
+            ts, values = ts[keep], values[keep]
             # Several label sets (DP ranks, is_streaming) per scrape: requests add up, fractions average.
-            g = t.group_by("ts").aggregate([("value", how)]).sort_by("ts")
-            return Series(as_float(g["ts"]), as_float(g[f"value_{how}"]))
+            uniq, inv = np.unique(ts, return_inverse=True)
+            total = np.bincount(inv, weights=values, minlength=uniq.size)
+            if how == "mean":
+                total = total / np.bincount(inv, minlength=uniq.size)
+            return Series(uniq, total)
     return Series(np.empty(0), np.empty(0))
+
+
+def _rows_by_name(table: pa.Table) -> dict[str, np.ndarray]:
+    """Row indices of each metric name (one pass over the name column)."""
+    if table.num_rows == 0:
+        return {}
+    enc = pc.dictionary_encode(table["name"]).combine_chunks()
+    codes = np.asarray(enc.indices.to_numpy(zero_copy_only=False))
+    order = np.argsort(codes, kind="stable")
+    bounds = np.searchsorted(codes[order], np.arange(len(enc.dictionary) + 1))
+    return {str(n): order[bounds[i]:bounds[i + 1]] for i, n in enumerate(enc.dictionary.to_pylist())}
 
 
 def point_series(run: Run, point: str) -> dict[str, Series]:
     """running, queued, token_usage, gen_throughput and accept_length gauges, and the counters, of one point."""
     t = read_point_server_metrics(run.run_dir, point, ALL_NAMES, on_skip=run.note)
+    present = _rows_by_name(t)
     return {
-        "running": _series(t, RUNNING, "sum"),
-        "queued": _series(t, QUEUED, "sum"),
-        "token_usage": _series(t, TOKEN_USAGE, "mean"),
-        "gen_throughput": _series(t, GEN_THROUGHPUT, "sum"),
-        "accept_length_gauge": _series(t, ACCEPT_GAUGE, "mean"),
-        **{name: _series(t, (name,), "sum") for name in COUNTERS},
+        "running": _series(t, RUNNING, "sum", present),
+        "queued": _series(t, QUEUED, "sum", present),
+        "token_usage": _series(t, TOKEN_USAGE, "mean", present),
+        "gen_throughput": _series(t, GEN_THROUGHPUT, "sum", present),
+        "accept_length_gauge": _series(t, ACCEPT_GAUGE, "mean", present),
+        **{name: _series(t, (name,), "sum", present) for name in COUNTERS},
     }
 
 
