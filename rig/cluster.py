@@ -366,7 +366,6 @@ def set_outputs(spec: ClusterSpec, run_dir: Path, run_id: str, generators: list[
     import secrets
 
     out_root = str(Path(run_dir).resolve())
-    spool_root = f"{spec.spool_dir.rstrip('/')}/{run_id}"
     probe = Path(out_root) / f".visible-{secrets.token_hex(6)}"
     token = secrets.token_hex(16)
     probe.write_text(token)
@@ -374,21 +373,7 @@ def set_outputs(spec: ClusterSpec, run_dir: Path, run_id: str, generators: list[
         sees = ray.get([g.sees.remote(str(probe), token) for g in generators], timeout=60)
     finally:
         probe.unlink(missing_ok=True)
-    plans: list[tuple[str, str | None, str]] = []
-    for info, seen in zip(gen_info, sees):
-        if spec.results_uri and not spool.is_remote_uri(spec.results_uri):
-            plans.append((f"{spool.local_path(spec.results_uri)}/{run_id}", None, "shared"))
-        elif spec.results_uri:
-            plans.append((spool_root, f"{spec.results_uri}/{run_id}", "ship"))
-        elif spec.shared_results is True:
-            if not seen:
-                raise ClusterError(f"shared_results is true, but generator {info['generator']} on "
-                                   f"{info.get('host')} ({info.get('node_ip')}) does not see {out_root}")
-            plans.append((out_root, None, "direct"))
-        elif spec.shared_results is None and seen:
-            plans.append((out_root, None, "direct"))
-        else:
-            plans.append((spool_root, None, "spool"))
+    plans = [output_for(spec, run_id, out_root, seen, info) for info, seen in zip(gen_info, sees)]
     problems = ray.get([g.set_output.remote(root, uri) for g, (root, uri, _) in zip(generators, plans)], timeout=120)
     for info, (root, uri, mode), problem in zip(gen_info, plans, problems):
         if problem:
@@ -398,6 +383,24 @@ def set_outputs(spec: ClusterSpec, run_dir: Path, run_id: str, generators: list[
     infos = ray.get([g.info.remote() for g in generators])
     for info, now in zip(gen_info, infos):
         info["spool_root"] = now["spool_root"]  # filled in for its host
+
+
+def output_for(spec: ClusterSpec, run_id: str, out_root: str, seen: bool, info: dict[str, Any]
+               ) -> tuple[str, str | None, str]:
+    """(root template, ship URI, mode) for one generator; see ``set_outputs``."""
+    spool_root = f"{spec.spool_dir.rstrip('/')}/{run_id}"
+    if spec.results_uri and not spool.is_remote_uri(spec.results_uri):
+        return f"{spool.local_path(spec.results_uri)}/{run_id}", None, "shared"
+    if spec.results_uri:
+        return spool_root, f"{spec.results_uri}/{run_id}", "ship"
+    if spec.shared_results is True:
+        if not seen:
+            raise ClusterError(f"shared_results is true, but generator {info['generator']} on "
+                               f"{info.get('host')} ({info.get('node_ip')}) does not see {out_root}")
+        return out_root, None, "direct"
+    if spec.shared_results is None and seen:
+        return out_root, None, "direct"
+    return spool_root, None, "spool"
 
 
 def gather_parts(run_dir: Path, rel_dir: str, info: dict[str, Any], results_uri: str | None = None,

@@ -138,6 +138,8 @@ class ClusterSpec(BaseModel):
     def _uri(cls, v: str | None) -> str | None:
         if v is not None and not v.strip():
             raise ValueError("give a shared path or a URI such as s3://bucket/prefix")
+        if v is not None and "://" not in v and not v.startswith("/"):
+            raise ValueError("a shared path must be absolute (every host resolves it on its own)")
         return v.rstrip("/") if v else v
 
 
