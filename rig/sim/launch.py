@@ -35,36 +35,14 @@ def configure_logging(level: str, tp: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    args = resolve(argv)
+    args, profile, cap, context_len, profile_path = prepare(argv)
     configure_logging(args.log_level, args.tp_size)
     if args.sim_no_access_log:
         logging.getLogger("rig.sim.access").setLevel(logging.WARNING)
     for w in args.warnings:
         log.warning(w)
     try:
-        profile = load_profile(args.sim_profile)
-    except ProfileError as e:
-        main_error(str(e))
-    model_max = int(profile.context_length)
-    context_len = args.context_length or model_max
-    if not context_length_allowed(context_len, model_max):
-        main_error(f"User-specified context_length ({context_len}) is greater than the derived context_length "
-                   f"({model_max}). Set SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1 to allow it.")
-    try:
-        cap = compute_capacity(profile, tp=args.tp_size, mem_fraction_static=args.mem_fraction_static,
-                               draft_tokens=args.speculative_num_draft_tokens or 0, speculative=args.speculative,
-                               max_running_requests=args.max_running_requests, max_total_tokens=args.max_total_tokens,
-                               context_length=context_len)
-    except CapacityError as e:
-        main_error(str(e))
-    if args.mem_fraction_static is None:
-        args.ns.mem_fraction_static = profile.default_mem_fraction_static
-    if args.chunked_prefill_size is None:
-        args.ns.chunked_prefill_size = int(profile.default_chunked_prefill_size)
-    if args.context_length is None:
-        args.ns.context_length = context_len
-    try:
-        asyncio.run(serve(args, profile, cap, context_len, str(args.sim_profile or REFERENCE_PROFILE)))
+        asyncio.run(serve(args, profile, cap, context_len, profile_path))
     except KeyboardInterrupt:
         pass
 
@@ -98,8 +76,8 @@ def _startup_lines(args: ServerArgs, cap, profile) -> None:
                     args.speculative_num_draft_tokens or 0)
 
 
-async def serve(args: ServerArgs, profile, cap, context_len: int, profile_path: str) -> None:
-    _startup_lines(args, cap, profile)
+def build_server(args: ServerArgs, profile, cap, context_len: int, profile_path: str) -> SimServer:
+    """Metrics, engine (started) and handler state; must be called inside the event loop."""
     metrics = SimMetrics(args.served_model_name, args.bucket_time_to_first_token, args.bucket_inter_token_latency,
                          args.bucket_e2e_request_latency)
     cfg = EngineConfig(
@@ -119,7 +97,41 @@ async def serve(args: ServerArgs, profile, cap, context_len: int, profile_path: 
                  (metrics.spec_num_draft_tokens, args.speculative_num_draft_tokens or 0)):
         g.set(v)
     engine.start()
-    srv = SimServer(args, profile, cap, engine, metrics, context_len, profile_path)
+    return SimServer(args, profile, cap, engine, metrics, context_len, profile_path)
+
+
+def prepare(argv: list[str] | None = None):
+    """Resolve flags, load the profile, size memory: (args, profile, capacity, context_len, profile_path)."""
+    args = resolve(argv)
+    try:
+        profile = load_profile(args.sim_profile)
+    except ProfileError as e:
+        main_error(str(e))
+    model_max = int(profile.context_length)
+    context_len = args.context_length or model_max
+    if not context_length_allowed(context_len, model_max):
+        main_error(f"User-specified context_length ({context_len}) is greater than the derived context_length "
+                   f"({model_max}). Set SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1 to allow it.")
+    try:
+        cap = compute_capacity(profile, tp=args.tp_size, mem_fraction_static=args.mem_fraction_static,
+                               draft_tokens=args.speculative_num_draft_tokens or 0, speculative=args.speculative,
+                               max_running_requests=args.max_running_requests, max_total_tokens=args.max_total_tokens,
+                               context_length=context_len)
+    except CapacityError as e:
+        main_error(str(e))
+    if args.mem_fraction_static is None:
+        args.ns.mem_fraction_static = profile.default_mem_fraction_static
+    if args.chunked_prefill_size is None:
+        args.ns.chunked_prefill_size = int(profile.default_chunked_prefill_size)
+    if args.context_length is None:
+        args.ns.context_length = context_len
+    return args, profile, cap, context_len, str(args.sim_profile or REFERENCE_PROFILE)
+
+
+async def serve(args: ServerArgs, profile, cap, context_len: int, profile_path: str) -> None:
+    _startup_lines(args, cap, profile)
+    srv = build_server(args, profile, cap, context_len, profile_path)
+    engine = srv.engine
     runner = web.AppRunner(create_app(srv), access_log=None, handle_signals=False)
     await runner.setup()
     site = web.TCPSite(runner, args.host, args.port, reuse_address=True)
