@@ -52,6 +52,10 @@ def put(fs: pafs.FileSystem, path: str, data: bytes, local: bool) -> None:
             f.write(data)
         fs.move(tmp, path)
     else:
+        try:  # object stores need no directories (S3 writes a cheap marker); filesystem-like ones do
+            fs.create_dir(posixpath.dirname(path), recursive=True)
+        except Exception:
+            pass
         with fs.open_output_stream(path) as f:
             f.write(data)
 
