@@ -108,7 +108,7 @@ def test_compare_cli(tmp_path):
     assert _speedup(json.loads(r.output), "e2e")["speedup"] == pytest.approx(2.0)
     r = CliRunner().invoke(compare_cmd, [str(d), "--baseline-steps", "0"])
     assert r.exit_code == 0 and "steps=2" in r.output
-    for args in ([str(d)], [str(tmp_path / "nope"), str(d)], [f"{d}:nopoint", f"{d}:cand"], [str(d), "--baseline-steps", "9"]):
+    for args in ([str(d)], [str(tmp_path / "nope"), str(d)], [f"{d}:nopoint", f"{d}:cand"], [str(d), "--baseline-steps", "9"], [str(d), str(d), "--baseline-steps", "0"]):
         r = CliRunner().invoke(compare_cmd, args)
         assert r.exit_code != 0
         assert r.exception is None or isinstance(r.exception, SystemExit), args

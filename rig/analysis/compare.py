@@ -216,6 +216,8 @@ def compare(a: str, b: str | None = None, baseline_steps: int | None = None, res
         sides = [Side(run, p, p.point) for p in run.points]
         mode = f"within {run.run_id}, baseline steps={baseline_steps}"
     else:
+        if baseline_steps is not None:
+            raise RunError("--baseline-steps compares the points of one run; give one run, not two")
         db, pb = parse_target(b)
         ra, rb = load_run(da), (load_run(db) if db != da else None)
         rb = rb or ra

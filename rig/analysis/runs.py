@@ -164,6 +164,9 @@ def load_run(run_dir: Path | str) -> Run:
         if not isinstance(raw, dict) or not raw.get("point"):
             continue
         name = str(raw["point"])
+        if name in seen:  # a resumed sweep must not list a point twice; if it does, the first entry wins
+            warnings.append(f"point {name} is listed twice in the manifest")
+            continue
         seen.add(name)
         cfg = _dict(configs.get(raw.get("server_config")))
         knobs = _dict(cfg.get("knobs"))
