@@ -67,7 +67,7 @@ SERVER_COLS: list[Col] = [
     ("aggregate_tok_s", "Agg tok/s", _num(",.1f")), ("decode_tok_s", "Decode tok/s", _num(",.1f")),
     ("running_mean", "Running mean", _num(",.1f")), ("running_max", "Running max", _num(",.0f")),
     ("queued_mean", "Queued mean", _num(",.1f")), ("queued_max", "Queued max", _num(",.0f")),
-    ("token_usage_mean", "Token usage mean", _num(".2f")), ("token_usage_max", "Token usage max", _num(".2f")),
+    ("token_usage_mean", "Token usage mean", _num(".1%")), ("token_usage_max", "Token usage max", _num(".1%")),
     ("max_running_requests", "Max running (eff.)", _text), ("at_running_cap", "At cap, queueing", _text),
 ]
 GOODPUT_COLS: list[Col] = [

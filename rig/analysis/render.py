@@ -24,7 +24,7 @@ def render_latency(rows: list[dict[str, Any]]) -> Table:
     """TTFT/TPOT/ITL/E2E (and open-loop) percentiles per point, in ms."""
     t = Table(title="Latency (ms; ITL percentiles are over tokens)", title_justify="left", header_style="bold")
     for c in ("Point", "Metric", "n", "mean", "p50", "p90", "p95", "p99"):
-        t.add_column(c, justify="left" if c in ("Point", "Metric") else "right")
+        t.add_column(c, justify="left" if c in ("Point", "Metric") else "right", overflow="fold")
     last = None
     for r in rows:
         if last is not None and r["point"] != last:
@@ -42,7 +42,7 @@ def render_acceptance(rows: list[dict[str, Any]]) -> Table:
     t = Table(title="Acceptance length (tokens per verify step)", title_justify="left", header_style="bold")
     for c in ("Point", "Steps", "Level", "Accept len", "Source", "Per-request", "Manifest window", "Counters",
               "Gauge mean"):
-        t.add_column(c, justify="left" if c in ("Point", "Source") else "right")
+        t.add_column(c, justify="left" if c in ("Point", "Source") else "right", overflow="fold")
     for r in rows:
         t.add_row(
             r["point"], fmt(r["steps"], "d"), _level(r), fmt(r["accept_length"], ".3f"), r["source"] or "–",
@@ -60,14 +60,14 @@ def render_server(rows: list[dict[str, Any]]) -> Table:
     )
     for c in ("Point", "Steps", "Level", "Agg tok/s", "Decode tok/s", "Running mean/max", "Queued mean/max",
               "Token usage mean/max", "Max running (eff.)", "Samples", "Note"):
-        t.add_column(c, justify="left" if c in ("Point", "Note") else "right")
+        t.add_column(c, justify="left" if c in ("Point", "Note") else "right", overflow="fold")
     for r in rows:
         note = Text("at running cap, queueing", style="yellow") if r["at_running_cap"] else Text("")
         t.add_row(
             r["point"], fmt(r["steps"], "d"), _level(r), fmt(r["aggregate_tok_s"]), fmt(r["decode_tok_s"]),
             f"{fmt(r['running_mean'])} / {fmt(r['running_max'], ',.0f')}",
             f"{fmt(r['queued_mean'])} / {fmt(r['queued_max'], ',.0f')}",
-            f"{fmt(r['token_usage_mean'], '.2f')} / {fmt(r['token_usage_max'], '.2f')}",
+            f"{fmt(r['token_usage_mean'], '.1%')} / {fmt(r['token_usage_max'], '.1%')}",
             fmt(r["max_running_requests"], ",d") if isinstance(r["max_running_requests"], int) else fmt(r["max_running_requests"]),
             fmt(r["samples"], ",d"), note,
         )
@@ -79,7 +79,7 @@ def render_goodput(rows: list[dict[str, Any]]) -> Table:
     slos = rows[0]["slos"] if rows else ""
     t = Table(title=f"Goodput ({slos})", title_justify="left", header_style="bold")
     for c in ("Point", "Steps", "Level", "Good", "Counted", "Fraction", "Goodput req/s", "Goodput tok/s"):
-        t.add_column(c, justify="left" if c == "Point" else "right")
+        t.add_column(c, justify="left" if c == "Point" else "right", overflow="fold")
     for r in rows:
         t.add_row(
             r["point"], fmt(r["steps"], "d"), _level(r), fmt(r["good"], ",d"), fmt(r["counted"], ",d"),
