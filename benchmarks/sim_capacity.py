@@ -1,6 +1,6 @@
 """How much load the simulated server sustains on this machine while staying on its schedule.
 
-Starts `python -m rig.sim` (steps 3, like the campaign's middle point) and, for rising numbers of concurrent
+Starts `python -m rig.sim` (default without speculation, so up to 133 streams decode at once) and, for rising numbers of concurrent
 streams, runs a closed loop of long greedy /generate streams from this process (the load generator shares the
 machine, as it does in `rig run`). For each level it reads the sim's own lag histogram from /metrics and counts
 chunks/s at the client. Prints one row per level and the highest load whose p99 lag stayed under 1 ms. It measures;
@@ -53,7 +53,7 @@ async def level(url: str, n: int, seconds: float, max_running: int) -> dict:
     chunks = 0
     stop_at = time.monotonic() + seconds
     body = {"text": "Write a long essay about the sea.", "stream": True,
-            "sampling_params": {"max_new_tokens": 100000, "temperature": 0, "ignore_eos": True}}
+            "sampling_params": {"max_new_tokens": 1500, "temperature": 0, "ignore_eos": True}}
     conn = aiohttp.TCPConnector(limit=0)
     async with aiohttp.ClientSession(connector=conn) as s:
         async def metrics() -> dict:
@@ -85,15 +85,17 @@ async def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--levels", default="16,32,64,96,128,192,256")
     ap.add_argument("--seconds", type=float, default=10.0)
-    ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=0,
+                    help="0 (default): no speculation, so the most streams decode at once (133 may run)")
     ap.add_argument("--max-running-requests", type=int, default=None,
                     help="raise the server's limit so every stream decodes (default: the model's own limit)")
     a = ap.parse_args()
     port = free_port()
     argv = [sys.executable, "-m", "rig.sim", "--model-path", "Qwen/Qwen3.5-122B-A10B", "--tp-size", "4",
-            "--port", str(port), "--enable-metrics", "--sim-no-access-log", "--log-level", "warning",
-            "--speculative-algorithm", "NEXTN", "--speculative-num-steps", str(a.steps), "--speculative-eagle-topk",
-            "1", "--speculative-num-draft-tokens", str(a.steps + 1)]
+            "--port", str(port), "--enable-metrics", "--sim-no-access-log", "--log-level", "warning"]
+    if a.steps > 0:
+        argv += ["--speculative-algorithm", "NEXTN", "--speculative-num-steps", str(a.steps),
+                 "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", str(a.steps + 1)]
     if a.max_running_requests:
         argv += ["--max-running-requests", str(a.max_running_requests)]
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

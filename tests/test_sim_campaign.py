@@ -1,0 +1,40 @@
+"""Through the real rig path (`rig run` on the sim, greedy workload), the reference profile reproduces the campaign."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+CAMPAIGN = yaml.safe_load((Path(__file__).parents[1] / "rig/sim/data/campaign.yaml").read_text())
+
+
+def _run(tmp: Path, steps: int, conc: str) -> dict[int, dict]:
+    rig = [sys.executable, "-m", "rig.cli"]
+    run_id = f"s{steps}"
+    p = subprocess.run([*rig, "run", "--workload", "greedy", "--steps", str(steps), "--concurrency", conc,
+                        "--out", str(tmp), "--run-id", run_id], capture_output=True, text=True, timeout=900)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    rep = subprocess.run([*rig, "report", str(tmp / run_id), "--json"], capture_output=True, text=True, timeout=300)
+    assert rep.returncode == 0, rep.stderr
+    rows = json.loads(rep.stdout)
+    return {int(r["concurrency"]): r for r in rows}
+
+
+@pytest.mark.slow
+def test_rig_run_on_sim_reproduces_campaign(tmp_path):
+    s4 = _run(tmp_path, 4, "1,4,16,32,64")
+    for row in CAMPAIGN["steps4_table"]:
+        got = s4[int(row["concurrency"])]
+        assert got["aggregate_tok_s"] == pytest.approx(row["aggregate_tok_s"], rel=0.10), row
+        assert got["decode_tok_s"] == pytest.approx(row["per_request_tok_s"], rel=0.10), row
+    s3 = _run(tmp_path, 3, "1,64")
+    assert s4[64]["aggregate_tok_s"] < s3[64]["aggregate_tok_s"]  # the C=64 regression from steps 3 to 4
+    base = CAMPAIGN["steps4_table"][0]["per_request_tok_s"] / CAMPAIGN["c1_speedup_vs_steps1"][4]
+    c1 = {4: s4[1], 3: s3[1], 2: _run(tmp_path, 2, "1")[1], 1: _run(tmp_path, 1, "1")[1]}
+    for steps, row in c1.items():
+        assert row["decode_tok_s"] == pytest.approx(base * CAMPAIGN["c1_speedup_vs_steps1"][steps], rel=0.10), steps

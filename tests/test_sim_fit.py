@@ -1,0 +1,49 @@
+"""The fitter and `rig sim` CLI: the shipped reference profile is what the fit command produces."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from rig.sim.cli import sim
+from rig.sim.fit import CAMPAIGN_FREE, Target, evaluate, objective
+from rig.sim.profile import REFERENCE_PROFILE, load_profile
+from rig.sim.virtual import Scenario
+
+
+def test_fit_usage_errors():
+    r = CliRunner().invoke(sim, ["fit"])
+    assert r.exit_code == 2 and "either --campaign or RUN_DIR" in r.output
+
+
+def test_sim_cli_rejects_unknown_flag_like_argparse():
+    r = CliRunner().invoke(sim, ["--model-path", "m", "--bogus"])
+    assert r.exit_code == 2
+
+
+def test_objective_is_zero_at_the_target_and_grows_with_error():
+    ref = load_profile()
+    sc = Scenario(2, 2, 4, (100,), ("hello world",))
+    sim_value = evaluate(ref, [Target("t", "aggregate_tok_s", 1.0, sc)])[0]["sim"]
+    exact = evaluate(ref, [Target("t", "aggregate_tok_s", sim_value, sc)])
+    off = evaluate(ref, [Target("t", "aggregate_tok_s", sim_value * 1.2, sc)])
+    assert objective(exact) == pytest.approx(0.0, abs=1e-12) < objective(off)
+
+
+@pytest.mark.slow
+def test_campaign_fit_reproduces_the_shipped_profile(tmp_path):
+    doc = yaml.safe_load(REFERENCE_PROFILE.read_text())
+    cmd = doc["produced_by"].split()
+    assert cmd[:4] == ["rig", "sim", "fit", "--campaign"]
+    out = tmp_path / "refit.yaml"
+    args = cmd[2:]
+    args[args.index("-o") + 1] = str(out)
+    r = CliRunner().invoke(sim, args)
+    assert r.exit_code == 0, r.output
+    new, ref = load_profile(out), load_profile()
+    for name in CAMPAIGN_FREE:
+        assert new.values[name] == pytest.approx(ref.values[name], rel=0.02), name
+    shipped = {q["target"]: q["simulated"] for q in doc["fit_quality"]}
+    for q in yaml.safe_load(out.read_text())["fit_quality"]:
+        assert q["simulated"] == pytest.approx(shipped[q["target"]], rel=0.01), q["target"]
