@@ -230,13 +230,25 @@ def execute(spec, quiet: bool, resume: bool = False) -> int:
 
     console = Console(stderr=True)
     progress_ui = _ProgressUI(console, quiet)
-    runner = Runner(spec, progress=progress_ui.callbacks(), resume=resume)
-    install_signal_handlers(runner)
+    runner = Runner(spec, progress=progress_ui.callbacks(), resume=resume, handle_signals=True)
+    install_signal_handlers(runner)  # again inside the runner once Ray is up (Ray replaces SIGTERM's handler)
     try:
         with progress_ui:
             manifest = runner.run()
     except RunError as e:
         raise click.ClickException(str(e)) from None
+    except Exception as e:  # never a bare traceback: one line here, the traceback in the run's driver.log
+        import traceback
+
+        log = spec.run_dir / "logs" / "driver.log"
+        try:
+            log.parent.mkdir(parents=True, exist_ok=True)
+            log.write_text(traceback.format_exc())
+            where = f" (traceback in {log})"
+        except OSError:
+            where = ""
+        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        raise click.ClickException(f"{type(e).__name__}: {first}{where}") from None
     _print_table(spec.run_dir)
     status = manifest["status"]
     console.print(f"results: {spec.run_dir}  status: {status}"

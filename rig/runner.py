@@ -5,8 +5,10 @@ The flow is one-directional: spec -> placement -> server -> load -> records -> (
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import traceback
 import platform
 import shutil
 import signal
@@ -23,6 +25,7 @@ from rig import cluster
 from rig.config import RunSpec
 from rig.loadgen.actor import remote_class as generator_class
 from rig.loadgen.plan import GeneratorPlan, PointInfo
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from rig.results import (REQUESTS_DIR, SERVER_METRICS_DIR, read_manifest, requests_dir, server_log_path,
@@ -131,6 +134,7 @@ class Runner:
     spec: RunSpec
     progress: Progress = field(default_factory=Progress)
     resume: bool = False
+    handle_signals: bool = False  # SIGINT/SIGTERM stop the run cleanly (the CLI turns this on)
 
     def __post_init__(self) -> None:
         self.run_dir = self.spec.run_dir
@@ -203,6 +207,8 @@ class Runner:
                              f"connecting to Ray at {self.spec.cluster.address}")
         try:
             layout = cluster.connect(self.spec.cluster, n)
+            if self.handle_signals:  # after ray.init, which installs its own SIGTERM handler in the driver
+                install_signal_handlers(self)
             gpus = max(engine_for(c.engine).num_gpus(c) for c in self.spec.server_configs())
             self.placement = cluster.plan_placement(self.spec.cluster, layout["nodes"], gpus, n)
             Gen = generator_class()
@@ -366,6 +372,9 @@ class Runner:
                 self._stop_generators()
             counts = self._poll_progress()
             self.progress.point_update(sum(counts.get(k, 0) for k in ("ok", "failed", "cancelled")), counts)
+        if server_died is None:  # it may have died just as the last requests failed against it
+            if not ray.get(self.server.alive.remote()):
+                server_died = ray.get(exit_ref, timeout=5)
         after = ray.get(self.server.metrics_snapshot.remote()) if server_died is None else {}
         metric_parts = ray.get(self.server.stop_scrape.remote()) if server_died is None else []
         self._gather(p.point, results, metric_parts)
@@ -376,6 +385,17 @@ class Runner:
                                           if k.endswith("_total")} if after else None
         self._finish_point(entry, plans, results, server_died)
         self.progress.point_end(p.point, entry)
+
+    def _internal_error(self, pid: str, err: Exception) -> None:
+        """Record an unexpected exception on its point (one line) and its traceback in logs/driver.log."""
+        log = self.run_dir / "logs" / "driver.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with open(log, "a") as f:
+            f.write(f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} point {pid}\n{traceback.format_exc()}\n")
+        self._entry(pid).update(status="failed", error=f"internal error: {type(err).__name__}: {err}"[:500])
+        self._stop_generators()
+        self.save()
+        self.progress.status(f"{pid}: internal error ({type(err).__name__}); traceback in {log}")
 
     def _salvage(self, pid: str, gid: int, why: str) -> dict[str, Any]:
         """A generator died mid-point: keep what its closed part files hold, count it, and stop using it."""
@@ -388,10 +408,11 @@ class Runner:
             pass  # its host is gone too: count what reached the results dir
         gen_dir = requests_dir(self.run_dir, pid, gid)
         if gen_dir.exists():
-            table = pq.ParquetDataset(sorted(str(p) for p in gen_dir.glob("part-*.parquet"))).read(columns=["status"]) \
-                if any(gen_dir.glob("part-*.parquet")) else None
-            if table is not None and table.num_rows:
-                statuses = table.column("status").to_pylist()
+            statuses: list[str] = []
+            for part in sorted(gen_dir.glob("part-*.parquet")):
+                with contextlib.suppress(OSError, pa.ArrowException):  # a half-written file has no footer
+                    statuses += pq.ParquetFile(part).read(columns=["status"]).column("status").to_pylist()
+            if statuses:
                 result.update(status="partial", rows_written=len(statuses), scheduled=len(statuses),
                               records={k: statuses.count(k) for k in ("ok", "failed", "cancelled")},
                               parts=sorted(p.name for p in gen_dir.glob("part-*.parquet")))
@@ -526,7 +547,12 @@ class Runner:
                     for p in points:
                         if self.stop_requested.is_set():
                             break
-                        self._run_point(p, server_entry)
+                        try:
+                            self._run_point(p, server_entry)
+                        except (RunError, KeyboardInterrupt):
+                            raise
+                        except Exception as e:  # a bug or an unexpected fault: fail this point, keep the run
+                            self._internal_error(p.point, e)
                         if self._entry(p.point)["status"] == "failed":
                             if self.spec.fail_fast:
                                 raise RunError(f"point {p.point} failed: {self._entry(p.point).get('error')}")

@@ -77,3 +77,15 @@ def test_connect_refused_is_a_failed_record():
             return await stream_request(http, "http://127.0.0.1:9", SGLangNative(), turn(), [], "m", ClientTimeouts())
     out = asyncio.run(go())
     assert out.status == "failed" and out.error.startswith("connect")
+
+
+def test_server_that_never_sends_headers_times_out_on_first_token():
+    out = send("hang", timeouts=ClientTimeouts(first_token_s=0.3, total_s=5))
+    assert out.status == "failed" and out.error == "timeout: no first token within 0.3s"
+    assert out.end_mono - out.send_mono < 2
+
+
+def test_total_timeout_after_the_first_token():
+    out = send("ok", n=400, timeouts=ClientTimeouts(first_token_s=5, total_s=0.3))
+    assert out.status == "failed" and out.error == "timeout: stream not finished within 0.3s"
+    assert out.first_mono is not None and len(out.chunk_tokens) > 0

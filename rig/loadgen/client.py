@@ -42,16 +42,6 @@ def output_hash(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8", errors="replace")).hexdigest()[:32]
 
 
-async def _read_with_deadline(resp: aiohttp.ClientResponse, deadline: float, what: str) -> bytes:
-    remaining = deadline - time.perf_counter()
-    if remaining <= 0:
-        raise asyncio.TimeoutError(what)
-    try:
-        return await asyncio.wait_for(resp.content.readany(), timeout=remaining)
-    except asyncio.TimeoutError:
-        raise asyncio.TimeoutError(what) from None
-
-
 async def stream_request(
     session: aiohttp.ClientSession,
     base_url: str,
@@ -68,8 +58,6 @@ async def stream_request(
     out = Outcome(send_mono=send, end_mono=send)
     state = out.state
     parser = SSEParser()
-    first_deadline = send + timeouts.first_token_s
-    total_deadline = send + timeouts.total_s
     timeout = aiohttp.ClientTimeout(total=None, sock_connect=timeouts.connect_s, connect=timeouts.connect_s)
 
     def consume(events: list[str]) -> None:
@@ -89,8 +77,13 @@ async def stream_request(
                 out.chunk_offsets.append(now - send)
                 out.chunk_tokens.append(n)
 
+    loop = asyncio.get_running_loop()
+    # One deadline covers connect, headers and body: first the first-token limit, then the total limit.
+    first_at = loop.time() + min(timeouts.first_token_s, timeouts.total_s)
+    total_at = loop.time() + timeouts.total_s
     try:
-        async with session.post(base_url + api.path, json=body, headers=headers, timeout=timeout) as resp:
+        async with asyncio.timeout_at(first_at) as deadline, \
+                session.post(base_url + api.path, json=body, headers=headers, timeout=timeout) as resp:
             out.http_status = resp.status
             if resp.status != 200:
                 text = (await resp.text(errors="replace"))[:300].replace("\n", " ")
@@ -102,12 +95,12 @@ async def stream_request(
                 out.status, out.error = "failed", f"wrong content type {ctype!r} for a stream: {text}"
                 return out
             while True:
-                deadline = first_deadline if out.first_mono is None else total_deadline
-                what = "no first token" if out.first_mono is None else "stream not finished"
-                chunk = await _read_with_deadline(resp, min(deadline, total_deadline), what)
+                chunk = await resp.content.readany()
                 if not chunk:
                     break
                 consume(parser.feed(chunk))
+                if out.first_mono is not None and deadline.when() != total_at:
+                    deadline.reschedule(total_at)
                 if state.done:
                     break
             tail, cut = parser.close()
@@ -122,9 +115,13 @@ async def stream_request(
                 out.error = "truncated stream: ended mid-event" if cut else "truncated stream: no finish reason"
     except StreamError as e:
         out.status, out.error = "failed", str(e)[:300]
-    except asyncio.TimeoutError as e:
-        limit = timeouts.first_token_s if "first" in str(e) else timeouts.total_s
-        out.status, out.error = "failed", f"timeout: {e} within {limit:g}s"
+    except aiohttp.ServerTimeoutError as e:  # connect timeout (also a TimeoutError: must come first)
+        out.status, out.error = "failed", f"connect: {e or 'timed out'}"[:300]
+    except TimeoutError:
+        if out.first_mono is None and timeouts.first_token_s < timeouts.total_s:
+            out.status, out.error = "failed", f"timeout: no first token within {timeouts.first_token_s:g}s"
+        else:
+            out.status, out.error = "failed", f"timeout: stream not finished within {timeouts.total_s:g}s"
     except aiohttp.ClientConnectorError as e:
         out.status, out.error = "failed", f"connect: {e.os_error or e}"
     except (aiohttp.ClientError, OSError) as e:

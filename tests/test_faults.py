@@ -1,0 +1,160 @@
+"""Faults on the real server-actor path (test-double engine): a killed generator, a dead server, a hung server,
+SIGTERM, an unwritable output. Nothing already recorded is lost, and the manifest says what happened."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pyarrow.parquet as pq
+import pytest
+import yaml
+
+from rig.results import read_manifest, read_requests
+
+from accounting import assert_accounting
+
+pytestmark = pytest.mark.ray
+DOUBLES = str(Path(__file__).parent / "doubles")
+BASE = ["--engine", "sglang", "--engine-python", sys.executable, "--model", "double", "--tp", "1",
+        "--workload", "greedy", "--warmup", "0", "-q"]
+ENV = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
+
+
+def spec_file(tmp_path: Path, **env: str) -> Path:
+    f = tmp_path / "spec.yaml"
+    f.write_text(yaml.safe_dump({"server": {"env": {"PYTHONPATH": DOUBLES, **env}}}))
+    return f
+
+
+def rig(*args: str, timeout: float = 180) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "rig.cli", *args], capture_output=True, text=True, timeout=timeout,
+                          env=ENV)
+
+
+def start(*args: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "rig.cli", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=ENV)
+
+
+def wait_for(pred, timeout: float = 90.0):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            got = pred()
+            if got:
+                return got
+        except (FileNotFoundError, json.JSONDecodeError, KeyError, IndexError):
+            pass
+        time.sleep(0.1)
+    raise AssertionError("condition not reached")
+
+
+def engine_procs() -> list[psutil.Process]:
+    return [p for p in psutil.process_iter(["cmdline"]) if "sglang.launch_server" in " ".join(p.info["cmdline"] or [])]
+
+
+def test_killed_generator_keeps_its_flushed_records_and_the_others_go_on(tmp_path):
+    spec = spec_file(tmp_path, RIG_DOUBLE_TOKEN_DELAY="0.05")
+    run = tmp_path / "kg"
+    proc = start("run", "--config", str(spec), *BASE, "--steps", "1", "--concurrency", "4", "--requests", "24",
+                 "--workload-opt", "max_tokens=30", "--clients", "2", "--out", str(tmp_path), "--run-id", "kg")
+    # once generator 1 has closed a part file, kill its worker process (a crash, not a clean stop)
+    wait_for(lambda: list((run / "requests").glob("point=*/gen=1/part-*.parquet")))
+    pid = read_manifest(run)["cluster"]["generators"][1]["pid"]
+    os.kill(pid, signal.SIGKILL)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 1, err[-2000:]  # partial
+    m = read_manifest(run)
+    (p,) = m["points"]
+    assert p["status"] == "partial" and "generator_lost" in p["flags"]
+    g0, g1 = sorted(p["generators"], key=lambda g: g["generator"])
+    assert g0["status"] == "complete" and g0["records"]["ok"] == 12
+    assert g1["status"] == "partial" and "died" in g1["error"] and g1["rows_written"] > 0
+    t = read_requests(run).to_pandas()
+    assert (t.generator == 1).sum() == g1["rows_written"] and (t.generator == 0).sum() == 12
+    assert_accounting(run)
+    rep = rig("report", str(run), "--json")
+    assert rep.returncode == 0 and "generator_lost" in json.loads(rep.stdout)[0]["flags"]
+
+
+def test_server_killed_mid_point_fails_the_point_and_the_sweep_goes_on(tmp_path):
+    spec = spec_file(tmp_path, RIG_DOUBLE_CRASH_AFTER="5", RIG_DOUBLE_TOKEN_DELAY="0.05")
+    t0 = time.time()
+    res = rig("sweep", "--config", str(spec), *BASE, "--steps", "1,2", "--concurrency", "2", "--requests", "10",
+              "--workload-opt", "max_tokens=20", "--out", str(tmp_path), "--run-id", "sk")
+    assert res.returncode == 1, res.stderr[-2000:]
+    run = tmp_path / "sk"
+    m = read_manifest(run)
+    assert m["status"] == "failed" and len(m["points"]) == 2
+    for p in m["points"]:  # both server configurations ran, both lost their server
+        assert p["status"] == "failed" and "server_died" in p["flags"] and "exited with code 9" in p["error"]
+        # detected fast: the point ended within 5 s of its last request being sent
+        t = read_requests(run).to_pandas()
+        rows = t[t.point == p["point"]]
+        assert p["ended_ts"] - rows.send_ts.max() < 5.0
+        assert (rows.status != "ok").any() and rows[~rows.ok].error.notna().all()
+    assert_accounting(run)
+    assert engine_procs() == []
+    assert time.time() - t0 < 120
+
+
+def test_fail_fast_stops_at_the_first_failed_point(tmp_path):
+    spec = spec_file(tmp_path, RIG_DOUBLE_CRASH_AFTER="2")
+    res = rig("sweep", "--config", str(spec), *BASE, "--steps", "1,2", "--concurrency", "2", "--requests", "6",
+              "--workload-opt", "max_tokens=8", "--fail-fast", "--out", str(tmp_path), "--run-id", "ff")
+    assert res.returncode != 0
+    assert "failed" in res.stderr.strip().splitlines()[-1]
+    states = [p["status"] for p in read_manifest(tmp_path / "ff")["points"]]
+    assert states[0] == "failed" and states[1] in ("pending", "failed")
+    assert engine_procs() == []
+
+
+def test_hung_server_gives_timeout_records_and_the_point_ends(tmp_path):
+    spec = spec_file(tmp_path, RIG_DOUBLE_HANG="1")
+    res = rig("run", "--config", str(spec), *BASE, "--steps", "1", "--concurrency", "2", "--requests", "4",
+              "--first-token-timeout", "1", "--out", str(tmp_path), "--run-id", "hang", timeout=120)
+    assert res.returncode == 1
+    run = tmp_path / "hang"
+    t = read_requests(run).to_pandas()
+    assert len(t) == 4 and (t.status == "failed").all()
+    assert t.error.str.contains("timeout: no first token within 1s").all()
+    (p,) = read_manifest(run)["points"]
+    assert p["status"] == "failed" and "no request succeeded" in p["error"]
+    assert_accounting(run)
+
+
+def test_sigterm_stops_cleanly(tmp_path):
+    spec = spec_file(tmp_path, RIG_DOUBLE_TOKEN_DELAY="0.05")
+    run = tmp_path / "term"
+    proc = start("run", "--config", str(spec), *BASE, "--steps", "1", "--concurrency", "2", "--requests", "40",
+                 "--workload-opt", "max_tokens=30", "--out", str(tmp_path), "--run-id", "term")
+    wait_for(lambda: list((run / "requests").glob("point=*/gen=0/part-*.parquet")))
+    t0 = time.time()
+    proc.send_signal(signal.SIGTERM)
+    proc.communicate(timeout=60)
+    assert time.time() - t0 < 10 and proc.returncode == 130
+    m = read_manifest(run)
+    assert m["status"] == "interrupted" and m["points"][0]["status"] == "interrupted"
+    for f in run.rglob("*.parquet"):
+        pq.read_metadata(f)
+    assert not list(run.rglob("*.tmp"))
+    t = read_requests(run).to_pandas()
+    assert (t.status == "cancelled").any() and t.ok.any()
+    assert_accounting(run)
+    assert engine_procs() == []
+    assert rig("report", str(run)).returncode == 0
+
+
+def test_unwritable_output_is_refused_before_start(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    res = rig("run", *BASE, "--out", str(blocker / "sub"), "--run-id", "x", timeout=60)
+    assert res.returncode == 1
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and "cannot write results to" in lines[0]
+    assert engine_procs() == []
