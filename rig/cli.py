@@ -201,6 +201,7 @@ def print_dry_run(spec) -> None:
         eng = engine_for(cfg.engine)
         host = cfg.host or "0.0.0.0"
         argv = eng.argv(cfg, host, cfg.port) if eng.launches_process else []
+        argv = ["<free port>" if a == "0" and i and argv[i - 1] == "--port" else a for i, a in enumerate(argv)]
         import shlex
 
         line = shlex.join(argv) if argv else f"(nothing launched: external server at {cfg.url})"

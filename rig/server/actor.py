@@ -120,6 +120,11 @@ class ServerActor:
                 async with self._session().get(self.url + self.engine.health_path(), headers=self._headers(),
                                                timeout=aiohttp.ClientTimeout(total=5)) as r:
                     if r.status == 200:
+                        await asyncio.sleep(0.2)
+                        if self.proc is not None and self.proc.poll() is not None:
+                            # Something else answered on our port and our engine died (e.g. address in use).
+                            raise ServerError(f"{self.cfg.engine} exited with code {self.proc.returncode} while "
+                                              f"another process answered on {self.url}\n{self.log_tail()}")
                         return {"ready_after_s": time.monotonic() - t0}
                     last = f"HTTP {r.status}"
             except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as e:

@@ -27,7 +27,7 @@ class ServerConfig(BaseModel):
     extra_args: tuple[str, ...] = ()  # passed to the engine verbatim
     env: dict[str, str] = Field(default_factory=dict)
     device: Literal["gpu", "cpu"] = "gpu"
-    port: int = Field(30000, ge=0, le=65535)  # 0: pick a free port
+    port: int = Field(0, ge=0, le=65535)  # 0: a free port the kernel picks; set 30000 for SGLang's usual
     host: str | None = None  # bind address; default: the node's IP as Ray sees it
     url: str | None = None  # external engine only
     python: str | None = None  # interpreter that runs the engine (its own venv); default: the rig's own
