@@ -21,6 +21,18 @@ from rig.results import REQUEST_SCHEMA, PartWriter, empty_record, requests_dir
 from rig.workloads.base import Session, Turn
 
 
+SPIN_S = 0.0015  # asyncio timers wake ~1 ms late; sleep until this close, then yield until due
+
+
+async def sleep_until(due: float) -> None:
+    """Wait until perf_counter() >= due with sub-millisecond precision, still yielding to other tasks."""
+    delay = due - time.perf_counter() - SPIN_S
+    if delay > 0:
+        await asyncio.sleep(delay)
+    while time.perf_counter() < due:
+        await asyncio.sleep(0)
+
+
 def make_session(total_conns: int | None = None) -> aiohttp.ClientSession:
     """One HTTP session per generator; no connection cap below the concurrency (aiohttp's default is 100)."""
     connector = aiohttp.TCPConnector(limit=0, limit_per_host=0, ttl_dns_cache=300, force_close=False)
@@ -144,9 +156,7 @@ class PointRun:
                 due = start + offset
                 if deadline is not None and due >= deadline:
                     break
-                delay = due - time.perf_counter()
-                if delay > 0:
-                    await asyncio.sleep(delay)
+                await sleep_until(due)
                 if cap:
                     await cap.acquire()  # waiting here shows up as slip: the schedule stays honest
                 task = asyncio.get_running_loop().create_task(fire(session, due))
