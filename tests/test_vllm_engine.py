@@ -74,7 +74,9 @@ def test_window_acceptance_on_observed_counters():
     assert w["accept_length"] == pytest.approx(1 + 80 / 42)
     assert w["accept_rate"] == pytest.approx(1.0)
     assert w["tokens_per_step"] == pytest.approx(320 / 240)
-    assert ENGINE.window_acceptance(after, after) is None
+    idle = ENGINE.window_acceptance(after, after)  # speculation on, nothing drafted in the window
+    assert idle["drafts"] == 0 and idle["accept_length"] is None and idle["accept_rate"] is None
+    assert ENGINE.window_acceptance({}, {"vllm:generation_tokens_total": 5.0}) is None  # no speculation
 
 
 def test_argv_and_env_for_cpu_ngram():

@@ -199,22 +199,23 @@ class VLLMEngine(Engine):
         def delta(name: str) -> float:
             return after.get(name, 0.0) - before.get(name, 0.0)
 
+        if "vllm:spec_decode_num_drafts_total" not in after:
+            return None  # no speculative decoding on this server
         drafts = delta("vllm:spec_decode_num_drafts_total")
-        if drafts <= 0:
-            return None
         accepted = delta("vllm:spec_decode_num_accepted_tokens_total")
         proposed = delta("vllm:spec_decode_num_draft_tokens_total")
         generated = delta("vllm:generation_tokens_total")
-        out = {
+        # Speculation on but nothing drafted (e.g. ngram finds no match in sampled text): the acceptance length
+        # is undefined, and every step committed one token.
+        out: dict[str, Any] = {
             "drafts": drafts,
             "draft_tokens": proposed,
             "accepted_tokens": accepted,
-            "accept_length": 1.0 + accepted / drafts,
-            "accept_rate": accepted / proposed if proposed else float("nan"),
+            "accept_length": 1.0 + accepted / drafts if drafts > 0 else None,
+            "accept_rate": accepted / proposed if proposed > 0 else None,
+            "generation_tokens": generated,
+            "tokens_per_step": generated / (generated - accepted) if generated > accepted else 1.0,
         }
-        if generated > accepted:
-            out["generation_tokens"] = generated
-            out["tokens_per_step"] = generated / (generated - accepted)
         return out
 
     def num_gpus(self, cfg: ServerConfig) -> int:
