@@ -106,7 +106,15 @@ def build_parser() -> argparse.ArgumentParser:
     a("--sim-spin-ms", type=float, default=1.5,
       help="wake this early before an iteration's deadline and yield-spin to it (sub-millisecond timing)")
     a("--sim-no-access-log", action="store_true", help="do not log one line per HTTP request")
+    a("--sim-fault", action="append", default=[], type=_fault, metavar="SPEC",
+      help="TEST ONLY: misbehave on purpose (crash, hang, slow, HTTP errors, broken streams); see rig/sim/faults.py")
     return p
+
+
+def _fault(spec: str):
+    from rig.sim.faults import argparse_type
+
+    return argparse_type(spec)
 
 
 @dataclass

@@ -74,6 +74,7 @@ class Engine:
         self.decode_log_interval = decode_log_interval
         self.stream_interval = stream_interval
         self.spin_s = spin_s
+        self.time_scale = 1.0  # test-only slow-down (--sim-fault slow=F)
         self._wake = asyncio.Event()
         self._n = 0
         self._task: asyncio.Task | None = None
@@ -168,7 +169,7 @@ class Engine:
                 t = None
                 await asyncio.sleep(0)
                 continue
-            deadline = t + it.duration
+            deadline = t + it.duration * self.time_scale
             await self._sleep_until(deadline)
             self.metrics.observe_lag(max(0.0, loop.time() - deadline))
             touched = self.sched.complete(it, deadline, t)

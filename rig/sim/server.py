@@ -11,6 +11,7 @@ from typing import Any, AsyncIterator
 from aiohttp import web
 
 import rig
+from rig.sim import faults
 from rig.sim.args import ServerArgs
 from rig.sim.capacity import Capacity
 from rig.sim.engine import Engine, Stream
@@ -105,7 +106,8 @@ async def read_json(request: web.Request) -> dict:
 
 
 async def start_sse(request: web.Request) -> web.StreamResponse:
-    resp = web.StreamResponse(status=200, headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+    headers = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+    resp = faults.stream_response(request, headers) or web.StreamResponse(status=200, headers=headers)
     await resp.prepare(request)
     return resp
 
@@ -307,7 +309,7 @@ async def generate(request: web.Request) -> web.StreamResponse:
 def create_app(srv: SimServer) -> web.Application:
     from rig.sim import openai_api
 
-    app = web.Application(middlewares=make_middlewares(srv), client_max_size=64 * 1024 * 1024)
+    app = web.Application(middlewares=make_middlewares(srv) + faults.install(srv), client_max_size=64 * 1024 * 1024)
     app["srv"] = srv
     r = app.router
     r.add_get("/health", health)

@@ -1,0 +1,364 @@
+"""Test-only fault injection for the simulated server: ``--sim-fault SPEC`` (repeatable).
+
+The sim misbehaves on purpose so the rig's fault handling can be tested against it exactly as against SGLang (the
+rig passes the flag through verbatim: ``--server-arg=--sim-fault --server-arg=http=503,every=4``). Nothing here runs
+unless a ``--sim-fault`` flag is given.
+
+SPEC is ``KIND[=VALUE][,key=value...]``. Server-wide faults:
+
+- ``crash_after=N``   the process dies (SIGKILL, or ``code=C``: exit code C) when generation request N+1 arrives
+- ``crash_at=T``      ... T seconds after the first generation request arrived
+- ``slow=F``          every engine iteration takes F times as long (F > 0; F < 1 speeds it up)
+
+Per-request faults (the first listed fault that selects a request applies to it):
+
+- ``http=STATUS``     answer with that status (400..599) and an SGLang-style JSON error body
+- ``hang``            accept the request, never send anything (until the client goes away)
+- ``hang_headers``    send 200 and the event-stream headers, then never a first token
+- ``truncate``        end the stream cleanly in the middle of an event (after ``after=K`` whole events, default 1)
+- ``reset``           drop the connection in the middle of an event (after ``after=K`` whole events, default 1)
+- ``malformed=text``  event number ``after=K`` (default 0: the first) is not JSON
+- ``malformed=meta``  ... is JSON without ``meta_info`` (OpenAI routes: without ``choices``)
+- ``content_type``    answer 200 with ``application/json`` (the final object) instead of ``text/event-stream``
+
+Selectors (per-request faults; default: every generation request):
+
+- ``every=K[,offset=O]``   request number i (1-based, in arrival order) is selected when (i - O) % K == 0
+- ``fraction=P[,seed=S]``  selected when a hash of (S, rid) is below P: the same request ids at every run and at any
+  concurrency (requests without a rid are keyed by their number)
+
+Generation requests are POST /generate, /v1/completions and /v1/chat/completions (the sim's own warm-up and
+/health_generate are not counted; the rig's warm-up requests are). Stream faults act on streamed responses only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+import os
+import signal
+from dataclasses import dataclass
+from typing import Any, Awaitable, Callable
+
+from aiohttp import web
+
+log = logging.getLogger("rig.sim")
+GENERATION_PATHS = ("/generate", "/v1/completions", "/v1/chat/completions")
+SERVER_KINDS = ("crash_after", "crash_at", "slow")
+REQUEST_KINDS = ("http", "hang", "hang_headers", "truncate", "reset", "malformed", "content_type")
+STREAM_KINDS = ("hang_headers", "truncate", "reset", "malformed", "content_type")
+_KEYS = {"every", "offset", "fraction", "seed", "after", "code"}
+
+
+class FaultSpecError(ValueError):
+    """A --sim-fault value that cannot be understood (one line)."""
+
+
+@dataclass(frozen=True)
+class Fault:
+    kind: str
+    value: Any = None  # crash_after N, crash_at T, slow F, http status, malformed mode
+    every: int | None = None
+    offset: int = 0
+    fraction: float | None = None
+    seed: int = 0
+    after: int | None = None  # stream faults: whole events sent before the fault
+    code: int | None = None  # crash: exit code instead of SIGKILL
+    spec: str = ""
+
+    def selects(self, index: int, rid: str | None) -> bool:
+        if self.every is not None:
+            return (index - self.offset) % self.every == 0
+        if self.fraction is not None:
+            return hash_unit(self.seed, rid if rid is not None else f"#{index}") < self.fraction
+        return True
+
+    @property
+    def events_before(self) -> int:
+        if self.after is not None:
+            return self.after
+        return 0 if self.kind == "malformed" else 1
+
+
+def hash_unit(seed: int, key: str) -> float:
+    """A stable number in [0, 1) for (seed, key): the same on every machine and Python run."""
+    h = hashlib.sha256(f"{seed}|{key}".encode()).digest()
+    return int.from_bytes(h[:8], "big") / 2**64
+
+
+def _num(name: str, raw: str, kind: type, lo: float | None = None, hi: float | None = None,
+         lo_open: bool = False) -> Any:
+    try:
+        v = kind(raw)
+    except ValueError:
+        raise FaultSpecError(f"{name} must be {'an integer' if kind is int else 'a number'}, got {raw!r}") from None
+    if lo is not None and (v <= lo if lo_open else v < lo):
+        raise FaultSpecError(f"{name} must be {'>' if lo_open else '>='} {lo:g}, got {raw}")
+    if hi is not None and v > hi:
+        raise FaultSpecError(f"{name} must be <= {hi:g}, got {raw}")
+    return v
+
+
+def parse_fault(spec: str) -> Fault:
+    """'http=503,every=4' -> Fault; raises FaultSpecError with a one-line reason."""
+    parts = [p.strip() for p in spec.split(",")]
+    if not parts or not parts[0]:
+        raise FaultSpecError(f"empty fault spec {spec!r}")
+    kind, eq, value = parts[0].partition("=")
+    kind = kind.strip()
+    if kind not in SERVER_KINDS + REQUEST_KINDS:
+        raise FaultSpecError(f"unknown fault {kind!r} (known: {', '.join(SERVER_KINDS + REQUEST_KINDS)})")
+    opts: dict[str, str] = {}
+    for p in parts[1:]:
+        k, eq2, v = p.partition("=")
+        if k not in _KEYS or not eq2:
+            raise FaultSpecError(f"{kind}: unknown option {p!r} (options: key=value with key in "
+                                 f"{', '.join(sorted(_KEYS))})")
+        if k in opts:
+            raise FaultSpecError(f"{kind}: option {k!r} given twice")
+        opts[k] = v
+    needs_value = kind in ("crash_after", "crash_at", "slow", "http", "malformed")
+    if needs_value and not eq:
+        raise FaultSpecError(f"{kind} needs a value ({kind}=...)")
+    if not needs_value and eq:
+        raise FaultSpecError(f"{kind} takes no value (got {kind}={value})")
+    val: Any = None
+    if kind == "crash_after":
+        val = _num("crash_after", value, int, 0)
+    elif kind == "crash_at":
+        val = _num("crash_at", value, float, 0)
+    elif kind == "slow":
+        val = _num("slow", value, float, 0, 1000, lo_open=True)
+    elif kind == "http":
+        val = _num("http", value, int, 400, 599)
+    elif kind == "malformed":
+        if value not in ("text", "meta"):
+            raise FaultSpecError(f"malformed must be 'text' (not JSON) or 'meta' (no meta_info), got {value!r}")
+        val = value
+    allowed = set()
+    if kind in ("crash_after", "crash_at"):
+        allowed = {"code"}
+    elif kind in REQUEST_KINDS:
+        allowed = {"every", "offset", "fraction", "seed"} | ({"after"} if kind in ("truncate", "reset", "malformed")
+                                                            else set())
+    extra = set(opts) - allowed
+    if extra:
+        raise FaultSpecError(f"{kind} does not take {', '.join(sorted(extra))}")
+    if "every" in opts and "fraction" in opts:
+        raise FaultSpecError(f"{kind}: give every= or fraction=, not both")
+    if "offset" in opts and "every" not in opts:
+        raise FaultSpecError(f"{kind}: offset= needs every=")
+    if "seed" in opts and "fraction" not in opts:
+        raise FaultSpecError(f"{kind}: seed= needs fraction=")
+    return Fault(
+        kind=kind, value=val,
+        every=_num("every", opts["every"], int, 1) if "every" in opts else None,
+        offset=_num("offset", opts["offset"], int, 0) if "offset" in opts else 0,
+        fraction=_num("fraction", opts["fraction"], float, 0, 1) if "fraction" in opts else None,
+        seed=_num("seed", opts["seed"], int) if "seed" in opts else 0,
+        after=_num("after", opts["after"], int, 0) if "after" in opts else None,
+        code=_num("code", opts["code"], int, 0, 255) if "code" in opts else None,
+        spec=spec,
+    )
+
+
+def argparse_type(spec: str) -> Fault:
+    """For argparse: a bad spec becomes argparse's one-line error (exit 2)."""
+    import argparse
+
+    try:
+        return parse_fault(spec)
+    except FaultSpecError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+class FaultPlan:
+    """The faults of one server process and the count of generation requests seen so far."""
+
+    def __init__(self, faults: list[Fault] | tuple[Fault, ...] = ()):
+        self.faults = list(faults)
+        self.per_request = [f for f in self.faults if f.kind in REQUEST_KINDS]
+        self.crash_after = next((f for f in self.faults if f.kind == "crash_after"), None)
+        self.crash_at = next((f for f in self.faults if f.kind == "crash_at"), None)
+        slow = [f.value for f in self.faults if f.kind == "slow"]
+        self.time_scale = slow[-1] if slow else 1.0
+        self.seen = 0
+        self._timer: asyncio.Task | None = None
+
+    def __bool__(self) -> bool:
+        return bool(self.faults)
+
+    def choose(self, index: int, rid: str | None) -> Fault | None:
+        """The per-request fault for request number ``index`` (1-based) with this rid, if any."""
+        return next((f for f in self.per_request if f.selects(index, rid)), None)
+
+
+def crash(fault: Fault, why: str) -> None:
+    log.error("sim fault: crashing (%s): %s", fault.spec, why)
+    for h in logging.getLogger("rig.sim").handlers:
+        h.flush()
+    if fault.code is not None:
+        os._exit(fault.code)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+async def _crash_later(fault: Fault) -> None:
+    await asyncio.sleep(float(fault.value))
+    crash(fault, f"{fault.value:g} s after the first generation request")
+
+
+async def _rid(request: web.Request) -> str | None:
+    try:
+        body = await request.json()  # the body is cached: the handler reads it again
+    except Exception:
+        return None
+    rid = body.get("rid") if isinstance(body, dict) else None
+    return rid if isinstance(rid, str) else None
+
+
+def _gone(request: web.Request, srv: Any) -> bool:
+    t = request.transport
+    return t is None or t.is_closing() or bool(getattr(srv, "shutting_down", False))
+
+
+async def _wait_gone(request: web.Request, srv: Any) -> None:
+    while not _gone(request, srv):
+        await asyncio.sleep(0.1)
+
+
+class FaultInjected(ConnectionResetError):
+    """Raised by a faulty stream's write once the fault has ended the response (the handler aborts its request)."""
+
+
+class FaultyStream(web.StreamResponse):
+    """A streamed response that breaks in the configured way; the handler writes SSE events to it as usual."""
+
+    def __init__(self, fault: Fault, srv: Any, *, headers: dict[str, str]):
+        self.fault = fault
+        self.srv = srv
+        self.events = 0  # whole events written
+        self.ended = False
+        self._last_json: bytes | None = None
+        if fault.kind == "content_type":
+            headers = {**headers, "Content-Type": "application/json"}
+        super().__init__(status=200, headers=headers)
+
+    async def prepare(self, request: web.BaseRequest):  # type: ignore[override]
+        out = await super().prepare(request)
+        self._request = request
+        if self.fault.kind == "hang_headers" and self._payload_writer is not None:
+            send = getattr(self._payload_writer, "send_headers", None)  # aiohttp sends headers with the body
+            if send is not None:
+                send()
+                await self._payload_writer.drain()
+        return out
+
+    async def write(self, data: bytes | bytearray | memoryview) -> None:  # type: ignore[override]
+        if self.ended:
+            raise FaultInjected("sim fault: response already ended")
+        if self.fault.kind == "hang_headers":  # the first token never leaves the server
+            await _wait_gone(self._request, self.srv)
+            self.ended = True
+            raise FaultInjected("sim fault: hang after headers")
+        data = bytes(data)
+        payload = data[len(b"data: "):].rstrip(b"\n") if data.startswith(b"data: ") else data
+        kind = self.fault.kind
+        if kind == "content_type":
+            if payload != b"[DONE]":
+                self._last_json = payload
+            else:  # the end of the stream: one JSON body, as a non-streaming answer
+                await super().write(self._last_json or b"{}")
+                await self._end()
+            return
+        before = self.events < self.fault.events_before
+        if before or payload == b"[DONE]" or (kind == "malformed" and self.events > self.fault.events_before):
+            self.events += 1
+            await super().write(data)
+            return
+        if kind == "malformed":
+            if self.fault.value == "text":
+                bad = b"data: {not json: " + payload[:24] + b"\n\n"
+            else:
+                obj = json.loads(payload)
+                obj.pop("meta_info", None) if "meta_info" in obj else obj.pop("choices", None)
+                bad = b"data: " + json.dumps(obj).encode() + b"\n\n"
+            self.events += 1
+            await super().write(bad)
+            return
+        # truncate / reset: half an event, then the end
+        await super().write(data[: max(1, len(data) // 2)])
+        if kind == "reset":
+            t = self._request.transport
+            if t is not None:
+                t.abort()
+            self.ended = True
+            raise FaultInjected("sim fault: connection reset mid-event")
+        await self._end()
+
+    async def _end(self) -> None:
+        self.ended = True
+        await super().write_eof()
+        raise FaultInjected(f"sim fault: {self.fault.kind}")
+
+    async def write_eof(self, data: bytes = b"") -> None:  # type: ignore[override]
+        if self.ended:
+            return
+        await super().write_eof(data)
+
+
+def stream_response(request: web.Request, headers: dict[str, str]) -> web.StreamResponse | None:
+    """The faulty stream for this request, if a stream fault selected it (server.start_sse asks)."""
+    fault = request.get("sim_fault")
+    if fault is None or fault.kind not in STREAM_KINDS:
+        return None
+    resp = FaultyStream(fault, request.app["srv"], headers=headers)
+    request["sim_fault_resp"] = resp
+    return resp
+
+
+def middleware(plan: FaultPlan) -> Callable:
+    """Counts generation requests, crashes on schedule, and applies per-request faults."""
+
+    @web.middleware
+    async def inject(request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]):
+        if request.method != "POST" or request.path not in GENERATION_PATHS:
+            return await handler(request)
+        srv = request.app["srv"]
+        plan.seen += 1
+        index = plan.seen
+        if plan.crash_after is not None and index > plan.crash_after.value:
+            crash(plan.crash_after, f"generation request {index} arrived")
+        if plan.crash_at is not None and plan._timer is None:
+            plan._timer = asyncio.get_running_loop().create_task(_crash_later(plan.crash_at))
+        rid = await _rid(request) if plan.per_request else None
+        fault = plan.choose(index, rid)
+        if fault is None:
+            return await handler(request)
+        log.info("sim fault: request %d (rid %s): %s", index, rid, fault.spec)
+        if fault.kind == "http":
+            status = int(fault.value)
+            return web.json_response({"error": {"message": f"sim fault: injected HTTP {status}",
+                                                "type": "SimFault", "code": status}}, status=status)
+        if fault.kind == "hang":
+            await _wait_gone(request, srv)
+            return web.Response(status=499)
+        request["sim_fault"] = fault
+        try:
+            return await handler(request)
+        except FaultInjected:
+            resp = request.get("sim_fault_resp")
+            return resp if resp is not None else web.Response(status=499)
+
+    return inject
+
+
+def install(srv: Any) -> list[Callable]:
+    """Apply the server-wide faults to the engine; the middleware for the rest (empty without --sim-fault)."""
+    plan = FaultPlan(getattr(srv.args, "sim_fault", None) or ())
+    if not plan:
+        return []
+    srv.engine.time_scale = plan.time_scale
+    log.warning("sim faults enabled (test only): %s", "; ".join(f.spec for f in plan.faults))
+    return [middleware(plan)]
