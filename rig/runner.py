@@ -34,11 +34,10 @@ from rig.server.actor import ServerError
 from rig.server.actor import remote_class as server_class
 from rig.server.engines import engine_for
 from rig.server.spec import ServerConfig
-from rig.workloads import build_sessions
+from rig.workloads import build_sessions, dataset_size, warmup_sessions
 from rig.workloads.base import Session
 from rig.workloads.spec import WorkloadSpec
 
-WARMUP_SEED_OFFSET = 1_000_003  # warm-up requests come from a different part of the seed space
 
 
 class RunError(RuntimeError):
@@ -293,7 +292,9 @@ class Runner:
         from rig.loadgen import arrivals
 
         if load.mode == "trace":
-            sessions = build_sessions(p.workload, seed=load.seed, n_sessions=n or 1_000_000)
+            if p.workload.name != "dataset":
+                raise RunError("trace replay needs the dataset workload (a file whose records carry 'timestamp')")
+            sessions = build_sessions(p.workload, seed=load.seed, n_sessions=n or dataset_size(p.workload) or 0)
             stamps = [s.arrival_s for s in sessions]
             if any(t is None for t in stamps):
                 raise RunError("trace replay needs a dataset whose records carry 'timestamp'")
@@ -315,8 +316,8 @@ class Runner:
                          concurrency=p.concurrency, rate=p.rate, repeat=p.repeat)
         sessions, offsets = self._sessions(p)
         n_gen = len(self.active)
-        warm = build_sessions(p.workload, seed=load.seed + WARMUP_SEED_OFFSET, n_sessions=load.warmup_requests)
-        warm = [_shorten(s) for s in warm]
+        # Warm-up content differs from the measured requests (it must not pre-fill the prefix cache for them).
+        warm = [_shorten(s) for s in warmup_sessions(p.workload, seed=load.seed, n_sessions=load.warmup_requests)]
         headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
         common = dict(point=info, url=url, model=model, duration_s=load.duration_s, warmup=tuple(warm),
                       connect_s=load.timeouts.connect_s, first_token_s=load.timeouts.first_token_s,
@@ -624,9 +625,8 @@ def _shorten(session: Session) -> Session:
     """Warm-up sessions: first turn only, at most 32 output tokens."""
     from dataclasses import replace
 
-    turn = replace(session.turns[0], max_tokens=min(32, session.turns[0].max_tokens), think_time_s=0.0,
-                   request_id="warmup-" + session.turns[0].request_id)
-    return replace(session, turns=(turn,), session_id="warmup-" + session.session_id)
+    turn = replace(session.turns[0], max_tokens=min(32, session.turns[0].max_tokens), think_time_s=0.0)
+    return replace(session, turns=(turn,))
 
 
 def _write_bytes(dest: Path, data: bytes) -> None:
