@@ -29,6 +29,15 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
+class ArgsError(ValueError):
+    """A flag the simulator would refuse (raised instead of exiting, for check_argv)."""
+
+
+class _CheckingParser(_Parser):
+    def error(self, message: str) -> NoReturn:
+        raise ArgsError(message)
+
+
 def human_readable_int(value: str) -> int:
     """'32k' -> 32000, '128Ki' -> 131072, '4096' -> 4096 (SGLang 0.5.23 accepts these for --context-length)."""
     m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kKmMgG]i?)?\s*", value)
@@ -40,8 +49,8 @@ def human_readable_int(value: str) -> int:
     return int(num * base**power)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog=PROG, usage=f"python -m {PROG} --model-path PATH [options]",
+def build_parser(cls: type[argparse.ArgumentParser] = _Parser) -> argparse.ArgumentParser:
+    p = cls(prog=PROG, usage=f"python -m {PROG} --model-path PATH [options]",
                 description="Simulated SGLang server (speaks sglang.launch_server's flags and HTTP contract).")
     a = p.add_argument
     # model and serving
@@ -140,9 +149,18 @@ class ServerArgs:
         return {k: v for k, v in vars(self.ns).items() if not k.startswith("sim_")}
 
 
-def resolve(argv: list[str] | None = None) -> ServerArgs:
+def check_argv(argv: list[str]) -> str | None:
+    """Why the simulator would refuse these flags (one line), or None: lets the rig refuse them before it starts."""
+    try:
+        resolve(argv, parser=build_parser(_CheckingParser))
+    except ArgsError as e:
+        return str(e)
+    return None
+
+
+def resolve(argv: list[str] | None = None, parser: argparse.ArgumentParser | None = None) -> ServerArgs:
     """Parse and resolve like SGLang; a bad value ends the process with a one-line error (exit 2)."""
-    parser = build_parser()
+    parser = parser or build_parser()
     ns = parser.parse_args(argv)
     args = ServerArgs(ns)
 

@@ -1,0 +1,274 @@
+"""Faults on the sim, through `rig run` / `rig sweep` exactly as against SGLang (the sim misbehaves on purpose with
+--sim-fault, passed verbatim as --server-arg or server.extra_args). Each request that a fault hits gives exactly one
+failed record with its status and message, the rest of the run goes on, and nothing is lost (accounting invariant).
+
+What the test double (tests/test_faults.py) already proves is not repeated: a killed generator, SIGTERM, an
+unwritable output. The sim adds per-request faults the double cannot make (HTTP errors, broken streams, wrong
+content type, a hang after the headers), a crash mid-point with requests in flight on a real serving engine, a sweep
+whose next server configuration is healthy, and a slowed-down server against the total request timeout.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import psutil
+import pytest
+import yaml
+
+from rig.results import read_manifest, read_requests
+from rig.sim.faults import FaultPlan, parse_fault
+
+from accounting import assert_accounting
+
+ENV = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
+BASE = ["--engine", "sim", "--workload", "greedy", "--steps", "1", "--warmup", "0", "-q"]
+
+
+def rig(*args: str, timeout: float = 180) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "rig.cli", *args], capture_output=True, text=True, timeout=timeout,
+                          env=ENV)
+
+
+def fault_args(*specs: str) -> list[str]:
+    out: list[str] = []
+    for s in specs:
+        out += ["--server-arg=--sim-fault", f"--server-arg={s}"]
+    return out
+
+
+def sim_procs() -> list[psutil.Process]:
+    return [p for p in psutil.process_iter(["cmdline"]) if "rig.sim" in (p.info["cmdline"] or [])
+            and "--sim-fault" in (p.info["cmdline"] or [])]
+
+
+def server_log(run: Path) -> str:
+    return "\n".join(f.read_text() for f in sorted(run.glob("logs/**/server.log")))
+
+
+# ---------------------------------------------------------------- flags (no Ray)
+@pytest.mark.parametrize("spec, message", [
+    ("http=700", "http must be <= 599, got 700"),
+    ("bogus", "unknown fault 'bogus' (known: crash_after, crash_at, slow, http, hang, hang_headers, truncate, "
+              "reset, malformed, content_type)"),
+    ("hang,after=2", "hang does not take after"),
+    ("truncate,every=0", "every must be >= 1, got 0"),
+    ("http=503,every=2,fraction=0.5", "http: give every= or fraction=, not both"),
+    ("slow=0", "slow must be > 0, got 0"),
+    ("malformed=xml", "malformed must be 'text' (not JSON) or 'meta' (no meta_info), got 'xml'"),
+])
+def test_a_bad_fault_spec_is_one_line_and_exit_2(spec, message):
+    res = subprocess.run([sys.executable, "-m", "rig.sim", "--model-path", "m", "--sim-fault", spec],
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 2
+    assert res.stderr.strip().splitlines() == [f"rig.sim: error: argument --sim-fault: {message}"]
+
+
+def test_the_rig_refuses_a_bad_sim_flag_before_anything_starts(tmp_path):
+    t0 = time.monotonic()
+    res = rig("run", *BASE, *fault_args("http=503,evry=2"), "--out", str(tmp_path), "--run-id", "x", timeout=60)
+    assert res.returncode == 2 and time.monotonic() - t0 < 15  # no Ray, no server
+    assert res.stderr.strip().splitlines() == [
+        "rig: error: server: the simulated server would refuse its flags: argument --sim-fault: http: unknown option "
+        "'evry=2' (options: key=value with key in after, code, every, fraction, offset, seed) "
+        "(steps=1, extra_args=['--sim-fault', 'http=503,evry=2'])"]
+    assert not (tmp_path / "x").exists()
+
+
+def test_selection_is_by_arrival_number_or_by_rid():
+    plan = FaultPlan([parse_fault("http=503,every=3,offset=1"), parse_fault("truncate,fraction=0.5,seed=9"),
+                      parse_fault("hang")])
+    assert [i for i in range(1, 12) if plan.choose(i, "x").kind == "http"] == [1, 4, 7, 10]
+    # fraction: a property of the rid alone (any arrival number), the same set at every run
+    rids = [f"greedy-{i:06d}-t0" for i in range(400)]
+    picked = {r for r in rids if plan.choose(2, r).kind == "truncate"}
+    assert picked == {r for r in rids if plan.choose(3, r).kind == "truncate"}
+    assert 160 < len(picked) < 240  # about half
+    assert {plan.choose(2, r).kind for r in rids} == {"truncate", "hang"}  # the rest fall through to 'hang'
+
+
+# ---------------------------------------------------------------- per-request faults on one run
+# Selected by a hash of the request id, so the test knows exactly which requests each fault hits.
+STREAM_FAULTS = ["http=503,fraction=0.08,seed=1", "http=429,fraction=0.05,seed=2", "truncate,fraction=0.08,seed=3",
+                 "reset,fraction=0.06,seed=4", "malformed=text,fraction=0.06,seed=5",
+                 "malformed=meta,fraction=0.06,seed=6", "content_type,fraction=0.06,seed=7",
+                 "hang_headers,fraction=0.05,seed=8", "hang,fraction=0.05,seed=21"]
+N_STREAM = 60
+EXPECTED_ERROR = {  # fault spec prefix -> (http_status, the record's error as a regex)
+    "http=503": (503, r"HTTP 503: .*sim fault: injected HTTP 503"),
+    "http=429": (429, r"HTTP 429: .*sim fault: injected HTTP 429"),
+    "truncate": (200, r"truncated stream: ended mid-event"),
+    "reset": (200, r"ClientPayloadError: Response payload is not completed"),
+    "malformed=text": (200, r"malformed event: not JSON: '\{not json: "),
+    "malformed=meta": (200, r"malformed event: /generate chunk without text and meta_info"),
+    "content_type": (200, r"wrong content type 'application/json' for a stream: \{\"text\":"),
+    "hang_headers": (200, r"timeout: no first token within 2s"),
+    "hang": (None, r"timeout: no first token within 2s"),
+}
+
+
+@pytest.fixture(scope="module")
+def stream_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("faults")
+    res = rig("run", *BASE, "--concurrency", "4", "--requests", str(N_STREAM), "--workload-opt", "max_tokens=8",
+              "--first-token-timeout", "2", *fault_args(*STREAM_FAULTS), "--out", str(out), "--run-id", "sf")
+    return out / "sf", res
+
+
+def expected_faults(rids: list[str]) -> dict[str, str]:
+    plan = FaultPlan([parse_fault(s) for s in STREAM_FAULTS])
+    hit = {r: plan.choose(1, r) for r in rids}
+    return {r: f.spec.split(",")[0] for r, f in hit.items() if f is not None}
+
+
+@pytest.mark.ray
+def test_each_faulty_request_is_one_failed_record_with_status_and_message(stream_run):
+    run, res = stream_run
+    assert res.returncode == 0, res.stderr[-2000:]  # failed requests do not fail the run
+    t = read_requests(run).to_pandas().set_index("request_id")
+    assert len(t) == N_STREAM and t.index.is_unique
+    want = expected_faults(list(t.index))
+    assert {k.split(",")[0] for k in STREAM_FAULTS} == set(want.values())  # every fault hit >= 1 request
+    failed = t[t.status == "failed"]
+    assert set(failed.index) == set(want)  # exactly the faulty requests failed, each once
+    for rid, kind in want.items():
+        status, pattern = EXPECTED_ERROR[kind]
+        row = t.loc[rid]
+        assert not row.ok and re.match(pattern, row.error), (rid, kind, row.error)
+        assert (row.http_status == status) if status is not None else pd.isna(row.http_status), (rid, kind)
+        assert pd.isna(row.output_hash)
+    ok = t[t.status == "ok"]
+    assert len(ok) == N_STREAM - len(want) and (ok.completion_tokens == 8).all() and ok.error.isna().all()
+    assert (ok.http_status == 200).all() and ok.output_hash.notna().all()
+    # the server saw each fault exactly where the records say (its log names request and rid)
+    logged = re.findall(r"sim fault: request \d+ \(rid (\S+)\): (\S+)", server_log(run))
+    assert {rid: spec.split(",")[0] for rid, spec in logged} == want
+
+
+@pytest.mark.ray
+def test_the_point_completes_with_exact_counts(stream_run):
+    run, _ = stream_run
+    m = read_manifest(run)
+    (p,) = m["points"]
+    n_bad = len(expected_faults([f"greedy-{i:06d}-t0" for i in range(N_STREAM)]))
+    assert m["status"] == "complete" and p["status"] == "complete" and p["flags"] == []
+    assert p["records"] == {"ok": N_STREAM - n_bad, "failed": n_bad, "cancelled": 0}
+    assert p["requests_scheduled"] == N_STREAM
+    # the server's own counter saw only the requests that were generated in full (broken streams are aborted)
+    t = read_requests(run).to_pandas()
+    assert p["server_counters_delta"]["sglang:generation_tokens_total"] >= t[t.ok].completion_tokens.sum()
+    assert_accounting(run)
+    assert sim_procs() == []
+
+
+# ---------------------------------------------------------------- the OpenAI routes, selected by arrival number
+@pytest.mark.ray
+def test_openai_chat_stream_faults_by_arrival_number(tmp_path):
+    specs = ["http=500,every=5", "malformed=meta,every=7", "truncate,every=9"]
+    n = 30
+    res = rig("run", *BASE, "--api", "openai-chat", "--concurrency", "2", "--requests", str(n), "--workload-opt",
+              "max_tokens=6", *fault_args(*specs), "--out", str(tmp_path), "--run-id", "oa")
+    assert res.returncode == 0, res.stderr[-2000:]
+    run = tmp_path / "oa"
+    t = read_requests(run).to_pandas()
+    plan = FaultPlan([parse_fault(s) for s in specs])
+    kinds = [f.spec.split(",")[0] for i in range(1, n + 1) if (f := plan.choose(i, None))]
+    assert (kinds.count("http=500"), kinds.count("malformed=meta"), kinds.count("truncate")) == (6, 4, 3)  # 5..30 by 5; 7, 14, 21, 28; 9, 18, 27
+    errors = t[~t.ok].error
+    assert errors.str.match(r"HTTP 500: .*injected HTTP 500").sum() == 6
+    assert (errors == "malformed event: no choices, usage or error").sum() == 4
+    assert (errors == "truncated stream: ended mid-event").sum() == 3
+    assert len(errors) == 13 and t.ok.sum() == n - 13 and (t[t.ok].completion_tokens == 6).all()
+    assert_accounting(run)
+
+
+# ---------------------------------------------------------------- the server dies mid-point
+CRASH_AFTER = 6
+
+
+def crash_sweep(tmp: Path, run_id: str, *extra: str) -> tuple[Path, subprocess.CompletedProcess]:
+    """Two server configurations: the first crashes after CRASH_AFTER requests, the second is healthy."""
+    spec = tmp / "spec.yaml"
+    spec.write_text(yaml.safe_dump({"server_grid": {"extra_args": [["--sim-fault", f"crash_after={CRASH_AFTER}",
+                                                                    "--sim-fault", "slow=4"], []]}}))
+    res = rig("sweep", "--config", str(spec), *BASE, "--concurrency", "4", "--requests", "24", "--workload-opt",
+              "max_tokens=16", *extra, "--out", str(tmp), "--run-id", run_id)
+    return tmp / run_id, res
+
+
+@pytest.fixture(scope="module")
+def crashed(tmp_path_factory):
+    return crash_sweep(tmp_path_factory.mktemp("crash"), "cr")
+
+
+@pytest.mark.ray
+def test_a_crash_fails_its_point_within_5s_and_in_flight_requests_say_why(crashed):
+    run, res = crashed
+    assert res.returncode == 1, res.stderr[-2000:]  # partial: one point failed, one complete
+    m = read_manifest(run)
+    bad, good = m["points"]
+    assert bad["status"] == "failed" and "server_died" in bad["flags"]
+    assert bad["error"] == "server exited with code -9 during the point"
+    assert "sim fault: crashing (crash_after=6): generation request 7 arrived" in server_log(run)
+    t = read_requests(run).to_pandas()
+    rows = t[t.point == bad["point"]].sort_values("send_ts")
+    # the requests the server received: the first CRASH_AFTER + 1 sends (the last one killed it)
+    received = rows.iloc[:CRASH_AFTER + 1]
+    in_flight = received[~received.ok]
+    assert received.ok.sum() >= 1 and len(in_flight) >= 2  # at concurrency 4, several were streaming
+    assert in_flight.status.eq("failed").all()
+    assert in_flight.error.str.match(r"(ServerDisconnectedError|ClientOSError|ClientPayloadError)").all(), \
+        in_flight.error.tolist()
+    later = rows.iloc[CRASH_AFTER + 1:]
+    assert later.status.isin(["failed", "cancelled"]).all() and later.error.notna().all()
+    # detected within 5 s of the crash (the first in-flight failure)
+    assert bad["ended_ts"] - in_flight.end_ts.min() < 5.0
+    assert_accounting(run)
+
+
+@pytest.mark.ray
+def test_the_sweep_goes_on_with_the_next_server_configuration(crashed):
+    run, _ = crashed
+    m = read_manifest(run)
+    bad, good = m["points"]
+    assert m["status"] == "partial" and good["status"] == "complete" and good["flags"] == []
+    assert good["records"] == {"ok": 24, "failed": 0, "cancelled": 0}
+    cfg_bad, cfg_good = (m["server_configs"][p["server_config"]] for p in (bad, good))
+    assert "--sim-fault" in cfg_bad["command"] and "--sim-fault" not in cfg_good["command"]
+    assert sim_procs() == []
+
+
+@pytest.mark.ray
+def test_fail_fast_stops_after_the_crashed_configuration(tmp_path):
+    run, res = crash_sweep(tmp_path, "ff", "--fail-fast")
+    assert res.returncode == 1
+    last = res.stderr.strip().splitlines()[-1]
+    assert "failed" in last and "server exited with code -9" in last
+    bad, nxt = read_manifest(run)["points"]
+    assert bad["status"] == "failed" and nxt["status"] == "pending" and nxt["records"]["ok"] == 0
+    assert not (run / "requests" / f"point={nxt['point']}").exists()
+    assert_accounting(run)
+    assert sim_procs() == []
+
+
+# ---------------------------------------------------------------- a slow server against the total timeout
+@pytest.mark.ray
+def test_a_slowed_server_hits_the_request_timeout_after_its_first_tokens(tmp_path):
+    res = rig("run", *BASE, "--concurrency", "2", "--requests", "4", "--workload-opt", "max_tokens=64",
+              "--request-timeout", "1.5", *fault_args("slow=25"), "--out", str(tmp_path), "--run-id", "slow")
+    assert res.returncode == 1
+    run = tmp_path / "slow"
+    t = read_requests(run).to_pandas()
+    assert len(t) == 4 and (t.status == "failed").all()
+    assert (t.error == "timeout: stream not finished within 1.5s").all()
+    assert t.ttft_s.notna().all() and (t.chunk_tokens.apply(sum) < 64).all()  # tokens came, too slowly
+    assert ((t.e2e_s > 1.45) & (t.e2e_s < 2.5)).all()
+    (p,) = read_manifest(run)["points"]
+    assert p["status"] == "failed" and p["error"] == "no request succeeded (4 failed)"
+    assert_accounting(run)
