@@ -200,18 +200,34 @@ class RunSpec(BaseModel):
             for steps in self.steps:
                 update = dict(zip(keys, combo), steps=steps)
                 try:
-                    configs.append(ServerConfig.model_validate({**self.server.model_dump(), **update}))
+                    cfg = ServerConfig.model_validate({**self.server.model_dump(), **update})
                 except ValidationError as e:
                     raise SpecError(_one_line(e, prefix="server")) from None
+                _check_sim_flags(cfg)
+                configs.append(cfg)
         return configs
 
     def api_for(self, engine_default: str) -> str:
         return self.load.api or engine_default
 
 
+def _check_sim_flags(cfg: ServerConfig) -> None:
+    """The sim's own parser over the flags it will be started with: a bad one is refused before anything starts."""
+    if cfg.engine != "sim":
+        return
+    from rig.server.engines import engine_for
+    from rig.sim.args import check_argv
+
+    why = check_argv(engine_for("sim").argv(cfg, "127.0.0.1", 1)[3:])
+    if why:
+        shown = f" (steps={cfg.steps}, extra_args={list(cfg.extra_args)})"
+        raise SpecError(f"server: the simulated server would refuse its flags: {why}{shown}")
+
+
 def _one_line(err: ValidationError, prefix: str = "") -> str:
     first = err.errors()[0]
-    loc = ".".join(str(p) for p in first["loc"] if not isinstance(p, int) or True)
+    # keys come from user YAML and may hold any character: quote the odd ones so the message stays one line
+    loc = ".".join(str(p) if str(p).isidentifier() or isinstance(p, int) else repr(p) for p in first["loc"])
     loc = f"{prefix}.{loc}" if prefix and loc else (prefix or loc)
     value = first.get("input")
     shown = "" if isinstance(value, dict) else f" (got {value!r})"
@@ -248,6 +264,8 @@ def build_spec(yaml_data: dict[str, Any] | None, overrides: dict[str, Any]) -> R
     """Merge YAML (lowest) with CLI overrides (highest) and validate into a RunSpec."""
     data = _deep_merge(yaml_data or {}, overrides)
     try:
-        return RunSpec.model_validate(data)
+        spec = RunSpec.model_validate(data)
     except ValidationError as e:
         raise SpecError(_one_line(e)) from None
+    spec.server_configs()  # every server configuration of the grid, before anything starts (SpecError)
+    return spec

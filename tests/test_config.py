@@ -21,7 +21,7 @@ def test_defaults_are_the_main_job():
 
 
 def test_sweep_product_and_stable_point_ids():
-    spec = build_spec({}, {"steps": [0, 2], "server_grid": {"eagle_topk": [1, 2]},
+    spec = build_spec({}, {"server": {"engine": "sglang"}, "steps": [0, 2], "server_grid": {"eagle_topk": [1, 2]},
                            "workloads": [{"name": "greedy"}, {"name": "realistic"}],
                            "load": {"concurrency": [1, 4]}})
     cfgs = spec.server_configs()
