@@ -100,5 +100,8 @@ def test_printed_table_equals_report_json(run):
 
 
 def test_no_engine_process_left(run):
-    leftovers = [p for p in psutil.process_iter(["cmdline"]) if "rig.sim" in " ".join(p.info["cmdline"] or [])]
-    assert leftovers == []
+    run_dir, _ = run
+    (cfg,) = read_manifest(run_dir)["server_configs"].values()
+    ours = " ".join(cfg["command"])  # this run's exact engine command line (its port is unique)
+    leftovers = [p for p in psutil.process_iter(["cmdline"]) if " ".join(p.info["cmdline"] or []) == ours]
+    assert cfg["command"] and leftovers == []
