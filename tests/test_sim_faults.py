@@ -10,12 +10,17 @@ whose next server configuration is healthy, and a slowed-down server against the
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
+import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
+
+import aiohttp
 
 import pandas as pd
 import psutil
@@ -91,6 +96,60 @@ def test_selection_is_by_arrival_number_or_by_rid():
     assert picked == {r for r in rids if plan.choose(3, r).kind == "truncate"}
     assert 160 < len(picked) < 240  # about half
     assert {plan.choose(2, r).kind for r in rids} == {"truncate", "hang"}  # the rest fall through to 'hang'
+
+
+def _sim(*faults: str):
+    """A sim subprocess with these faults on a free loopback port: (process, url)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    argv = [sys.executable, "-m", "rig.sim", "--model-path", "m", "--tp-size", "4", "--host", "127.0.0.1", "--port", str(port),
+            "--random-seed", "1", "--sim-no-access-log"]
+    for f in faults:
+        argv += ["--sim-fault", f]
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    for _ in range(300):
+        try:
+            with urllib.request.urlopen(url + "/health", timeout=1) as r:
+                if r.status == 200:
+                    return proc, url
+        except OSError:
+            time.sleep(0.05)
+    proc.kill()
+    raise RuntimeError("sim did not start")
+
+
+def test_stream_faults_fire_even_when_the_stream_is_shorter_than_after():
+    """after=K past the end of a short stream: the fault falls on the last event, so a selected request still fails."""
+    from rig.loadgen.apis import api_for
+    from rig.loadgen.client import ClientTimeouts, stream_request
+    from rig.workloads.base import Turn
+
+    proc, url = _sim("truncate,every=4,offset=1,after=99", "malformed=meta,every=4,offset=2,after=99",
+                     "malformed=text,every=4,offset=3,after=99")
+
+    async def send() -> list:
+        async with aiohttp.ClientSession() as http:
+            outs = []
+            for i in range(8):
+                turn = Turn(request_id=f"r{i}", messages=({"role": "user", "content": "hello there"},), max_tokens=4)
+                outs.append(await stream_request(http, url, api_for("sglang-native"), turn, [], "m",
+                                                 ClientTimeouts(first_token_s=10, total_s=10)))
+            return outs
+
+    try:
+        outs = asyncio.run(send())
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+    errors = [o.error for o in outs]
+    assert errors[3] is None and errors[7] is None and errors[:3] == errors[4:7]
+    assert errors[:2] == ["truncated stream: ended mid-event",
+                          "malformed event: /generate chunk without text and meta_info"]
+    assert errors[2].startswith("malformed event: not JSON: '{not json: {\"text\":")
+    assert [o.status for o in outs] == ["failed"] * 3 + ["ok"] + ["failed"] * 3 + ["ok"]
+    assert [o.state.finished for o in outs] == [True, True, True, True] * 2  # the fault came after the last token
 
 
 # ---------------------------------------------------------------- per-request faults on one run

@@ -240,6 +240,7 @@ class FaultyStream(web.StreamResponse):
         self.srv = srv
         self.events = 0  # whole events written
         self.ended = False
+        self.fired = False
         self._last_json: bytes | None = None
         if fault.kind == "content_type":
             headers = {**headers, "Content-Type": "application/json"}
@@ -265,27 +266,32 @@ class FaultyStream(web.StreamResponse):
         data = bytes(data)
         payload = data[len(b"data: "):].rstrip(b"\n") if data.startswith(b"data: ") else data
         kind = self.fault.kind
+        if payload != b"[DONE]":
+            self._last_json = payload
         if kind == "content_type":
-            if payload != b"[DONE]":
-                self._last_json = payload
-            else:  # the end of the stream: one JSON body, as a non-streaming answer
+            if payload == b"[DONE]":  # the end of the stream: one JSON body, as a non-streaming answer
                 await super().write(self._last_json or b"{}")
                 await self._end()
             return
-        before = self.events < self.fault.events_before
-        if before or payload == b"[DONE]" or (kind == "malformed" and self.events > self.fault.events_before):
+        done = payload == b"[DONE]"
+        if self.fired or (self.events < self.fault.events_before and not done):
             self.events += 1
             await super().write(data)
             return
+        # The fault's event (or the end of a stream shorter than after=K: the fault still happens, on the last event)
+        self.fired = True
         if kind == "malformed":
+            last = self._last_json if done else payload
             if self.fault.value == "text":
-                bad = b"data: {not json: " + payload[:24] + b"\n\n"
+                bad = b"data: {not json: " + (last or b"")[:24] + b"\n\n"
             else:
-                obj = json.loads(payload)
+                obj = json.loads(last or b"{}")
                 obj.pop("meta_info", None) if "meta_info" in obj else obj.pop("choices", None)
                 bad = b"data: " + json.dumps(obj).encode() + b"\n\n"
             self.events += 1
             await super().write(bad)
+            if done:
+                await super().write(data)
             return
         # truncate / reset: half an event, then the end
         await super().write(data[: max(1, len(data) // 2)])
