@@ -11,6 +11,7 @@ whose next server configuration is healthy, and a slowed-down server against the
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import re
 import socket
@@ -150,6 +151,23 @@ def test_stream_faults_fire_even_when_the_stream_is_shorter_than_after():
     assert errors[2].startswith("malformed event: not JSON: '{not json: {\"text\":")
     assert [o.status for o in outs] == ["failed"] * 3 + ["ok"] + ["failed"] * 3 + ["ok"]
     assert [o.state.finished for o in outs] == [True, True, True, True] * 2  # the fault came after the last token
+
+
+def test_crash_at_kills_the_server_that_long_after_the_first_request():
+    proc, url = _sim("crash_at=0.6,code=3")
+    try:
+        time.sleep(1.0)
+        assert proc.poll() is None  # the clock starts at the first generation request, not at startup
+        t0 = time.monotonic()
+        req = urllib.request.Request(url + "/generate", data=json.dumps(
+            {"text": "hi", "sampling_params": {"max_new_tokens": 2}}).encode(), method="POST")
+        with urllib.request.urlopen(req, timeout=5) as r:
+            assert r.status == 200
+        assert proc.wait(timeout=5) == 3
+        assert 0.55 < time.monotonic() - t0 < 1.5
+    finally:
+        proc.kill()
+        proc.wait()
 
 
 # ---------------------------------------------------------------- per-request faults on one run
