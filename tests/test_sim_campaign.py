@@ -13,16 +13,20 @@ import yaml
 CAMPAIGN = yaml.safe_load((Path(__file__).parents[1] / "rig/sim/data/campaign.yaml").read_text())
 
 
-def _run(tmp: Path, steps: int, conc: str) -> dict[int, dict]:
+def _sweep(tmp: Path, steps: str, conc: str) -> dict[tuple[int, int], dict]:
+    """`rig sweep` on the sim (greedy), then `rig report --json`: rows keyed by (steps, concurrency)."""
     rig = [sys.executable, "-m", "rig.cli"]
-    run_id = f"s{steps}"
-    p = subprocess.run([*rig, "run", "--workload", "greedy", "--steps", str(steps), "--concurrency", conc,
-                        "--out", str(tmp), "--run-id", run_id], capture_output=True, text=True, timeout=900)
+    run_id = "s" + steps.replace(",", "-")
+    p = subprocess.run([*rig, "sweep", "--workload", "greedy", "--steps", steps, "--concurrency", conc,
+                        "--out", str(tmp), "--run-id", run_id, "-q"], capture_output=True, text=True, timeout=900)
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
     rep = subprocess.run([*rig, "report", str(tmp / run_id), "--json"], capture_output=True, text=True, timeout=300)
     assert rep.returncode == 0, rep.stderr
-    rows = json.loads(rep.stdout)
-    return {int(r["concurrency"]): r for r in rows}
+    return {(int(r["steps"]), int(r["concurrency"])): r for r in json.loads(rep.stdout)}
+
+
+def _run(tmp: Path, steps: int, conc: str) -> dict[int, dict]:
+    return {c: r for (_, c), r in _sweep(tmp, str(steps), conc).items()}
 
 
 @pytest.mark.slow
@@ -35,6 +39,7 @@ def test_rig_run_on_sim_reproduces_campaign(tmp_path):
     s3 = _run(tmp_path, 3, "1,64")
     assert s4[64]["aggregate_tok_s"] < s3[64]["aggregate_tok_s"]  # the C=64 regression from steps 3 to 4
     base = CAMPAIGN["steps4_table"][0]["per_request_tok_s"] / CAMPAIGN["c1_speedup_vs_steps1"][4]
-    c1 = {4: s4[1], 3: s3[1], 2: _run(tmp_path, 2, "1")[1], 1: _run(tmp_path, 1, "1")[1]}
+    low = _sweep(tmp_path, "1,2", "1")  # one sweep, two server launches
+    c1 = {4: s4[1], 3: s3[1], 2: low[(2, 1)], 1: low[(1, 1)]}
     for steps, row in c1.items():
         assert row["decode_tok_s"] == pytest.approx(base * CAMPAIGN["c1_speedup_vs_steps1"][steps], rel=0.10), steps
