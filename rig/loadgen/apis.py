@@ -62,6 +62,16 @@ def _error_message(obj: dict[str, Any]) -> str | None:
     return None
 
 
+def _event_object(obj: Any) -> dict[str, Any]:
+    """The event as an object, or a StreamError if it is not one or it carries the server's error."""
+    if not isinstance(obj, dict):
+        raise StreamError(f"malformed event: expected an object, got {type(obj).__name__}")
+    msg = _error_message(obj)
+    if msg is not None:
+        raise StreamError(msg)
+    return obj
+
+
 def _spec_fields(src: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     if src.get("spec_verify_ct") is not None:
@@ -143,11 +153,7 @@ class SGLangNative(Api):
         }
 
     def fold(self, obj: Any, state: StreamState) -> int:
-        if not isinstance(obj, dict):
-            raise StreamError(f"malformed event: expected an object, got {type(obj).__name__}")
-        msg = _error_message(obj)
-        if msg is not None:
-            raise StreamError(msg)
+        obj = _event_object(obj)
         meta = obj.get("meta_info")
         text = obj.get("text")
         if not isinstance(meta, dict) or not isinstance(text, str):
@@ -204,11 +210,7 @@ class _OpenAIBase(Api):
         raise NotImplementedError
 
     def fold(self, obj: Any, state: StreamState) -> int:
-        if not isinstance(obj, dict):
-            raise StreamError(f"malformed event: expected an object, got {type(obj).__name__}")
-        msg = _error_message(obj)
-        if msg is not None:
-            raise StreamError(msg)
+        obj = _event_object(obj)
         usage = obj.get("usage")
         if isinstance(usage, dict):
             if isinstance(usage.get("prompt_tokens"), int):

@@ -57,10 +57,7 @@ def build(spec: WorkloadSpec, seed: int, indices: range, id_prefix: str, stream:
             request_id=f"{sid}-t0",
             messages=entry.messages,
             max_tokens=spec.max_tokens or entry.max_tokens or spec.fallback_max_tokens,
-            temperature=spec.temperature,
-            top_p=spec.top_p,
-            top_k=spec.top_k,
-            ignore_eos=spec.ignore_eos,
+            **spec.sampling(),
             seed=request_seed(rng),
             category="dataset",
         )

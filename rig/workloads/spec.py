@@ -213,6 +213,10 @@ class WorkloadSpec(BaseModel):
                          chars_per_token=self.text_chars_per_token)
         return self
 
+    def sampling(self) -> dict[str, Any]:
+        """The sampling parameters every turn of this workload carries."""
+        return {"temperature": self.temperature, "top_p": self.top_p, "top_k": self.top_k,
+                "ignore_eos": self.ignore_eos}
 
 def _one_line(err: ValidationError) -> str:
     """The first validation problem as ``workload.<key>: <what> (got <value>)`` on one line."""
