@@ -65,7 +65,8 @@ def connect(spec: ClusterSpec, n_generators: int) -> dict[str, Any]:
     if spec.address is None:
         # Logical CPUs are just numbers: enough for the server actor and every generator on one machine.
         cpus = spec.num_cpus or max(os.cpu_count() or 1, 1 + n_generators)
-        ray.init(address="local", num_cpus=cpus, num_gpus=0, object_store_memory=spec.object_store_memory_mb * 2**20,
+        # GPUs are detected (none on a CPU-only machine): a single-GPU-box run still gets CUDA_VISIBLE_DEVICES.
+        ray.init(address="local", num_cpus=cpus, object_store_memory=spec.object_store_memory_mb * 2**20,
                  **common)
     else:
         _check_reachable(spec.address)
@@ -143,8 +144,12 @@ def plan_placement(spec: ClusterSpec, nodes: list[dict[str, Any]], n_gpus: int, 
         raise PlacementError("at least one load generator is needed (--clients >= 1)")
     local = spec.address is None
     if local:
+        have = nodes[0]["gpus"] if nodes else 0
+        if n_gpus and have and have < n_gpus:
+            raise PlacementError(f"the server needs {n_gpus} GPUs; this machine has {have:g}")
         return Placement(
-            server_options={"num_cpus": 0, "num_gpus": 0},
+            # Ask Ray for the GPUs when the machine has them (that sets CUDA_VISIBLE_DEVICES); the sim needs none.
+            server_options={"num_cpus": 0, "num_gpus": n_gpus if have else 0},
             generator_options=[{"num_cpus": 1} for _ in range(n_generators)],
             server_node=nodes[0]["node_id"] if nodes else None,
             client_nodes=[nodes[0]["node_id"]] * n_generators if nodes else [],

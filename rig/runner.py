@@ -489,6 +489,8 @@ class Runner:
                 flags.add("client_saturated")
             if load.mode != "closed" and (r.get("slip_p99_s") or 0) > load.slip_threshold_s:
                 flags.update({"schedule_slip", "client_saturated"})
+            if load.mode != "closed" and (r.get("rate_ratio") or 1.0) < 0.99:  # achieved < 99 % of the schedule
+                flags.update({"rate_shortfall", "client_saturated"})
         if server_died is not None:
             flags.add("server_died")
         entry["flags"] = sorted(flags)

@@ -93,6 +93,7 @@ def test_open_loop_sends_on_schedule(tmp_path):
     gaps = t.intended_send_ts.diff().dropna()
     assert gaps.sub(0.02).abs().max() < 1e-6  # intended times are the schedule, exactly
     assert summary["slip_p99_s"] < 0.010  # an idle generator keeps up
+    assert 0.99 <= summary["rate_ratio"] <= 1.01
     assert (t.e2e_from_intended_s >= t.e2e_s - 1e-9).all()
 
 
@@ -101,6 +102,7 @@ def test_starved_generator_shows_slip(tmp_path):
     summary = drive(tmp_path, hog_s=0.03, sessions=sessions(40), arrivals=offs)
     assert summary["slip_p99_s"] > 0.010  # the schedule fell behind and the record shows it
     assert summary["loop_lag_p99_ms"] > 10
+    assert summary["rate_ratio"] < 0.99  # and sent slower than the schedule asked
 
 
 def test_open_loop_duration_stops_new_arrivals(tmp_path):

@@ -53,6 +53,7 @@ class PointRun:
         self.headers = dict(plan.extra_headers)
         self.counts = {"scheduled": 0, "ok": 0, "failed": 0, "cancelled": 0, "in_flight": 0, "tokens": 0}
         self.slips: list[float] = []
+        self.first_sends: list[tuple[float, float]] = []  # (intended, actual) of each session's first turn
         self._anchor_wall = time.time()
         self._anchor_mono = time.perf_counter()
         self._common = {**plan.point.columns(), "generator": plan.generator, "host": host,
@@ -83,6 +84,8 @@ class PointRun:
         if out.status == "ok":
             self.counts["tokens"] += int(rec["completion_tokens"] or 0)
         self.slips.append(out.send_mono - intended)
+        if j == 0:
+            self.first_sends.append((intended, out.send_mono))
 
     def _skip(self, session: Session, j: int, turn: Turn, why: str) -> None:
         """A scheduled turn that was never sent (earlier turn failed, level ended): recorded as cancelled."""
@@ -218,6 +221,15 @@ class PointRun:
                 error = f"cannot write part file: {e.strerror or e}; {self.writer.pending} records not saved"
         return self.summary(status, error, health)
 
+    def _rate_ratio(self) -> float | None:
+        """Open loop: achieved send rate over the schedule's own rate (1.0 = kept up; < 0.99 = fell behind)."""
+        if self.plan.arrivals is None or len(self.first_sends) < 2:
+            return None
+        intended = [i for i, _ in self.first_sends]
+        actual = [a for _, a in self.first_sends]
+        planned, achieved = max(intended) - min(intended), max(actual) - min(actual)
+        return planned / achieved if planned > 0 and achieved > 0 else None
+
     def summary(self, status: str, error: str | None, health: dict[str, Any]) -> dict[str, Any]:
         slips = np.asarray(self.slips) if self.slips else np.zeros(1)
         window = (self.ended_mono or 0) - (self.started_mono or 0)
@@ -236,6 +248,7 @@ class PointRun:
             "slip_p50_s": float(np.percentile(slips, 50)),
             "slip_p99_s": float(np.percentile(slips, 99)),
             "achieved_rate": sent / window if window > 0 else None,
+            "rate_ratio": self._rate_ratio(),
             "window_s": window,
             **health,
         }
