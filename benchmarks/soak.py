@@ -141,14 +141,19 @@ def main() -> None:
             if len(vals) < 2:
                 continue
             start, mid, end = vals[0], vals[len(vals) // 2], vals[-1]
-            # growth from the second sample (the first can predate the level's start) to the last
-            base = vals[1] if len(vals) > 2 else vals[0]
-            hours = (end[0] - base[0]) / 3600
-            rate = (end[1] - base[1]) / hours if hours > 0 else 0.0
+
+            def per_hour(a: tuple[float, float], b: tuple[float, float]) -> float:
+                return (b[1] - a[1]) / ((b[0] - a[0]) / 3600) if b[0] > a[0] else 0.0
+
+            # whole level (from the second sample: the first can predate the level's start), and its second half
+            # (steady state: caches and allocator pools have filled by then)
+            whole = per_hour(vals[1] if len(vals) > 2 else vals[0], end)
+            steady = per_hour(mid, end)
             summary[key] = {"start": start[1], "middle": mid[1], "end": end[1], "max": max(v for _, v in vals),
-                            "growth_mib_per_hour": rate}
+                            "growth_mib_per_hour": whole, "second_half_growth_mib_per_hour": steady}
             print(f"{key.removesuffix('_mib'):>9} RSS MiB: start {start[1]:.1f}, middle {mid[1]:.1f}, end {end[1]:.1f},"
-                  f" max {summary[key]['max']:.1f}; growth {rate:+.1f} MiB/h")
+                  f" max {summary[key]['max']:.1f}; growth {whole:+.1f} MiB/h over the level, {steady:+.1f} MiB/h "
+                  f"over its second half")
     if a.json_out:
         Path(a.json_out).write_text(json.dumps({"summary": summary, "samples": samples}, indent=1))
 
