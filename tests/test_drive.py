@@ -140,3 +140,19 @@ def test_unwritable_output_keeps_rows_and_reports(tmp_path):
     ids = [r for f in sorted((tmp_path / "parts").glob("part-*.parquet"))
            for r in pq.read_table(f).column("request_id").to_pylist()]
     assert w.rows_written == 2 and ids == ["a", "b"] and not list((tmp_path / "parts").glob("*.tmp"))
+
+
+def test_unreachable_server_stops_the_level_instead_of_a_storm(tmp_path):
+    plan = GeneratorPlan(point=INFO, generator=0, url="http://127.0.0.1:9", model="m", sessions=sessions(200),
+                         slots=2)
+    run = PointRun(plan, tmp_path, "hostA", clock_offset_s=0.0)
+
+    async def go():
+        async with make_session() as http:
+            return await run.run(http, time.perf_counter())
+
+    summary = asyncio.run(go())
+    assert summary["status"] == "partial" and "unreachable" in summary["error"]
+    # every started session has its record; the rest were never started (not scheduled)
+    assert summary["scheduled"] == summary["rows_written"] == summary["records"]["failed"]
+    assert 3 <= summary["scheduled"] <= 4

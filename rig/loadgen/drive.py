@@ -21,6 +21,7 @@ from rig.results import REQUEST_SCHEMA, PartWriter, empty_record, requests_dir
 from rig.workloads.base import Session, Turn
 
 
+UNREACHABLE_AFTER = 3  # consecutive refused connections after which a generator stops starting sessions
 SPIN_S = 0.0015  # asyncio timers wake ~1 ms late; sleep until this close, then yield until due
 
 
@@ -53,6 +54,8 @@ class PointRun:
         self.headers = dict(plan.extra_headers)
         self.counts = {"scheduled": 0, "ok": 0, "failed": 0, "cancelled": 0, "in_flight": 0, "tokens": 0}
         self.slips: list[float] = []
+        self._refused = 0  # consecutive connection failures
+        self.unreachable = False
         self.first_sends: list[tuple[float, float]] = []  # (intended, actual) of each session's first turn
         self._anchor_wall = time.time()
         self._anchor_mono = time.perf_counter()
@@ -81,6 +84,12 @@ class PointRun:
         rec["e2e_from_intended_s"] = out.end_mono - intended
         self.writer.add(rec)
         self.counts[out.status] += 1
+        if out.status == "failed" and (out.error or "").startswith("connect:"):
+            self._refused += 1
+            if self._refused >= UNREACHABLE_AFTER:
+                self.unreachable = True  # stop starting sessions: a dead server would get a storm of records
+        elif out.status == "ok":
+            self._refused = 0
         if out.status == "ok":
             self.counts["tokens"] += int(rec["completion_tokens"] or 0)
         self.slips.append(out.send_mono - intended)
@@ -135,7 +144,7 @@ class PointRun:
         async def slot() -> None:
             for session in todo:  # one shared iterator: each session goes to the first free slot
                 now = time.perf_counter()
-                if deadline is not None and now >= deadline:
+                if (deadline is not None and now >= deadline) or self.unreachable:
                     return
                 await self._run_session(http, session, now, deadline)
 
@@ -157,7 +166,7 @@ class PointRun:
         try:
             for session, offset in zip(self.plan.sessions, self.plan.arrivals):
                 due = start + offset
-                if deadline is not None and due >= deadline:
+                if (deadline is not None and due >= deadline) or self.unreachable:
                     break
                 await sleep_until(due)
                 if cap:
@@ -208,6 +217,9 @@ class PointRun:
                 await self._closed_loop(http, start_mono)
             else:
                 await self._open_loop(http, start_mono)
+            if self.unreachable:
+                status = "partial"
+                error = f"server unreachable: {UNREACHABLE_AFTER} connections refused in a row; stopped sending"
         except asyncio.CancelledError:
             status, error = "interrupted", "stopped before the level ended"
         finally:
