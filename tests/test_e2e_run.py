@@ -55,6 +55,19 @@ def test_one_ok_row_per_request_with_server_token_counts(run):
     assert (t.spec_accept_length - t.completion_tokens / t.spec_verify_ct).abs().max() < 1e-9
 
 
+def test_client_timings_agree_with_the_servers_own(run):
+    run_dir, _ = run
+    t = read_requests(run_dir).to_pandas()
+    assert t.server_received_ts.notna().all() and t.server_first_token_ts.notna().all()
+    server_ttft = t.server_first_token_ts - t.server_received_ts
+    server_e2e = t.server_finished_ts - t.server_received_ts
+    # the client measures from just before its send, the server from receipt: the client's figures are a little
+    # larger (HTTP on loopback, parsing), never smaller beyond clock granularity
+    for client, server in ((t.ttft_s, server_ttft), (t.e2e_s, server_e2e)):
+        gap = client - server
+        assert gap.min() > -0.002 and gap.median() < 0.02 and gap.max() < 0.25, gap.describe()
+
+
 def test_manifest_records_server_and_placement(run):
     run_dir, _ = run
     m = read_manifest(run_dir)
