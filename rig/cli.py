@@ -294,7 +294,7 @@ class _ProgressUI:
             if not self.quiet:
                 self.console.log(msg)
 
-        def point_start(point: str, total: int) -> None:
+        def point_start(point: str, total: int | None) -> None:
             self.task = self.progress.add_task(point, total=total, detail="")
 
         def point_update(done: int, counts: dict[str, int]) -> None:

@@ -24,7 +24,7 @@ import rig
 from rig import cluster
 from rig.config import RunSpec
 from rig.loadgen.actor import remote_class as generator_class
-from rig.loadgen.plan import GeneratorPlan, PointInfo
+from rig.loadgen.plan import GeneratorPlan, LazySessions, PointInfo
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -38,6 +38,9 @@ from rig.workloads import build_sessions, dataset_size, warmup_sessions
 from rig.workloads.base import Session
 from rig.workloads.spec import WorkloadSpec
 
+
+
+LAZY_SESSION_LIMIT = 10_000_000  # global sessions a duration-bound closed-loop level may draw
 
 
 class RunError(RuntimeError):
@@ -123,7 +126,7 @@ class Progress:
     """Callbacks the CLI provides to show what is going on (no-ops by default)."""
 
     status: Callable[[str], None] = lambda msg: None
-    point_start: Callable[[str, int], None] = lambda point, total: None
+    point_start: Callable[[str, int | None], None] = lambda point, total: None
     point_update: Callable[[int, dict[str, int]], None] = lambda done, counts: None
     point_end: Callable[[str, dict[str, Any]], None] = lambda point, result: None
 
@@ -286,8 +289,8 @@ class Runner:
         load = self.spec.load
         n = load.requests_for(p.concurrency, p.rate)
         if load.mode == "closed":
-            if n is None:  # duration-bound: enough sessions that the slots never run dry
-                n = min(200_000, (p.concurrency or 1) * max(16, int(load.duration_s or 0) * 4))
+            if n is None:  # duration-bound: each generator builds its share lazily (see _plans)
+                return [], None
             return build_sessions(p.workload, seed=load.seed, n_sessions=n), None
         from rig.loadgen import arrivals
 
@@ -323,6 +326,12 @@ class Runner:
                       connect_s=load.timeouts.connect_s, first_token_s=load.timeouts.first_token_s,
                       total_s=load.timeouts.total_s, slip_threshold_s=load.slip_threshold_s, extra_headers=headers)
         ids = [g for g, _ in self.active]
+        conc = p.concurrency or 1
+        if offsets is None and load.requests_for(p.concurrency, p.rate) is None:
+            # Bound by duration: no session list crosses Ray; generators build theirs as they go.
+            return [GeneratorPlan(generator=ids[i], sessions=(), slots=slots, lazy=LazySessions(
+                        p.workload, load.seed, conc, n_gen, i, limit=LAZY_SESSION_LIMIT), **common)
+                    for i, (_, slots) in enumerate(split_closed([], conc, n_gen))]
         if offsets is None:
             return [GeneratorPlan(generator=ids[i], sessions=tuple(mine), slots=slots, **common)
                     for i, (mine, slots) in enumerate(split_closed(sessions, p.concurrency or 1, n_gen))]
@@ -338,7 +347,8 @@ class Runner:
         cfg = p.server
         api = self.spec.api_for(engine_for(cfg.engine).default_api)
         plans = self._plans(p, server_entry["url"], self._served_model(cfg, server_entry), api)
-        total = sum(pl.n_requests for pl in plans)
+        planned = [pl.n_requests for pl in plans]
+        total = None if None in planned else sum(planned)  # None: bound by duration (an open-ended bar)
         entry.update(status="running", requests_scheduled=0, started_ts=time.time(), api=api)
         self._supersede(p.point)
         self.save()
@@ -479,7 +489,8 @@ class Runner:
             scheduled += r.get("scheduled", 0)
         entry["records"] = records
         entry["requests_scheduled"] = scheduled
-        entry["requests_planned"] = sum(pl.n_requests for pl in plans)
+        planned = [pl.n_requests for pl in plans]
+        entry["requests_planned"] = None if None in planned else sum(planned)
         flags = set(entry.get("flags") or [])
         load = self.spec.load
         for r in gens:

@@ -100,3 +100,16 @@ def test_open_split_keeps_absolute_offsets():
     parts = split_open(sessions, offs, 2, cap=3)
     assert parts[0][1] == [0.0, 0.3, 0.9] and parts[1][1] == [0.1, 0.35]
     assert parts[0][2] + parts[1][2] == 3
+
+
+def test_lazy_sessions_match_the_eager_split():
+    from itertools import islice
+
+    from rig.loadgen.plan import LazySessions
+
+    spec = WorkloadSpec(name="realistic")
+    eager = split_closed(build_sessions(spec, seed=3, n_sessions=60), 5, 2)
+    for g in range(2):
+        lazy = list(islice(iter(LazySessions(spec, 3, 5, 2, g, limit=60, chunk=7)), 1000))
+        assert [s.session_id for s in lazy] == [s.session_id for s in eager[g][0]]
+        assert lazy == eager[g][0]  # same prompts, sampling and seeds, built in chunks on the generator

@@ -138,7 +138,7 @@ class PointRun:
             history = [*history, *turn.messages, {"role": "assistant", "content": out.state.text}]
 
     async def _closed_loop(self, http: aiohttp.ClientSession, start: float) -> None:
-        todo = iter(self.plan.sessions)
+        todo = self.plan.session_iter()
         deadline = start + self.plan.duration_s if self.plan.duration_s else None
 
         async def slot() -> None:

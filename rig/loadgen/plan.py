@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 from rig.workloads.base import Session
 
@@ -29,6 +31,34 @@ class PointInfo:
 
 
 @dataclass(frozen=True)
+class LazySessions:
+    """A closed-loop share built on the generator as it goes (duration-bound levels can run for hours).
+
+    Global session i belongs to this generator when (i mod concurrency) mod n_gen == index, as in the eager split.
+    """
+
+    workload: Any  # WorkloadSpec
+    seed: int
+    concurrency: int
+    n_gen: int
+    index: int
+    limit: int  # global sessions at most
+    chunk: int = 256
+
+    def __iter__(self) -> Iterator[Session]:
+        from rig.workloads import build_session_range
+
+        for start in range(0, self.limit, self.chunk):
+            batch = build_session_range(self.workload, seed=self.seed, start=start,
+                                        stop=min(self.limit, start + self.chunk))
+            if not batch:
+                return
+            for offset, session in enumerate(batch):
+                if ((start + offset) % self.concurrency) % self.n_gen == self.index:
+                    yield session
+
+
+@dataclass(frozen=True)
 class GeneratorPlan:
     point: PointInfo
     generator: int
@@ -44,7 +74,12 @@ class GeneratorPlan:
     total_s: float = 3600.0
     slip_threshold_s: float = 0.010
     extra_headers: dict[str, str] = field(default_factory=dict)  # never logged
+    lazy: LazySessions | None = None  # closed loop by duration: sessions built on the generator instead
+
+    def session_iter(self) -> Iterator[Session]:
+        return iter(self.lazy) if self.lazy is not None else iter(self.sessions)
 
     @property
-    def n_requests(self) -> int:
-        return sum(s.n_requests for s in self.sessions)
+    def n_requests(self) -> int | None:
+        """Requests planned, or None when the level is bound by its duration (built lazily)."""
+        return None if self.lazy is not None else sum(s.n_requests for s in self.sessions)

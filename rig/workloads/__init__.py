@@ -18,7 +18,8 @@ from rig.workloads.errors import WorkloadError
 from rig.workloads.seeding import MAIN, WARMUP
 from rig.workloads.spec import Dist, WorkloadSpec
 
-__all__ = ["Dist", "Session", "Turn", "WorkloadError", "WorkloadSpec", "build_sessions", "dataset_size",
+__all__ = ["Dist", "Session", "Turn", "WorkloadError", "WorkloadSpec", "build_session_range", "build_sessions",
+           "dataset_size",
            "render_messages", "sessions_digest", "warmup_sessions"]
 
 _BUILDERS: dict[str, Callable[[WorkloadSpec, int, range, str, int], list[Session]]] = {
@@ -46,6 +47,14 @@ def build_sessions(spec: WorkloadSpec, *, seed: int, n_sessions: int) -> list[Se
     """
     _check(spec, seed, n_sessions)
     return _BUILDERS[spec.name](spec, seed, range(n_sessions), spec.name, MAIN)
+
+
+def build_session_range(spec: WorkloadSpec, *, seed: int, start: int, stop: int) -> list[Session]:
+    """Sessions start..stop-1: the same sessions ``build_sessions`` would return at those indices (lazy building)."""
+    _check(spec, seed, stop)
+    if not 0 <= start <= stop:
+        raise WorkloadError(f"workload session range must satisfy 0 <= start <= stop (got {start}, {stop})")
+    return _BUILDERS[spec.name](spec, seed, range(start, stop), spec.name, MAIN)
 
 
 def warmup_sessions(spec: WorkloadSpec, *, seed: int, n_sessions: int) -> list[Session]:
