@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import os
 import signal
 import socket
@@ -63,9 +62,6 @@ class ServerActor:
         self._http: aiohttp.ClientSession | None = None
 
     # ------------------------------------------------------------------ lifecycle
-    def command(self) -> list[str]:
-        return list(self.argv)
-
     async def start(self) -> dict[str, Any]:
         """Launch the engine process (nothing for 'external'); returns its command and URL."""
         if not self.engine.launches_process:
@@ -285,6 +281,3 @@ def remote_class(**options: Any):
     """Never restarted: a restarted server would silently change the system under test."""
     return ray.remote(max_restarts=0, max_task_retries=0, **options)(ServerActor)
 
-
-def dumps_knobs(cfg: ServerConfig) -> str:
-    return json.dumps(cfg.knobs(), sort_keys=True)
