@@ -9,7 +9,6 @@ request is a record, ids unique, rows from both client hosts; clock offsets reco
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 from pathlib import Path

@@ -7,7 +7,6 @@ one unit of the count resource "client". All raylets run on this machine; object
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import subprocess
 import sys

@@ -76,7 +76,7 @@ def run_tests(tree: SourceTree, rng: np.random.Generator, n_chars: int, path: st
     while size < n_chars:  # as many failure sections as the size calls for, each quoting real code
         t = failed[k % len(failed)]
         at = int(rng.integers(max(1, len(src) - 12)))
-        block = [f"_" * 20 + f" {names[t % len(names)]}_{t} " + "_" * 20, ""]
+        block = ["_" * 20 + f" {names[t % len(names)]}_{t} " + "_" * 20, ""]
         block += [f"    {line[:_MAX_LINE]}" for line in src[at : at + 8]]
         block += [f">   {src[min(at + 8, len(src) - 1)][:_MAX_LINE]}" if src else ">",
                   f"E   {failures[int(rng.integers(len(failures)))]}", "", f"{path}:{at + 9}: in {module}", ""]
