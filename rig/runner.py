@@ -148,6 +148,7 @@ class Runner:
         self.active: list[tuple[int, Any]] = []  # (generator id, handle) of generators still alive
         self.gen_info: list[dict[str, Any]] = []
         self.server = None
+        self._server_spooled = False  # the server node writes to a local spool the driver copies from
         self.placement: cluster.Placement | None = None
         self.api_key = read_api_key(self.spec)
         self._started_ray = False
@@ -237,9 +238,14 @@ class Runner:
     # ---------------------------------------------------------------- server
     def _launch_server(self, cfg: ServerConfig) -> dict[str, Any]:
         Server = server_class()
-        log = server_log_path(self.run_dir.resolve(), cfg.config_id())
-        self.server = Server.options(**self.placement.server_options).remote(
-            cfg, str(self.run_dir.resolve()), str(log), self.api_key)
+        log_rel = str(server_log_path(Path("."), cfg.config_id()))
+        c = self.spec.cluster
+        # The server node writes where it can: the run directory on one machine or a shared filesystem, else a
+        # local spool; the driver fetches the log and metrics parts through Ray (_fetch_log, _gather).
+        self._server_spooled = not (self.placement.local or c.shared_results)
+        root = f"{c.spool_dir.rstrip('/')}/{self.spec.run_id}/server" if self._server_spooled \
+            else str(self.run_dir.resolve())
+        self.server = Server.options(**self.placement.server_options).remote(cfg, root, log_rel, self.api_key)
         entry: dict[str, Any] = {"engine": cfg.engine, "knobs": cfg.knobs(), "status": "starting", "error": None}
         self.manifest["server_configs"][cfg.config_id()] = entry
         started = ray.get(self.server.start.remote())
@@ -603,16 +609,20 @@ class Runner:
         return self.manifest
 
     def _fetch_log(self, config_id: str) -> None:
-        """Copy the server log next to the results when the server ran on another host."""
-        dest = server_log_path(self.run_dir, config_id)
-        if dest.exists() or self.server is None or not engine_for(self.spec.server.engine).launches_process:
+        """Stop the engine, then copy its whole log next to the results when the server node spooled it, and
+        clear that spool (the actor itself is killed by _stop_server)."""
+        if self.server is None:
             return
-        try:
+        with contextlib.suppress(Exception):
+            ray.get(self.server.stop.remote(), timeout=60)  # the log is complete (and scrubbed) once stopped
+        if not self._server_spooled or not engine_for(self.spec.server.engine).launches_process:
+            return
+        dest = server_log_path(self.run_dir, config_id)
+        with contextlib.suppress(Exception):
             text = ray.get(self.server.read_log.remote(), timeout=30)
             dest.parent.mkdir(parents=True, exist_ok=True)
             dest.write_text(text)
-        except Exception:
-            pass
+            ray.get(self.server.discard_spool.remote(), timeout=30)
 
     def _teardown(self) -> None:
         self._stop_server()

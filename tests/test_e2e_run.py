@@ -64,7 +64,7 @@ def test_client_timings_agree_with_the_servers_own(run):
     # larger (HTTP on loopback, parsing), never smaller beyond clock granularity
     for client, server in ((t.ttft_s, server_ttft), (t.e2e_s, server_e2e)):
         gap = client - server
-        assert gap.min() > -0.002 and gap.median() < 0.02 and gap.max() < 0.25, gap.describe()
+        assert gap.min() > -0.002 and gap.median() < 0.05 and gap.max() < 0.5, gap.describe()
 
 
 def test_manifest_records_server_and_placement(run):

@@ -85,6 +85,11 @@ def _common_checks(c: NetnsCluster, m: dict, run_dir: Path, proc: subprocess.Com
         assert sum(g["gathered"]["from_host"] for g in p["generators"]) == \
             len(list((run_dir / "requests" / f"point={p['point']}").rglob("part-*.parquet"))) > 0
     assert not list(c.base.glob("spool-*/**/part-*.parquet"))
+    # the server node spooled its log and /metrics samples too; the driver brought them home
+    log = next((run_dir / "logs").glob("server=*/server.log")).read_text()
+    assert "max_total_num_tokens=" in log
+    assert list((run_dir / "server_metrics").rglob("part-*.parquet"))
+    assert not list(c.base.glob("spool-*/**/server.log"))
     return t, gens
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -42,11 +43,12 @@ class ServerError(RuntimeError):
 
 
 class ServerActor:
-    def __init__(self, cfg: ServerConfig, spool_root: str, log_path: str, api_key: str | None = None):
+    def __init__(self, cfg: ServerConfig, spool_root: str, log_rel: str, api_key: str | None = None):
+        """``spool_root``: where this node writes the log and metrics parts (the run directory when the driver's
+        filesystem is shared, else a local spool; {host}, {node_ip}, {node_id} are filled in here). The driver
+        copies what it cannot see through Ray (``read_file``, ``read_log``)."""
         self.cfg = cfg
         self.engine = engine_for(cfg.engine)
-        self.spool_root = Path(spool_root)
-        self.log_path = Path(log_path)
         self.api_key = api_key
         try:
             self.node_ip = ray.util.get_node_ip_address()
@@ -54,6 +56,9 @@ class ServerActor:
             self.gpu_ids = [str(g) for g in ray.get_runtime_context().get_accelerator_ids().get("GPU", [])]
         except Exception:  # outside Ray (tests)
             self.node_ip, self.node_id, self.gpu_ids = "127.0.0.1", None, []
+        self.spool_root = Path(spool_root.format(host=socket.gethostname(), node_ip=self.node_ip,
+                                                 node_id=self.node_id or "local"))
+        self.log_path = self.spool_root / log_rel
         self.proc: subprocess.Popen | None = None
         self.url: str | None = cfg.url.rstrip("/") if cfg.url else None
         self.argv: list[str] = []
@@ -236,6 +241,10 @@ class ServerActor:
 
     async def read_file(self, rel_path: str) -> bytes:
         return (self.spool_root / rel_path).read_bytes()
+
+    async def discard_spool(self) -> None:
+        """Remove this server's local spool once the driver holds copies (only called for a spool root)."""
+        shutil.rmtree(self.spool_root, ignore_errors=True)
 
     # ------------------------------------------------------------------ teardown
     async def stop(self, grace_s: float = 30.0) -> int | None:
