@@ -223,25 +223,29 @@ def print_dry_run(spec) -> None:
         click.echo(f"{p.point}")
 
 
-def execute(spec, quiet: bool, resume: bool = False) -> int:
+def execute(spec, quiet: bool, resume_dir: Path | None = None) -> int:
     """Run the spec with a progress bar, print the campaign table, return the exit code."""
     from rich.console import Console
 
-    from rig.runner import RunError, Runner, install_signal_handlers
+    from rig.runner import RunError, RunInputError, Runner, install_signal_handlers
 
     console = Console(stderr=True)
     progress_ui = _ProgressUI(console, quiet)
-    runner = Runner(spec, progress=progress_ui.callbacks(), resume=resume, handle_signals=True)
+    runner = Runner(spec, progress=progress_ui.callbacks(), resume=resume_dir is not None, handle_signals=True,
+                    run_dir=resume_dir)
+    run_dir = runner.run_dir
     install_signal_handlers(runner)  # again inside the runner once Ray is up (Ray replaces SIGTERM's handler)
     try:
         with progress_ui:
             manifest = runner.run()
+    except RunInputError as e:
+        raise click.UsageError(str(e)) from None
     except RunError as e:
         raise click.ClickException(str(e)) from None
     except Exception as e:  # never a bare traceback: one line here, the traceback in the run's driver.log
         import traceback
 
-        log = spec.run_dir / "logs" / "driver.log"
+        log = run_dir / "logs" / "driver.log"
         try:
             log.parent.mkdir(parents=True, exist_ok=True)
             log.write_text(traceback.format_exc())
@@ -250,9 +254,12 @@ def execute(spec, quiet: bool, resume: bool = False) -> int:
             where = ""
         first = str(e).strip().splitlines()[0] if str(e).strip() else ""
         raise click.ClickException(f"{type(e).__name__}: {first}{where}") from None
-    _print_table(spec.run_dir)
+    if runner.nothing_to_do:
+        console.print(f"nothing to resume: every point of {run_dir} is complete and its records are on disk")
+        return 0
+    _print_table(run_dir)
     status = manifest["status"]
-    console.print(f"results: {spec.run_dir}  status: {status}"
+    console.print(f"results: {run_dir}  status: {status}"
                   + (f" ({manifest.get('stop_reason')})" if manifest.get("stop_reason") else ""))
     return {"complete": 0, "partial": 1, "failed": 1, "interrupted": 130}.get(status, 1)
 
@@ -340,20 +347,17 @@ def run(steps: int | None, **kw: Any) -> None:
 @run_options
 def sweep(steps_csv: str | None, grid: tuple[str, ...], resume_dir: Path | None, **kw: Any) -> None:
     """Run a grid of server configurations x workloads x load levels into one run directory."""
-    from rig.results import read_manifest
-
     if resume_dir is not None:
-        try:
-            old = read_manifest(resume_dir)
-        except FileNotFoundError as e:
-            raise click.UsageError(str(e)) from None
-        from rig.config import RunSpec
-
-        spec = RunSpec.model_validate(old["spec"])
+        given = [f"--{k.replace('_', '-')}" for k, v in kw.items()
+                 if k not in ("quiet", "dry_run") and v not in (None, False, ())] + (["--steps"] if steps_csv else []) \
+            + (["--grid"] if grid else [])
+        if given:
+            raise click.UsageError(f"--resume continues the run as it was specified; drop {', '.join(given)}")
+        spec = resume_spec(resume_dir)
         if kw["dry_run"]:
             print_dry_run(spec)
             return
-        sys.exit(execute(spec, kw["quiet"], resume=True))
+        sys.exit(execute(spec, kw["quiet"], resume_dir=resume_dir))
     steps = _csv_ints("--steps", steps_csv)
     workloads = [w.strip() for w in kw["workload"].split(",")] if kw["workload"] else None
     spec = resolve_spec(kw, steps, workloads)
@@ -372,6 +376,29 @@ def sweep(steps_csv: str | None, grid: tuple[str, ...], resume_dir: Path | None,
         print_dry_run(spec)
         return
     sys.exit(execute(spec, kw["quiet"]))
+
+
+def resume_spec(run_dir: Path):
+    """The spec of the run in ``run_dir``, or a one-line UsageError saying why that run cannot be resumed."""
+    from pydantic import ValidationError
+
+    from rig.config import RunSpec, _one_line
+    from rig.results import read_manifest
+
+    try:
+        old = read_manifest(run_dir)
+    except FileNotFoundError as e:
+        raise click.UsageError(f"cannot resume: {e}") from None
+    except (ValueError, OSError) as e:  # cut short (a full disk, a copy interrupted) or unreadable
+        raise click.UsageError(f"cannot resume {run_dir}: its manifest.json is unreadable "
+                               f"({str(e).splitlines()[0][:120]}); start a new run instead") from None
+    if not isinstance(old, dict) or not isinstance(old.get("spec"), dict):
+        raise click.UsageError(f"cannot resume {run_dir}: its manifest.json holds no run spec")
+    try:
+        return RunSpec.model_validate(old["spec"])
+    except ValidationError as e:
+        raise click.UsageError(f"cannot resume {run_dir}: its spec is not valid for this rig "
+                               f"({_one_line(e)})") from None
 
 
 @cli.command()

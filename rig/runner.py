@@ -47,6 +47,13 @@ class RunError(RuntimeError):
     """A run-level failure with a one-line message for the user."""
 
 
+class RunInputError(RunError):
+    """A run refused before it starts because of what the user asked for (the CLI exits 2)."""
+
+
+STOP_GRACE_S = 6.0  # after a stop request, how long generators may take to return before they are killed
+
+
 @dataclass(frozen=True)
 class Point:
     point: str
@@ -137,9 +144,13 @@ class Runner:
     progress: Progress = field(default_factory=Progress)
     resume: bool = False
     handle_signals: bool = False  # SIGINT/SIGTERM stop the run cleanly (the CLI turns this on)
+    run_dir: Path | None = None  # default spec.run_dir; a resume works on exactly the directory it is given
 
     def __post_init__(self) -> None:
-        self.run_dir = self.spec.run_dir
+        self.run_dir = Path(self.run_dir) if self.run_dir is not None else self.spec.run_dir
+        self.nothing_to_do = False  # a resumed run whose every point is complete and on disk
+        self._finalizing = False  # set once the run's final bookkeeping starts (a second signal must not cut it)
+        self._lock = None
         self.points = expand_points(self.spec)
         self.manifest: dict[str, Any] = {}
         self.stop_requested = threading.Event()
@@ -157,6 +168,7 @@ class Runner:
     def _init_manifest(self) -> None:
         if self.resume:
             self.manifest = read_manifest(self.run_dir)
+            self._recheck_complete_points()
             self.manifest["status"] = "running"
             self.manifest.setdefault("resumed", []).append(time.time())
             known = {p["point"] for p in self.manifest["points"]}
@@ -176,6 +188,17 @@ class Runner:
             }
         self.save()
 
+    def _recheck_complete_points(self) -> None:
+        """A point marked complete whose records are no longer all on disk (a part file deleted or cut short) is
+        run again: its remaining rows are moved aside by _supersede before it runs."""
+        for entry in self.manifest.get("points") or []:
+            if entry.get("status") != "complete":
+                continue
+            want = sum((entry.get("records") or {}).values())
+            have = count_rows_on_disk(self.run_dir, entry["point"])
+            if have != want:
+                entry.update(status="pending", error=f"re-run on resume: {have} of {want} records found on disk")
+
     def _point_entry(self, p: Point) -> dict[str, Any]:
         return {"point": p.point, "server_config": p.config_id, "engine": p.server.engine,
                 "workload": p.workload.name, "steps": p.server.steps, "load_mode": self.spec.load.mode,
@@ -191,9 +214,50 @@ class Runner:
         write_manifest(self.run_dir, self.manifest)
 
     # ---------------------------------------------------------------- setup
+    def _claim_run_dir(self) -> None:
+        """Create the run directory atomically (a new run) and hold an exclusive lock on it for the whole run, so
+        an earlier run is never overwritten or merged into and two rig processes never share one directory."""
+        import fcntl
+
+        shown = self.run_dir
+        if not self.resume:
+            try:
+                self.run_dir.parent.mkdir(parents=True, exist_ok=True)
+                self.run_dir.mkdir()
+            except FileExistsError:
+                if any(self.run_dir.iterdir()):
+                    raise RunInputError(f"{shown} already exists (run id {self.spec.run_id!r} was used before); "
+                                        f"choose another --run-id, or continue that run with: rig sweep --resume "
+                                        f"{shown}") from None
+            except OSError as e:
+                raise RunError(f"cannot write results to {shown}: {e.strerror or e}") from None
+        try:
+            fd = os.open(self.run_dir / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as e:
+            raise RunError(f"cannot write results to {shown}: {e.strerror or e}") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+            os.close(fd)
+            raise RunInputError(f"{shown} is in use by another rig process (pid {holder}); wait for it to end or "
+                                f"choose another --run-id") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        self._lock = fd
+        if not self.resume and (self.run_dir / "manifest.json").exists():  # another run claimed it just before us
+            self._release_lock()
+            raise RunInputError(f"{shown} already exists (run id {self.spec.run_id!r} was used before); choose "
+                                f"another --run-id, or continue that run with: rig sweep --resume {shown}")
+
+    def _release_lock(self) -> None:
+        if self._lock is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._lock)
+            self._lock = None
+
     def _check_output(self) -> None:
         try:
-            self.run_dir.mkdir(parents=True, exist_ok=True)
             probe = self.run_dir / ".write-probe"
             probe.write_bytes(b"x" * 4096)
             probe.unlink()
@@ -373,6 +437,7 @@ class Runner:
         results: dict[int, dict[str, Any]] = {}
         server_died: int | None = None
         pending = list(refs)
+        stop_since: float | None = None
         while pending:
             done, pending = ray.wait(pending, num_returns=len(pending), timeout=0.5)
             for ref in done:
@@ -381,12 +446,27 @@ class Runner:
                     results[gid] = ray.get(ref)
                 except ray.exceptions.RayActorError as e:
                     results[gid] = self._salvage(p.point, gid, f"generator died: {type(e).__name__}")
+                except ray.exceptions.RayTaskError as e:  # its task failed: what it wrote is still on disk
+                    results[gid] = self._salvage(p.point, gid, f"generator task failed: {_first_line(e)}")
             ready, _ = ray.wait([exit_ref], timeout=0)
             if ready and server_died is None:
                 server_died = ray.get(exit_ref)
                 self._stop_generators()
             if self.stop_requested.is_set():
+                stop_since = stop_since or time.monotonic()
                 self._stop_generators()
+                if pending and time.monotonic() - stop_since > STOP_GRACE_S:
+                    # Too busy to stop in time (an overloaded event loop): kill them, then count what reached
+                    # the disk, so the manifest's counts are exactly the rows there.
+                    for ref in pending:
+                        gid = plans[refs.index(ref)].generator
+                        handle = next((h for g, h in self.active if g == gid), None)
+                        with contextlib.suppress(Exception):
+                            ray.kill(handle)
+                        results[gid] = self._salvage(p.point, gid, f"killed: still running {STOP_GRACE_S:g}s after "
+                                                     f"the stop request")
+                    pending = []
+                    break
             counts = self._poll_progress()
             self.progress.point_update(sum(counts.get(k, 0) for k in ("ok", "failed", "cancelled")), counts)
         if server_died is None:  # it may have died just as the last requests failed against it
@@ -456,7 +536,7 @@ class Runner:
         refs = [g.progress.remote() for _, g in self.active]
         for ref in refs:
             try:
-                for k, v in ray.get(ref, timeout=5).items():
+                for k, v in ray.get(ref, timeout=1).items():  # a busy generator: skip a beat
                     total[k] = total.get(k, 0) + v
             except Exception:
                 pass
@@ -534,7 +614,17 @@ class Runner:
         self.stop_requested.set()
 
     def run(self) -> dict[str, Any]:
+        self._claim_run_dir()
+        try:
+            return self._run_claimed()
+        finally:
+            self._release_lock()
+
+    def _run_claimed(self) -> dict[str, Any]:
         self._check_output()
+        if self.resume and self._all_done():
+            self.nothing_to_do = True  # leave a finished run exactly as it is (no cluster or clock rewrite)
+            return self.manifest
         self._init_manifest()
         done_points = {p["point"] for p in self.manifest["points"] if p["status"] == "complete"}
         todo = [p for p in self.points if p.point not in done_points]
@@ -588,7 +678,9 @@ class Runner:
         except KeyboardInterrupt:
             self.request_stop(self.stop_reason or "interrupted")
         finally:
-            self._teardown()
+            self._finalizing = True  # from here on a second Ctrl-C is ignored: the manifest must be finished
+            with contextlib.suppress(Exception, KeyboardInterrupt):
+                self._teardown()
             if self.stop_requested.is_set():
                 status = "interrupted"
             states = [p["status"] for p in self.manifest["points"]]
@@ -601,12 +693,29 @@ class Runner:
                     status = "partial"
             for p in self.manifest["points"]:
                 if p["status"] == "running":
-                    p["status"] = "interrupted"
+                    # Cut off before its generators reported: count what reached the disk (they are dead now,
+                    # so nothing is written after this count).
+                    records = rows_by_status(self.run_dir, p["point"])
+                    p.update(status="interrupted", records=records, requests_scheduled=sum(records.values()),
+                             ended_ts=p.get("ended_ts") or time.time())
             self.manifest["status"] = status
             self.manifest["stop_reason"] = self.stop_reason or None
             self.manifest["finished"] = time.time()
             self.save()
         return self.manifest
+
+    def _all_done(self) -> bool:
+        """A resume with nothing left: the run completed and every point's records are on disk."""
+        try:
+            m = read_manifest(self.run_dir)
+        except (FileNotFoundError, ValueError):
+            return False
+        entries = {p["point"]: p for p in m.get("points") or []}
+        if m.get("status") != "complete" or any(p.point not in entries for p in self.points):
+            return False
+        self.manifest = m
+        return all(e["status"] == "complete" and count_rows_on_disk(self.run_dir, e["point"])
+                   == sum((e.get("records") or {}).values()) for e in entries.values())
 
     def _fetch_log(self, config_id: str) -> None:
         """Stop the engine, then copy its whole log next to the results when the server node spooled it, and
@@ -644,6 +753,34 @@ class Runner:
             ray.shutdown()
 
 
+def _first_line(e: BaseException) -> str:
+    cause = getattr(e, "cause", None) or e
+    return ((str(cause).strip().splitlines() or [type(cause).__name__])[0])[:200]
+
+
+def _part_files(run_dir: Path, point: str) -> list[Path]:
+    root = Path(run_dir) / REQUESTS_DIR / f"point={point}"
+    return sorted(root.rglob("part-*.parquet")) if root.exists() else []
+
+
+def count_rows_on_disk(run_dir: Path, point: str) -> int:
+    """Rows in a point's readable part files (a file cut short has no footer and counts as none)."""
+    n = 0
+    for f in _part_files(run_dir, point):
+        with contextlib.suppress(OSError, pa.ArrowException):
+            n += pq.read_metadata(f).num_rows
+    return n
+
+
+def rows_by_status(run_dir: Path, point: str) -> dict[str, int]:
+    """ok/failed/cancelled counts of a point's readable part files."""
+    statuses: list[str] = []
+    for f in _part_files(run_dir, point):
+        with contextlib.suppress(OSError, pa.ArrowException):
+            statuses += pq.ParquetFile(f).read(columns=["status"]).column("status").to_pylist()
+    return {k: statuses.count(k) for k in ("ok", "failed", "cancelled")}
+
+
 def _shorten(session: Session) -> Session:
     """Warm-up sessions: first turn only, at most 32 output tokens."""
     from dataclasses import replace
@@ -664,6 +801,8 @@ def install_signal_handlers(runner: Runner) -> None:
 
     def handler(signum: int, frame: Any) -> None:
         if runner.stop_requested.is_set():
+            if runner._finalizing:
+                return  # the run is writing its final manifest: let it finish
             raise KeyboardInterrupt  # second signal: stop waiting
         runner.request_stop(f"stopped by {signal.Signals(signum).name}")
 

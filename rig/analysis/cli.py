@@ -9,6 +9,7 @@ from typing import Any
 import click
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from rig.analysis.metrics import Slo, parse_slo
 from rig.analysis.runs import RunError
@@ -21,9 +22,16 @@ def _slos(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -
         raise click.BadParameter(str(e)) from None
 
 
+class InputError(click.ClickException):
+    """One line, exit 2: the arguments name no usable run or comparison."""
+
+    exit_code = 2
+
+
 def _fail(e: Exception) -> click.ClickException:
+    """A RunError is about what the user gave (no such run, nothing to compare): exit 2; I/O faults exit 1."""
     msg = str(e).splitlines()[0] if str(e) else type(e).__name__
-    return click.ClickException(msg)
+    return InputError(msg) if isinstance(e, RunError) else click.ClickException(msg)
 
 
 @click.command("report")
@@ -89,7 +97,8 @@ def report(run_dir: Path, as_json: bool, csv_dir: Path | None, plots_dir: Path |
 def _speedup_table(rows: list[dict[str, Any]]) -> Table:
     t = Table(title="Paired per-request speedups (geometric mean, bootstrap 95% CI; > 1 = candidate faster)",
               title_justify="left", header_style="bold")
-    for c in ("Baseline", "Candidate", "Workload", "Level", "Metric", "Pairs", "Speedup", "95% CI", "Median"):
+    for c in ("Baseline", "Candidate", "Workload", "Level", "Metric", "Pairs", "Speedup", "95% CI", "Median",
+              "Inputs"):
         t.add_column(c, justify="right" if c in ("Pairs", "Speedup", "95% CI", "Median", "Level") else "left")
     last = None
     for r in rows:
@@ -101,16 +110,24 @@ def _speedup_table(rows: list[dict[str, Any]]) -> Table:
         t.add_row(
             r["baseline"] if key != last else "", r["candidate"] if key != last else "", str(r["workload"]),
             str(level), r["metric"], f"{r['pairs']:,}", f"{r['speedup']:.3f}" if r["speedup"] else "–", ci,
-            f"{r['median_ratio']:.3f}" if r["median_ratio"] else "–",
+            f"{r['median_ratio']:.3f}" if r["median_ratio"] else "–", _inputs_cell(r),
         )
         last = key
     return t
 
 
+def _inputs_cell(row: dict[str, Any]) -> Text:
+    """'ok', or '! incomplete: ...' in red next to a figure whose inputs lack records."""
+    if not row.get("incomplete"):
+        return Text("ok", style="green")
+    return Text(f"! incomplete: {row['incomplete']}", style="bold red")
+
+
 def _best_table(rows: list[dict[str, Any]]) -> Table:
     t = Table(title="Best configuration per load level (aggregate tok/s; margin over the runner-up, 95% CI)",
               title_justify="left", header_style="bold")
-    for c in ("Workload", "Level", "Best", "Agg tok/s", "Runner-up", "Agg tok/s ", "Margin", "95% CI", "CI from"):
+    for c in ("Workload", "Level", "Best", "Agg tok/s", "Runner-up", "Agg tok/s ", "Margin", "95% CI", "CI from",
+              "Inputs"):
         t.add_column(c, justify="right" if c.strip() in ("Agg tok/s", "Margin", "95% CI", "Level") else "left")
     for r in rows:
         level = r["concurrency"] if r["load_mode"] in (None, "closed") else r["rate"]
@@ -119,6 +136,7 @@ def _best_table(rows: list[dict[str, Any]]) -> Table:
             str(r["workload"]), str(level), r["best"], f"{r['best_aggregate_tok_s']:,.1f}", r["runner_up"] or "–",
             f"{r['runner_up_aggregate_tok_s']:,.1f}" if r["runner_up_aggregate_tok_s"] else "–", pct(r["margin"]),
             f"{pct(r['ci_low'])} … {pct(r['ci_high'])}" if r["ci_low"] is not None else "–", r["ci_method"] or "–",
+            _inputs_cell(r),
         )
     return t
 
@@ -140,6 +158,9 @@ def compare(a: str, b: str | None, baseline_steps: int | None, resamples: int, s
         result = run_compare(a, b, baseline_steps, resamples, seed)
     except (RunError, OSError, ValueError) as e:
         raise _fail(e) from None
+    err = Console(stderr=True)
+    for w in result["warnings"]:
+        err.print(f"[yellow]! {w}[/yellow]")
     if as_json:
         click.echo(to_json(result))
         return

@@ -22,7 +22,7 @@ import numpy as np
 import pyarrow as pa
 
 from rig.analysis import metrics as m
-from rig.analysis.points import campaign_row, load_requests
+from rig.analysis.points import INCOMPLETE, campaign_row, load_requests, point_flags
 from rig.analysis.runs import PointInfo, Run, RunError, generator_offsets, load_run, read_point_requests
 
 SPEEDUP_METRICS = ("e2e", "ttft", "tpot", "decode_tok_s")
@@ -55,20 +55,34 @@ def bootstrap_mean_ci(x: np.ndarray, resamples: int = RESAMPLES, seed: int = SEE
     return float(lo), float(hi)
 
 
-def _per_request(side: Side) -> pa.Table:
-    """request_id plus the four speedup metrics of the point's ok requests."""
-    t = read_point_requests(side.run.run_dir, side.point.point, m.REQUEST_COLUMNS, on_skip=side.run.note)
+def incomplete(side: Side, r: m.Requests | None = None) -> list[str]:
+    """Why this side's records are not all of what its point took (empty: complete)."""
+    r = r if r is not None else load_requests(side.run, side.point)
+    return sorted(set(point_flags(side.point, r)) & INCOMPLETE)
+
+
+def _inputs_note(*sides: tuple[Side, list[str]]) -> str | None:
+    """'A:point: missing_rows; ...' for every side with incomplete inputs, or None."""
+    parts = [f"{s.label}: {', '.join(why)}" for s, why in sides if why]
+    return "; ".join(parts) or None
+
+
+def _per_request(side: Side) -> tuple[pa.Table, list[str]]:
+    """request_id plus the four speedup metrics of the point's ok requests, and why its inputs are incomplete."""
+    t = read_point_requests(side.run.run_dir, side.point.point, m.REQUEST_COLUMNS, on_skip=side.run.skipped(side.point))
     r = m.requests_from_table(t, generator_offsets(side.run.manifest))
+    why = incomplete(side, r)
     keep = pa.array(r.ok)
     return pa.table({
         "request_id": t["request_id"].filter(keep),
         "e2e": r.e2e[r.ok], "ttft": r.ttft[r.ok], "tpot": r.tpot[r.ok], "decode_tok_s": r.decode_tok_s[r.ok],
-    })
+    }), why
 
 
 def paired_speedups(base: Side, cand: Side, resamples: int = RESAMPLES, seed: int = SEED) -> list[dict[str, Any]]:
     """One row per metric: pairs, geometric-mean speedup, its bootstrap CI, and the median per-request ratio."""
-    a, b = _per_request(base), _per_request(cand)
+    (a, why_a), (b, why_b) = _per_request(base), _per_request(cand)
+    note = _inputs_note((base, why_a), (cand, why_b))
     j = a.join(b, "request_id", left_suffix="_base", right_suffix="_cand", join_type="inner")
     rows = []
     for metric in SPEEDUP_METRICS:
@@ -84,6 +98,7 @@ def paired_speedups(base: Side, cand: Side, resamples: int = RESAMPLES, seed: in
             "concurrency": cand.point.concurrency, "rate": cand.point.rate, "repeat": cand.point.repeat,
             "baseline_steps": base.point.steps, "candidate_steps": cand.point.steps, "metric": metric,
             "pairs": int(logs.size), "speedup": None, "ci_low": None, "ci_high": None, "median_ratio": None,
+            "incomplete": note,
         }
         if logs.size:
             lo, hi = bootstrap_mean_ci(logs, resamples, seed)
@@ -151,11 +166,16 @@ def best_per_level(sides: list[Side], resamples: int = RESAMPLES, seed: int = SE
     """Per (workload, load level): the configuration with the highest aggregate tok/s and its margin (with CI)."""
     rng = np.random.default_rng(seed)
     levels: dict[tuple, dict[str, list[tuple[Side, float]]]] = defaultdict(lambda: defaultdict(list))
+    why: dict[int, list[str]] = {}
+    at_level: dict[tuple, list[Side]] = defaultdict(list)
     for s in sides:
-        row = campaign_row(s.run, s.point, load_requests(s.run, s.point))
+        r = load_requests(s.run, s.point)
+        row = campaign_row(s.run, s.point, r)
+        why[id(s)] = incomplete(s, r)
+        p = s.point
+        at_level[(p.workload, p.load_mode, p.concurrency, p.rate)].append(s)  # with or without rows
         if row["aggregate_tok_s"] is None:
             continue
-        p = s.point
         config = f"steps={p.steps}" if s.label == p.point else s.label.rsplit(":", 1)[0] + f":steps={p.steps}"
         if len({q.server_config for q in s.run.points if q.steps == p.steps}) > 1:
             config += f" ({p.server_config})"
@@ -168,6 +188,8 @@ def best_per_level(sides: list[Side], resamples: int = RESAMPLES, seed: int = SE
             "workload": workload, "load_mode": mode, "concurrency": conc, "rate": rate, "best": best_cfg,
             "best_aggregate_tok_s": float(np.mean([v for _, v in best])), "runner_up": None,
             "runner_up_aggregate_tok_s": None, "margin": None, "ci_low": None, "ci_high": None, "ci_method": None,
+            # every configuration at this level takes part in the ranking, one without rows too
+            "incomplete": _inputs_note(*((x, why[id(x)]) for x in at_level[(workload, mode, conc, rate)])),
         }
         if len(ranked) > 1:
             run_cfg, runner = ranked[1]
@@ -234,8 +256,21 @@ def compare(a: str, b: str | None = None, baseline_steps: int | None = None, res
             pairs = pair_runs(ra, rb, la, lb)
             sides = [Side(ra, p, f"{la}:{p.point}") for p in ra.points] + [Side(rb, p, f"{lb}:{p.point}") for p in rb.points]
             mode = f"{la} (baseline) vs {lb}"
+    if not pairs and b is None:
+        have = sorted({p.steps for p in run.points if p.steps is not None})
+        if baseline_steps not in have:
+            raise RunError(f"no point of {run.run_id} has steps={baseline_steps} (its steps: "
+                           f"{', '.join(map(str, have)) or 'none'}); pick one of those for --baseline-steps")
     if not pairs:
         raise RunError("no matching points to compare (same workload, load level and repeat)")
     speedups = [row for base, cand in pairs for row in paired_speedups(base, cand, resamples, seed)]
-    return {"mode": mode, "resamples": resamples, "seed": seed, "speedups": speedups,
-            "best": best_per_level(sides, resamples, seed)}
+    best = best_per_level(sides, resamples, seed)
+    warnings: list[str] = []
+    runs = list({id(s.run): s.run for s in sides}.values())  # each run once, in order
+    for run in runs:
+        warnings += [f"{run.run_id}: {w}" for w in run.warnings]
+    affected = sum(1 for r in speedups + best if r["incomplete"])
+    if affected:
+        warnings.append(f"{affected} figure(s) rest on incomplete inputs (marked '!' below): treat them with care")
+    return {"mode": mode, "resamples": resamples, "seed": seed, "speedups": speedups, "best": best,
+            "warnings": warnings}

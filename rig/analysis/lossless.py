@@ -35,7 +35,7 @@ def check_lossless(run: Run) -> dict[str, Any]:
     for gi, group in enumerate(groups):
         parts = []
         for pi, p in enumerate(group):
-            t = read_point_requests(run.run_dir, p.point, ["request_id", "output_hash"], filter=flt, on_skip=run.note)
+            t = read_point_requests(run.run_dir, p.point, ["request_id", "output_hash"], filter=flt, on_skip=run.skipped(p))
             parts.append(t.append_column("pi", pa.array([pi] * t.num_rows, pa.int32())))
         t = pa.concat_tables(parts)
         if t.num_rows == 0:

@@ -18,7 +18,7 @@ STAT_KEYS = ("n", "mean", "p50", "p90", "p95", "p99")
 
 def read_itl(run: Run, p: PointInfo) -> tuple[np.ndarray, np.ndarray]:
     """ITL values and token weights of the point's ok requests, sorted by value (see metrics.sort_weighted)."""
-    t = read_point_requests(run.run_dir, p.point, m.ITL_COLUMNS, filter=pc.field("ok") == True, on_skip=run.note)  # noqa: E712
+    t = read_point_requests(run.run_dir, p.point, m.ITL_COLUMNS, filter=pc.field("ok") == True, on_skip=run.skipped(p))  # noqa: E712
     return m.sort_weighted(*m.itl_values(t["chunk_offsets_s"], t["chunk_tokens"]))
 
 

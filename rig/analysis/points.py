@@ -21,13 +21,22 @@ INVALIDATING = frozenset(
     {
         "client_saturated", "generator_lost", "schedule_slip", "no_rows", "missing_rows", "partial", "failed",
         "interrupted", "pending", "running", "generator_partial", "generator_failed", "status_unknown",
+        "unreadable_parts", "missing_parts",
+    }
+)
+# Flags saying the point's records on disk are not all of what it took (a comparison over them is incomplete).
+INCOMPLETE = frozenset(
+    {
+        "no_rows", "missing_rows", "unreadable_parts", "missing_parts", "partial", "failed", "interrupted", "pending",
+        "running", "generator_lost", "generator_partial", "generator_failed", "generator_interrupted",
+        "status_unknown", "not_in_manifest",
     }
 )
 
 
 def load_requests(run: Run, p: PointInfo) -> m.Requests:
     """The point's per-request metric arrays (all written rows)."""
-    table = read_point_requests(run.run_dir, p.point, m.REQUEST_COLUMNS, on_skip=run.note)
+    table = read_point_requests(run.run_dir, p.point, m.REQUEST_COLUMNS, on_skip=run.skipped(p))
     return m.requests_from_table(table, generator_offsets(run.manifest))
 
 
@@ -53,6 +62,10 @@ def point_flags(p: PointInfo, r: m.Requests) -> list[str]:
         flags.add(str(p.status))
     if not p.in_manifest:
         flags.add("not_in_manifest")
+    if p.unreadable_parts:
+        flags.add("unreadable_parts")
+    if p.missing_parts:
+        flags.add("missing_parts")
     if r.n == 0:
         flags.add("no_rows")
     elif p.requests_scheduled is not None and r.n < int(p.requests_scheduled):

@@ -53,6 +53,8 @@ class PointInfo:
     window_acceptance: dict[str, Any] | None = None
     knobs: dict[str, Any] = field(default_factory=dict)
     in_manifest: bool = True
+    unreadable_parts: list[str] = field(default_factory=list)  # part files on disk that could not be read
+    missing_parts: list[str] = field(default_factory=list)  # part files the manifest lists but the disk lacks
 
     @property
     def open_loop(self) -> bool:
@@ -102,6 +104,17 @@ class Run:
             if p.point == name:
                 return p
         raise RunError(f"no point {name!r} in {self.run_dir} (points: {', '.join(p.point for p in self.points)})")
+
+    def skipped(self, p: PointInfo) -> Callable[[str], None]:
+        """The ``on_skip`` callback every reader of ``p``'s rows uses: warns once and marks the point."""
+
+        def record(message: str) -> None:
+            path = message.rsplit(": ", 1)[-1]
+            if path not in p.unreadable_parts:
+                p.unreadable_parts.append(path)
+            self.note(message)
+
+        return record
 
     def server_config(self, config_id: str | None) -> dict[str, Any]:
         configs = self.manifest.get("server_configs") or {}
@@ -196,9 +209,25 @@ def load_run(run_dir: Path | str) -> Run:
             warnings.append(f"point {name} has rows but is not in the manifest")
     for p in points:
         _fill_from_rows(run_dir, p)
+        p.missing_parts = _missing_parts(run_dir, p)
+        if p.missing_parts:
+            warnings.append(f"point {p.point}: {len(p.missing_parts)} part file(s) listed in the manifest are missing "
+                            f"({', '.join(p.missing_parts[:3])}{' …' if len(p.missing_parts) > 3 else ''})")
     if not points:
         raise RunError(f"{run_dir} has no points (empty run)")
     return Run(run_dir=run_dir, manifest=manifest, points=points, warnings=warnings)
+
+
+def _missing_parts(run_dir: Path, p: PointInfo) -> list[str]:
+    """Part files a generator reported writing (the manifest's ``parts``) that are not on disk now."""
+    out = []
+    for g in p.generators:
+        gid = g.get("generator")
+        for name in g.get("parts") or []:
+            rel = f"{REQUESTS_DIR}/point={p.point}/gen={gid}/{name}"
+            if gid is not None and not (run_dir / rel).exists():
+                out.append(rel)
+    return out
 
 
 def _fill_from_rows(run_dir: Path, p: PointInfo) -> None:
