@@ -223,8 +223,9 @@ def print_dry_run(spec) -> None:
         click.echo(f"{p.point}")
 
 
-def execute(spec, quiet: bool, resume_dir: Path | None = None) -> int:
-    """Run the spec with a progress bar, print the campaign table, return the exit code."""
+def execute(spec, quiet: bool, resume_dir: Path | None = None, planner=None) -> int:
+    """Run the spec (or a planner's adaptive points) with a progress bar, print the campaign table, return the exit
+    code."""
     from rich.console import Console
 
     from rig.runner import RunError, RunInputError, Runner, install_signal_handlers
@@ -232,7 +233,7 @@ def execute(spec, quiet: bool, resume_dir: Path | None = None) -> int:
     console = Console(stderr=True)
     progress_ui = _ProgressUI(console, quiet)
     runner = Runner(spec, progress=progress_ui.callbacks(), resume=resume_dir is not None, handle_signals=True,
-                    run_dir=resume_dir)
+                    run_dir=resume_dir, planner=planner)
     run_dir = runner.run_dir
     install_signal_handlers(runner)  # again inside the runner once Ray is up (Ray replaces SIGTERM's handler)
     try:
@@ -258,6 +259,10 @@ def execute(spec, quiet: bool, resume_dir: Path | None = None) -> int:
         console.print(f"nothing to resume: every point of {run_dir} is complete and its records are on disk")
         return 0
     _print_table(run_dir)
+    if planner is not None:
+        from rig.tune.render import print_adaptive
+
+        print_adaptive(run_dir)
     status = manifest["status"]
     console.print(f"results: {run_dir}  status: {status}"
                   + (f" ({manifest.get('stop_reason')})" if manifest.get("stop_reason") else ""))
@@ -344,9 +349,28 @@ def run(steps: int | None, **kw: Any) -> None:
 @click.option("--grid", "grid", multiple=True, help="Server knob to sweep, KEY=V1,V2 (e.g. eagle_topk=1,2).")
 @click.option("--resume", "resume_dir", type=click.Path(path_type=Path, file_okay=False),
               help="Continue an interrupted sweep in this run directory, skipping completed points.")
+@click.option("--search", type=click.Choice(["concurrency", "rate"]),
+              help="Instead of fixed levels: per configuration, the largest concurrency (rate) meeting every --slo.")
+@click.option("--slo", "search_slos", multiple=True, metavar="METRIC=VALUE",
+              help="--search: an SLO every probe must meet, e.g. --slo ttft=500ms --slo tpot=50ms.")
+@click.option("--slo-percentile", type=click.FloatRange(0, 100, min_open=True), default=99.0, show_default=True,
+              help="--search: the percentile the SLOs apply to.")
+@click.option("--search-max", type=click.FloatRange(min=0, min_open=True),
+              help="--search: the largest value to probe (default 1024 concurrency, 1000 req/s).")
+@click.option("--search-tolerance", type=click.FloatRange(min=0, min_open=True), default=0.1, show_default=True,
+              help="--search rate: stop when min failing / max passing <= 1 + this.")
 @run_options
-def sweep(steps_csv: str | None, grid: tuple[str, ...], resume_dir: Path | None, **kw: Any) -> None:
+def sweep(steps_csv: str | None, grid: tuple[str, ...], resume_dir: Path | None, search: str | None,
+          search_slos: tuple[str, ...], slo_percentile: float, search_max: float | None, search_tolerance: float,
+          **kw: Any) -> None:
     """Run a grid of server configurations x workloads x load levels into one run directory."""
+    if search is not None:
+        from rig.tune.cli import search_settings
+
+        settings = search_settings(search, search_slos, slo_percentile, search_max, search_tolerance, kw)
+        if resume_dir is not None:
+            raise click.UsageError("--resume continues the search recorded in the run; give it without --search")
+
     if resume_dir is not None:
         given = [f"--{k.replace('_', '-')}" for k, v in kw.items()
                  if k not in ("quiet", "dry_run") and v not in (None, False, ())] + (["--steps"] if steps_csv else []) \
@@ -357,7 +381,11 @@ def sweep(steps_csv: str | None, grid: tuple[str, ...], resume_dir: Path | None,
         if kw["dry_run"]:
             print_dry_run(spec)
             return
-        sys.exit(execute(spec, kw["quiet"], resume_dir=resume_dir))
+        from rig.results import read_manifest
+        from rig.tune.cli import resumed_planner
+
+        sys.exit(execute(spec, kw["quiet"], resume_dir=resume_dir,
+                         planner=resumed_planner(spec, read_manifest(resume_dir))))
     steps = _csv_ints("--steps", steps_csv)
     workloads = [w.strip() for w in kw["workload"].split(",")] if kw["workload"] else None
     spec = resolve_spec(kw, steps, workloads)
@@ -375,6 +403,10 @@ def sweep(steps_csv: str | None, grid: tuple[str, ...], resume_dir: Path | None,
     if kw["dry_run"]:
         print_dry_run(spec)
         return
+    if search is not None:
+        from rig.tune.slo_search import search_planner
+
+        sys.exit(execute(spec, kw["quiet"], planner=search_planner(spec, settings)))
     sys.exit(execute(spec, kw["quiet"]))
 
 
@@ -452,6 +484,12 @@ def _mount_optional() -> None:
         from rig.sim.cli import sim
 
         cli.add_command(sim)
+    except ImportError:
+        pass
+    try:
+        from rig.tune.cli import tune
+
+        cli.add_command(tune)
     except ImportError:
         pass
 

@@ -16,7 +16,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterable, Iterator
 
 import ray
 
@@ -144,6 +144,9 @@ class Runner:
     progress: Progress = field(default_factory=Progress)
     resume: bool = False
     handle_signals: bool = False  # SIGINT/SIGTERM stop the run cleanly (the CLI turns this on)
+    # Adaptive runs (SLO search, tune): a function of the runner yielding points one at a time; it resumes after the
+    # runner has run (or, resuming, skipped as complete) each one, so it can read that point's results first.
+    planner: Callable[["Runner"], Iterable[Point]] | None = None
     run_dir: Path | None = None  # default spec.run_dir; a resume works on exactly the directory it is given
 
     def __post_init__(self) -> None:
@@ -151,7 +154,7 @@ class Runner:
         self.nothing_to_do = False  # a resumed run whose every point is complete and on disk
         self._finalizing = False  # set once the run's final bookkeeping starts (a second signal must not cut it)
         self._lock = None
-        self.points = expand_points(self.spec)
+        self.points = [] if self.planner is not None else expand_points(self.spec)
         self.manifest: dict[str, Any] = {}
         self.stop_requested = threading.Event()
         self.stop_reason = ""
@@ -631,6 +634,9 @@ class Runner:
         status = "complete"
         try:
             self._setup_cluster()
+            if self.planner is not None:
+                self._run_planned(iter(self.planner(self)))
+                todo = []
             by_config: dict[str, list[Point]] = {}
             for p in todo:
                 by_config.setdefault(p.config_id, []).append(p)
@@ -716,6 +722,65 @@ class Runner:
         self.manifest = m
         return all(e["status"] == "complete" and count_rows_on_disk(self.run_dir, e["point"])
                    == sum((e.get("records") or {}).values()) for e in entries.values())
+    def entry(self, pid: str) -> dict[str, Any]:
+        """The manifest entry of a point (planners read a point's status here)."""
+        return self._entry(pid)
+
+    def _run_planned(self, source: Iterator[Point]) -> None:
+        """Run the planner's points as they come, keeping a configuration's server up while its points follow each
+        other; a point already complete (a resumed run) is not run again."""
+        current: str | None = None
+        server_entry: dict[str, Any] = {}
+
+        def stop_current() -> None:
+            if current is not None:
+                self._fetch_log(current)
+                self._stop_server()
+                self.manifest["server_configs"][current]["stopped"] = True
+                self.save()
+
+        try:
+            for p in source:
+                if self.stop_requested.is_set():
+                    break
+                if not any(q.point == p.point for q in self.points):
+                    self.points.append(p)
+                    if not any(e["point"] == p.point for e in self.manifest["points"]):
+                        self.manifest["points"].append(self._point_entry(p))
+                        self.save()
+                if self._entry(p.point)["status"] == "complete":
+                    continue
+                if current != p.config_id:
+                    stop_current()
+                    current = None
+                    try:
+                        server_entry = self._launch_server(p.server)
+                    except (ServerError, ray.exceptions.RayTaskError) as e:
+                        msg = str(e.cause if isinstance(e, ray.exceptions.RayTaskError) and e.cause else e)
+                        first = msg.strip().splitlines()[0] if msg.strip() else type(e).__name__
+                        self.manifest["server_configs"][p.config_id].update(status="failed", error=msg[-2000:])
+                        self._entry(p.point).update(status="failed", error=f"server did not start: {first}")
+                        self._fetch_log(p.config_id)
+                        self._stop_server()
+                        self.save()
+                        if self.spec.fail_fast:
+                            raise RunError(f"server {p.config_id} failed to start: {first}")
+                        continue
+                    current = p.config_id
+                try:
+                    self._run_point(p, server_entry)
+                except (RunError, KeyboardInterrupt):
+                    raise
+                except Exception as e:  # a bug or an unexpected fault: fail this point, keep the run
+                    self._internal_error(p.point, e)
+                entry = self._entry(p.point)
+                if entry["status"] == "failed" and self.spec.fail_fast:
+                    raise RunError(f"point {p.point} failed: {entry.get('error')}")
+                if "server_died" in entry["flags"]:  # the next point relaunches it
+                    stop_current()
+                    current = None
+        finally:
+            stop_current()
 
     def _fetch_log(self, config_id: str) -> None:
         """Stop the engine, then copy its whole log next to the results when the server node spooled it, and

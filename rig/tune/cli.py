@@ -1,0 +1,58 @@
+"""Command-line glue of the SLO search (`rig sweep --search`) and `rig tune`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from rig.analysis.metrics import parse_slo
+from rig.tune.slo_search import SEARCH_KEY, SearchSettings, search_planner
+
+
+def _parsed(texts: tuple[str, ...]) -> list:
+    if not texts:
+        raise click.UsageError("--search needs at least one --slo (e.g. --slo ttft=500ms --slo tpot=50ms)")
+    try:
+        return [parse_slo(t) for t in texts]
+    except ValueError as e:
+        raise click.BadParameter(str(e), param_hint="--slo") from None
+
+
+def search_settings(variable: str, slo_texts: tuple[str, ...], percentile: float, maximum: float | None,
+                    tolerance: float, kw: dict[str, Any]) -> SearchSettings:
+    """Validate the search flags; the first --concurrency (--rate) value is where the search starts."""
+    from rig.tune.probe import slo_texts as to_texts
+
+    slos = _parsed(slo_texts)
+    if variable == "concurrency":
+        if kw.get("rate") or kw.get("mode") not in (None, "closed"):
+            raise click.UsageError("--search concurrency runs a closed loop; drop --rate/--mode (or --search rate)")
+        start = float(kw["concurrency"].split(",")[0]) if kw.get("concurrency") else 1.0
+        maximum = maximum or 1024
+        if start < 1 or start != int(start) or maximum < start:
+            raise click.BadParameter(f"the search starts at {start:g} and stops at {maximum:g}", param_hint="--concurrency")
+    else:
+        if kw.get("mode") in ("closed", "trace"):
+            raise click.UsageError("--search rate needs an open loop (--mode poisson or gamma)")
+        if not kw.get("rate"):
+            kw["rate"] = "1"
+        try:
+            start = float(kw["rate"].split(",")[0])
+        except ValueError:
+            raise click.BadParameter(f"expected a number, got {kw['rate']!r}", param_hint="--rate") from None
+        maximum = maximum or 1000.0
+        if start <= 0 or maximum < start:
+            raise click.BadParameter(f"the search starts at {start:g} and stops at {maximum:g}", param_hint="--rate")
+    return SearchSettings(variable, tuple(to_texts(slos)), percentile, start, maximum, tolerance)
+
+
+def resumed_planner(spec, manifest: dict[str, Any]):
+    """The planner a resumed run continues with: the recorded search or tune, or None for a grid sweep."""
+    if SEARCH_KEY in manifest and (manifest[SEARCH_KEY] or {}).get("settings"):
+        return search_planner(spec, SearchSettings.from_manifest(manifest[SEARCH_KEY]["settings"]))
+    if "tune" in manifest and (manifest["tune"] or {}).get("settings"):
+        from rig.tune.tune import TuneSettings, tune_planner
+
+        return tune_planner(spec, TuneSettings.from_manifest(manifest["tune"]["settings"]))
+    return None

@@ -1,0 +1,98 @@
+"""`rig sweep --search concurrency|rate --slo ...`: per server configuration and workload, the largest load whose
+point meets every SLO, found by bracketing and bisection; each probe is an ordinary point of the run."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any, Callable, Iterator
+
+from rig.analysis.metrics import parse_slo
+from rig.analysis.slo import DEFAULT_PERCENTILE, describe
+from rig.config import RunSpec
+from rig.runner import Point, Runner, point_id
+from rig.server.spec import ServerConfig
+from rig.tune.probe import read_probe
+from rig.tune.search import Bisection, Domain, IntDomain, RateDomain
+from rig.workloads.spec import WorkloadSpec
+
+SEARCH_KEY = "search"  # the manifest section
+
+
+@dataclass(frozen=True)
+class SearchSettings:
+    """What a search looks for; stored in the manifest so ``--resume`` repeats the same search."""
+
+    variable: str  # concurrency | rate
+    slos: tuple[str, ...]  # parse_slo text
+    percentile: float = DEFAULT_PERCENTILE
+    start: float = 1
+    maximum: float = 1024
+    tolerance: float = 0.1  # rate only: stop when failing / passing <= 1 + tolerance
+
+    def domain(self) -> Domain:
+        if self.variable == "concurrency":
+            return IntDomain(1, int(self.maximum))
+        return RateDomain(min(0.05, self.start), float(self.maximum), self.tolerance)
+
+    def parsed_slos(self):
+        return [parse_slo(s) for s in self.slos]
+
+    @classmethod
+    def from_manifest(cls, d: dict[str, Any]) -> "SearchSettings":
+        return cls(**{**d, "slos": tuple(d["slos"])})
+
+
+def make_point(spec: RunSpec, cfg: ServerConfig, wl: WorkloadSpec, variable: str, value: float) -> Point:
+    """The ordinary point a probe at ``value`` is (same id scheme as a grid sweep, so --resume finds it)."""
+    if variable == "concurrency":
+        c = int(value)
+        return Point(point_id(cfg, wl, c, None, "closed", 0), cfg, wl, c, None, 0)
+    cap = spec.load.max_concurrency
+    return Point(point_id(cfg, wl, cap, float(value), spec.load.mode, 0), cfg, wl, cap, float(value), 0)
+
+
+def summary_probe(probe: dict[str, Any] | None) -> dict[str, Any] | None:
+    if probe is None:
+        return None
+    keep = ("point", "level", "margin", "per_slo", "aggregate_tok_s", "decode_tok_s", "flags")
+    return {k: probe.get(k) for k in keep}
+
+
+def search_planner(spec: RunSpec, settings: SearchSettings) -> Callable[[Runner], Iterator[Point]]:
+    """A planner for Runner: one bisection per (server configuration, workload), probes run as they are chosen."""
+    slos = settings.parsed_slos()
+
+    def plan(runner: Runner) -> Iterator[Point]:
+        section = runner.manifest.setdefault(SEARCH_KEY, {})
+        section["settings"] = asdict(settings) | {"slos": list(settings.slos)}
+        section["describe"] = describe(slos, settings.percentile)
+        results: list[dict[str, Any]] = []
+        section["results"] = results
+        for cfg in spec.server_configs():
+            for wl in spec.workloads:
+                b = Bisection(settings.domain(), settings.start)
+                res: dict[str, Any] = {"server_config": cfg.config_id(), "steps": cfg.steps, "workload": wl.name,
+                                       "variable": settings.variable, "status": "searching", "probes": 0,
+                                       "probe_points": [], "max_passing": None, "min_failing": None, "error": None}
+                results.append(res)
+                probes: dict[float, dict[str, Any]] = {}
+                while (v := b.next()) is not None:
+                    p = make_point(spec, cfg, wl, settings.variable, v)
+                    yield p
+                    probe = read_probe(runner.run_dir, p.point, slos, settings.percentile)
+                    if probe is None:
+                        res.update(status="error", error=runner.entry(p.point).get("error") or "no rows")
+                        break
+                    probes[v] = probe
+                    b.record(v, probe["meets"])
+                    res["probes"] += 1
+                    res["probe_points"].append({"value": v, "point": p.point, "meets": probe["meets"],
+                                                "margin": probe["margin"]})
+                    res.update(max_passing=summary_probe(probes.get(b.max_passing)),
+                               min_failing=summary_probe(probes.get(b.min_failing)))
+                    runner.save()
+                if res["status"] != "error":
+                    res["status"] = b.outcome
+                runner.save()
+
+    return plan

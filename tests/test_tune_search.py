@@ -1,0 +1,155 @@
+"""SLO search: bracketing and bisection over each domain, and the SLO verdict of a point."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from rig.analysis import metrics as m
+from rig.analysis.slo import evaluate_slos
+from rig.tune.search import Bisection, IntDomain, RateDomain, ladder
+
+
+def _run(b: Bisection, boundary: float) -> list[float]:
+    """Drive a search against a monotone truth: meets iff value <= boundary."""
+    seen = []
+    while (v := b.next()) is not None:
+        assert v not in seen, "a search never probes a value twice"
+        seen.append(v)
+        b.record(v, v <= boundary)
+    return seen
+
+
+@pytest.mark.parametrize("boundary", [1, 2, 3, 7, 8, 13, 100, 1023])
+def test_int_search_finds_the_exact_boundary(boundary):
+    b = Bisection(IntDomain(1, 1024), 1)
+    probes = _run(b, boundary)
+    assert (b.max_passing, b.min_failing) == (boundary, boundary + 1)
+    assert b.outcome == "bracketed"
+    assert len(probes) <= 2 * np.log2(boundary + 1) + 2  # logarithmic, not linear
+
+
+def test_int_search_edges():
+    b = Bisection(IntDomain(1, 64), 4)
+    _run(b, 0)  # nothing passes: halves down to the minimum
+    assert (b.max_passing, b.min_failing, b.outcome) == (None, 1, "none_pass")
+    b = Bisection(IntDomain(1, 64), 4)
+    _run(b, 10_000)  # everything passes: doubles up to the maximum
+    assert (b.max_passing, b.min_failing, b.outcome) == (64, None, "capped")
+    assert [v for v, _ in b.probes] == [4, 8, 16, 32, 64]
+    b = Bisection(IntDomain(1, 64), 16)
+    _run(b, 5)  # start above the boundary: halve, then bisect
+    assert (b.max_passing, b.min_failing) == (5, 6)
+
+
+def test_rate_search_stops_within_tolerance():
+    b = Bisection(RateDomain(0.05, 1000, tolerance=0.05), 1.0)
+    _run(b, 6.3)
+    assert b.max_passing <= 6.3 < b.min_failing
+    assert b.min_failing / b.max_passing <= 1.05
+
+
+def test_ladder_search_stays_on_the_ladder():
+    levels = (1, 2, 4, 8, 16, 32, 64)
+    b = Bisection(ladder(levels), 4)
+    probes = _run(b, 20)
+    assert set(probes) <= set(levels)
+    assert (b.max_passing, b.min_failing) == (16, 32)
+
+
+def _requests(ttft, e2e, tokens, ok=None):
+    n = len(ttft)
+    ok = np.ones(n, bool) if ok is None else np.asarray(ok, bool)
+    nan = np.full(n, np.nan)
+    return m.Requests(ok=ok, cancelled=np.zeros(n, bool), tokens=np.asarray(tokens, float),
+                      ttft=np.asarray(ttft, float), e2e=np.asarray(e2e, float), send=np.zeros(n), end=np.ones(n),
+                      slip=nan, e2e_from_intended=nan, verify_ct=nan)
+
+
+def test_slo_verdict_percentile_margin_and_failures():
+    # 100 requests, TTFT 1..100 ms; TPOT 10 ms each (E2E = TTFT + 10 ms x 10 tokens after the first).
+    ttft = np.arange(1, 101) / 1000
+    r = _requests(ttft, ttft + 0.1, np.full(100, 11))
+    slos = [m.parse_slo("ttft=99.5ms"), m.parse_slo("tpot=20ms")]
+    v = evaluate_slos(r, slos, 99)
+    assert v["per_slo"][0]["value_s"] == pytest.approx(np.percentile(ttft, 99))  # 99.01 ms
+    assert v["meets"]
+    assert v["margin"] == pytest.approx((0.0995 - np.percentile(ttft, 99)) / 0.0995)
+    assert v["per_slo"][1]["margin"] == pytest.approx(0.5)
+    # At p100 the slowest request (100 ms) breaks the TTFT SLO.
+    assert not evaluate_slos(r, slos, 100)["meets"]
+    # Two failed requests of 100 count as infinitely slow: p99 fails although every ok request is fast.
+    ok = np.ones(100, bool)
+    ok[:2] = False
+    fast = _requests(np.full(100, 0.001), np.full(100, 0.05), np.full(100, 11), ok)
+    v = evaluate_slos(fast, slos, 99)
+    assert not v["meets"] and v["margin"] == -1.0
+    # ... while one failure in 100 is within p98's allowance.
+    ok[1] = True
+    assert evaluate_slos(_requests(np.full(100, 0.001), np.full(100, 0.05), np.full(100, 11), ok), slos, 98)["meets"]
+
+
+# --- through the CLI against the simulator --------------------------------------------------------------------------
+
+import json  # noqa: E402
+import os  # noqa: E402
+import shutil  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+
+from rig.results import read_manifest  # noqa: E402
+
+
+def _rig(*args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
+    return subprocess.run([sys.executable, "-m", "rig.cli", *args], capture_output=True, text=True, timeout=300, env=env)
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_sweep_search_bisects_records_points_and_resumes(tmp_path):
+    """Every probe is an ordinary point (report reads it); a resumed search re-runs only the missing probe and ends
+    with the same answer."""
+    args = ["sweep", "--steps", "2", "--workload", "realistic", "--workload-opt", "max_tokens=24", "--warmup", "0",
+            "--search", "concurrency", "--slo", "tpot=22ms", "--slo-percentile", "90", "--search-max", "16",
+            "--out", str(tmp_path), "--run-id", "srch", "-q"]
+    proc = _rig(*args)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    run = tmp_path / "srch"
+    man = read_manifest(run)
+    [res] = man["search"]["results"]
+    probes = res["probe_points"]
+    assert res["probes"] == len(probes) == len(man["points"]) >= 2
+    assert {p["point"] for p in probes} == {p["point"] for p in man["points"]}
+    assert all(p["status"] == "complete" for p in man["points"])
+    # The answer is consistent with its probes: everything at or below max passing passed, above min failing failed.
+    passing = [p["value"] for p in probes if p["meets"]]
+    failing = [p["value"] for p in probes if not p["meets"]]
+    mp = res["max_passing"]["level"] if res["max_passing"] else None
+    mf = res["min_failing"]["level"] if res["min_failing"] else None
+    assert mp == (max(passing) if passing else None) and mf == (min(failing) if failing else None)
+    if res["status"] == "bracketed":
+        assert mf == mp + 1
+        assert res["max_passing"]["margin"] >= 0 > res["min_failing"]["margin"]
+    rep = _rig("report", str(run), "--json")
+    assert rep.returncode == 0, rep.stderr
+    assert {r["point"] for r in json.loads(rep.stdout)} == {p["point"] for p in probes}
+    # Interrupt after the fact: the last probe never ran. Resume re-runs that probe only and reaches the same answer.
+    last = probes[-1]["point"]
+    for e in man["points"]:
+        if e["point"] == last:
+            e["status"] = "interrupted"
+    man["status"] = "interrupted"
+    (run / "manifest.json").write_text(json.dumps(man))
+    shutil.rmtree(run / "requests" / f"point={last}")
+    proc = _rig("sweep", "--resume", str(run), "-q")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    again = read_manifest(run)
+    [res2] = again["search"]["results"]
+    # The same probes in the same order (the re-measured last one may land on the other side of the SLO by noise and
+    # extend the search, never change what came before it).
+    assert [p["point"] for p in res2["probe_points"]][:len(probes)] == [p["point"] for p in probes]
+    assert [p["meets"] for p in res2["probe_points"]][:-1] == [p["meets"] for p in probes][:len(res2["probe_points"]) - 1]
+    assert again["status"] == "complete"
+    assert (run / "requests" / f"point={last}").exists()
+    assert len(again.get("resumed", [])) == 1
