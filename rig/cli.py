@@ -71,7 +71,9 @@ def run_options(f):
         click.option("--draft-model", help="Draft model path (EAGLE/STANDALONE)."),
         click.option("--server-arg", "server_args", multiple=True,
                      help="Extra engine argument, passed verbatim; repeat for each token (--server-arg=--foo --server-arg=1)."),
-        click.option("--url", help="external engine: URL of a server you already run."),
+        click.option("--url", help="external engine: root URL of a server you already run (http://HOST:PORT)."),
+        click.option("--unreachable-timeout", type=float,
+                     help="external engine: seconds nothing may answer at --url before the run fails (default 30)."),
         click.option("--engine-python", help="Interpreter that runs the engine (its own venv)."),
         click.option("--port", type=int, help="Server port (0 = any free port)."),
         click.option("--workload", help="greedy, realistic, agentic or dataset (sweep: comma-separated)."),
@@ -118,6 +120,7 @@ def overrides_from_flags(kw: dict[str, Any], steps: list[int] | None, workloads:
     _set(o, "server.draft_model_path", kw["draft_model"])
     _set(o, "server.extra_args", list(kw["server_args"]) or None)
     _set(o, "server.url", kw["url"])
+    _set(o, "server.unreachable_timeout_s", kw["unreachable_timeout"])
     _set(o, "server.python", kw["engine_python"])
     _set(o, "server.port", kw["port"])
     _set(o, "steps", steps)
@@ -270,13 +273,18 @@ def execute(spec, quiet: bool, resume_dir: Path | None = None, planner=None) -> 
 
 
 def _print_table(run_dir: Path) -> None:
+    """The campaign table, then what went wrong per point (errors with counts, each flag's figure)."""
     from rich.console import Console
 
-    from rig.analysis.tables import campaign_table, render_campaign_table
+    from rig.analysis.tables import campaign_table, render_campaign_table, render_problems
 
     rows = campaign_table(run_dir)
     # Not a terminal (a pipe, a CI log): wide enough that no header or number is cut.
-    Console(width=None if sys.stdout.isatty() else 200).print(render_campaign_table(rows))
+    out = Console(width=None if sys.stdout.isatty() else 200)
+    out.print(render_campaign_table(rows))
+    problems = render_problems(rows)
+    if problems is not None:
+        out.print(problems)
 
 
 class _ProgressUI:

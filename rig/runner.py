@@ -51,6 +51,7 @@ class RunInputError(RunError):
     """A run refused before it starts because of what the user asked for (the CLI exits 2)."""
 
 
+MIN_SATURATION_WINDOW_S = 2.0  # as rig.analysis.points: shorter generator windows cannot show saturation
 STOP_GRACE_S = 6.0  # after a stop request, how long generators may take to return before they are killed
 
 
@@ -321,12 +322,19 @@ class Runner:
         self.save()
         self.progress.status(f"waiting for {cfg.engine} (steps={cfg.steps}) to be healthy at {started['url']}")
         ready_ref = self.server.wait_ready.remote()
+        next_note = time.monotonic() + 10
         while True:
             done, _ = ray.wait([ready_ref], timeout=0.5)
             if done:
                 break
             if self.stop_requested.is_set():
                 raise KeyboardInterrupt
+            if time.monotonic() >= next_note:  # a model load takes minutes: say what the wait sees
+                next_note += 10
+                with contextlib.suppress(Exception):
+                    w = ray.get(self.server.wait_progress.remote(), timeout=2)
+                    self.progress.status(f"still waiting for {cfg.engine} at {started['url']}: "
+                                         f"{w['elapsed_s']:.0f}s, last: {w['last']}")
         ready = ray.get(ready_ref)  # raises ServerError wrapped by Ray if the engine died
         desc = ray.get(self.server.describe.remote())
         info = desc["info"]
@@ -585,7 +593,9 @@ class Runner:
         for r in gens:
             if r.get("status") == "failed" or "died" in (r.get("error") or ""):
                 flags.add("generator_lost")
-            if (r.get("loop_lag_p99_ms") or 0) > load.loop_lag_threshold_s * 1e3:
+            # a lag percentile over a blink of time (every request failing in milliseconds) is not evidence
+            if (r.get("loop_lag_p99_ms") or 0) > load.loop_lag_threshold_s * 1e3 and \
+                    (r.get("window_s") is None or r["window_s"] >= MIN_SATURATION_WINDOW_S):
                 flags.add("client_saturated")
             if load.mode != "closed" and (r.get("slip_p99_s") or 0) > load.slip_threshold_s:
                 flags.update({"schedule_slip", "client_saturated"})

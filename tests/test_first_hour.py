@@ -185,3 +185,83 @@ def test_report_and_compare_on_no_run_exit_2_and_baseline_steps_names_the_steps(
     one_line_error(rig("compare", str(tmp_path / "nope"), "--baseline-steps", "0"), 2, "nope")
     a = _two_part_run(tmp_path / "a")
     one_line_error(rig("compare", str(a), "--baseline-steps", "7"), 2, "steps=7", "0, 2")
+
+
+# ------------------------------------------------------------------------------------------ waiting on a server
+@pytest.mark.parametrize("url, needle", [
+    ("notaurl", "http://"), ("ftp://127.0.0.1:8000", "http://"), ("http://127.0.0.1:99999", "65535"),
+    ("http://:8000", "no host"), ("http://127.0.0.1:8000/v1", "'/v1'"),
+])
+def test_a_bad_external_url_is_refused_before_anything_starts(url, needle):
+    one_line_error(rig("run", "--engine", "external", "--url", url, "--dry-run"), 2, "server.url", needle)
+
+
+def test_waiting_on_a_closed_port_reports_progress_and_fails_in_bounded_time():
+    import asyncio
+    import socket
+
+    from rig.server.actor import ServerActor, ServerError
+    from rig.server.spec import ServerConfig
+
+    assert ServerConfig(engine="external", url="http://127.0.0.1:1").unreachable_timeout_s == 30.0  # the default
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    actor = ServerActor(ServerConfig(engine="external", url=f"http://127.0.0.1:{port}", unreachable_timeout_s=2),
+                        "/tmp", "x.log")
+
+    async def go():
+        task = asyncio.create_task(actor.wait_ready())
+        await asyncio.sleep(1.0)
+        seen = await actor.wait_progress()
+        t0 = time.monotonic()
+        with pytest.raises(ServerError, match="nothing usable answers") as err:
+            await task
+        await actor._session().close()
+        return seen, time.monotonic() - t0, str(err.value)
+
+    seen, waited, msg = asyncio.run(go())
+    assert seen["elapsed_s"] > 0.5 and "refused" in seen["last"]
+    assert waited < 3.0 and "refused" in msg and "\n" not in msg
+
+
+# ------------------------------------------------------------------------------------------ what went wrong
+def test_flags_are_explained_and_a_blink_of_a_window_is_not_saturation(tmp_path):
+    from rig.analysis.synthetic import record, write_requests, write_run
+    from rig.analysis.tables import campaign_table, render_problems
+
+    def gen(window):
+        return {"generator": 0, "status": "complete", "cpu_pct": 99.0, "loop_lag_p99_ms": 1.0, "window_s": window}
+
+    points = [{"point": p, "server_config": "c", "engine": "sim", "workload": "greedy", "steps": 0,
+               "load_mode": "closed", "concurrency": 2, "repeat": 0, "status": "complete", "requests_scheduled": 6,
+               "flags": [], "generators": [gen(w)]} for p, w in (("blink", 0.02), ("long", 30.0))]
+    d = write_run(tmp_path / "r", {"run_id": "r", "status": "complete", "points": points})
+    for p in ("blink", "long"):
+        errors = ["HTTP 500: internal error for request 1f2e3d4c5b6a", "HTTP 500: internal error for request "
+                  "9a8b7c6d5e4f", "HTTP 500: internal error for request 0a0b0c0d0e0f",
+                  "HTTP 400: context length exceeded", None, None]
+        write_requests(d, p, 0, [record(point=p, request_id=f"q{i}", status="failed" if e else "ok", ok=e is None,
+                                        error=e, send_ts=1.0, end_ts=1.5, e2e_s=0.5, completion_tokens=4)
+                                 for i, e in enumerate(errors)])
+    rows = {r["point"]: r for r in campaign_table(d)}
+    assert "client_saturated" not in rows["blink"]["flags"]
+    assert "99% CPU" in rows["long"]["flag_reasons"]["client_saturated"]
+    assert rows["long"]["flag_reasons"]["has_failures"] == "4 of 6 requests failed"
+    assert rows["long"]["errors"][0] == {"status": "failed", "error": "HTTP 500: internal error for request …",
+                                         "count": 3}
+    text = render_problems(list(rows.values())).plain
+    assert "3 x failed: HTTP 500" in text and "1 x failed: HTTP 400: context length exceeded" in text
+
+
+@pytest.mark.ray
+def test_a_run_whose_requests_all_fail_names_why_on_screen_and_in_the_report(tmp_path):
+    proc = rig("run", *SMALL, "--steps", "0", "--server-arg=--sim-fault", "--server-arg=http=500",
+               "--out", str(tmp_path), "--run-id", "f")
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stdout + proc.stderr
+    assert "What went wrong" in proc.stdout and "4 x failed: HTTP 500" in proc.stdout, proc.stdout[-3000:]
+    assert "client_saturated" not in proc.stdout
+    rep = rig("report", str(tmp_path / "f"))
+    assert rep.returncode == 0 and "4 x failed: HTTP 500" in rep.stdout, rep.stdout[-3000:]
+    assert_accounting(tmp_path / "f")

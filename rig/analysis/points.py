@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import re
+from collections import Counter
 from typing import Any
 
 import numpy as np
+import pyarrow.compute as pc
 
 from rig.analysis import metrics as m
 from rig.analysis.runs import PointInfo, Run, generator_offsets, read_point_requests
@@ -15,7 +18,8 @@ from rig.analysis.server_series import Series, counter_window_acceptance, point_
 SLIP_P99_LIMIT_S = 0.05
 # A generator at this CPU share or event-loop lag was the bottleneck, not the server.
 CLIENT_CPU_LIMIT_PCT = 90.0
-CLIENT_LOOP_LAG_LIMIT_MS = 50.0
+LOOP_LAG_LIMIT_S = 0.050
+MIN_SATURATION_WINDOW_S = 2.0  # a generator's CPU share or loop lag over a shorter window is not evidence
 # Flags that make a point's numbers unfit for comparison (the others are notes).
 INVALIDATING = frozenset(
     {
@@ -55,34 +59,78 @@ def acceptance(run: Run, p: PointInfo, r: m.Requests, series: dict[str, Series] 
 
 def point_flags(p: PointInfo, r: m.Requests) -> list[str]:
     """The manifest's flags plus what the rows and generator reports show; sorted, no duplicates."""
-    flags = set(p.flags)
+    return sorted(flag_reasons(p, r))
+
+
+def _gen_name(g: dict[str, Any]) -> str:
+    return f"generator {g.get('generator', '?')}"
+
+
+def flag_reasons(p: PointInfo, r: m.Requests) -> dict[str, str]:
+    """Each flag of the point with the figure that tripped it (one short phrase)."""
+    why: dict[str, str] = {f: "set by the run (see the manifest)" for f in p.flags}
     if p.status is None:
-        flags.add("status_unknown")
+        why["status_unknown"] = "the manifest has no status for this point"
     elif p.status != "complete":
-        flags.add(str(p.status))
+        why[str(p.status)] = f"point status {p.status}"
     if not p.in_manifest:
-        flags.add("not_in_manifest")
+        why["not_in_manifest"] = "rows on disk for a point the manifest does not list"
     if p.unreadable_parts:
-        flags.add("unreadable_parts")
+        why["unreadable_parts"] = f"{len(p.unreadable_parts)} part file(s) unreadable (cut short or damaged)"
     if p.missing_parts:
-        flags.add("missing_parts")
+        why["missing_parts"] = f"{len(p.missing_parts)} part file(s) the manifest lists are gone"
     if r.n == 0:
-        flags.add("no_rows")
+        why["no_rows"] = "no request records on disk"
     elif p.requests_scheduled is not None and r.n < int(p.requests_scheduled):
-        flags.add("missing_rows")
-    if r.n and int((~r.ok & ~r.cancelled).sum()):
-        flags.add("has_failures")
+        why["missing_rows"] = f"{r.n:,} rows on disk of {int(p.requests_scheduled):,} scheduled"
+    failed = int((~r.ok & ~r.cancelled).sum()) if r.n else 0
+    if failed:
+        why["has_failures"] = f"{failed:,} of {r.n:,} requests failed"
+    lag_ms = 1e3 * LOOP_LAG_LIMIT_S
     for g in p.generators:
         status = g.get("status")
         if status and status != "complete":
-            flags.add(f"generator_{status}")
-        if (g.get("cpu_pct") or 0) >= CLIENT_CPU_LIMIT_PCT or (g.get("loop_lag_p99_ms") or 0) >= CLIENT_LOOP_LAG_LIMIT_MS:
-            flags.add("client_saturated")
+            why[f"generator_{status}"] = f"{_gen_name(g)}: {g.get('error') or status}"
+        # A CPU share or a lag percentile over a blink of time means nothing (requests that all fail in
+        # milliseconds would read as a saturated client).
+        window = g.get("window_s")
+        if window is not None and window < MIN_SATURATION_WINDOW_S:
+            continue
+        over = f" over {window:.0f}s" if window is not None else ""
+        if (g.get("cpu_pct") or 0) >= CLIENT_CPU_LIMIT_PCT:
+            why["client_saturated"] = (f"{_gen_name(g)} used {g['cpu_pct']:.0f}% CPU (limit {CLIENT_CPU_LIMIT_PCT:.0f}%)"
+                                       f"{over}")
+        elif (g.get("loop_lag_p99_ms") or 0) >= lag_ms:
+            why["client_saturated"] = (f"{_gen_name(g)} event-loop lag p99 {g['loop_lag_p99_ms']:.0f} ms "
+                                       f"(limit {lag_ms:.0f} ms)")
+    for g in p.generators:  # the runner's open-loop flags, explained by its generators' figures
+        if "schedule_slip" in why and (g.get("slip_p99_s") or 0) > 0:
+            why["schedule_slip"] = f"{_gen_name(g)} send slip p99 {1e3 * g['slip_p99_s']:.1f} ms"
+        if "rate_shortfall" in why and g.get("rate_ratio") is not None and g["rate_ratio"] < 0.99:
+            why["rate_shortfall"] = f"{_gen_name(g)} sent at {100 * g['rate_ratio']:.0f}% of the scheduled rate"
+        if "generator_lost" in why and g.get("error"):
+            why["generator_lost"] = f"{_gen_name(g)}: {g['error']}"
+    if "server_died" in why and p.error:
+        why["server_died"] = p.error
     if p.open_loop:
         slip = r.slip[np.isfinite(r.slip)]
         if slip.size and float(np.percentile(slip, 99)) > SLIP_P99_LIMIT_S:
-            flags.add("schedule_slip")
-    return sorted(flags)
+            why["schedule_slip"] = (f"send slip p99 {1e3 * float(np.percentile(slip, 99)):.0f} ms "
+                                    f"(limit {1e3 * SLIP_P99_LIMIT_S:.0f} ms)")
+    return dict(sorted(why.items()))
+
+
+_NOISE = re.compile(r"\b(?=[0-9a-f-]*\d)[0-9a-f-]{8,}\b")  # request ids, hashes: one message, not thousands
+
+
+def top_errors(run: Run, p: PointInfo, limit: int = 3) -> list[dict[str, Any]]:
+    """The point's most frequent error messages (failed and cancelled requests) with their counts."""
+    t = read_point_requests(run.run_dir, p.point, ["status", "error"], filter=pc.field("status") != "ok",
+                            on_skip=run.skipped(p))
+    counts: Counter[tuple[str, str]] = Counter()
+    for status, err in zip(t["status"].to_pylist(), t["error"].to_pylist()):
+        counts[(status, _NOISE.sub("…", (err or "no message").strip())[:160])] += 1
+    return [{"status": st, "error": msg, "count": n} for (st, msg), n in counts.most_common(limit)]
 
 
 def campaign_row(run: Run, p: PointInfo, r: m.Requests, series: dict[str, Series] | None = None) -> dict[str, Any]:
@@ -92,6 +140,7 @@ def campaign_row(run: Run, p: PointInfo, r: m.Requests, series: dict[str, Series
     ok = int(r.ok.sum())
     cancelled = int((r.cancelled & ~r.ok).sum())
     accept, source = acceptance(run, p, r, series)
+    reasons = flag_reasons(p, r)
     achieved = None
     if p.open_loop and r.n > 1:
         sends = r.send[np.isfinite(r.send)]
@@ -122,7 +171,10 @@ def campaign_row(run: Run, p: PointInfo, r: m.Requests, series: dict[str, Series
         "cancelled": cancelled,
         "accept_length": accept,
         "accept_source": source,
-        "flags": point_flags(p, r),
+        "flags": sorted(reasons),
+        "flag_reasons": reasons,
+        "error": p.error,
+        "errors": top_errors(run, p) if ok < r.n else [],
     }
 
 

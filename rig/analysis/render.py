@@ -10,7 +10,7 @@ from rich.text import Text
 
 from rig.analysis.lossless import mismatch_rows
 from rig.analysis.report import Report
-from rig.analysis.tables import fmt, render_campaign_table
+from rig.analysis.tables import fmt, render_campaign_table, render_problems
 
 MAX_MISMATCH_ROWS = 50  # the terminal shows this many; CSV and JSON carry all
 
@@ -120,7 +120,11 @@ def render_report(report: Report) -> Group:
     ]
     for w in report.warnings:
         parts.append(Text(f"! {w}", style="yellow"))
-    parts += [render_campaign_table(report.campaign), render_latency(report.latency),
+    parts.append(render_campaign_table(report.campaign))
+    problems = render_problems(report.campaign)
+    if problems is not None:
+        parts.append(problems)
+    parts += [render_latency(report.latency),
               render_acceptance(report.acceptance), render_server(report.server)]
     if report.goodput:
         parts.append(render_goodput(report.goodput))

@@ -48,6 +48,7 @@ class PointInfo:
     started_ts: float | None = None
     ended_ts: float | None = None
     requests_scheduled: int | None = None
+    error: str | None = None
     flags: list[str] = field(default_factory=list)
     generators: list[dict[str, Any]] = field(default_factory=list)
     window_acceptance: dict[str, Any] | None = None
@@ -197,6 +198,7 @@ def load_run(run_dir: Path | str) -> Run:
             started_ts=raw.get("started_ts"),
             ended_ts=raw.get("ended_ts"),
             requests_scheduled=raw.get("requests_scheduled"),
+            error=str(raw["error"]) if raw.get("error") else None,
             flags=[str(f) for f in raw.get("flags") or []],
             generators=[g for g in raw.get("generators") or [] if isinstance(g, dict)],
             window_acceptance=raw.get("window_acceptance") if isinstance(raw.get("window_acceptance"), dict) else None,

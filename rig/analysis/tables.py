@@ -17,6 +17,7 @@ CAMPAIGN_KEYS = (
     "point", "server_config", "engine", "steps", "workload", "load_mode", "concurrency", "rate", "achieved_rate",
     "repeat", "status", "requests", "aggregate_tok_s", "per_request_tok_s", "decode_tok_s", "tokens", "wall_s",
     "first_send_ts", "last_end_ts", "ok", "failed", "cancelled", "accept_length", "accept_source", "flags",
+    "flag_reasons", "error", "errors",
 )
 
 
@@ -97,3 +98,25 @@ def render_campaign_table(rows: list[dict[str, Any]]) -> Group:
             t.add_row(*cells, _flags_cell(r.get("flags") or []))
         tables.append(t)
     return Group(*tables)
+
+
+def render_problems(rows: list[dict[str, Any]]) -> Text | None:
+    """What went wrong, per point: its error, each flag with the figure that tripped it, its top error messages
+    with counts. None when nothing did."""
+    out = Text()
+    for r in rows:
+        reasons = r.get("flag_reasons") or {}
+        if not (r.get("error") or reasons or r.get("errors")):
+            continue
+        out.append(f"{r['point']}", style="bold")
+        out.append(f"  ({r.get('status') or 'unknown'})\n")
+        if r.get("error"):
+            out.append(f"  error: {r['error']}\n", style="red")
+        for flag, why in reasons.items():
+            out.append(f"  {flag}: ", style="bold red" if flag in INVALIDATING else "yellow")
+            out.append(f"{why}\n")
+        for e in r.get("errors") or []:
+            out.append(f"  {e['count']:>7,} x {e['status']}: {e['error']}\n")
+    if not out.plain:
+        return None
+    return Text("What went wrong (per point)\n", style="bold") + out

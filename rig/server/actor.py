@@ -51,6 +51,8 @@ class ServerActor:
         self.engine = engine_for(cfg.engine)
         self.api_key = api_key
         try:
+            if not ray.is_initialized():  # outside Ray (tests): asking Ray would start a local instance
+                raise RuntimeError("not in Ray")
             self.node_ip = ray.util.get_node_ip_address()
             self.node_id = ray.get_runtime_context().get_node_id()
             self.gpu_ids = [str(g) for g in ray.get_runtime_context().get_accelerator_ids().get("GPU", [])]
@@ -108,18 +110,21 @@ class ServerActor:
         return "\n".join(self._log_text().rstrip().splitlines()[-lines:])
 
     async def wait_ready(self, timeout_s: float | None = None) -> dict[str, Any]:
-        """Poll the health endpoint until 200; fail fast if the process exits. Returns startup facts."""
+        """Poll the health endpoint until 200; fail at once if the process exits, and for a server rig did not
+        launch, once nothing has answered for ``unreachable_timeout_s``. Returns startup facts."""
         timeout_s = timeout_s or self.cfg.health_timeout_s
         t0 = time.monotonic()
         deadline = t0 + timeout_s
-        last = "no answer"
+        self._wait = {"elapsed_s": 0.0, "last": "no answer yet"}
+        silent_since: float | None = None  # external server: since when nothing has answered
         while time.monotonic() < deadline:
             if self.proc is not None and self.proc.poll() is not None:
                 raise ServerError(f"{self.cfg.engine} exited with code {self.proc.returncode} before it was healthy"
                                   f"\n{self.log_tail()}")
+            answered = True
             try:
                 async with self._session().get(self.url + self.engine.health_path(), headers=self._headers(),
-                                               timeout=aiohttp.ClientTimeout(total=5)) as r:
+                                               timeout=aiohttp.ClientTimeout(total=2)) as r:
                     if r.status == 200:
                         await asyncio.sleep(0.2)
                         if self.proc is not None and self.proc.poll() is not None:
@@ -127,12 +132,26 @@ class ServerActor:
                             raise ServerError(f"{self.cfg.engine} exited with code {self.proc.returncode} while "
                                               f"another process answered on {self.url}\n{self.log_tail()}")
                         return {"ready_after_s": time.monotonic() - t0}
-                    last = f"HTTP {r.status}"
+                    last = f"HTTP {r.status} from {self.engine.health_path()}"
+                    answered = r.status != 404  # a 404 at /health: not the server's root URL
             except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as e:
-                last = type(e).__name__
-            await asyncio.sleep(0.25 if time.monotonic() - t0 < 10 else 2.0)
-        raise ServerError(f"{self.cfg.engine} not healthy at {self.url} after {timeout_s:g}s (last: {last})"
-                          f"\n{self.log_tail()}")
+                last, answered = _why(e), False
+            now = time.monotonic()
+            self._wait = {"elapsed_s": now - t0, "last": last}
+            if answered or self.engine.launches_process:
+                silent_since = None  # a launched engine refuses connections while it loads: that is its budget
+            else:
+                silent_since = silent_since or now
+                if now - silent_since >= self.cfg.unreachable_timeout_s:
+                    raise ServerError(f"nothing usable answers at {self.url} after {now - t0:.0f}s (last: {last}); "
+                                      f"is the server running there? (--unreachable-timeout waits longer)")
+            await asyncio.sleep(0.25 if now - t0 < 10 else 1.0)
+        raise ServerError(f"{self.cfg.engine} not healthy at {self.url} after {timeout_s:g}s (last: "
+                          f"{self._wait['last']})\n{self.log_tail()}")
+
+    async def wait_progress(self) -> dict[str, Any]:
+        """Elapsed seconds and the last health answer (or connection error) of a wait_ready in progress."""
+        return dict(getattr(self, "_wait", {"elapsed_s": 0.0, "last": "not started"}))
 
     async def describe(self) -> dict[str, Any]:
         """Server info endpoints' JSON and the parsed startup log (recorded per server configuration)."""
@@ -271,6 +290,16 @@ class ServerActor:
             self.proc.wait(timeout=5)
         self._scrub_log()
         return self.proc.returncode
+
+
+def _why(e: BaseException) -> str:
+    """A connection error in a few words: 'connection refused', 'timed out', 'name not known'."""
+    if isinstance(e, asyncio.TimeoutError):
+        return "no answer within 2s"
+    os_err = getattr(e, "os_error", None)
+    if isinstance(os_err, OSError) and os_err.errno:
+        return os.strerror(os_err.errno).lower()
+    return f"{type(e).__name__}: {e}"[:120]
 
 
 def redact(obj: Any, secret: str | None) -> Any:

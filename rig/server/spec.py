@@ -33,6 +33,8 @@ class ServerConfig(BaseModel):
     python: str | None = None  # interpreter that runs the engine (its own venv); default: the rig's own
     sim_profile: str | None = None  # sim only: a profile file (default: the shipped reference profile)
     health_timeout_s: float = Field(1800.0, gt=0)  # model loads take minutes
+    # external engine: how long nothing may answer at the URL (refused, no route, no /health) before rig gives up
+    unreachable_timeout_s: float = Field(30.0, gt=0)
 
     @field_validator("spec_algorithm")
     @classmethod
@@ -47,6 +49,31 @@ class ServerConfig(BaseModel):
             raise ValueError(f"must be one of {', '.join(sorted(allowed))}")
         return v
 
+    @field_validator("url")
+    @classmethod
+    def _root_url(cls, v: str | None) -> str | None:
+        """http(s)://HOST[:PORT] and nothing after it: rig appends /health, /v1/... itself."""
+        if v is None:
+            return v
+        from urllib.parse import urlsplit
+
+        example = "e.g. http://127.0.0.1:30000"
+        parts = urlsplit(v.strip())
+        if parts.scheme not in ("http", "https"):
+            raise ValueError(f"must start with http:// or https:// ({example})")
+        if not parts.hostname:
+            raise ValueError(f"names no host ({example})")
+        try:
+            port = parts.port
+        except ValueError:
+            raise ValueError("port must be a number from 1 to 65535") from None
+        if port == 0:
+            raise ValueError("port must be a number from 1 to 65535")
+        if parts.path not in ("", "/") or parts.query or parts.fragment:
+            raise ValueError(f"give the server's root URL without {parts.path + (('?' + parts.query) if parts.query else '')!r}"
+                             f" (rig adds /health, /v1/... itself; {example})")
+        return v.strip().rstrip("/")
+
     @model_validator(mode="after")
     def _consistent(self) -> "ServerConfig":
         if self.engine == "external" and not self.url:
@@ -57,7 +84,7 @@ class ServerConfig(BaseModel):
 
     def knobs(self) -> dict:
         """The knobs that distinguish one configuration from another (recorded on every row)."""
-        d = self.model_dump(exclude={"env", "health_timeout_s", "port", "host", "url"})
+        d = self.model_dump(exclude={"env", "health_timeout_s", "unreachable_timeout_s", "port", "host", "url"})
         d["extra_args"] = list(self.extra_args)
         return d
 
