@@ -112,3 +112,21 @@ def test_vllm_per_request_spec_summary_on_the_usage_chunk():
     st2 = StreamState()
     api.fold({"choices": [], "usage": {"completion_tokens": 1}, "metrics": {"speculative_decoding": {"x": 1}}}, st2)
     assert st2.spec == {}
+
+
+def test_openai_payloads_follow_sglang_0_5_23():
+    """Chat must not send return_token_ids while streaming (SGLang's serving_chat.py answers 400); completions asks
+    for per-chunk token ids (serving_completions.py); both ask for sglext.spec_tokens_details."""
+    chat = OpenAIChat().payload(TURN, [], "m")
+    comp = OpenAICompletions().payload(TURN, [], "m")
+    assert chat["stream"] is True and "return_token_ids" not in chat
+    assert comp["return_token_ids"] is True
+    assert chat["return_spec_tokens_details"] is True and comp["return_spec_tokens_details"] is True
+    assert chat["seed"] == comp["seed"] == 5
+
+
+def test_completions_chunk_tokens_come_from_token_ids_even_with_empty_text():
+    """A chunk whose text is empty still carries tokens (serving_completions.py sends one chunk per output)."""
+    api, st = OpenAICompletions(), StreamState()
+    assert api.fold({"choices": [{"index": 0, "text": "", "token_ids": [7]}]}, st) == 1
+    assert api.fold({"choices": [{"index": 0, "text": "abc", "token_ids": [1, 2, 3, 4]}]}, st) == 4

@@ -75,3 +75,93 @@ def test_unknown_flag_exits_2_with_one_line():
                        capture_output=True, text=True, timeout=60)
     assert p.returncode == 2
     assert p.stderr.strip() == "rig.sim: error: unrecognized arguments: --no-such-flag"
+
+
+# ---- the flag table generated from SGLang 0.5.23's own parser (scripts/sglang_args.py) ----
+from rig.sim.args import ARGS_TABLE, SGLANG_VERSION, check_argv, load_table  # noqa: E402
+
+
+def _sample_value(row):
+    """A value SGLang's parser would take for this option (its default, first choice, or a typed literal)."""
+    if row["choices"]:
+        return [str(row["choices"][0])]
+    t = row["type"]
+    one = {"int": "1", "float": "0.5", "human_readable_int": "2k", "loads": "{}", "json_list_type": "[]",
+           "parse_cuda_graph_config_arg": "{}"}.get(t, "x")
+    if row["nargs"] in ("+", "*") or isinstance(row["nargs"], int) and row["nargs"] > 1:
+        return [one] * (row["nargs"] if isinstance(row["nargs"], int) else 1)
+    return [one]
+
+
+def test_table_is_from_the_pinned_release_and_has_the_qwen35_flags():
+    t = load_table()
+    assert t["sglang_version"] == SGLANG_VERSION == "0.5.23"
+    flags = {f for r in t["arguments"] for f in r["flags"]}
+    for f in ("--reasoning-parser", "--tool-call-parser", "--mamba-radix-cache-strategy",
+              "--enable-deterministic-inference", "--enable-cache-report", "--cuda-graph-max-bs-decode"):
+        assert f in flags
+    assert "--mamba-scheduler-strategy" not in flags and "--cuda-graph-max-bs" not in flags  # gone in 0.5.23
+    assert len(t["arguments"]) > 400
+
+
+def test_every_sglang_option_is_accepted():
+    """Each option of the table, alone, with a value SGLang's parser takes: the simulator must not refuse it."""
+    refused = {}
+    for row in load_table()["arguments"]:
+        if row["dest"] in ("speculative_algorithm", "speculative_num_steps", "speculative_eagle_topk",
+                           "speculative_num_draft_tokens", "served_model_name", "model_path"):
+            continue  # resolution rules of their own (tested above)
+        takes_value = row["action"] in ("store", "append") or row["action"].startswith("custom:") and row["nargs"] != 0
+        argv = ["--model-path", "m", row["flags"][0], *(_sample_value(row) if takes_value else [])]
+        why = check_argv(argv)
+        if why is not None:
+            refused[row["flags"][0]] = why
+    assert refused == {}
+
+
+def test_qwen35_node_flags_accepted_and_logged_as_ignored():
+    a = resolve(["--model-path", "m", "--reasoning-parser", "qwen3", "--mamba-radix-cache-strategy", "no_buffer",
+                 "--enable-deterministic-inference", "--enable-cache-report"])
+    assert a.enable_deterministic_inference and a.enable_cache_report  # modelled
+    assert sorted(a.ignored) == ["--mamba-radix-cache-strategy", "--reasoning-parser"]
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--cuda-graph-max-bs", "8"],
+     "ambiguous option: --cuda-graph-max-bs could match --cuda-graph-max-bs-decode, --cuda-graph-max-bs-prefill"),
+    (["--mamba-radix-cache-strategy", "bogus"],
+     "argument --mamba-radix-cache-strategy: invalid choice: 'bogus' (choose from 'auto', 'no_buffer', "
+     "'extra_buffer', 'extra_buffer_lazy')"),
+    (["--mamba-scheduler-strategy", "x"], "unrecognized arguments: --mamba-scheduler-strategy x"),
+    (["--context-length", "32kb"], "argument --context-length: Invalid integer value: '32kb'. Use a plain integer, "
+     "SI suffixes (1k, 1M), or IEC suffixes (1Ki, 1Mi). Suffixes are case-sensitive."),
+])
+def test_refusals_read_like_argparse(argv, message):
+    """argparse's own messages (prefix matching, choices, unknown options), as SGLang's parser prints them."""
+    assert check_argv(["--model-path", "m", *argv]) == message
+
+
+def test_human_readable_int_is_case_sensitive_like_sglang():
+    assert human_readable_int("25.6k") == 25600 and human_readable_int("1Mi") == 2**20
+    for bad in ("32K", "1ki", "1.5Ki"):
+        with pytest.raises(Exception):
+            human_readable_int(bad)
+
+
+def test_table_matches_sglang_parser_when_sglang_is_available(tmp_path):
+    """Regenerate the table from SGLang's own parser and compare (needs the unpacked wheel and msgspec)."""
+    import json
+    import os
+    from pathlib import Path
+
+    root = Path(os.environ.get("RIG_SGLANG_SRC", "/work/sglang-src"))
+    if not (root / "sglang" / "srt" / "server_args.py").is_file():
+        pytest.skip("SGLang source not available (set RIG_SGLANG_SRC to an unpacked wheel)")
+    pytest.importorskip("msgspec")
+    pytest.importorskip("pydantic")
+    script = Path(__file__).resolve().parent.parent / "scripts" / "sglang_args.py"
+    p = subprocess.run([sys.executable, str(script), "--sglang-root", str(root), "--out-dir", str(tmp_path)],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    fresh = json.loads((tmp_path / ARGS_TABLE.name).read_text())
+    assert fresh["arguments"] == load_table()["arguments"]

@@ -198,7 +198,9 @@ class _OpenAIBase(Api):
             "stream": True,
             "stream_options": {"include_usage": True},
             "ignore_eos": turn.ignore_eos,
-            "return_token_ids": True,  # lets us count tokens per chunk where the server supports it
+            # Per-request speculative stats arrive under sglext.spec_tokens_details only when asked for
+            # (SGLang 0.5.23 openai/serving_completions.py, serving_chat.py); other servers ignore the field.
+            "return_spec_tokens_details": True,
         }
         if turn.top_k and turn.top_k > 0:
             body["top_k"] = turn.top_k
@@ -259,6 +261,9 @@ class OpenAICompletions(_OpenAIBase):
         body = self._common(turn, model)
         body["prompt"] = render_messages([*history, *turn.messages])
         body["max_tokens"] = turn.max_tokens
+        # Each streamed choice then carries its new token ids (several per chunk under speculative decoding):
+        # the per-chunk token counts behind ITL (openai/serving_completions.py::_generate_completion_stream).
+        body["return_token_ids"] = True
         return body
 
     def _piece(self, choice: dict[str, Any]) -> str:
@@ -273,6 +278,8 @@ class OpenAIChat(_OpenAIBase):
     path = "/v1/chat/completions"
 
     def payload(self, turn: Turn, history: list[dict[str, str]], model: str) -> dict[str, Any]:
+        # No return_token_ids here: SGLang's chat route answers 400 to it with stream=true
+        # (openai/serving_chat.py::_convert_to_internal_request).
         body = self._common(turn, model)
         body["messages"] = [*history, *turn.messages]
         body["max_tokens"] = turn.max_tokens

@@ -38,6 +38,9 @@ def free_port(preferred: int, host: str = "0.0.0.0") -> int:
     raise OSError("no free port")
 
 
+FLUSH_TIMEOUT_S = 60.0  # what SGLang's bench_serving passes (benchmark/serving.py)
+
+
 class ServerError(RuntimeError):
     """The engine failed to start or died; the message is one line plus the log's tail."""
 
@@ -187,13 +190,15 @@ class ServerActor:
     async def read_log(self) -> str:
         return self._log_text()
 
-    async def flush_cache(self) -> dict[str, Any]:
-        """POST /flush_cache (SGLang/sim): clears the prefix cache and resets the spec counters."""
+    async def flush_cache(self, timeout_s: float = FLUSH_TIMEOUT_S) -> dict[str, Any]:
+        """POST /flush_cache?timeout=T (SGLang/sim): clears the prefix cache and resets the spec counters. Without
+        a timeout SGLang answers 400 while any request is still pending (entrypoints/http_server.py,
+        scheduler_components/flush_wrapper.py); with one it waits up to T s for idle, as bench_serving does."""
         if self.cfg.engine not in ("sglang", "sim"):
             return {"status": None, "body": "not supported by this engine"}
         try:
-            async with self._session().post(self.url + "/flush_cache", headers=self._headers(),
-                                            timeout=aiohttp.ClientTimeout(total=30)) as r:
+            async with self._session().post(self.url + f"/flush_cache?timeout={timeout_s:g}", headers=self._headers(),
+                                            timeout=aiohttp.ClientTimeout(total=timeout_s + 30)) as r:
                 return {"status": r.status, "body": (await r.text())[:200]}
         except (aiohttp.ClientError, asyncio.TimeoutError) as e:
             return {"status": None, "body": f"{type(e).__name__}: {e}"}

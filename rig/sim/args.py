@@ -3,14 +3,30 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import random
 import re
 import sys
 from dataclasses import dataclass, field
+from decimal import Decimal
+from pathlib import Path
 from typing import Any, NoReturn
 
 PROG = "rig.sim"
+SGLANG_VERSION = "0.5.23"  # the release whose parser the flag table was generated from
+ARGS_TABLE = Path(__file__).parent / "data" / f"sglang_args_{SGLANG_VERSION.replace('.', '_')}.json"
+# Options whose value changes what the simulator does; every other SGLang option is accepted and ignored.
+MODELLED = frozenset({
+    "model_path", "tokenizer_path", "served_model_name", "context_length", "host", "port", "api_key",
+    "admin_api_key", "log_level", "log_level_http", "random_seed", "skip_server_warmup", "stream_interval",
+    "stream_response_default_include_usage", "enable_cache_report", "decode_log_interval", "tp_size",
+    "mem_fraction_static", "max_running_requests", "max_total_tokens", "chunked_prefill_size", "max_prefill_tokens",
+    "disable_radix_cache", "enable_metrics", "bucket_time_to_first_token", "bucket_inter_token_latency",
+    "bucket_e2e_request_latency", "speculative_algorithm", "speculative_draft_model_path",
+    "speculative_draft_model_revision", "speculative_num_steps", "speculative_eagle_topk",
+    "speculative_num_draft_tokens", "enable_deterministic_inference",
+})
 MODELLED_ALGORITHMS = {"EAGLE", "EAGLE3", "NEXTN"}  # chain drafts from an MTP head / EAGLE draft
 KNOWN_ALGORITHMS = MODELLED_ALGORITHMS | {"STANDALONE", "NGRAM", "DFLASH", "DSPARK", "UNO"}
 MAX_RUNNING_WARNING = (
@@ -39,78 +55,98 @@ class _CheckingParser(_Parser):
 
 
 def human_readable_int(value: str) -> int:
-    """'32k' -> 32000, '128Ki' -> 131072, '4096' -> 4096 (SGLang 0.5.23 accepts these for --context-length)."""
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kKmMgG]i?)?\s*", value)
-    if not m:
-        raise argparse.ArgumentTypeError(f"invalid int value: {value!r}")
-    num, suffix = float(m.group(1)), (m.group(2) or "")
-    base = 1024 if suffix.endswith("i") else 1000
-    power = {"": 0, "k": 1, "m": 2, "g": 3}[suffix[:1].lower()]
-    return int(num * base**power)
+    """SGLang's parser type for token counts (utils/common.py::human_readable_int): '32k' -> 32000,
+    '128Ki' -> 131072; suffixes are case-sensitive, decimals only with SI suffixes."""
+    value = value.strip()
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)(Ki|Mi|Gi|Ti|k|M|G|T)", value)
+    if m:
+        number, suffix = m.groups()
+        if suffix.endswith("i"):
+            if "." in number:
+                raise argparse.ArgumentTypeError(
+                    f"Decimals are not allowed with IEC suffixes like '{suffix}'. Use an integer IEC value such as "
+                    f"'{int(Decimal(number))}{suffix}', or an SI value such as '{number}{suffix[0]}'.")
+            return int(number) * 2 ** (10 * "KMGT".index(suffix[0]) + 10)
+        return int(Decimal(number) * 10 ** (3 * "kMGT".index(suffix) + 3))
+    try:
+        return int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"Invalid integer value: '{value}'. Use a plain integer, SI suffixes (1k, 1M), or IEC suffixes (1Ki, "
+            "1Mi). Suffixes are case-sensitive.") from None
+
+
+def _json_value(value: str) -> Any:
+    try:
+        return json.loads(value)
+    except json.JSONDecodeError as e:
+        raise argparse.ArgumentTypeError(f"invalid JSON: {e}") from None
+
+
+def _nullable_str(value: str) -> str | None:
+    return None if not value or value == "None" else value
+
+
+def _cuda_graph_backend(value: str) -> str:
+    if value == "tc_piecewise":  # model_executor/cuda_graph_config.py::parse_cuda_graph_backend_arg
+        raise argparse.ArgumentTypeError("tc_piecewise was removed; select breakable, full, or disabled")
+    return value
+
+
+def _json_object(value: str) -> dict:
+    parsed = _json_value(value)
+    if not isinstance(parsed, dict):
+        raise argparse.ArgumentTypeError(f"must be a JSON object, got {type(parsed).__name__}")
+    return parsed
+
+
+# The argparse `type` of each table row, by the name SGLang's parser used (the table records names, not code).
+_TYPES: dict[str | None, Any] = {
+    None: None, "str": str, "int": int, "float": float, "human_readable_int": human_readable_int,
+    "loads": _json_value, "json_list_type": _json_value, "nullable_str": _nullable_str,
+    "parse_cuda_graph_backend_arg": _cuda_graph_backend, "parse_cuda_graph_config_arg": _json_object,
+}
+
+
+def load_table(path: Path = ARGS_TABLE) -> dict[str, Any]:
+    """The checked-in table of SGLang's server arguments (scripts/sglang_args.py regenerates it)."""
+    return json.loads(path.read_text())
+
+
+def _add_sglang_arguments(p: argparse.ArgumentParser, rows: list[dict[str, Any]]) -> None:
+    """Every option SGLang's own parser has, with its names, dest, type, default, choices and nargs."""
+    for row in rows:
+        action, flags = row["action"], row["flags"]
+        kw: dict[str, Any] = {"dest": row["dest"], "default": row["default"]}
+        if row["type"] not in _TYPES:
+            raise RuntimeError(f"{ARGS_TABLE.name}: no converter for argparse type {row['type']!r}")
+        if action in ("store_true", "store_false", "custom:DeprecatedStoreTrueAction"):
+            kw["action"] = "store_false" if action == "store_false" else "store_true"
+        elif action == "boolean_optional":
+            kw["action"] = argparse.BooleanOptionalAction
+            flags = [f for f in flags if not f.startswith("--no-")]  # the action adds the --no- form itself
+        elif action == "store_const":
+            kw.update(action="store_const", const=row["const"])
+        elif action == "append":
+            kw.update(action="append", type=_TYPES[row["type"]], choices=row["choices"])
+        elif action == "count":
+            kw["action"] = "count"
+        else:  # store, and SGLang's custom actions that take values (LoRA paths, deprecated store-const)
+            kw.update(type=_TYPES[row["type"]], choices=row["choices"])
+            if row["nargs"] is not None:
+                kw["nargs"] = row["nargs"]
+        if row["required"]:
+            kw["required"] = True
+        p.add_argument(*flags, **kw)
 
 
 def build_parser(cls: type[argparse.ArgumentParser] = _Parser) -> argparse.ArgumentParser:
+    """SGLang's parser, rebuilt from the table, plus the simulator's own --sim-* flags."""
     p = cls(prog=PROG, usage=f"python -m {PROG} --model-path PATH [options]",
-                description="Simulated SGLang server (speaks sglang.launch_server's flags and HTTP contract).")
+            description="Simulated SGLang server (speaks sglang.launch_server's flags and HTTP contract).")
+    _add_sglang_arguments(p, load_table()["arguments"])
     a = p.add_argument
-    # model and serving
-    a("--model-path", "--model", dest="model_path", required=True)
-    a("--tokenizer-path", default=None)
-    a("--served-model-name", default=None)
-    a("--trust-remote-code", action="store_true")
-    a("--dtype", default="auto")
-    a("--quantization", default=None)
-    a("--kv-cache-dtype", default="auto")
-    a("--context-length", type=human_readable_int, default=None)
-    a("--device", default="cuda")
-    a("--host", default="127.0.0.1")
-    a("--port", type=int, default=30000)
-    a("--api-key", default=None)
-    a("--admin-api-key", default=None)
-    a("--log-level", default="info")
-    a("--log-level-http", default=None)
-    a("--random-seed", type=int, default=None)
-    a("--skip-server-warmup", action="store_true")
-    a("--stream-interval", type=int, default=1)
-    a("--stream-response-default-include-usage", action="store_true")
-    a("--enable-cache-report", action="store_true")
-    a("--decode-log-interval", type=int, default=40)
-    a("--watchdog-timeout", type=float, default=300)
-    # parallelism, memory, scheduling
-    a("--tp-size", "--tensor-parallel-size", dest="tp_size", type=int, default=1)
-    a("--dp-size", "--data-parallel-size", dest="dp_size", type=int, default=1)
-    a("--pp-size", "--pipeline-parallel-size", dest="pp_size", type=int, default=1)
-    a("--mem-fraction-static", type=float, default=None)
-    a("--max-running-requests", type=int, default=None)
-    a("--max-queued-requests", type=int, default=None)
-    a("--max-total-tokens", type=int, default=None)
-    a("--chunked-prefill-size", type=int, default=None)
-    a("--max-prefill-tokens", type=int, default=16384)
-    a("--schedule-policy", default="fcfs", choices=["lpm", "random", "fcfs", "dfs-weight", "lof", "priority"])
-    a("--schedule-conservativeness", type=float, default=1.0)
-    a("--page-size", type=int, default=1)
-    a("--disable-radix-cache", action="store_true")
-    a("--enable-mixed-chunk", action="store_true")
-    a("--attention-backend", default=None)
-    a("--cuda-graph-max-bs-decode", type=int, default=None)
-    a("--cuda-graph-max-bs-prefill", type=int, default=None)
-    a("--cuda-graph-bs-decode", type=int, nargs="+", default=None)
-    a("--disable-cuda-graph", action="store_true")
-    a("--enable-metrics", action="store_true")
-    a("--bucket-time-to-first-token", type=float, nargs="+", default=None)
-    a("--bucket-inter-token-latency", type=float, nargs="+", default=None)
-    a("--bucket-e2e-request-latency", type=float, nargs="+", default=None)
-    # speculative decoding
-    a("--speculative-algorithm", type=str, default=None)
-    a("--speculative-draft-model-path", "--speculative-draft-model", dest="speculative_draft_model_path", default=None)
-    a("--speculative-draft-model-revision", default=None)
-    a("--speculative-num-steps", type=int, default=None)
-    a("--speculative-eagle-topk", type=int, default=None)
-    a("--speculative-num-draft-tokens", type=int, default=None)
-    a("--speculative-accept-threshold-single", type=float, default=1.0)
-    a("--speculative-accept-threshold-acc", type=float, default=1.0)
-    a("--speculative-attention-mode", default="prefill", choices=["prefill", "decode"])
-    # the simulator's own
+    # the simulator's own (no SGLang option starts with --sim, so SGLang's prefix matches are unchanged)
     a("--sim-profile", default=None, help="performance profile YAML (default: the shipped reference profile)")
     a("--sim-spin-ms", type=float, default=1.5,
       help="wake this early before an iteration's deadline and yield-spin to it (sub-millisecond timing)")
@@ -132,6 +168,7 @@ class ServerArgs:
 
     ns: argparse.Namespace
     warnings: list[str] = field(default_factory=list)
+    ignored: list[str] = field(default_factory=list)  # SGLang options given that the simulator does not model
 
     def __getattr__(self, item: str) -> Any:
         return getattr(self.__dict__["ns"], item)
@@ -149,6 +186,17 @@ class ServerArgs:
         return {k: v for k, v in vars(self.ns).items() if not k.startswith("sim_")}
 
 
+def ignored_options(parser: argparse.ArgumentParser, ns: argparse.Namespace) -> list[str]:
+    """The SGLang options set away from their default that change nothing in the simulator (logged once each)."""
+    out = []
+    for action in parser._actions:
+        if not action.option_strings or action.dest in MODELLED or action.dest.startswith("sim_"):
+            continue
+        if action.dest != "help" and getattr(ns, action.dest, None) != action.default:
+            out.append(action.option_strings[0])
+    return out
+
+
 def check_argv(argv: list[str]) -> str | None:
     """Why the simulator would refuse these flags (one line), or None: lets the rig refuse them before it starts."""
     try:
@@ -162,7 +210,7 @@ def resolve(argv: list[str] | None = None, parser: argparse.ArgumentParser | Non
     """Parse and resolve like SGLang; a bad value ends the process with a one-line error (exit 2)."""
     parser = parser or build_parser()
     ns = parser.parse_args(argv)
-    args = ServerArgs(ns)
+    args = ServerArgs(ns, ignored=ignored_options(parser, ns))
 
     def fail(msg: str) -> NoReturn:
         parser.error(msg)
@@ -177,6 +225,8 @@ def resolve(argv: list[str] | None = None, parser: argparse.ArgumentParser | Non
         ns.log_level_http = ns.log_level
     if ns.random_seed is None:
         ns.random_seed = random.randint(0, 2**30)
+    if ns.page_size is None:
+        ns.page_size = 1
     for name in ("tp_size", "dp_size", "pp_size", "stream_interval", "decode_log_interval", "page_size"):
         if getattr(ns, name) < 1:
             fail(f"--{name.replace('_', '-')} must be >= 1")
@@ -184,8 +234,6 @@ def resolve(argv: list[str] | None = None, parser: argparse.ArgumentParser | Non
         fail("--mem-fraction-static must be between 0 and 1")
     if ns.max_running_requests is not None and ns.max_running_requests < 1:
         fail("--max-running-requests must be >= 1")
-    if ns.api_key is not None and ns.admin_api_key is None:
-        pass  # admin endpoints accept the api key
     _resolve_speculative(ns, args.warnings, fail)
     return args
 

@@ -9,7 +9,7 @@ import sys
 
 from aiohttp import web
 
-from rig.sim.args import ServerArgs, context_length_allowed, main_error, resolve
+from rig.sim.args import SGLANG_VERSION, ServerArgs, context_length_allowed, main_error, resolve
 from rig.sim.capacity import CapacityError, compute_capacity
 from rig.sim.engine import Engine
 from rig.sim.metrics import SimMetrics
@@ -41,6 +41,9 @@ def main(argv: list[str] | None = None) -> None:
         logging.getLogger("rig.sim.access").setLevel(logging.WARNING)
     for w in args.warnings:
         log.warning(w)
+    for flag in args.ignored:
+        log.info("%s is accepted (SGLang %s has it) but not modelled by the simulator: ignored", flag,
+                 SGLANG_VERSION)
     try:
         asyncio.run(serve(args, profile, cap, context_len, profile_path))
     except KeyboardInterrupt:

@@ -17,9 +17,25 @@ from rig.sim.server import DONE, SimServer, read_json, sse, start_sse
 from rig.sim.text import render_chat
 
 
-def _oai_error(message: str, status: int = 400) -> web.Response:
-    return web.json_response({"object": "error", "message": message, "type": "BadRequestError", "param": None,
+def _oai_error(message: str, status: int = 400, err_type: str = "BadRequestError") -> web.Response:
+    """ErrorResponse (openai/protocol.py) as serving_base.py::create_error_response sends it."""
+    return web.json_response({"object": "error", "message": message, "type": err_type, "param": None,
                               "code": status}, status=status)
+
+
+class ServingValueError(BadRequest):
+    """A ValueError raised by SGLang's serving code: serving_base.py::handle_request answers 400, type BadRequest."""
+
+
+# serving_chat.py::_convert_to_internal_request: options that need the whole output at once refuse streaming.
+_CHAT_NO_STREAM = (
+    ("return_prompt_token_ids", "return_prompt_token_ids is not supported with streaming. Please set stream=false "
+                                "when using return_prompt_token_ids=true."),
+    ("return_token_ids", "return_token_ids is not supported with streaming on /v1/chat/completions. Please set "
+                         "stream=false when using return_token_ids=true."),
+    ("return_meta_info", "return_meta_info is not supported with streaming. Please set stream=false when using "
+                         "return_meta_info=true."),
+)
 
 
 def _sampling(body: dict, max_new: int) -> tuple[Sampling, tuple[str, ...]]:
@@ -39,11 +55,25 @@ def _include_usage(srv: SimServer, body: dict) -> bool:
 
 
 def _sglext(st: Stream, srv: SimServer, body: dict) -> dict | None:
+    """SglExt with only spec_tokens_details (openai/utils.py::spec_tokens_details_from_meta_info): present when
+    the request asked for it and the finished meta_info has speculative stats."""
     if body.get("return_spec_tokens_details"):
         d = spec_fields(st, srv.engine.cfg.steps)
         if d:
-            return {"spec_tokens_details": d}
+            return {"spec_tokens_details": {
+                "spec_accept_rate": d["spec_accept_rate"], "spec_accept_length": d["spec_accept_length"],
+                "spec_cap_length": 0.0, "spec_block_accept_length": 0.0,
+                "spec_num_correct_drafts": d["spec_num_correct_drafts"],
+                "spec_num_proposed_drafts": d["spec_num_proposed_drafts"], "spec_verify_ct": d["spec_verify_ct"],
+                "spec_correct_drafts_histogram": d["spec_correct_drafts_histogram"], "spec_cap_lens_histogram": [],
+            }}
     return None
+
+
+def _ids(st: Stream, start: int) -> tuple[list[int], int]:
+    """The output ids after character ``start`` of the stream's id list, and the new end."""
+    tail = st.ids_csv[start:].lstrip(",")
+    return ([int(x) for x in tail.split(",")] if tail else []), len(st.ids_csv)
 
 
 async def completions(request: web.Request) -> web.StreamResponse:
@@ -60,8 +90,9 @@ async def completions(request: web.Request) -> web.StreamResponse:
         srv.check_length(len(tok_ids), s.max_new_tokens)
     except BadRequest as e:
         return _oai_error(str(e))
-    st = srv.engine.submit(toks, tok_ids, s, rid=body.get("rid"), stops=stops)
+    st = srv.submit(toks, tok_ids, s, rid=body.get("rid"), stops=stops)
     rid = f"cmpl-{st.rid}"
+    want_ids = bool(body.get("return_token_ids"))
     model = body.get("model") or srv.model
     created = int(time.time())
     if not body.get("stream"):
@@ -69,22 +100,30 @@ async def completions(request: web.Request) -> web.StreamResponse:
         return web.json_response({
             "id": rid, "object": "text_completion", "created": created, "model": model,
             "choices": [{"index": 0, "text": st.text, "logprobs": None, "finish_reason": finish_name(st),
-                         "matched_stop": matched_stop(st)}],
+                         "matched_stop": matched_stop(st),
+                         **({"token_ids": _ids(st, 0)[0], "prompt_token_ids": tok_ids} if want_ids else {})}],
             "usage": usage(st, cache_report=srv.args.enable_cache_report),
             **({"sglext": x} if (x := _sglext(st, srv, body)) else {}),
         })
     resp = await start_sse(request)
     try:
-        sent_text = 0
+        sent_text = sent_ids = 0
+        first = True
         async for _ in srv.updates(st, request):
+            # serving_completions.py::_generate_completion_stream: one chunk per scheduler output, even when its
+            # text is empty; with return_token_ids each chunk carries that output's new token ids (several per
+            # chunk under speculative decoding) and the first one the prompt's ids.
             delta = st.text[sent_text:]
             sent_text = len(st.text)
-            if not delta and not st.finished:
-                continue
+            choice = {"index": 0, "text": delta, "logprobs": None, "finish_reason": finish_name(st),
+                      "matched_stop": matched_stop(st)}
+            if want_ids:
+                choice["token_ids"], sent_ids = _ids(st, sent_ids)
+                if first:
+                    choice["prompt_token_ids"] = tok_ids
+            first = False
             chunk = {"id": rid, "object": "text_completion", "created": created, "model": model,
-                     "choices": [{"index": 0, "text": delta, "logprobs": None,
-                                  "finish_reason": finish_name(st), "matched_stop": matched_stop(st)}],
-                     "usage": None}
+                     "choices": [choice], "usage": None}
             await resp.write(sse(json.dumps(chunk)))
         await _tail(resp, st, srv, body, rid, "text_completion", created, model)
     except (ConnectionResetError, asyncio.CancelledError):
@@ -123,9 +162,15 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
             max_new = max(0, srv.context_len - len(tok_ids))  # bounded only by the context
         s, stops = _sampling(body, max_new)
         srv.check_length(len(tok_ids), s.max_new_tokens)
+        if body.get("stream"):
+            for key, message in _CHAT_NO_STREAM:
+                if body.get(key):
+                    raise ServingValueError(message)
+    except ServingValueError as e:
+        return _oai_error(str(e), err_type="BadRequest")
     except BadRequest as e:
         return _oai_error(str(e))
-    st = srv.engine.submit(toks, tok_ids, s, rid=body.get("rid"), stops=stops)
+    st = srv.submit(toks, tok_ids, s, rid=body.get("rid"), stops=stops)
     rid = f"chatcmpl-{st.rid}"
     model = body.get("model") or srv.model
     created = int(time.time())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 import time
@@ -17,6 +18,7 @@ from rig.sim.capacity import Capacity
 from rig.sim.engine import Engine, Stream
 from rig.sim.metrics import CONTENT_TYPE, SimMetrics
 from rig.sim.profile import Profile
+from rig.sim.requests import Sampling
 from rig.sim.responses import native_body
 from rig.sim.sampling import BadRequest, parse_native
 from rig.sim.text import token_id, tokenize
@@ -46,6 +48,19 @@ class SimServer:
         self.model = args.served_model_name
 
     # ---- shared helpers for the native and OpenAI routes ----
+    def submit(self, toks: list[str], ids: list[int], s: Sampling, *, rid: str | None,
+               stops: tuple[str, ...] = ()) -> Stream:
+        """Queue a request with the seed SGLang would use: sampling_seed counts only with
+        --enable-deterministic-inference, where an unseeded request gets 42 (sampling/sampling_batch_info.py);
+        otherwise the seed is accepted and ignored and the draw comes from the server's RNG."""
+        if self.args.enable_deterministic_inference:
+            seed = 42 if s.seed is None else s.seed
+        else:
+            seed = None
+        if seed != s.seed:
+            s = dataclasses.replace(s, seed=seed)
+        return self.engine.submit(toks, ids, s, rid=rid, stops=stops)
+
     def tokenize_prompt(self, text: str | None, ids: Any) -> tuple[list[str], list[int]]:
         if ids is not None:
             if not isinstance(ids, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
@@ -256,16 +271,32 @@ async def metrics(request: web.Request) -> web.Response:
 
 
 async def flush_cache(request: web.Request) -> web.Response:
+    """entrypoints/http_server.py::flush_cache + managers/scheduler_components/flush_wrapper.py: without
+    ?timeout= (or 0) it flushes only when idle, else 400; with a timeout it waits for idle up to that long."""
     srv: SimServer = request.app["srv"]
-    timeout = request.query.get("timeout")
-    if timeout:
-        deadline = time.monotonic() + float(timeout)
+    raw = request.query.get("timeout", "0")
+    try:
+        timeout = float(raw)
+        problem = None if timeout >= 0.0 else ("greater_than_equal", "Input should be greater than or equal to 0")
+    except ValueError:
+        timeout, problem = 0.0, ("float_parsing", "Input should be a valid number, unable to parse string as a number")
+    if problem:  # FastAPI's validation of Query(0.0, ge=0.0)
+        return web.json_response({"detail": [{"type": problem[0], "loc": ["query", "timeout"], "msg": problem[1],
+                                              "input": raw}]}, status=422)
+    message = None
+    if timeout > 0.0 and srv.engine.sched.busy:
+        deadline = time.monotonic() + timeout
         while srv.engine.sched.busy and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
-    if srv.engine.flush_cache():
+        if srv.engine.sched.busy:
+            message = "Timed out waiting for idle state."
+    if message is None and srv.engine.flush_cache():
         return web.Response(text="Cache flushed.\nPlease check backend logs for more details. (When there are "
                                  "running or waiting requests, the operation will not be performed.)\n")
-    return web.Response(status=400, text="Cache flush failed: there are running or waiting requests.\n")
+    if message is None:
+        log.warning("Cache not flushed because there are pending requests. #queue-req: %d, #running-req: %d",
+                    len(srv.engine.sched.waiting), len(srv.engine.sched.running))
+    return web.Response(status=400, text=message or "Flush cache failed.\n")
 
 
 # ---------------------------------------------------------------- native /generate
@@ -291,7 +322,7 @@ async def generate(request: web.Request) -> web.StreamResponse:
         await resp.write(sse(json.dumps({"error": {"message": str(e), "type": "BadRequestError", "code": 400}})))
         await resp.write(DONE)
         return resp
-    st = srv.engine.submit(toks, tok_ids, sampling, rid=rid, stops=stops)
+    st = srv.submit(toks, tok_ids, sampling, rid=rid, stops=stops)
     if not stream:
         await srv.wait_finished(st)
         return web.Response(text=native_body(st, srv.engine, enable_metrics=em), content_type="application/json")

@@ -1,0 +1,312 @@
+"""SGLang 0.5.23's contract, one statement per test, each checked against the simulator AND the test double.
+
+Every test names the SGLang source file (wheel path sglang/srt/...) the behaviour comes from. A twin that is more
+forgiving than SGLang turns green tests into failed night runs: these tests hold both twins to the same
+statements, with the same request, and compare status codes and body shapes, never timings.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+DOUBLES = str(Path(__file__).parent / "doubles")
+PROMPT = "Write a detailed technical essay on how a modern CPU executes instructions, with examples."
+# A Qwen3.5 node's flags, including two the simulator does not model (--reasoning-parser, mamba strategy), and a
+# draft-token count SGLang changes (topk 1 forces steps + 1: arg_groups/speculative_hook.py).
+SPEC_FLAGS = ["--speculative-algorithm", "NEXTN", "--speculative-num-steps", "3", "--speculative-eagle-topk", "1",
+              "--speculative-num-draft-tokens", "8", "--enable-cache-report", "--enable-metrics",
+              "--decode-log-interval", "1", "--reasoning-parser", "qwen3", "--mamba-radix-cache-strategy",
+              "no_buffer"]
+DETERMINISTIC_FLAGS = ["--enable-deterministic-inference"]
+IMPLS = ("sim", "double")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _command(impl: str, flags: list[str], port: int) -> tuple[list[str], dict[str, str]]:
+    """The same SGLang flags for both twins; the double is found first on PYTHONPATH as sglang.launch_server."""
+    module = "rig.sim" if impl == "sim" else "sglang.launch_server"
+    env = dict(os.environ)
+    if impl == "double":
+        env["PYTHONPATH"] = DOUBLES + os.pathsep + env.get("PYTHONPATH", "")
+        env["RIG_DOUBLE_TOKEN_DELAY"] = "0.005"
+    argv = [sys.executable, "-m", module, "--model-path", "Qwen/Qwen3.5-122B-A10B", "--tp-size", "4",
+            "--host", "127.0.0.1", "--port", str(port), "--random-seed", "7", *flags]
+    return argv, env
+
+
+def _start(tmp: Path, impl: str, name: str, flags: list[str]):
+    port = _free_port()
+    argv, env = _command(impl, flags, port)
+    log = tmp / f"{impl}-{name}.log"
+    proc = subprocess.Popen(argv, stdout=log.open("w"), stderr=subprocess.STDOUT, env=env)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{impl} exited: {log.read_text()[-2000:]}")
+        try:
+            with urllib.request.urlopen(url + "/health", timeout=1) as r:
+                if r.status == 200:
+                    return proc, url
+        except Exception:
+            time.sleep(0.05)
+    proc.kill()
+    raise RuntimeError(f"{impl} did not become healthy: {log.read_text()[-2000:]}")
+
+
+@pytest.fixture(scope="module", params=IMPLS)
+def twin(request, tmp_path_factory):
+    """One implementation with two servers: speculative (+ cache report) and deterministic (no speculation)."""
+    impl = request.param
+    tmp = tmp_path_factory.mktemp(impl)
+    procs = []
+    try:
+        spec_proc, spec_url = _start(tmp, impl, "spec", SPEC_FLAGS)
+        procs.append(spec_proc)
+        det_proc, det_url = _start(tmp, impl, "det", DETERMINISTIC_FLAGS)
+        procs.append(det_proc)
+        yield {"impl": impl, "spec": spec_url, "det": det_url}
+    finally:
+        for p in procs:
+            p.terminate()
+            p.wait(timeout=10)
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+async def _post(url: str, body: dict) -> tuple[int, list | dict | str]:
+    """POST; a 200 event stream comes back as the list of its events (JSON or '[DONE]'), anything else as JSON/text."""
+    async with aiohttp.ClientSession() as s, s.post(url, json=body) as r:
+        text = await r.text()
+        if r.status == 200 and r.headers.get("Content-Type", "").startswith("text/event-stream"):
+            events = []
+            for frame in text.split("\n\n"):
+                if frame.startswith("data: "):
+                    payload = frame[len("data: "):]
+                    events.append(payload if payload == "[DONE]" else json.loads(payload))
+            return r.status, events
+        try:
+            return r.status, json.loads(text)
+        except ValueError:
+            return r.status, text
+
+
+async def _get_json(url: str) -> dict:
+    async with aiohttp.ClientSession() as s, s.get(url) as r:
+        assert r.status == 200
+        return await r.json()
+
+
+def _completion(**kw) -> dict:
+    return {"model": "m", "prompt": PROMPT, "max_tokens": 24, "temperature": 0, "ignore_eos": True, "stream": True,
+            **kw}
+
+
+def _chat(**kw) -> dict:
+    return {"model": "m", "messages": [{"role": "user", "content": PROMPT}], "max_tokens": 24, "temperature": 0,
+            "ignore_eos": True, "stream": True, **kw}
+
+
+# ---------------------------------------------------------------- launch flags
+@pytest.mark.parametrize("impl", IMPLS)
+def test_unknown_or_ambiguous_flag_exits_2(impl, tmp_path):
+    """srt/server_args.py::prepare_server_args: argparse with prefix matching; --cuda-graph-max-bs is ambiguous in
+    0.5.23 (it could be -decode or -prefill) and --mamba-scheduler-strategy no longer exists."""
+    for flags, needle in ((["--cuda-graph-max-bs", "8"], "ambiguous option: --cuda-graph-max-bs could match"),
+                          (["--mamba-scheduler-strategy", "auto"], "unrecognized arguments: --mamba-scheduler")):
+        argv, env = _command(impl, flags, _free_port())
+        p = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
+        assert p.returncode == 2, p.stderr
+        assert needle in p.stderr
+
+
+def test_qwen35_flags_accepted_and_topk1_resolution_visible_in_server_info(twin):
+    """arg_groups/speculative_hook.py: NEXTN -> EAGLE, topk 1 forces num_draft_tokens = steps + 1, max running
+    requests 48 when unset; entrypoints/http_server.py::server_info returns the resolved args plus
+    internal_states[] with effective_max_running_requests_per_dp."""
+    info = run(_get_json(twin["spec"] + "/server_info"))
+    assert info["speculative_algorithm"] == "EAGLE"
+    assert (info["speculative_num_steps"], info["speculative_eagle_topk"], info["speculative_num_draft_tokens"]) \
+        == (3, 1, 4)
+    assert info["max_running_requests"] == 48
+    assert info["enable_deterministic_inference"] is False
+    assert info["reasoning_parser"] == "qwen3"
+    state = info["internal_states"][0]
+    assert isinstance(state["effective_max_running_requests_per_dp"], int)
+    assert run(_get_json(twin["det"] + "/server_info"))["enable_deterministic_inference"] is True
+
+
+# ---------------------------------------------------------------- /v1/chat/completions
+def test_chat_stream_with_return_token_ids_is_400(twin):
+    """entrypoints/openai/serving_chat.py::_convert_to_internal_request raises ValueError, which
+    serving_base.py::handle_request turns into 400 ErrorResponse(type='BadRequest')."""
+    status, body = run(_post(twin["spec"] + "/v1/chat/completions", _chat(return_token_ids=True)))
+    assert status == 400
+    assert body == {"object": "error", "message": "return_token_ids is not supported with streaming on "
+                    "/v1/chat/completions. Please set stream=false when using return_token_ids=true.",
+                    "type": "BadRequest", "param": None, "code": 400}
+
+
+def test_chat_stream_order_sglext_and_cached_usage(twin):
+    """serving_chat.py::_generate_chat_stream: role chunk, content deltas, a separate finish chunk with an empty
+    delta, then the sglext chunk (return_spec_tokens_details), the usage chunk (include_usage; cached tokens with
+    --enable-cache-report, usage_processor.py), [DONE]."""
+    status, events = run(_post(twin["spec"] + "/v1/chat/completions",
+                               _chat(return_spec_tokens_details=True, stream_options={"include_usage": True})))
+    assert status == 200
+    assert events[-1] == "[DONE]"
+    first, finish, ext, usage = events[0], events[-4], events[-3], events[-2]
+    assert first["choices"][0]["delta"]["role"] == "assistant"
+    assert finish["choices"][0]["delta"] == {} and finish["choices"][0]["finish_reason"] == "length"
+    assert ext["choices"] == [] and set(ext["sglext"]) == {"spec_tokens_details"}
+    assert usage["choices"] == [] and usage["usage"]["completion_tokens"] == 24
+    assert isinstance(usage["usage"]["prompt_tokens_details"]["cached_tokens"], int)
+    assert all("token_ids" not in c for e in events[:-1] for c in e["choices"])
+
+
+# ---------------------------------------------------------------- /v1/completions
+def test_completions_chunks_carry_token_ids_when_asked(twin):
+    """serving_completions.py::_generate_completion_stream: with return_token_ids every chunk carries the new token
+    ids of its scheduler output (several per chunk under speculative decoding); they add up to the usage count."""
+    status, events = run(_post(twin["spec"] + "/v1/completions",
+                               _completion(return_token_ids=True, stream_options={"include_usage": True})))
+    assert status == 200
+    chunks = [e for e in events[:-1] if e["choices"]]
+    per_chunk = [len(c["choices"][0]["token_ids"]) for c in chunks]
+    assert sum(per_chunk) == events[-2]["usage"]["completion_tokens"] == 24
+    assert max(per_chunk) > 1  # speculative decoding commits several tokens per verify step
+    assert chunks[-1]["choices"][0]["finish_reason"] == "length"  # inline on the last text chunk
+
+
+def test_completions_without_return_token_ids_has_no_token_ids(twin):
+    """protocol.py::CompletionResponseStreamChoice drops token_ids when it is None."""
+    status, events = run(_post(twin["spec"] + "/v1/completions", _completion()))
+    assert status == 200
+    assert all("token_ids" not in c for e in events[:-1] for c in e["choices"])
+
+
+def test_spec_tokens_details_only_when_asked(twin):
+    """openai/protocol.py::SglExt/SpecTokensDetails: a trailing sglext chunk with choices [] only when the request
+    sets return_spec_tokens_details (0.5.23); its fields are SpecTokensDetails'."""
+    _, plain = run(_post(twin["spec"] + "/v1/completions", _completion()))
+    assert not any("sglext" in e for e in plain[:-1])
+    _, asked = run(_post(twin["spec"] + "/v1/completions", _completion(return_spec_tokens_details=True)))
+    ext = [e for e in asked[:-1] if "sglext" in e]
+    assert len(ext) == 1 and ext[0]["choices"] == []
+    details = ext[0]["sglext"]["spec_tokens_details"]
+    assert set(details) == {"spec_accept_rate", "spec_accept_length", "spec_cap_length", "spec_block_accept_length",
+                            "spec_num_correct_drafts", "spec_num_proposed_drafts", "spec_verify_ct",
+                            "spec_correct_drafts_histogram", "spec_cap_lens_histogram"}
+    assert details["spec_verify_ct"] > 0 and details["spec_accept_length"] > 1.0
+
+
+def test_cached_tokens_need_enable_cache_report(twin):
+    """openai/usage_processor.py: usage.prompt_tokens_details only with --enable-cache-report (the usage chunk is
+    dumped with exclude_none, so without it the key is absent)."""
+    _, events = run(_post(twin["det"] + "/v1/completions", _completion(stream_options={"include_usage": True})))
+    assert events[-2]["choices"] == [] and "prompt_tokens_details" not in events[-2]["usage"]
+
+
+# ---------------------------------------------------------------- seeds
+def _sampled_text(url: str, seed: int) -> str:
+    body = _completion(temperature=0.9, top_p=0.95, seed=seed, max_tokens=30)
+    status, events = run(_post(url + "/v1/completions", body))
+    assert status == 200
+    return "".join(c["text"] for e in events[:-1] for c in e["choices"])
+
+
+def test_seed_is_ignored_without_deterministic_inference(twin):
+    """sampling/sampling_batch_info.py: sampling_seed (OpenAI `seed`) is used only with
+    --enable-deterministic-inference; otherwise two requests with one seed draw differently."""
+    assert _sampled_text(twin["spec"], 11) != _sampled_text(twin["spec"], 11)
+
+
+def test_seed_is_honoured_with_deterministic_inference(twin):
+    a, b, c = (_sampled_text(twin["det"], s) for s in (11, 11, 12))
+    assert a == b and a != c
+
+
+# ---------------------------------------------------------------- native /generate
+def test_native_unknown_sampling_param_is_400(twin):
+    """api/v1/api_types.py: SamplingParams rejects unknown keys (max_tokens is the OpenAI name, not SGLang's)."""
+    status, _ = run(_post(twin["spec"] + "/generate", {"text": PROMPT, "sampling_params": {"max_tokens": 5}}))
+    assert status == 400
+
+
+def test_native_stream_is_cumulative_with_spec_stats_on_finish(twin):
+    """managers/tokenizer_manager.py::_handle_batch_output: cumulative text, meta_info.completion_tokens, and
+    spec_verify_ct / spec_accept_length on the finished chunk when speculating."""
+    status, events = run(_post(twin["spec"] + "/generate", {
+        "text": PROMPT, "stream": True, "sampling_params": {"max_new_tokens": 20, "temperature": 0,
+                                                            "ignore_eos": True}}))
+    assert status == 200 and events[-1] == "[DONE]"
+    chunks = events[:-1]
+    assert all(b["text"].startswith(a["text"]) for a, b in zip(chunks, chunks[1:]))
+    last = chunks[-1]["meta_info"]
+    assert last["completion_tokens"] == 20 and last["finish_reason"]["type"] == "length"
+    assert last["spec_verify_ct"] > 0 and last["spec_accept_length"] == pytest.approx(20 / last["spec_verify_ct"])
+
+
+# ---------------------------------------------------------------- /flush_cache and /server_info counters
+def test_flush_cache_400_while_pending_unless_timeout(twin):
+    """entrypoints/http_server.py::flush_cache and managers/scheduler_components/flush_wrapper.py: without
+    ?timeout= a flush with a request pending is refused (400); with timeout=T it waits for idle, then flushes
+    and resets the accept-length counters (avg_spec_accept_length disappears from internal_states)."""
+    url = twin["spec"]
+
+    async def go():
+        async with aiohttp.ClientSession() as s:
+            body = {"text": PROMPT, "stream": True,
+                    "sampling_params": {"max_new_tokens": 300, "temperature": 0, "ignore_eos": True}}
+            async with s.post(url + "/generate", json=body) as r:
+                await r.content.readline()
+                async with s.post(url + "/flush_cache") as f:
+                    busy = (f.status, await f.text())
+                async with s.post(url + "/flush_cache?timeout=-1") as f:
+                    invalid = f.status
+                waiter = asyncio.ensure_future(s.post(url + "/flush_cache?timeout=60"))
+                async for _ in r.content:
+                    pass
+            waited = await waiter
+            status = waited.status
+            waited.release()
+            async with s.get(url + "/server_info") as i:
+                after = (await i.json())["internal_states"][0]
+        return busy, invalid, status, after
+
+    busy, invalid, waited, after = run(go())
+    assert busy == (400, "Flush cache failed.\n")
+    assert invalid == 422  # FastAPI Query(0.0, ge=0.0)
+    assert waited == 200
+    assert "avg_spec_accept_length" not in after
+
+
+def test_metric_names(twin):
+    """observability/metrics_collector.py (--enable-metrics): the counters rig takes window deltas of and the
+    running-requests gauge."""
+    async def go():
+        async with aiohttp.ClientSession() as s, s.get(twin["spec"] + "/metrics") as r:
+            return r.status, await r.text()
+
+    status, text = run(go())
+    assert status == 200
+    for name in ("sglang:generation_tokens_total", "sglang:spec_verify_calls_total", "sglang:num_running_reqs"):
+        assert name in text
