@@ -263,7 +263,7 @@ def execute(spec, quiet: bool, resume_dir: Path | None = None, planner=None) -> 
         return 0
     _print_table(run_dir)
     if planner is not None:
-        from rig.tune.render import print_adaptive
+        from rig.analysis.adaptive import print_adaptive
 
         print_adaptive(run_dir)
     status = manifest["status"]

@@ -42,14 +42,19 @@ def _fail(e: Exception) -> click.ClickException:
 @click.option("--html", "html_file", type=click.Path(path_type=Path), help="Write one self-contained HTML page.")
 @click.option("--slo", "slos", multiple=True, callback=_slos, metavar="METRIC=VALUE",
               help="An SLO for goodput, e.g. --slo ttft=500ms --slo tpot=50ms (metrics: ttft, tpot, e2e).")
+@click.option("--slo-percentile", type=click.FloatRange(0, 100, min_open=True),
+              help="Percentile a point's requests must meet the SLOs at (default 99, or the search's).")
+@click.option("--json-full", "json_full", is_flag=True,
+              help="Print every section as one JSON object (campaign rows, frontier, best per level and per SLO, "
+                   "SLO search, tune).")
 def report(run_dir: Path, as_json: bool, csv_dir: Path | None, plots_dir: Path | None, html_file: Path | None,
-           slos: list[Slo]) -> None:
+           slos: list[Slo], slo_percentile: float | None, json_full: bool) -> None:
     """Tables, percentiles, acceptance, server state, goodput and losslessness of RUN_DIR, from Parquet alone."""
-    from rig.analysis.report import build_report, export_csv, to_json
+    from rig.analysis.report import build_report, export_csv, full_json, to_json
 
     err = Console(stderr=True)
     try:
-        if as_json and not (csv_dir or plots_dir or html_file or slos):
+        if as_json and not (csv_dir or plots_dir or html_file or slos or json_full):
             # The campaign table alone is much cheaper than the whole report (no ITL, no losslessness).
             from rig.analysis.runs import load_run
             from rig.analysis.tables import campaign_table
@@ -60,13 +65,13 @@ def report(run_dir: Path, as_json: bool, csv_dir: Path | None, plots_dir: Path |
                 err.print(f"[yellow]! {w}[/yellow]")
             click.echo(to_json(rows))
             return
-        rep = build_report(run_dir, slos=slos)
+        rep = build_report(run_dir, slos=slos, slo_percentile=slo_percentile)
     except (RunError, OSError, ValueError) as e:
         raise _fail(e) from None
-    if as_json:
+    if as_json or json_full:
         for w in rep.warnings:
             err.print(f"[yellow]! {w}[/yellow]")
-        click.echo(to_json(rep.campaign))
+        click.echo(to_json(full_json(rep) if json_full else rep.campaign))
     else:
         from rig.analysis.render import render_report
 

@@ -162,6 +162,15 @@ def _rescale_samples(side: Side, rng: np.random.Generator, resamples: int) -> np
     return out
 
 
+def config_label(s: Side) -> str:
+    """'steps=N' (prefixed by the run when comparing two; with the config id when two configurations share N)."""
+    p = s.point
+    config = f"steps={p.steps}" if s.label == p.point else s.label.rsplit(":", 1)[0] + f":steps={p.steps}"
+    if len({q.server_config for q in s.run.points if q.steps == p.steps}) > 1:
+        config += f" ({p.server_config})"
+    return config
+
+
 def best_per_level(sides: list[Side], resamples: int = RESAMPLES, seed: int = SEED) -> list[dict[str, Any]]:
     """Per (workload, load level): the configuration with the highest aggregate tok/s and its margin (with CI)."""
     rng = np.random.default_rng(seed)
@@ -176,10 +185,7 @@ def best_per_level(sides: list[Side], resamples: int = RESAMPLES, seed: int = SE
         at_level[(p.workload, p.load_mode, p.concurrency, p.rate)].append(s)  # with or without rows
         if row["aggregate_tok_s"] is None:
             continue
-        config = f"steps={p.steps}" if s.label == p.point else s.label.rsplit(":", 1)[0] + f":steps={p.steps}"
-        if len({q.server_config for q in s.run.points if q.steps == p.steps}) > 1:
-            config += f" ({p.server_config})"
-        levels[(p.workload, p.load_mode, p.concurrency, p.rate)][config].append((s, row["aggregate_tok_s"]))
+        levels[(p.workload, p.load_mode, p.concurrency, p.rate)][config_label(s)].append((s, row["aggregate_tok_s"]))
     out = []
     for (workload, mode, conc, rate), configs in levels.items():
         ranked = sorted(configs.items(), key=lambda kv: -np.mean([v for _, v in kv[1]]))

@@ -86,6 +86,74 @@ def _img(path: Path) -> str:
     return f'<figure><img alt="{html.escape(path.stem)}" src="data:image/png;base64,{data}"></figure>'
 
 
+def _pct(v: Any) -> str:
+    return f"{v * 100:+.1f}%" if v is not None else "–"
+
+
+FRONTIER_COLS: list[Col] = [("workload", "Workload", _text), ("point", "Point", _text), ("steps", "Steps", _num("d")),
+                            ("concurrency", "Concurrency", _text), ("rate", "Rate", _text),
+                            ("tok_s_per_gpu", "Tok/s per GPU", _num(",.1f")), ("decode_tok_s", "Decode tok/s", _num(",.1f")),
+                            ("aggregate_tok_s", "Agg tok/s", _num(",.1f"))]
+BEST_LEVEL_COLS: list[Col] = [("workload", "Workload", _text), ("level", "Level", _text), ("best", "Best", _text),
+                              ("best_aggregate_tok_s", "Agg tok/s", _num(",.1f")), ("runner_up", "Runner-up", _text),
+                              ("margin", "Margin", _pct), ("ci_low", "CI low", _pct), ("ci_high", "CI high", _pct),
+                              ("paired_decode_speedup", "Paired decode ratio", _num(".3f")),
+                              ("paired_ci_low", "CI low ", _num(".3f")), ("paired_ci_high", "CI high ", _num(".3f"))]
+BEST_SLO_COLS: list[Col] = [("workload", "Workload", _text), ("best", "Best", _text), ("max_passing", "Max passing", _text),
+                            ("min_failing", "Min failing", _text), ("best_aggregate_tok_s", "Agg tok/s", _num(",.1f")),
+                            ("runner_up", "Runner-up", _text), ("runner_up_max_passing", "Its max passing", _text),
+                            ("capacity_margin", "Capacity margin", _pct), ("throughput_margin", "Tok/s margin", _pct),
+                            ("ci_low", "CI low", _pct), ("ci_high", "CI high", _pct)]
+
+
+def _flat_search(section: dict[str, Any]) -> list[dict[str, Any]]:
+    out = []
+    for r in section.get("results") or []:
+        mp, mf = r.get("max_passing") or {}, r.get("min_failing") or {}
+        out.append({"server_config": r["server_config"], "steps": r.get("steps"), "workload": r["workload"],
+                    "status": r["status"], "max_passing": mp.get("level"), "mp_margin": mp.get("margin"),
+                    "min_failing": mf.get("level"), "mf_margin": mf.get("margin"), "probes": r.get("probes")})
+    return out
+
+
+SEARCH_COLS: list[Col] = [("server_config", "Config", _text), ("steps", "Steps", _num("d")), ("workload", "Workload", _text),
+                          ("status", "Outcome", _text), ("max_passing", "Max passing", _text), ("mp_margin", "Margin", _pct),
+                          ("min_failing", "Min failing", _text), ("mf_margin", "Margin ", _pct), ("probes", "Probes", _text)]
+TUNE_COLS: list[Col] = [("round", "Round", _text), ("point", "Point", _text), ("steps", "Steps", _num("d")),
+                        ("level", "Level", _text), ("why", "Why", _text), ("predicted_margin", "Predicted margin", _pct),
+                        ("margin", "Measured margin", _pct), ("predicted_aggregate_tok_s", "Predicted agg tok/s", _num(",.1f")),
+                        ("aggregate_tok_s", "Measured agg tok/s", _num(",.1f")), ("predicted_meets", "Predicted meets", _text),
+                        ("meets", "Meets", _text)]
+
+
+def decision_html(report: Report) -> list[str]:
+    """Frontier, best per level and per SLO, SLO search and tune sections."""
+    from rig.analysis.slo import describe
+
+    parts = []
+    if report.frontier:
+        parts += ["<h2>Pareto frontier</h2><p>decode tok/s per request against aggregate tok/s per GPU; no point of "
+                  "the run is better on both.</p>", table_html(report.frontier, FRONTIER_COLS)]
+    if report.best_per_level:
+        among = f"among points meeting {describe(report.slos, report.slo_percentile)}" if report.slos else "among valid points"
+        parts += [f"<h2>Best configuration per load level</h2><p>{html.escape(among)}; margin over the runner-up with "
+                  "its bootstrap 95% interval, and the paired per-request decode-speed ratio best/runner-up.</p>",
+                  table_html(report.best_per_level, BEST_LEVEL_COLS)]
+    if report.best_per_slo:
+        parts += [f"<h2>Best configuration under {html.escape(report.best_per_slo[0]['slos'])}</h2>",
+                  table_html(report.best_per_slo, BEST_SLO_COLS)]
+    if report.search:
+        parts += [f"<h2>SLO search ({html.escape(report.search.get('describe', ''))})</h2>",
+                  table_html(_flat_search(report.search), SEARCH_COLS)]
+    if report.tune:
+        rec = report.tune.get("recommendation") or {}
+        parts += [f"<h2>rig tune ({html.escape(report.tune.get('describe', ''))})</h2>",
+                  f"<p><b>{html.escape(str(rec.get('answer', 'no recommendation')))}</b></p>",
+                  f"<p>{html.escape(str(rec.get('evidence', '')))}</p>",
+                  table_html(report.tune.get("probes") or [], TUNE_COLS, "predicted vs measured, every probe")]
+    return parts
+
+
 def render_html(report: Report, plots: list[Path] | None = None) -> str:
     """The report as one HTML document embedding ``plots`` (drawn into a temporary directory if None)."""
     run = report.run
@@ -104,6 +172,7 @@ def render_html(report: Report, plots: list[Path] | None = None) -> str:
     parts += ["<h2>Server vs client</h2>", table_html(report.server, SERVER_COLS)]
     if report.goodput:
         parts += [f"<h2>Goodput ({html.escape(report.goodput[0]['slos'])})</h2>", table_html(report.goodput, GOODPUT_COLS)]
+    parts += decision_html(report)
     ll = report.lossless
     parts.append("<h2>Greedy losslessness</h2>")
     if ll["ok"]:

@@ -183,6 +183,37 @@ def plot_server(report: Report, rows: list[dict[str, Any]], path: Path) -> Path 
     return _save(fig, path)
 
 
+def plot_frontier(report: Report, workload: str, path: Path) -> Path:
+    """Decode tok/s per request against aggregate tok/s per GPU: one curve per configuration (labelled by load
+    level), the Pareto frontier drawn through the points no other point beats on both axes."""
+    rows = [r for r in report.campaign if str(r.get("workload")) == workload and r.get("tok_s_per_gpu") is not None
+            and r.get("decode_tok_s") is not None]
+    labels = _config_labels(report.campaign)
+    fig, ax = plt.subplots(figsize=(7.5, 5))
+    by_cfg: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for r in rows:
+        by_cfg[labels[r.get("server_config")]].append(r)
+    for label, pts in sorted(by_cfg.items()):
+        pts = sorted(pts, key=lambda r: _level(r) or 0)
+        x = [r["tok_s_per_gpu"] for r in pts]
+        y = [r["decode_tok_s"] for r in pts]
+        line, = ax.plot(x, y, "o-", alpha=0.75, label=label, markersize=4)
+        for r in pts:
+            ax.annotate(f"{_level(r):g}" if _level(r) is not None else "", (r["tok_s_per_gpu"], r["decode_tok_s"]),
+                        textcoords="offset points", xytext=(3, 3), fontsize=7, color=line.get_color())
+    front = sorted((r for r in rows if r.get("on_frontier")), key=lambda r: r["tok_s_per_gpu"])
+    if front:
+        ax.plot([r["tok_s_per_gpu"] for r in front], [r["decode_tok_s"] for r in front], "-", color="black",
+                linewidth=2, alpha=0.35, zorder=0, label="Pareto frontier")
+        ax.scatter([r["tok_s_per_gpu"] for r in front], [r["decode_tok_s"] for r in front], s=80,
+                   facecolors="none", edgecolors="black", zorder=3)
+    ax.set(title=f"{workload}: speed per user vs throughput per GPU (labels: load level)",
+           xlabel="aggregate tok/s per GPU", ylabel="decode tok/s per request")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    return _save(fig, path)
+
+
 def write_plots(report: Report, out_dir: Path) -> list[Path]:
     """Every plot of the report as PNG files in ``out_dir``; returns the paths written."""
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -191,6 +222,8 @@ def write_plots(report: Report, out_dir: Path) -> list[Path]:
         plot_request_speed(report, out_dir / "request_speed_vs_concurrency.png"),
         plot_acceptance(report, out_dir / "acceptance_vs_steps.png"),
     ]
+    for wl in sorted({str(r.get("workload")) for r in report.campaign if r.get("tok_s_per_gpu") is not None}):
+        paths.append(plot_frontier(report, wl, out_dir / f"frontier_{safe_name(wl)}.png"))
     by_level: dict[tuple[str, float | None], list[dict[str, Any]]] = defaultdict(list)
     for r in report.campaign:
         by_level[(str(r.get("workload")), _level(r))].append(r)

@@ -112,6 +112,26 @@ def render_lossless(result: dict[str, Any]) -> RenderableType:
     return t
 
 
+def decision_tables(report: Report) -> list[RenderableType]:
+    """Frontier, best per level and per SLO, and the run's SLO search / tune results."""
+    from rig.analysis.adaptive import best_level_table, best_slo_table, frontier_table, search_table, tune_tables
+    from rig.analysis.slo import describe
+
+    out: list[RenderableType] = []
+    if report.frontier:
+        out.append(frontier_table(report.frontier))
+    if report.best_per_level:
+        out.append(best_level_table(report.best_per_level,
+                                    describe(report.slos, report.slo_percentile) if report.slos else None))
+    if report.best_per_slo:
+        out.append(best_slo_table(report.best_per_slo))
+    if report.search:
+        out.append(search_table(report.search))
+    if report.tune:
+        out += tune_tables(report.tune)
+    return out
+
+
 def render_report(report: Report) -> Group:
     """Every section of the report for the terminal."""
     parts: list[RenderableType] = [
@@ -128,5 +148,6 @@ def render_report(report: Report) -> Group:
               render_acceptance(report.acceptance), render_server(report.server)]
     if report.goodput:
         parts.append(render_goodput(report.goodput))
+    parts += decision_tables(report)
     parts.append(render_lossless(report.lossless))
     return Group(*parts)

@@ -30,6 +30,12 @@ class Report:
     goodput: list[dict[str, Any]]
     lossless: dict[str, Any]
     slos: list[m.Slo] = field(default_factory=list)
+    slo_percentile: float = 99.0
+    frontier: list[dict[str, Any]] = field(default_factory=list)  # Pareto points (rows also carry on_frontier)
+    best_per_level: list[dict[str, Any]] = field(default_factory=list)
+    best_per_slo: list[dict[str, Any]] = field(default_factory=list)
+    search: dict[str, Any] | None = None  # the manifest's SLO search section (rig sweep --search)
+    tune: dict[str, Any] | None = None  # the manifest's tune section (rig tune)
     series: dict[str, dict[str, Series]] = field(default_factory=dict)
     cdfs: dict[str, dict[str, tuple[np.ndarray, np.ndarray]]] = field(default_factory=dict)
 
@@ -48,10 +54,32 @@ class Report:
         return out
 
 
-def build_report(run_dir: Path | str | Run, slos: list[m.Slo] | None = None, cdf_resolution: int = 200) -> Report:
-    """Read each point once and compute every section of the report."""
+def adaptive_slos(manifest: dict[str, Any]) -> tuple[list[m.Slo], float | None]:
+    """The SLOs and percentile an SLO search or tune run was made for (none for a grid sweep)."""
+    for key in ("search", "tune"):
+        settings = (manifest.get(key) or {}).get("settings") or {}
+        if settings.get("slos"):
+            try:
+                return [m.parse_slo(t) for t in settings["slos"]], float(settings.get("percentile") or 99.0)
+            except (ValueError, TypeError):
+                return [], None
+    return [], None
+
+
+def build_report(run_dir: Path | str | Run, slos: list[m.Slo] | None = None, cdf_resolution: int = 200,
+                 slo_percentile: float | None = None) -> Report:
+    """Read each point once and compute every section of the report (SLOs: the given ones, else those of the
+    run's SLO search or tune)."""
+    from rig.analysis.frontier import best_per_level, best_per_slo, frontier_rows, mark_frontier
+    from rig.analysis.slo import DEFAULT_PERCENTILE, describe, evaluate_slos
+
     run = run_dir if isinstance(run_dir, Run) else load_run(run_dir)
     slos = list(slos or [])
+    if not slos:
+        slos, recorded = adaptive_slos(run.manifest)
+        slo_percentile = slo_percentile or recorded
+    pct = slo_percentile or DEFAULT_PERCENTILE
+    meets: dict[str, bool] = {}
     campaign, latency, accept_rows, server, good = [], [], [], [], []
     series_by_point, cdfs = {}, {}
     for p in run.points:
@@ -95,9 +123,13 @@ def build_report(run_dir: Path | str | Run, slos: list[m.Slo] | None = None, cdf
             g.update(point=p.point, steps=p.steps, workload=p.workload, level=p.level)
             good.append(g)
             row.update(goodput_fraction=g["fraction"], goodput_req_s=g["goodput_req_s"], goodput_tok_s=g["goodput_tok_s"])
+            verdict = evaluate_slos(r, slos, pct)
+            row.update(slo_meets=verdict["meets"], slo_margin=verdict["margin"])
+            meets[p.point] = verdict["meets"]
         campaign.append(row)
     order = {r["point"]: i for i, r in enumerate(sorted(campaign, key=sort_key))}
     by_order = lambda rows: sorted(rows, key=lambda x: order.get(x["point"], 0))  # noqa: E731
+    mark_frontier(run, campaign)
     return Report(
         run=run,
         campaign=by_order(campaign),
@@ -107,6 +139,12 @@ def build_report(run_dir: Path | str | Run, slos: list[m.Slo] | None = None, cdf
         goodput=by_order(good),
         lossless=check_lossless(run),
         slos=slos,
+        slo_percentile=pct,
+        frontier=frontier_rows(campaign),
+        best_per_level=best_per_level(run, campaign, meets if slos else None),
+        best_per_slo=best_per_slo(run, campaign, meets, describe(slos, pct)) if slos else [],
+        search=run.manifest.get("search"),
+        tune=run.manifest.get("tune"),
         series=series_by_point,
         cdfs=cdfs,
     )
@@ -144,12 +182,24 @@ def export_csv(report: Report, out_dir: Path) -> list[Path]:
     }
     if report.slos:
         tables["goodput"] = report.goodput
+        tables["best_per_slo"] = report.best_per_slo
+    tables["frontier"] = report.frontier
+    tables["best_per_level"] = report.best_per_level
     paths = []
     for name, rows in tables.items():
         path = out_dir / f"{name}.csv"
         write_csv(rows, path)
         paths.append(path)
     return paths
+
+
+def full_json(report: Report) -> dict[str, Any]:
+    """Every decision-level section of a report (``rig report --json-full``)."""
+    return {"run_id": report.run.run_id, "status": report.run.status, "warnings": report.warnings,
+            "slos": [str(s) for s in report.slos], "slo_percentile": report.slo_percentile if report.slos else None,
+            "campaign": report.campaign, "frontier": report.frontier, "best_per_level": report.best_per_level,
+            "best_per_slo": report.best_per_slo, "goodput": report.goodput, "search": report.search,
+            "tune": report.tune}
 
 
 def to_json(obj: Any) -> str:

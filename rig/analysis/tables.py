@@ -22,9 +22,13 @@ CAMPAIGN_KEYS = (
 
 
 def campaign_table(run_dir: Path | str | Run) -> list[dict[str, Any]]:
-    """Every point's campaign row, in table order; works on partial runs (points without rows have null rates)."""
+    """Every point's campaign row, in table order, with its place on the Pareto frontier; works on partial runs
+    (points without rows have null rates)."""
+    from rig.analysis.frontier import mark_frontier
+
     run = run_dir if isinstance(run_dir, Run) else load_run(run_dir)
     rows = [campaign_row(run, p, load_requests(run, p)) for p in run.points]
+    mark_frontier(run, rows)
     return sorted(rows, key=sort_key)
 
 

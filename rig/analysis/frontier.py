@@ -1,0 +1,141 @@
+"""Across all points of a run: the Pareto frontier of per-user speed against per-GPU throughput, and the best
+configuration per load level and per SLO, each with its margin over the runner-up.
+
+- **Frontier** (per workload, valid points only): x = aggregate tok/s per GPU (aggregate tok/s / tp), y = decode
+  tok/s per request (the speed a user sees once tokens flow). A point is on the frontier when no other point is at
+  least as good on both and better on one (vLLM's ``plot_pareto`` axes).
+- **Best per load level**: among the valid points of a level that meet the SLOs (every point when none are given),
+  the configuration with the highest aggregate tok/s, with its margin over the runner-up and the bootstrap interval
+  ``rig compare`` computes (``compare.best_per_level``), plus the paired per-request decode-speed ratio of the two
+  (``compare.paired_speedups``: same request ids at the same level).
+- **Best per SLO**: the configuration that meets the SLOs at the highest load level (its capacity under the SLO);
+  ties go to the higher aggregate tok/s at that level. Its margin over the runner-up is the capacity ratio, and, when
+  the runner-up also meets the SLOs at that level, the throughput margin there with its interval.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+from rig.analysis import compare as cmp
+from rig.analysis.points import INVALIDATING
+from rig.analysis.runs import Run
+
+RESAMPLES = 1000  # a report computes many intervals; compare's default (2,000) is for one comparison
+
+
+def per_gpu(tp_by_point: dict[str, Any], row: dict[str, Any]) -> float | None:
+    """Aggregate tok/s divided by the configuration's GPUs (tp; 1 when unknown)."""
+    agg = row.get("aggregate_tok_s")
+    return agg / float(tp_by_point.get(row["point"]) or 1) if agg is not None else None
+
+
+def valid(row: dict[str, Any]) -> bool:
+    return row.get("aggregate_tok_s") is not None and not (set(row.get("flags") or []) & INVALIDATING)
+
+
+def mark_frontier(run: Run, rows: list[dict[str, Any]]) -> None:
+    """Add ``tok_s_per_gpu`` and ``on_frontier`` to every campaign row (in place)."""
+    by_workload: dict[Any, list[dict[str, Any]]] = defaultdict(list)
+    tp = {p.point: p.knobs.get("tp") for p in run.points}
+    for r in rows:
+        r["tok_s_per_gpu"] = per_gpu(tp, r)
+        r["on_frontier"] = False
+        if valid(r) and r["tok_s_per_gpu"] is not None and r.get("decode_tok_s") is not None:
+            by_workload[r.get("workload")].append(r)
+    for pts in by_workload.values():
+        for r in pts:
+            x, y = r["tok_s_per_gpu"], r["decode_tok_s"]
+            r["on_frontier"] = not any(
+                (o["tok_s_per_gpu"] >= x and o["decode_tok_s"] >= y) and (o["tok_s_per_gpu"] > x or o["decode_tok_s"] > y)
+                for o in pts if o is not r)
+
+
+def frontier_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The frontier's points per workload, by per-GPU throughput."""
+    keep = ("workload", "point", "steps", "server_config", "load_mode", "concurrency", "rate", "tok_s_per_gpu",
+            "decode_tok_s", "aggregate_tok_s")
+    front = [{k: r.get(k) for k in keep} for r in rows if r.get("on_frontier")]
+    return sorted(front, key=lambda r: (str(r["workload"]), r["tok_s_per_gpu"]))
+
+
+def _level(r: dict[str, Any]) -> float | None:
+    return r.get("rate") if r.get("load_mode") not in (None, "closed") else r.get("concurrency")
+
+
+def _sides(run: Run, rows: list[dict[str, Any]]) -> list[cmp.Side]:
+    return [cmp.Side(run, run.point(r["point"]), r["point"]) for r in rows]
+
+
+def _paired_decode(best: cmp.Side | None, runner: cmp.Side | None, resamples: int) -> dict[str, Any]:
+    """Per-request decode-speed ratio best/runner-up over the requests both points served (> 1: best is faster)."""
+    if best is None or runner is None:
+        return {"paired_decode_speedup": None, "paired_ci_low": None, "paired_ci_high": None, "pairs": 0}
+    row = next(x for x in cmp.paired_speedups(runner, best, resamples) if x["metric"] == "decode_tok_s")
+    return {"paired_decode_speedup": row["speedup"], "paired_ci_low": row["ci_low"], "paired_ci_high": row["ci_high"],
+            "pairs": row["pairs"]}
+
+
+def best_per_level(run: Run, rows: list[dict[str, Any]], meets: dict[str, bool] | None,
+                   resamples: int = RESAMPLES) -> list[dict[str, Any]]:
+    """compare.best_per_level over the valid points that meet the SLOs, with the paired decode-speed ratio."""
+    eligible = [r for r in rows if valid(r) and (meets is None or meets.get(r["point"]))]
+    sides = _sides(run, eligible)
+    by_label: dict[tuple, cmp.Side] = {}
+    for s in sides:
+        p = s.point
+        by_label[(p.workload, p.load_mode, p.concurrency, p.rate, cmp.config_label(s))] = s
+    out = []
+    for b in cmp.best_per_level(sides, resamples):
+        key = (b["workload"], b["load_mode"], b["concurrency"], b["rate"])
+        best, runner = by_label.get((*key, b["best"])), by_label.get((*key, b["runner_up"]))
+        out.append({**b, "level": b["rate"] if b["load_mode"] not in (None, "closed") else b["concurrency"],
+                    "best_point": best.point.point if best else None, **_paired_decode(best, runner, resamples)})
+    return out
+
+
+def best_per_slo(run: Run, rows: list[dict[str, Any]], meets: dict[str, bool], slo_text: str,
+                 resamples: int = RESAMPLES) -> list[dict[str, Any]]:
+    """Per workload: the configuration meeting the SLOs at the highest level (ties: higher aggregate tok/s there)."""
+    groups: dict[Any, dict[str, list[dict[str, Any]]]] = defaultdict(lambda: defaultdict(list))
+    labels: dict[str, str] = {}
+    for r in rows:
+        if valid(r) and _level(r) is not None:
+            s = _sides(run, [r])[0]
+            labels[r["point"]] = cmp.config_label(s)
+            groups[(r.get("workload"), r.get("load_mode"))][labels[r["point"]]].append(r)
+    out = []
+    for (workload, mode), configs in sorted(groups.items(), key=lambda kv: (str(kv[0][0]), str(kv[0][1]))):
+        caps = []
+        for label, pts in configs.items():
+            passing = [r for r in pts if meets.get(r["point"])]
+            failing = [r for r in pts if not meets.get(r["point"])]
+            top = max(passing, key=lambda r: (_level(r), r["aggregate_tok_s"])) if passing else None
+            above = [r for r in failing if top is None or _level(r) > _level(top)]
+            caps.append({"config": label, "top": top,
+                         "min_failing": min((_level(r) for r in above), default=None),
+                         "steps": pts[0].get("steps"), "server_config": pts[0].get("server_config")})
+        caps.sort(key=lambda c: (-_level(c["top"]) if c["top"] else float("inf"),
+                                 -(c["top"]["aggregate_tok_s"] if c["top"] else 0)))
+        best = caps[0]
+        runner = caps[1] if len(caps) > 1 else None
+        row: dict[str, Any] = {
+            "slos": slo_text, "workload": workload, "load_mode": mode,
+            "best": best["config"] if best["top"] else None, "steps": best["steps"] if best["top"] else None,
+            "server_config": best["server_config"] if best["top"] else None,
+            "max_passing": _level(best["top"]) if best["top"] else None, "min_failing": best["min_failing"],
+            "best_aggregate_tok_s": best["top"]["aggregate_tok_s"] if best["top"] else None,
+            "runner_up": runner["config"] if runner and runner["top"] else None,
+            "runner_up_max_passing": _level(runner["top"]) if runner and runner["top"] else None,
+            "capacity_margin": None, "throughput_margin": None, "ci_low": None, "ci_high": None,
+        }
+        if best["top"] and runner and runner["top"]:
+            row["capacity_margin"] = _level(best["top"]) / _level(runner["top"]) - 1
+            same = [r for r in configs[runner["config"]] if _level(r) == _level(best["top"]) and meets.get(r["point"])]
+            if same:
+                [b] = cmp.best_per_level(_sides(run, [best["top"], same[0]]), resamples)
+                if b["best"] == best["config"]:
+                    row.update(throughput_margin=b["margin"], ci_low=b["ci_low"], ci_high=b["ci_high"])
+        out.append(row)
+    return out
