@@ -76,6 +76,8 @@ def run_options(f):
                      help="external engine: seconds nothing may answer at --url before the run fails (default 30)."),
         click.option("--engine-python", help="Interpreter that runs the engine (its own venv)."),
         click.option("--port", type=int, help="Server port (0 = any free port)."),
+        click.option("--deterministic", is_flag=True, default=None,
+                     help="SGLang/sim: --enable-deterministic-inference, so per-request seeds are honoured."),
         click.option("--workload", help="greedy, realistic, agentic or dataset (sweep: comma-separated)."),
         click.option("--dataset", type=click.Path(path_type=Path), help="dataset workload: a ShareGPT JSON or JSONL file."),
         click.option("--workload-opt", "workload_opts", multiple=True, help="Workload option KEY=VALUE (repeatable)."),
@@ -123,6 +125,7 @@ def overrides_from_flags(kw: dict[str, Any], steps: list[int] | None, workloads:
     _set(o, "server.unreachable_timeout_s", kw["unreachable_timeout"])
     _set(o, "server.python", kw["engine_python"])
     _set(o, "server.port", kw["port"])
+    _set(o, "server.deterministic", kw["deterministic"])
     _set(o, "steps", steps)
     if workloads is not None or kw["dataset"] or kw["workload_opts"]:
         opts = _kv("--workload-opt", kw["workload_opts"])
@@ -192,6 +195,9 @@ def resolve_spec(kw: dict[str, Any], steps: list[int] | None, workloads: list[st
         raise
 
 
+DRY_RUN_PORT = 30000  # SGLang's default --port
+
+
 def print_dry_run(spec) -> None:
     from rig.runner import expand_points
     from rig.server.engines import engine_for
@@ -203,8 +209,9 @@ def print_dry_run(spec) -> None:
     for cfg in spec.server_configs():
         eng = engine_for(cfg.engine)
         host = cfg.host or "0.0.0.0"
-        argv = eng.argv(cfg, host, cfg.port) if eng.launches_process else []
-        argv = ["<free port>" if a == "0" and i and argv[i - 1] == "--port" else a for i, a in enumerate(argv)]
+        # A command to paste into a shell on the server node: a concrete port (SGLang's default when rig would
+        # pick a free one at run time), shell-quoted for display only (rig itself runs argument lists).
+        argv = eng.argv(cfg, host, cfg.port or DRY_RUN_PORT) if eng.launches_process else []
         import shlex
 
         line = shlex.join(argv) if argv else f"(nothing launched: external server at {cfg.url})"
@@ -266,6 +273,9 @@ def execute(spec, quiet: bool, resume_dir: Path | None = None, planner=None) -> 
         from rig.analysis.adaptive import print_adaptive
 
         print_adaptive(run_dir)
+    for cfg_entry in (manifest.get("server_configs") or {}).values():
+        for w in cfg_entry.get("warnings") or []:  # requested values the server changed (manifest: effective)
+            console.print(f"[yellow]! {w}[/yellow]")
     status = manifest["status"]
     console.print(f"results: {run_dir}  status: {status}"
                   + (f" ({manifest.get('stop_reason')})" if manifest.get("stop_reason") else ""))

@@ -32,6 +32,7 @@ from rig.results import (REQUESTS_DIR, SERVER_METRICS_DIR, read_manifest, reques
                          write_manifest)
 from rig.server.actor import ServerError
 from rig.server.actor import remote_class as server_class
+from rig.server.effective import change_lines, effective_config
 from rig.server.engines import engine_for
 from rig.server.spec import ServerConfig
 from rig.workloads import build_sessions, dataset_size, warmup_sessions
@@ -340,6 +341,11 @@ class Runner:
         info = desc["info"]
         entry.update(status="ready", ready_after_s=ready["ready_after_s"], startup=desc["startup"],
                      server_info=info.get("/server_info"), model_info=info.get("/model_info"), info=info)
+        # What the server really runs (it may change requested values) and whether it honours per-request seeds.
+        entry["effective"] = effective_config(cfg, entry["server_info"], desc["startup"])
+        entry["warnings"] = change_lines(cfg.config_id(), entry["effective"])
+        for w in entry["warnings"]:
+            self.progress.status(f"warning: {w}")
         self.save()
         return entry
 

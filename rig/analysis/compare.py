@@ -23,7 +23,8 @@ import pyarrow as pa
 
 from rig.analysis import metrics as m
 from rig.analysis.points import INCOMPLETE, campaign_row, load_requests, point_flags
-from rig.analysis.runs import PointInfo, Run, RunError, generator_offsets, load_run, read_point_requests
+from rig.analysis.runs import (PointInfo, Run, RunError, generator_offsets, load_run, read_point_requests,
+                               sampled_workloads)
 
 SPEEDUP_METRICS = ("e2e", "ttft", "tpot", "decode_tok_s")
 RESAMPLES = 2000
@@ -106,6 +107,16 @@ def paired_speedups(base: Side, cand: Side, resamples: int = RESAMPLES, seed: in
                        median_ratio=float(np.exp(np.median(logs))))
         rows.append(row)
     return rows
+
+
+def unseeded_pairs(pairs: list[tuple[Side, Side]]) -> list[str]:
+    """Pairs on a sampled workload where either side's server ignored per-request seeds ('base vs cand')."""
+    out = []
+    for base, cand in pairs:
+        sampled = cand.point.workload in sampled_workloads(cand.run.manifest)
+        if sampled and (base.point.seeds_honoured is False or cand.point.seeds_honoured is False):
+            out.append(f"{base.label} vs {cand.label}")
+    return out
 
 
 # --- pairing points -----------------------------------------------------------------------------------------------
@@ -275,6 +286,12 @@ def compare(a: str, b: str | None = None, baseline_steps: int | None = None, res
     runs = list({id(s.run): s.run for s in sides}.values())  # each run once, in order
     for run in runs:
         warnings += [f"{run.run_id}: {w}" for w in run.warnings]
+    unseeded = unseeded_pairs(pairs)
+    if unseeded:
+        warnings.append(f"{len(unseeded)} pair(s) of points compare sampled requests whose seeds the server did not "
+                        f"honour ({', '.join(unseeded[:3])}{' …' if len(unseeded) > 3 else ''}): the paired "
+                        "requests drew different outputs, so per-request ratios mix configuration and chance; rerun "
+                        "with --deterministic (SGLang --enable-deterministic-inference)")
     affected = sum(1 for r in speedups + best if r["incomplete"])
     if affected:
         warnings.append(f"{affected} figure(s) rest on incomplete inputs (marked '!' below): treat them with care")

@@ -132,6 +132,18 @@ def decision_tables(report: Report) -> list[RenderableType]:
     return out
 
 
+def seeds_line(points) -> str:
+    """Whether the servers of the run honoured per-request sampling seeds (from the manifest's effective config)."""
+    seen = {p.seeds_honoured for p in points}
+    if seen == {True}:
+        return "honoured by the server (sampled requests are reproducible across points)"
+    if seen == {False}:
+        return "not honoured by the server (SGLang without --enable-deterministic-inference)"
+    if seen == {None}:
+        return "unknown (the server does not say)"
+    return "honoured by some server configurations only"
+
+
 def render_report(report: Report) -> Group:
     """Every section of the report for the terminal."""
     parts: list[RenderableType] = [
@@ -140,6 +152,7 @@ def render_report(report: Report) -> Group:
     ]
     for w in report.warnings:
         parts.append(Text(f"! {w}", style="yellow"))
+    parts.append(Text(f"Per-request seeds: {seeds_line(report.run.points)}"))
     parts.append(render_campaign_table(report.campaign))
     problems = render_problems(report.campaign)
     if problems is not None:

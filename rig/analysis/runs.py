@@ -12,6 +12,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
+from rig.server.effective import change_lines, label_knobs
 from rig.results import (
     MANIFEST,
     REQUEST_SCHEMA,
@@ -52,7 +53,8 @@ class PointInfo:
     flags: list[str] = field(default_factory=list)
     generators: list[dict[str, Any]] = field(default_factory=list)
     window_acceptance: dict[str, Any] | None = None
-    knobs: dict[str, Any] = field(default_factory=dict)
+    knobs: dict[str, Any] = field(default_factory=dict)  # as the server ran them (effective values)
+    seeds_honoured: bool | None = None  # does the server use per-request sampling seeds (None: unknown)
     in_manifest: bool = True
     unreadable_parts: list[str] = field(default_factory=list)  # part files on disk that could not be read
     missing_parts: list[str] = field(default_factory=list)  # part files the manifest lists but the disk lacks
@@ -183,7 +185,8 @@ def load_run(run_dir: Path | str) -> Run:
             continue
         seen.add(name)
         cfg = _dict(configs.get(raw.get("server_config")))
-        knobs = _dict(cfg.get("knobs"))
+        eff = _dict(cfg.get("effective"))
+        knobs = label_knobs(_dict(cfg.get("knobs")), eff)  # a value the server changed is labelled as it ran
         p = PointInfo(
             point=name,
             server_config=raw.get("server_config"),
@@ -203,8 +206,10 @@ def load_run(run_dir: Path | str) -> Run:
             generators=[g for g in raw.get("generators") or [] if isinstance(g, dict)],
             window_acceptance=raw.get("window_acceptance") if isinstance(raw.get("window_acceptance"), dict) else None,
             knobs=knobs,
+            seeds_honoured=eff.get("seeds_honoured"),
         )
         points.append(p)
+    warnings += effective_warnings(manifest)
     for name in _points_on_disk(run_dir):
         if name not in seen:
             points.append(PointInfo(point=name, in_manifest=False))
@@ -218,6 +223,27 @@ def load_run(run_dir: Path | str) -> Run:
     if not points:
         raise RunError(f"{run_dir} has no points (empty run)")
     return Run(run_dir=run_dir, manifest=manifest, points=points, warnings=warnings)
+
+
+def sampled_workloads(manifest: dict[str, Any]) -> set[str]:
+    """Names of the run's workloads that sample (temperature > 0), from the recorded spec."""
+    spec = _dict(manifest.get("spec"))
+    return {str(w.get("name")) for w in spec.get("workloads") or []
+            if isinstance(w, dict) and (w.get("temperature") or 0) > 0}
+
+
+def effective_warnings(manifest: dict[str, Any]) -> list[str]:
+    """Requested values a server changed, and sampled workloads on a server that ignores per-request seeds."""
+    out: list[str] = []
+    sampled = sampled_workloads(manifest)
+    for cid, cfg in _dict(manifest.get("server_configs")).items():
+        eff = _dict(_dict(cfg).get("effective"))
+        out += change_lines(cid, eff)
+        if eff.get("seeds_honoured") is False and sampled:
+            out.append(f"server {cid} does not honour per-request seeds (SGLang needs "
+                       f"--enable-deterministic-inference; rig run --deterministic): sampled workloads "
+                       f"({', '.join(sorted(sampled))}) draw different outputs for the same request at every point")
+    return out
 
 
 def _missing_parts(run_dir: Path, p: PointInfo) -> list[str]:

@@ -92,6 +92,8 @@ class SGLangEngine(Engine):
         if cfg.served_model_name:
             argv += ["--served-model-name", cfg.served_model_name]
         argv += self.speculative_args(cfg)
+        if cfg.deterministic and "--enable-deterministic-inference" not in cfg.extra_args:
+            argv.append("--enable-deterministic-inference")  # honours sampling_seed (sampling_batch_info.py)
         argv += list(cfg.extra_args)  # verbatim: flag spellings change across SGLang versions
         return argv
 

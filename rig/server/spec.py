@@ -24,6 +24,7 @@ class ServerConfig(BaseModel):
     eagle_topk: int = Field(1, ge=1)
     num_draft_tokens: int | None = Field(None, ge=1)  # default steps + 1 (chain)
     draft_model_path: str | None = None
+    deterministic: bool = False  # sglang/sim: --enable-deterministic-inference (per-request seeds are honoured)
     extra_args: tuple[str, ...] = ()  # passed to the engine verbatim
     env: dict[str, str] = Field(default_factory=dict)
     device: Literal["gpu", "cpu"] = "gpu"
@@ -86,6 +87,8 @@ class ServerConfig(BaseModel):
         """The knobs that distinguish one configuration from another (recorded on every row)."""
         d = self.model_dump(exclude={"env", "health_timeout_s", "unreachable_timeout_s", "port", "host", "url"})
         d["extra_args"] = list(self.extra_args)
+        if not d["deterministic"]:
+            del d["deterministic"]  # absent when off: ids of configurations from before the knob stay the same
         return d
 
     def config_id(self) -> str:

@@ -1,0 +1,99 @@
+"""What a server really ran with: the effective configuration read back from the server, against what was asked.
+
+SGLang resolves its arguments before it serves (arg_groups/speculative_hook.py): NEXTN becomes EAGLE, topk 1 forces
+num_draft_tokens = steps + 1, max running requests becomes 48 under speculation or is capped by memory. Its
+/server_info returns the resolved arguments and internal_states[] with the scheduler's effective values
+(entrypoints/http_server.py). Per-request sampling seeds count only with --enable-deterministic-inference
+(sampling/sampling_batch_info.py). rig labels points with what ran and says where that differs from the request.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rig.server.spec import ServerConfig
+
+ALIASES = {"NEXTN": "EAGLE"}  # spec_registry.py: NEXTN is a reserved alias of EAGLE, not a change
+
+
+def _flag_value(argv: tuple[str, ...], flag: str) -> str | None:
+    for i, a in enumerate(argv):
+        if a == flag and i + 1 < len(argv):
+            return argv[i + 1]
+        if a.startswith(flag + "="):
+            return a.split("=", 1)[1]
+    return None
+
+
+def requested(cfg: ServerConfig) -> dict[str, Any]:
+    """The values the user asked for, under the knob names points are labelled with."""
+    out: dict[str, Any] = {"steps": cfg.steps}
+    if cfg.steps > 0 and cfg.engine in ("sglang", "sim"):
+        out.update(spec_algorithm=cfg.spec_algorithm, eagle_topk=cfg.eagle_topk,
+                   num_draft_tokens=cfg.num_draft_tokens or cfg.steps + 1)
+    mrr = _flag_value(cfg.extra_args, "--max-running-requests")
+    if mrr is not None and mrr.isdigit():
+        out["max_running_requests"] = int(mrr)
+    out["deterministic_inference"] = cfg.deterministic or "--enable-deterministic-inference" in cfg.extra_args
+    return out
+
+
+def _sglang_effective(info: dict[str, Any], startup: dict[str, Any]) -> dict[str, Any]:
+    algo = info.get("speculative_algorithm")
+    out: dict[str, Any] = {"steps": int(info.get("speculative_num_steps") or 0) if algo else 0}
+    if algo:
+        out.update(spec_algorithm=str(algo).upper(), eagle_topk=info.get("speculative_eagle_topk"),
+                   num_draft_tokens=info.get("speculative_num_draft_tokens"))
+    states = info.get("internal_states")
+    state0 = states[0] if isinstance(states, list) and states and isinstance(states[0], dict) else {}
+    mrr = state0.get("effective_max_running_requests_per_dp") or startup.get("max_running_requests") \
+        or info.get("max_running_requests")
+    if isinstance(mrr, int):
+        out["max_running_requests"] = mrr
+    det = info.get("enable_deterministic_inference")
+    out["deterministic_inference"] = bool(det) if det is not None else None
+    return out
+
+
+def effective_config(cfg: ServerConfig, server_info: Any, startup: dict[str, Any] | None) -> dict[str, Any]:
+    """{'effective': {...}, 'requested': {...}, 'changed': [{knob, requested, effective}], 'seeds_honoured': bool|None}.
+
+    seeds_honoured: SGLang (and the sim) only with deterministic inference; vLLM always (a per-request seed gets its
+    own generator); an external server: unknown (None)."""
+    want = requested(cfg)
+    if cfg.engine in ("sglang", "sim") and isinstance(server_info, dict) and "http_status" not in server_info \
+            and "error" not in server_info:
+        got = _sglang_effective(server_info, startup or {})
+        seeds = got.get("deterministic_inference")
+    elif cfg.engine == "vllm":
+        got, seeds = {}, True
+    else:
+        got, seeds = {}, None
+    changed = []
+    for knob, asked in want.items():
+        if knob not in got or got[knob] is None:
+            continue
+        eff = got[knob]
+        same = ALIASES.get(asked, asked) == ALIASES.get(eff, eff) if isinstance(asked, str) else asked == eff
+        if knob == "deterministic_inference" and not asked:
+            same = True  # nothing was asked for
+        if knob == "max_running_requests" and "max_running_requests" not in want:
+            same = True
+        if not same:
+            changed.append({"knob": knob, "requested": asked, "effective": eff})
+    return {"requested": want, "effective": got, "changed": changed, "seeds_honoured": seeds}
+
+
+def change_lines(config_id: str, eff: dict[str, Any]) -> list[str]:
+    """One warning line per requested value the server changed."""
+    return [f"server {config_id}: requested {c['knob']}={c['requested']} but the server runs {c['effective']}"
+            for c in eff.get("changed") or []]
+
+
+def label_knobs(knobs: dict[str, Any], eff: dict[str, Any] | None) -> dict[str, Any]:
+    """The point's knobs with the values the server actually ran (for labels and grouping)."""
+    out = dict(knobs)
+    for c in (eff or {}).get("changed") or []:
+        if c["knob"] in out:
+            out[c["knob"]] = c["effective"]
+    return out

@@ -1,0 +1,123 @@
+"""The effective server configuration: what SGLang (or the sim) really runs, against what rig asked for."""
+
+from __future__ import annotations
+
+import shlex
+
+from click.testing import CliRunner
+
+from rig.cli import cli
+from rig.server.effective import effective_config, label_knobs
+from rig.server.engines import engine_for
+from rig.server.spec import ServerConfig
+
+
+def _info(steps=3, topk=1, draft=4, det=False, effective_mrr=48, algo="EAGLE"):
+    """/server_info as SGLang 0.5.23 answers it (entrypoints/http_server.py): resolved args + internal_states."""
+    return {"speculative_algorithm": algo, "speculative_num_steps": steps, "speculative_eagle_topk": topk,
+            "speculative_num_draft_tokens": draft, "max_running_requests": 48,
+            "enable_deterministic_inference": det,
+            "internal_states": [{"effective_max_running_requests_per_dp": effective_mrr}]}
+
+
+def test_topk1_draft_tokens_reset_is_a_change_and_relabels_the_point():
+    """arg_groups/speculative_hook.py: topk 1 forces num_draft_tokens = steps + 1; a grid of 8 ran 4."""
+    cfg = ServerConfig(engine="sglang", steps=3, num_draft_tokens=8)
+    eff = effective_config(cfg, _info(draft=4), {})
+    assert eff["changed"] == [{"knob": "num_draft_tokens", "requested": 8, "effective": 4}]
+    assert label_knobs(cfg.knobs(), eff)["num_draft_tokens"] == 4
+    assert eff["seeds_honoured"] is False
+
+
+def test_nextn_alias_and_consistent_values_are_not_changes():
+    cfg = ServerConfig(engine="sim", steps=3, spec_algorithm="NEXTN")
+    eff = effective_config(cfg, _info(), {})
+    assert eff["changed"] == [] and eff["effective"]["max_running_requests"] == 48
+
+
+def test_requested_max_running_requests_capped_by_server_is_a_change():
+    cfg = ServerConfig(engine="sglang", steps=0, extra_args=("--max-running-requests", "256"))
+    info = {"speculative_algorithm": None, "enable_deterministic_inference": False,
+            "internal_states": [{"effective_max_running_requests_per_dp": 130}]}
+    eff = effective_config(cfg, info, {})
+    assert eff["changed"] == [{"knob": "max_running_requests", "requested": 256, "effective": 130}]
+
+
+def test_deterministic_flag_passes_enable_deterministic_inference_and_seeds_count():
+    cfg = ServerConfig(engine="sglang", steps=0, deterministic=True)
+    argv = engine_for("sglang").argv(cfg, "0.0.0.0", 30000)
+    assert argv.count("--enable-deterministic-inference") == 1
+    eff = effective_config(cfg, {"enable_deterministic_inference": True, "internal_states": [{}]}, {})
+    assert eff["seeds_honoured"] is True and eff["changed"] == []
+    off = effective_config(cfg, {"enable_deterministic_inference": False, "internal_states": [{}]}, {})
+    assert off["seeds_honoured"] is False and off["changed"][0]["knob"] == "deterministic_inference"
+    # Off by default, and then absent from the knobs, so configuration ids from before the knob stay the same.
+    assert "deterministic" not in ServerConfig(engine="sglang").knobs()
+
+
+def test_seeds_honoured_by_engine():
+    assert effective_config(ServerConfig(engine="vllm"), None, {})["seeds_honoured"] is True
+    assert effective_config(ServerConfig(engine="external", url="http://127.0.0.1:1"), None, {})[
+        "seeds_honoured"] is None
+
+
+def test_dry_run_prints_a_command_to_paste_with_a_concrete_port():
+    res = CliRunner().invoke(cli, ["run", "--engine", "sglang", "--steps", "2", "--deterministic",
+                                   "--server-arg=--reasoning-parser", "--server-arg", "qwen3", "--dry-run"])
+    assert res.exit_code == 0, res.output
+    line = next(x for x in res.output.splitlines() if "sglang.launch_server" in x)
+    argv = shlex.split(line.split(": ", 1)[1])
+    assert argv[argv.index("--port") + 1] == "30000"
+    assert "<" not in line and "--enable-deterministic-inference" in argv
+
+
+# ---- the manifest's effective config reaches report and compare ----
+def _sampled_run(d, honoured: bool | None, changed: bool = False):
+    """Two points of a sampled workload (steps 0 and 2) on servers whose effective config the manifest records."""
+    from rig.analysis.synthetic import record, write_requests, write_run
+
+    def cfg(steps):
+        eff = {"requested": {"steps": steps}, "effective": {"steps": steps}, "seeds_honoured": honoured,
+               "changed": [{"knob": "num_draft_tokens", "requested": 8, "effective": 3}] if changed and steps else []}
+        knobs = {"engine": "sglang", "steps": steps, "num_draft_tokens": 8 if steps else None}
+        return {"engine": "sglang", "knobs": knobs, "effective": eff}
+
+    points = [{"point": f"p{s}", "server_config": f"cfg{s}", "engine": "sglang", "workload": "realistic",
+               "steps": s, "load_mode": "closed", "concurrency": 2, "rate": None, "repeat": 0,
+               "status": "complete", "flags": [], "generators": []} for s in (0, 2)]
+    write_run(d, {"run_id": d.name, "status": "complete", "points": points,
+                  "spec": {"workloads": [{"name": "realistic", "temperature": 0.7}]},
+                  "server_configs": {"cfg0": cfg(0), "cfg2": cfg(2)}})
+    for s in (0, 2):
+        rows = [record(point=f"p{s}", steps=s, workload="realistic", load_mode="closed", concurrency=2, repeat=0,
+                       generator=0, clock_offset_s=0.0, request_id=f"r{i}", send_ts=100.0 + i,
+                       first_token_ts=100.1 + i, end_ts=101.0 + i - 0.2 * (s > 0), ttft_s=0.1,
+                       e2e_s=1.0 - 0.2 * (s > 0), completion_tokens=50, status="ok", ok=True, temperature=0.7,
+                       output_hash=f"h{i}{s}") for i in range(10)]
+        write_requests(d, f"p{s}", 0, rows)
+
+
+def test_compare_warns_when_pairing_unhonoured_seeds(tmp_path):
+    from rig.analysis.compare import compare
+
+    _sampled_run(tmp_path / "off", honoured=False)
+    warn = [w for w in compare(str(tmp_path / "off"), baseline_steps=0)["warnings"] if "seeds" in w]
+    assert len(warn) == 3  # a run-level note per server configuration, and the pairing warning
+    assert any(w.startswith("1 pair(s) of points compare sampled requests") for w in warn)
+    _sampled_run(tmp_path / "on", honoured=True)
+    assert not [w for w in compare(str(tmp_path / "on"), baseline_steps=0)["warnings"] if "seeds" in w]
+
+
+def test_report_reader_labels_effective_values_and_lists_changes(tmp_path):
+    from rig.analysis.render import seeds_line
+    from rig.analysis.runs import load_run
+
+    _sampled_run(tmp_path / "r", honoured=False, changed=True)
+    run = load_run(tmp_path / "r")
+    p2 = run.point("p2")
+    assert p2.knobs["num_draft_tokens"] == 3 and p2.seeds_honoured is False
+    assert "server cfg2: requested num_draft_tokens=8 but the server runs 3" in run.warnings
+    assert seeds_line(run.points).startswith("not honoured")
+    res = CliRunner().invoke(cli, ["report", str(tmp_path / "r")])
+    assert res.exit_code == 0, res.output
+    assert "requested num_draft_tokens=8" in res.output and "Per-request seeds: not honoured" in res.output
