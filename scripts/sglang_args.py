@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Regenerate rig/sim/sglang_args_<version>.json from a pinned SGLang release's own argparse parser.
 
-Usage (any Python >= 3.11 with SGLang's light dependencies, e.g. `pip install msgspec pydantic`):
+Usage (any Python >= 3.11 with SGLang's light dependencies: `pip install msgspec pydantic packaging`):
     python scripts/sglang_args.py --sglang-root DIR      # DIR holds the unpacked wheel's `sglang/` package
     python scripts/sglang_args.py                        # an installed `sglang` (pip install --no-deps sglang==X)
 

@@ -310,3 +310,28 @@ def test_metric_names(twin):
     assert status == 200
     for name in ("sglang:generation_tokens_total", "sglang:spec_verify_calls_total", "sglang:num_running_reqs"):
         assert name in text
+
+
+def test_rig_flushes_with_a_timeout_so_a_pending_request_is_waited_for(twin, tmp_path):
+    """rig's server actor flushes like bench_serving (POST /flush_cache?timeout=60): a request still finishing at a
+    point boundary delays the flush instead of failing it with 400."""
+    from rig.server.actor import ServerActor
+    from rig.server.spec import ServerConfig
+
+    actor = ServerActor(ServerConfig(engine="sim" if twin["impl"] == "sim" else "sglang"), str(tmp_path), "log")
+    actor.url = twin["spec"]
+
+    async def go():
+        async with aiohttp.ClientSession() as s:
+            body = {"text": PROMPT, "stream": True,
+                    "sampling_params": {"max_new_tokens": 200, "temperature": 0, "ignore_eos": True}}
+            async with s.post(twin["spec"] + "/generate", json=body) as r:
+                await r.content.readline()
+                flush = asyncio.ensure_future(actor.flush_cache())
+                async for _ in r.content:
+                    pass
+            result = await flush
+        await actor._http.close()
+        return result
+
+    assert run(go())["status"] == 200
