@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -87,6 +88,9 @@ def run_options(f):
         click.option("--burstiness", type=float, help="gamma: coefficient of variation of inter-arrivals."),
         click.option("--requests", type=int, help="Sessions per level (default: 4 at C=1, 2xC otherwise)."),
         click.option("--duration", type=float, help="Seconds per level (instead of a request count)."),
+        click.option("--grace", type=float,
+                     help="With --duration: seconds in-flight requests may run past a level's end before they are "
+                          "cancelled (default 10)."),
         click.option("--warmup", type=int, help="Warm-up requests per generator, kept out of the results."),
         click.option("--trace-speed", type=float, help="Trace replay speed factor."),
         click.option("--api", type=click.Choice(["sglang-native", "openai-completions", "openai-chat"])),
@@ -149,6 +153,7 @@ def overrides_from_flags(kw: dict[str, Any], steps: list[int] | None, workloads:
     _set(o, "load.burstiness", kw["burstiness"])
     _set(o, "load.requests", kw["requests"])
     _set(o, "load.duration_s", kw["duration"])
+    _set(o, "load.grace_s", kw["grace"])
     _set(o, "load.warmup_requests", kw["warmup"])
     _set(o, "load.trace_speed", kw["trace_speed"])
     _set(o, "load.api", kw["api"])
@@ -188,7 +193,11 @@ def resolve_spec(kw: dict[str, Any], steps: list[int] | None, workloads: list[st
         if extra_wl:
             base = data.get("workloads") or [{"name": "realistic"}]
             over["workloads"] = [{**w, **extra_wl} for w in base]
-        return build_spec(data, over)
+        spec = build_spec(data, over)
+        if kw["api_key_env"] and not os.environ.get(kw["api_key_env"]):
+            raise SpecError(f"--api-key-env {kw['api_key_env']}: that environment variable is not set (or empty); "
+                            f"export it, or drop the flag to send no key")
+        return spec
     except SpecError as e:
         raise click.UsageError(str(e)) from None
     except click.BadParameter:
@@ -242,11 +251,11 @@ def execute(spec, quiet: bool, resume_dir: Path | None = None, planner=None) -> 
 
     console = Console(stderr=True)
     progress_ui = _ProgressUI(console, quiet)
-    runner = Runner(spec, progress=progress_ui.callbacks(), resume=resume_dir is not None, handle_signals=True,
-                    run_dir=resume_dir, planner=planner)
-    run_dir = runner.run_dir
-    install_signal_handlers(runner)  # again inside the runner once Ray is up (Ray replaces SIGTERM's handler)
+    run_dir = resume_dir or spec.run_dir
     try:
+        runner = Runner(spec, progress=progress_ui.callbacks(), resume=resume_dir is not None, handle_signals=True,
+                        run_dir=resume_dir, planner=planner)
+        install_signal_handlers(runner)  # again inside the runner once Ray is up (Ray replaces SIGTERM's handler)
         with progress_ui:
             manifest = runner.run()
     except RunInputError as e:

@@ -10,6 +10,7 @@ Every way the cluster can fall short is a ``ClusterError`` with a one-line messa
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import time
@@ -66,8 +67,9 @@ def connect(spec: ClusterSpec, n_generators: int) -> dict[str, Any]:
         # Logical CPUs are just numbers: enough for the server actor and every generator on one machine.
         cpus = spec.num_cpus or max(os.cpu_count() or 1, 1 + n_generators)
         # GPUs are detected (none on a CPU-only machine): a single-GPU-box run still gets CUDA_VISIBLE_DEVICES.
-        ray.init(address="local", num_cpus=cpus, object_store_memory=spec.object_store_memory_mb * 2**20,
-                 **common)
+        with _loopback_only():
+            ray.init(address="local", num_cpus=cpus, object_store_memory=spec.object_store_memory_mb * 2**20,
+                     **common)
     else:
         _check_reachable(spec.address)
         try:
@@ -78,11 +80,35 @@ def connect(spec: ClusterSpec, n_generators: int) -> dict[str, Any]:
     return describe_nodes()
 
 
+@contextlib.contextmanager
+def _loopback_only():
+    """One machine: Ray's single-host mode (its default on macOS), where every node address is 127.0.0.1, so the
+    processes Ray starts and the engine advertise loopback and nothing of the run is offered to the LAN. The
+    environment variable reaches the raylet and its workers; the constant is what this driver already imported."""
+    from ray._private import ray_constants
+
+    name = ray_constants.ENABLE_RAY_CLUSTERS_ENV_VAR
+    old_env, old_const = os.environ.get(name), ray_constants.ENABLE_RAY_CLUSTER
+    os.environ[name], ray_constants.ENABLE_RAY_CLUSTER = "0", False
+    try:
+        yield
+    finally:
+        ray_constants.ENABLE_RAY_CLUSTER = old_const
+        if old_env is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = old_env
+
+
 def _check_reachable(address: str, timeout_s: float = 5.0) -> None:
     """Fail fast on HOST:PORT nobody listens on (ray.init would retry for minutes)."""
     import socket
 
-    if address == "auto" or address.startswith(("ray://", "local")):
+    shown = address
+    if address == "auto":
+        address = _auto_address()
+        shown = f"{address} (what 'auto' found: maybe a stale record of a stopped cluster)"
+    if address.startswith(("ray://", "local")):
         return
     host, sep, port = address.rpartition(":")
     if not sep or not port.isdigit():
@@ -92,7 +118,24 @@ def _check_reachable(address: str, timeout_s: float = 5.0) -> None:
             pass
     except OSError as e:
         why = e.strerror or type(e).__name__
-        raise ClusterError(f"cannot reach the Ray cluster at {address}: {why}") from None
+        raise ClusterError(f"cannot reach the Ray cluster at {shown}: {why}") from None
+
+
+def _auto_address() -> str:
+    """What ``address: auto`` resolves to (RAY_ADDRESS, else the cluster this machine last started), so a stale
+    record is checked like any HOST:PORT instead of leaving ray.init retrying for minutes."""
+    env = os.environ.get("RAY_ADDRESS", "").strip()
+    if env and env != "auto":
+        return env
+    tmp = Path(os.environ.get("RAY_TMPDIR") or "/tmp") / "ray" / "ray_current_cluster"
+    try:
+        found = tmp.read_text().strip().splitlines()[0].strip()
+    except (OSError, IndexError):
+        raise ClusterError("cluster.address 'auto': no Ray cluster was started on this machine (no "
+                           f"{tmp}); start one with `ray start --head`, or give HOST:PORT") from None
+    if not found:
+        raise ClusterError(f"cluster.address 'auto': {tmp} is empty; give HOST:PORT")
+    return found
 
 
 def describe_nodes() -> dict[str, Any]:

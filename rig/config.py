@@ -6,6 +6,7 @@ Every bad value becomes a ``SpecError`` with one line naming the key and the val
 from __future__ import annotations
 
 import itertools
+import os
 import re
 import secrets
 import time
@@ -47,6 +48,7 @@ class LoadSpec(BaseModel):
     max_concurrency: int | None = Field(None, ge=1)  # open loop: cap on in-flight requests (whole point)
     requests: int | None = Field(None, ge=1)  # per level; default: the campaign rule (closed) or rate x duration
     duration_s: float | None = Field(None, gt=0)  # per level; stops sending new sessions after this
+    grace_s: float = Field(10.0, ge=0)  # with duration_s: requests in flight this long after the end are cancelled
     warmup_requests: int = Field(1, ge=0)  # per generator, sent before the level and kept out of the results
     trace_speed: float = Field(1.0, gt=0)  # trace replay: >1 replays faster
     api: ApiName | None = None  # default: the engine's (sglang-native for sim and sglang)
@@ -75,6 +77,9 @@ class LoadSpec(BaseModel):
             raise ValueError(f"mode {self.mode} needs at least one rate (--rate)")
         if self.mode == "closed" and not self.concurrency:
             raise ValueError("closed-loop mode needs at least one concurrency level")
+        if self.mode in ("closed", "trace") and self.rates:
+            raise ValueError(f"mode {self.mode} takes no rates (got {self.rates}); rates are for --mode poisson or "
+                             f"gamma")
         return self
 
     def levels(self) -> list[tuple[int | None, float | None]]:
@@ -169,6 +174,19 @@ class RunSpec(BaseModel):
             raise ValueError("use letters, digits, '.', '_' and '-' (max 128)")
         return v
 
+    @field_validator("api_key_file")
+    @classmethod
+    def _key_file(cls, v: Path | None) -> Path | None:
+        if v is None:
+            return v
+        if not v.exists():
+            raise ValueError(f"no such file: {v}")
+        if not v.is_file():
+            raise ValueError(f"not a file: {v}")
+        if not os.access(v, os.R_OK):
+            raise ValueError(f"not readable: {v}")
+        return v
+
     @field_validator("steps")
     @classmethod
     def _steps(cls, v: list[int]) -> list[int]:
@@ -215,6 +233,9 @@ def _check_sim_flags(cfg: ServerConfig) -> None:
     """The sim's own parser over the flags it will be started with: a bad one is refused before anything starts."""
     if cfg.engine != "sim":
         return
+    if cfg.python:
+        raise SpecError("server.python: the sim always runs on the rig's own interpreter; --engine-python is for "
+                        "sglang and vllm (drop it)")
     from rig.server.engines import engine_for
     from rig.sim.args import check_argv
 
@@ -268,4 +289,25 @@ def build_spec(yaml_data: dict[str, Any] | None, overrides: dict[str, Any]) -> R
     except ValidationError as e:
         raise SpecError(_one_line(e)) from None
     spec.server_configs()  # every server configuration of the grid, before anything starts (SpecError)
+    _check_trace(spec)
     return spec
+
+
+def _check_trace(spec: RunSpec) -> None:
+    """Trace replay needs a dataset whose entries carry timestamps: refused here, not after Ray and the server."""
+    if spec.load.mode != "trace":
+        return
+    for wl in spec.workloads:
+        if wl.name != "dataset":
+            raise SpecError(f"load.mode trace replays a dataset's timestamps; workload {wl.name!r} has none "
+                            f"(use --dataset FILE)")
+        from rig.workloads.dataset import entries_for
+        from rig.workloads.errors import WorkloadError
+
+        try:
+            entries = entries_for(wl)
+        except WorkloadError as e:
+            raise SpecError(str(e)) from None
+        if not entries or entries[0].timestamp is None:
+            raise SpecError(f"load.mode trace: {wl.path} has no 'timestamp' on its entries; give timestamps or use "
+                            f"--mode closed / poisson")

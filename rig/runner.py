@@ -314,6 +314,10 @@ class Runner:
         self._server_spooled = not (self.placement.local or c.shared_results)
         root = f"{c.spool_dir.rstrip('/')}/{self.spec.run_id}/server" if self._server_spooled \
             else str(self.run_dir.resolve())
+        if self.placement.local and cfg.host is None:
+            # The embedded default is one machine: the engine listens on loopback only (not the LAN), and the
+            # generators reach it there. Multi-host placement binds the node's address as before.
+            cfg = cfg.model_copy(update={"host": "127.0.0.1"})
         self.server = Server.options(**self.placement.server_options).remote(cfg, root, log_rel, self.api_key)
         entry: dict[str, Any] = {"engine": cfg.engine, "knobs": cfg.knobs(), "status": "starting", "error": None}
         self.manifest["server_configs"][cfg.config_id()] = entry
@@ -349,11 +353,15 @@ class Runner:
         self.save()
         return entry
 
+    def _engine_grace(self) -> float:
+        """Seconds the engine gets to exit on SIGTERM: less when the user asked the run to stop."""
+        return 5.0 if self.stop_requested.is_set() else 30.0
+
     def _stop_server(self) -> None:
         if self.server is None:
             return
         try:
-            ray.get(self.server.stop.remote(), timeout=60)
+            ray.get(self.server.stop.remote(self._engine_grace()), timeout=60)
         except Exception:  # already dead
             pass
         try:
@@ -409,7 +417,8 @@ class Runner:
         # Warm-up content differs from the measured requests (it must not pre-fill the prefix cache for them).
         warm = [_shorten(s) for s in warmup_sessions(p.workload, seed=load.seed, n_sessions=load.warmup_requests)]
         headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
-        common = dict(point=info, url=url, model=model, duration_s=load.duration_s, warmup=tuple(warm),
+        common = dict(point=info, url=url, model=model, duration_s=load.duration_s, grace_s=load.grace_s,
+                      warmup=tuple(warm),
                       connect_s=load.timeouts.connect_s, first_token_s=load.timeouts.first_token_s,
                       total_s=load.timeouts.total_s, slip_threshold_s=load.slip_threshold_s, extra_headers=headers)
         ids = [g for g, _ in self.active]
@@ -738,6 +747,7 @@ class Runner:
         self.manifest = m
         return all(e["status"] == "complete" and count_rows_on_disk(self.run_dir, e["point"])
                    == sum((e.get("records") or {}).values()) for e in entries.values())
+
     def entry(self, pid: str) -> dict[str, Any]:
         """The manifest entry of a point (planners read a point's status here)."""
         return self._entry(pid)
@@ -804,7 +814,7 @@ class Runner:
         if self.server is None:
             return
         with contextlib.suppress(Exception):
-            ray.get(self.server.stop.remote(), timeout=60)  # the log is complete (and scrubbed) once stopped
+            ray.get(self.server.stop.remote(self._engine_grace()), timeout=60)  # the log is complete (and scrubbed) once stopped
         if not self._server_spooled or not engine_for(self.spec.server.engine).launches_process:
             return
         dest = server_log_path(self.run_dir, config_id)

@@ -265,3 +265,178 @@ def test_a_run_whose_requests_all_fail_names_why_on_screen_and_in_the_report(tmp
     rep = rig("report", str(tmp_path / "f"))
     assert rep.returncode == 0 and "4 x failed: HTTP 500" in rep.stdout, rep.stdout[-3000:]
     assert_accounting(tmp_path / "f")
+
+
+# ------------------------------------------------------------------------------------------ --duration is a bound
+def test_duration_bounds_a_level_in_flight_requests_get_a_grace_then_are_cancelled(tmp_path):
+    from test_drive import drive, sessions
+
+    # two hung requests and two quick ones, in a 0.3 s level with a 0.5 s grace: done in about 0.8 s, not never
+    t0 = time.monotonic()
+    summary = drive(tmp_path, sessions=sessions(4, {0: "hang", 1: "hang"}), slots=4, duration_s=0.3, grace_s=0.5,
+                    first_token_s=60.0)
+    took = time.monotonic() - t0
+    assert took < 5.0, took
+    t = read_requests(tmp_path).to_pandas()
+    assert summary["scheduled"] == len(t) == summary["rows_written"]
+    cut = t[t.status == "cancelled"]
+    assert len(cut) == 2 and set(cut.error) == {"cancelled: in flight 0.5s after the level's duration ended"}
+    assert summary["records"]["cancelled"] == 2 and summary["status"] == "complete"
+
+
+def test_a_stop_during_think_time_records_the_remaining_turns(tmp_path):
+    import asyncio
+    from dataclasses import replace
+
+    from test_drive import INFO, make_app, sessions
+    from aiohttp.test_utils import TestServer
+
+    from rig.loadgen.drive import PointRun, make_session
+    from rig.loadgen.plan import GeneratorPlan
+
+    def thinking(s):
+        return replace(s, turns=tuple(replace(t, think_time_s=5.0 if j else 0.0) for j, t in enumerate(s.turns)))
+
+    slow = tuple(thinking(s) for s in sessions(2, turns=3))
+
+    async def go():
+        server = TestServer(make_app())
+        await server.start_server()
+        plan = GeneratorPlan(point=INFO, generator=0, url=str(server.make_url("")).rstrip("/"), model="m",
+                             sessions=slow, slots=2)
+        run = PointRun(plan, tmp_path, "h", clock_offset_s=0.0)
+        async with make_session() as http:
+            task = asyncio.create_task(run.run(http, time.perf_counter()))
+            await asyncio.sleep(1.0)  # both sessions are thinking before their second turn
+            task.cancel()
+            summary = await task
+        await server.close()
+        return summary
+
+    summary = asyncio.run(go())
+    t = read_requests(tmp_path).to_pandas()
+    assert summary["scheduled"] == 6 == len(t)
+    assert (t.status == "ok").sum() == 2 and (t.status == "cancelled").sum() == 4
+
+
+# ------------------------------------------------------------------------------------------ stopping
+def _start(*args: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "rig.cli", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=ENV)
+
+
+def _wait_running(run: Path, timeout: float = 120) -> None:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            if any(p["status"] == "running" for p in read_manifest(run)["points"]) and \
+                    any((run / "requests").rglob("part-*.parquet")):
+                return
+        except (FileNotFoundError, json.JSONDecodeError, KeyError):
+            pass
+        time.sleep(0.2)
+    raise AssertionError("the point never ran")
+
+
+@pytest.mark.ray
+def test_double_ctrl_c_ends_interrupted_with_every_record_accounted(tmp_path):
+    proc = _start("run", "--concurrency", "4", "--duration", "60", "--workload", "greedy", "--workload-opt",
+                  "max_tokens=64", "--warmup", "0", "-q", "--out", str(tmp_path), "--run-id", "cc")
+    run = tmp_path / "cc"
+    _wait_running(run)
+    proc.send_signal(signal.SIGINT)
+    time.sleep(0.3)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err[-3000:]
+    assert "Traceback" not in out + err
+    m = read_manifest(run)
+    assert m["status"] == "interrupted" and m["points"][0]["status"] == "interrupted"
+    assert_accounting(run)
+
+
+@pytest.mark.ray
+def test_sigterm_on_an_overloaded_run_stops_within_10s_and_counts_what_is_on_disk(tmp_path):
+    proc = _start("run", "--concurrency", "100000", "--duration", "5", "--steps", "0", "--workload", "greedy",
+                  "--workload-opt", "max_tokens=8", "--warmup", "0", "-q", "--out", str(tmp_path), "--run-id", "ov")
+    run = tmp_path / "ov"
+    _wait_running(run, timeout=180)
+    time.sleep(1.0)
+    t0 = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=120)
+    took = time.monotonic() - t0
+    assert proc.returncode == 130, err[-3000:]
+    assert "Traceback" not in out + err and "internal error" not in out + err
+    assert took < 10.0, took
+    m = read_manifest(run)
+    assert m["status"] == "interrupted"
+    assert sum(m["points"][0]["records"].values()) > 0
+    assert_accounting(run)
+
+
+# ------------------------------------------------------------------------------------------ bad input, one line
+def test_api_key_file_problems_are_one_line_even_in_a_dry_run(tmp_path):
+    for args in ([], ["--dry-run"]):
+        one_line_error(rig("run", *SMALL, "--api-key-file", str(tmp_path / "none"), *args), 2, "api_key_file",
+                       "no such file")
+        one_line_error(rig("run", *SMALL, "--api-key-file", str(tmp_path), *args), 2, "api_key_file", "not a file")
+
+
+def test_silent_surprises_are_refused_with_one_line():
+    env = {k: v for k, v in ENV.items() if k != "NOT_SET_ANYWHERE"}
+    one_line_error(rig("run", "--api-key-env", "NOT_SET_ANYWHERE", "--dry-run", env=env), 2, "NOT_SET_ANYWHERE")
+    one_line_error(rig("run", "--engine-python", sys.executable, "--dry-run"), 2, "server.python", "sim")
+
+
+def test_rig_check_with_a_stale_auto_record_fails_in_bounded_time(tmp_path):
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    (tmp_path / "ray").mkdir()
+    (tmp_path / "ray" / "ray_current_cluster").write_text(f"127.0.0.1:{port}\n")
+    env = {k: v for k, v in ENV.items() if k != "RAY_ADDRESS"}
+    t0 = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "rig.cli", "check", "--cluster", "clusters/blackwell.yaml"],
+                          capture_output=True, text=True, timeout=60, env={**env, "RAY_TMPDIR": str(tmp_path)},
+                          cwd=Path(__file__).resolve().parents[1])
+    assert time.monotonic() - t0 < 20
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and f"127.0.0.1:{port}" in lines[0] and "stale" in lines[0], proc.stderr
+    (tmp_path / "ray" / "ray_current_cluster").unlink()
+    proc = subprocess.run([sys.executable, "-m", "rig.cli", "check", "--cluster", "clusters/blackwell.yaml"],
+                          capture_output=True, text=True, timeout=60, env={**env, "RAY_TMPDIR": str(tmp_path)},
+                          cwd=Path(__file__).resolve().parents[1])
+    assert proc.returncode == 1 and "ray start --head" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.ray
+def test_the_embedded_default_listens_on_loopback_and_a_busy_port_is_an_error(tmp_path):
+    import socket
+
+    proc = rig("run", *SMALL, "--steps", "0", "--out", str(tmp_path), "--run-id", "lo")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    m = read_manifest(tmp_path / "lo")
+    (cfg,) = m["server_configs"].values()
+    assert cfg["url"].startswith("http://127.0.0.1:")
+    assert cfg["command"][cfg["command"].index("--host") + 1] == "127.0.0.1"
+    assert {g["node_ip"] for g in m["cluster"]["generators"]} == {"127.0.0.1"}
+    with socket.socket() as s:  # the port the user asks for is taken: say so, do not start elsewhere
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        proc = rig("run", *SMALL, "--steps", "0", "--port", str(port), "--out", str(tmp_path), "--run-id", "busy")
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    m = read_manifest(tmp_path / "busy")
+    assert f"port {port}" in m["points"][0]["error"] and "in use" in m["points"][0]["error"]
+    assert f"port {port}" in proc.stdout  # the run's end names it
+
+
+def test_rates_in_closed_mode_and_trace_without_timestamps_are_refused_in_a_dry_run(tmp_path):
+    one_line_error(rig("run", "--mode", "closed", "--rate", "2", "--dry-run"), 2, "takes no rates")
+    data = tmp_path / "d.jsonl"
+    data.write_text('{"prompt": "hello there"}\n{"prompt": "and again"}\n')
+    one_line_error(rig("run", "--mode", "trace", "--dataset", str(data), "--dry-run"), 2, "timestamp", str(data))

@@ -64,6 +64,7 @@ class PointRun:
         self.started_mono: float | None = None
         self.ended_mono: float | None = None
         self.write_error: str | None = None
+        self.cancel_reason = "cancelled: the run was stopped"  # what a cancelled in-flight request records
 
     def wall(self, mono: float) -> float:
         """Wall-clock time derived from the monotonic clock and one anchor (no NTP steps mid-run)."""
@@ -114,7 +115,12 @@ class PointRun:
                         self._skip(session, k, session.turns[k], "not sent: the level's duration ended")
                     return
                 if turn.think_time_s > 0:
-                    await asyncio.sleep(turn.think_time_s)
+                    try:
+                        await asyncio.sleep(turn.think_time_s)
+                    except asyncio.CancelledError:  # its remaining turns were scheduled: record them
+                        for k in range(j, session.n_requests):
+                            self._skip(session, k, session.turns[k], f"not sent: {self.cancel_reason}")
+                        raise
                 intended = time.perf_counter()
             self.counts["in_flight"] += 1
             try:
@@ -124,9 +130,9 @@ class PointRun:
                 now = time.perf_counter()
                 self._record(session, j, turn, intended,
                              Outcome(send_mono=min(intended, now), end_mono=now, status="cancelled",
-                                     error="cancelled: the run was stopped"))
+                                     error=self.cancel_reason))
                 for k in range(j + 1, session.n_requests):
-                    self._skip(session, k, session.turns[k], "not sent: the run was stopped")
+                    self._skip(session, k, session.turns[k], f"not sent: {self.cancel_reason}")
                 raise
             finally:
                 self.counts["in_flight"] -= 1
@@ -182,6 +188,27 @@ class PointRun:
             await asyncio.gather(*tasks, return_exceptions=True)
             raise
 
+    async def _bounded(self, level: Any, start: float) -> None:
+        """--duration bounds the level: requests still in flight ``grace_s`` after its end are cancelled and
+        recorded as such (without a duration the level ends when its sessions do)."""
+        if not self.plan.duration_s:
+            await level
+            return
+        task = asyncio.ensure_future(level)
+        end = start + self.plan.duration_s + self.plan.grace_s
+        try:
+            done, _ = await asyncio.wait({task}, timeout=max(0.0, end - time.perf_counter()))
+        except asyncio.CancelledError:  # the run is stopped: cancel the level's requests, then stop
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            raise
+        if done:
+            task.result()
+            return
+        self.cancel_reason = f"cancelled: in flight {self.plan.grace_s:g}s after the level's duration ended"
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
     async def _flusher(self) -> None:
         while True:
             await asyncio.sleep(0.5)
@@ -213,10 +240,9 @@ class PointRun:
                 await asyncio.sleep(delay)
             monitor.start()
             self.started_mono = time.perf_counter()
-            if self.plan.arrivals is None:
-                await self._closed_loop(http, start_mono)
-            else:
-                await self._open_loop(http, start_mono)
+            level = self._closed_loop(http, start_mono) if self.plan.arrivals is None \
+                else self._open_loop(http, start_mono)
+            await self._bounded(level, start_mono)
             if self.unreachable:
                 status = "partial"
                 error = f"server unreachable: {UNREACHABLE_AFTER} connections refused in a row; stopped sending"

@@ -68,6 +68,7 @@ class GeneratorPlan:
     arrivals: tuple[float, ...] | None = None  # open loop: due offset of each session from the level start
     slots: int | None = None  # closed loop: this generator's concurrency; open loop: its in-flight cap (or None)
     duration_s: float | None = None
+    grace_s: float = 10.0  # duration-bound levels: in-flight requests this long past the end are cancelled
     warmup: tuple[Session, ...] = ()
     connect_s: float = 10.0
     first_token_s: float = 600.0

@@ -26,16 +26,18 @@ from rig.server.spec import ServerConfig
 
 
 def free_port(preferred: int, host: str = "0.0.0.0") -> int:
-    """The preferred port if it can be bound now, else one the kernel picks."""
-    for port in ([preferred] if preferred else []) + [0]:
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            try:
-                s.bind((host, port))
-                return s.getsockname()[1]
-            except OSError:
-                continue
-    raise OSError("no free port")
+    """The asked-for port if it can be bound now (else ServerError: the manifest must record the port used), or
+    with 0 one the kernel picks."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, preferred))
+        except OSError as e:
+            if preferred:
+                raise ServerError(f"port {preferred} on {host} is in use ({e.strerror}); choose another --port, or "
+                                  f"--port 0 for any free port") from None
+            raise
+        return s.getsockname()[1]
 
 
 FLUSH_TIMEOUT_S = 60.0  # what SGLang's bench_serving passes (benchmark/serving.py)
