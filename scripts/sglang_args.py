@@ -173,7 +173,9 @@ def describe(parser: argparse.ArgumentParser) -> list[dict]:
             "nargs": a.nargs if a.nargs is None or isinstance(a.nargs, (int, str)) else str(a.nargs),
             "type": _type_name(a.type),
             "default": _jsonable(a.default),
-            "choices": _jsonable(list(a.choices)) if a.choices is not None else None,
+            # a set of choices (e.g. --sampling-backend) is sorted, so the table does not depend on hash order
+            "choices": _jsonable(a.choices if isinstance(a.choices, (set, frozenset)) else list(a.choices))
+            if a.choices is not None else None,
             "const": _jsonable(a.const),
             "required": bool(a.required),
         })
