@@ -123,6 +123,7 @@ def test_openai_payloads_follow_sglang_0_5_23():
     assert comp["return_token_ids"] is True
     assert chat["return_spec_tokens_details"] is True and comp["return_spec_tokens_details"] is True
     assert chat["seed"] == comp["seed"] == 5
+    assert chat["stream_options"] == {"include_usage": True, "continuous_usage_stats": True}
 
 
 def test_completions_chunk_tokens_come_from_token_ids_even_with_empty_text():
@@ -130,3 +131,14 @@ def test_completions_chunk_tokens_come_from_token_ids_even_with_empty_text():
     api, st = OpenAICompletions(), StreamState()
     assert api.fold({"choices": [{"index": 0, "text": "", "token_ids": [7]}]}, st) == 1
     assert api.fold({"choices": [{"index": 0, "text": "abc", "token_ids": [1, 2, 3, 4]}]}, st) == 4
+
+
+def test_chat_chunk_tokens_from_continuous_usage():
+    """SGLang's chat puts the running completion count on each content chunk (continuous_usage_stats)."""
+    api, st = OpenAIChat(), StreamState()
+    def ev(content, ct):
+        return {"choices": [{"index": 0, "delta": {"reasoning_content": None, "content": content}}],
+                "usage": {"prompt_tokens": 9, "completion_tokens": ct}}
+    assert api.fold({"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]}, st) == 0
+    assert [api.fold(ev("a", 1), st), api.fold(ev("bcd", 4), st), api.fold(ev("ef", 6), st)] == [1, 3, 2]
+    assert st.completion_tokens == 6

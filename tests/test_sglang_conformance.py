@@ -175,11 +175,26 @@ def test_chat_stream_order_sglext_and_cached_usage(twin):
     assert events[-1] == "[DONE]"
     first, finish, ext, usage = events[0], events[-4], events[-3], events[-2]
     assert first["choices"][0]["delta"]["role"] == "assistant"
-    assert finish["choices"][0]["delta"] == {} and finish["choices"][0]["finish_reason"] == "length"
+    # openai/sse_utils.py::build_sse_content: StreamDelta keeps reasoning_content (null), omits unset role/content
+    assert finish["choices"][0]["delta"] == {"reasoning_content": None}
+    assert finish["choices"][0]["finish_reason"] == "length"
     assert ext["choices"] == [] and set(ext["sglext"]) == {"spec_tokens_details"}
     assert usage["choices"] == [] and usage["usage"]["completion_tokens"] == 24
     assert isinstance(usage["usage"]["prompt_tokens_details"]["cached_tokens"], int)
     assert all("token_ids" not in c for e in events[:-1] for c in e["choices"])
+    assert all("usage" not in e for e in events[:-3])  # usage on content chunks only with continuous_usage_stats
+
+
+def test_chat_continuous_usage_counts_tokens_per_chunk(twin):
+    """serving_chat.py (continuous_usage_stats): every content chunk carries usage with the running completion
+    count, so tokens per chunk are known on chat too (several under speculative decoding)."""
+    status, events = run(_post(twin["spec"] + "/v1/chat/completions", _chat(
+        stream_options={"include_usage": True, "continuous_usage_stats": True})))
+    assert status == 200
+    content = [e for e in events[:-1] if e["choices"] and e["choices"][0]["delta"].get("content")]
+    counts = [e["usage"]["completion_tokens"] for e in content]
+    assert counts == sorted(counts) and counts[-1] == 24
+    assert max(b - a for a, b in zip([0, *counts], counts)) > 1
 
 
 # ---------------------------------------------------------------- /v1/completions

@@ -34,6 +34,8 @@ class StreamState:
     done: bool = False  # [DONE] arrived
     spec: dict[str, Any] = field(default_factory=dict)
     server_ts: dict[str, float] = field(default_factory=dict)
+    # OpenAI APIs: completion tokens already attributed to a chunk (continuous usage stats)
+    _usage_tokens: int = 0
     # native API: cumulative state
     _native_tokens: int = 0
     _native_text: str = ""
@@ -242,7 +244,16 @@ class _OpenAIBase(Api):
             raise StreamError("malformed event: choice is not an object")
         piece = self._piece(choice)
         ids = choice.get("token_ids")
-        n = len(ids) if isinstance(ids, list) else (1 if piece else 0)
+        ct = usage.get("completion_tokens") if isinstance(usage, dict) else None
+        if isinstance(ids, list):
+            n = len(ids)
+        elif piece and isinstance(ct, int):
+            # Continuous usage stats: the server's running count; tokens of chunks without text (none is sent in
+            # SGLang's chat) go to the next chunk with text, so the per-chunk counts sum to the server's total.
+            n = ct - state._usage_tokens if ct > state._usage_tokens else 1
+            state._usage_tokens = max(state._usage_tokens, ct)
+        else:
+            n = 1 if piece else 0
         if piece:
             state.text_parts.append(piece)
         if choice.get("finish_reason") is not None:
@@ -279,8 +290,11 @@ class OpenAIChat(_OpenAIBase):
 
     def payload(self, turn: Turn, history: list[dict[str, str]], model: str) -> dict[str, Any]:
         # No return_token_ids here: SGLang's chat route answers 400 to it with stream=true
-        # (openai/serving_chat.py::_convert_to_internal_request).
+        # (openai/serving_chat.py::_convert_to_internal_request). Continuous usage stats put the running
+        # completion-token count on every content chunk instead (serving_chat.py; vLLM does the same), which gives
+        # the tokens per chunk under speculative decoding.
         body = self._common(turn, model)
+        body["stream_options"] = {"include_usage": True, "continuous_usage_stats": True}
         body["messages"] = [*history, *turn.messages]
         body["max_tokens"] = turn.max_tokens
         body["max_completion_tokens"] = turn.max_tokens

@@ -49,6 +49,12 @@ def _sampling(body: dict, max_new: int) -> tuple[Sampling, tuple[str, ...]]:
     return build(p), stops_of(body.get("stop"))
 
 
+def _continuous_usage(body: dict) -> bool:
+    """openai/utils.py::should_include_usage: stream_options.continuous_usage_stats puts usage on every chunk."""
+    opts = body.get("stream_options")
+    return isinstance(opts, dict) and bool(opts.get("continuous_usage_stats"))
+
+
 def _include_usage(srv: SimServer, body: dict) -> bool:
     opts = body.get("stream_options") or {}
     return bool(opts.get("include_usage")) or srv.args.stream_response_default_include_usage
@@ -93,6 +99,7 @@ async def completions(request: web.Request) -> web.StreamResponse:
     st = srv.submit(toks, tok_ids, s, rid=body.get("rid"), stops=stops)
     rid = f"cmpl-{st.rid}"
     want_ids = bool(body.get("return_token_ids"))
+    continuous = _continuous_usage(body)
     model = body.get("model") or srv.model
     created = int(time.time())
     if not body.get("stream"):
@@ -123,7 +130,7 @@ async def completions(request: web.Request) -> web.StreamResponse:
                     choice["prompt_token_ids"] = tok_ids
             first = False
             chunk = {"id": rid, "object": "text_completion", "created": created, "model": model,
-                     "choices": [choice], "usage": None}
+                     "choices": [choice], "usage": usage(st, cache_report=False) if continuous else None}
             await resp.write(sse(json.dumps(chunk)))
         await _tail(resp, st, srv, body, rid, "text_completion", created, model)
     except (ConnectionResetError, asyncio.CancelledError):
@@ -190,24 +197,31 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         })
     resp = await start_sse(request)
 
-    def chunk(delta: dict, finish: str | None, matched: Any = None) -> bytes:
-        return sse(json.dumps({"id": rid, "object": "chat.completion.chunk", "created": created, "model": model,
-                               "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish,
-                                            "matched_stop": matched}]}))
+    continuous = _continuous_usage(body)
+
+    def chunk(delta: dict, finish: str | None, matched: Any = None, with_usage: bool = False) -> bytes:
+        """openai/sse_utils.py::build_sse_content: the delta always has reasoning_content (null), role and content
+        only when set; usage only with continuous_usage_stats, on content chunks (serving_chat.py)."""
+        out = {"id": rid, "object": "chat.completion.chunk", "created": created, "model": model,
+               "choices": [{"index": 0, "delta": {"reasoning_content": None, **delta}, "logprobs": None,
+                            "finish_reason": finish, "matched_stop": matched}]}
+        if with_usage:
+            out["usage"] = usage(st, cache_report=srv.args.enable_cache_report)
+        return sse(json.dumps(out))
 
     try:
         sent_text = 0
         first = True
         async for _ in srv.updates(st, request):
             if first:  # the role chunk goes out when the first output arrives
-                await resp.write(chunk({"reasoning_content": None, "role": "assistant", "content": ""}, None))
+                await resp.write(chunk({"role": "assistant", "content": ""}, None))
                 first = False
             delta = st.text[sent_text:]
             sent_text = len(st.text)
             if delta:
-                await resp.write(chunk({"content": delta}, None))
+                await resp.write(chunk({"content": delta}, None, with_usage=continuous))
         if first:
-            await resp.write(chunk({"reasoning_content": None, "role": "assistant", "content": ""}, None))
+            await resp.write(chunk({"role": "assistant", "content": ""}, None))
         await resp.write(chunk({}, finish_name(st), matched_stop(st)))
         await _tail(resp, st, srv, body, rid, "chat.completion.chunk", created, model)
     except (ConnectionResetError, asyncio.CancelledError):

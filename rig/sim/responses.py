@@ -86,6 +86,7 @@ def usage(st: Stream, *, cache_report: bool) -> dict[str, Any]:
         "total_tokens": st.prompt_tokens + st.n_tokens,
         "prompt_tokens_details": {"cached_tokens": st.req.cached} if cache_report else None,
         "reasoning_tokens": 0,
+        "completion_tokens_details": None,  # openai/protocol.py::UsageInfo: set only with reasoning tokens
     }
     return u
 

@@ -160,7 +160,7 @@ def _usage(prompt_tokens: int, done: int) -> dict:
     """openai/usage_processor.py: cached tokens only with --enable-cache-report."""
     return {"prompt_tokens": prompt_tokens, "completion_tokens": done, "total_tokens": prompt_tokens + done,
             "prompt_tokens_details": {"cached_tokens": 0} if ARGS.enable_cache_report else None,
-            "reasoning_tokens": 0}
+            "reasoning_tokens": 0, "completion_tokens_details": None}
 
 
 async def openai_route(request: web.Request, chat: bool) -> web.StreamResponse:
@@ -192,18 +192,23 @@ async def openai_route(request: web.Request, chat: bool) -> web.StreamResponse:
     async for done, verify in steps_of(n):
         text = (" " if sent else "") + " ".join(words[sent:done])
         finish = "length" if done == n else None
-        if chat:
-            choice = {"index": 0, "delta": {"content": text}, "logprobs": None, "finish_reason": None,
-                      "matched_stop": None}
+        continuous = bool(opts.get("continuous_usage_stats"))  # openai/utils.py::should_include_usage
+        if chat:  # openai/sse_utils.py::build_sse_content: reasoning_content always present (null)
+            choice = {"index": 0, "delta": {"reasoning_content": None, "content": text}, "logprobs": None,
+                      "finish_reason": None, "matched_stop": None}
+            extra = {"usage": _usage(len(prompt.split()), done)} if continuous else {}
         else:  # openai/serving_completions.py: finish inline; token_ids = this output's new ids when asked
             choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish, "matched_stop": None}
             if body.get("return_token_ids"):
                 choice["token_ids"] = ids[sent:done]
+            extra = {"usage": {**_usage(len(prompt.split()), done), "prompt_tokens_details": None}
+                     if continuous else None}
         sent = done
-        await resp.write(data({**head, "choices": [choice], **({} if chat else {"usage": None})}))
-    if chat:  # a separate finish chunk with an empty delta
-        await resp.write(data({**head, "choices": [{"index": 0, "delta": {}, "logprobs": None,
-                                                    "finish_reason": "length", "matched_stop": None}]}))
+        await resp.write(data({**head, "choices": [choice], **extra}))
+    if chat:  # a separate finish chunk whose delta holds only reasoning_content (null)
+        await resp.write(data({**head, "choices": [{"index": 0, "delta": {"reasoning_content": None},
+                                                    "logprobs": None, "finish_reason": "length",
+                                                    "matched_stop": None}]}))
     if body.get("return_spec_tokens_details") and STEPS and verify:
         await resp.write(data({**head, "choices": [], "usage": None,
                                "sglext": {"spec_tokens_details": spec_details(done, verify)}}))
