@@ -101,15 +101,16 @@ def _anything(name: str) -> type:
 
 # The GPU / ML stack SGLang imports at module level. Only these are stubbed: any other missing module stays
 # missing, so SGLang's own "is X installed?" probes (find_spec, try/except ImportError) answer as on a bare CPU box.
-HEAVY = {"IPython", "torch", "triton", "transformers", "flashinfer", "sgl_kernel", "sglang_kernel", "numpy", "safetensors",
-         "huggingface_hub", "tokenizers", "PIL", "zmq", "psutil", "requests", "aiohttp", "uvloop", "fastapi",
-         "starlette", "uvicorn", "orjson", "setproctitle", "einops", "compressed_tensors", "torchao", "xgrammar",
-         "outlines", "llguidance", "partial_json_parser", "openai", "tiktoken", "sentencepiece", "prometheus_client",
-         "pybase64", "cuda", "nvidia", "decord", "soundfile", "scipy", "interegular", "msgpack", "modelscope",
-         "blobfile", "gguf", "hf_transfer", "jinja2", "pynvml", "dill", "accelerate", "peft", "datasets", "yaml",
-         "tqdm", "filelock", "jsonschema", "grpc", "google", "ray", "cloudpickle", "regex", "diffusers", "timm",
-         "torchvision", "torchaudio", "mooncake", "nixl", "deep_gemm", "deep_ep", "flash_attn", "quack", "cutlass",
-         "tvm_ffi", "apache_tvm_ffi", "pydantic_core", "httpx", "anthropic", "smg_grpc_proto", "watchfiles"}
+HEAVY = {"IPython", "torch", "triton", "transformers", "flashinfer", "sgl_kernel", "sglang_kernel", "numpy",
+         "safetensors", "huggingface_hub", "tokenizers", "PIL", "zmq", "psutil", "requests", "aiohttp", "uvloop",
+         "fastapi", "starlette", "uvicorn", "orjson", "setproctitle", "einops", "compressed_tensors", "torchao",
+         "xgrammar", "outlines", "llguidance", "partial_json_parser", "openai", "tiktoken", "sentencepiece",
+         "prometheus_client", "pybase64", "cuda", "nvidia", "decord", "soundfile", "scipy", "interegular",
+         "msgpack", "modelscope", "blobfile", "gguf", "hf_transfer", "jinja2", "pynvml", "dill", "accelerate",
+         "peft", "datasets", "yaml", "tqdm", "filelock", "jsonschema", "grpc", "google", "ray", "cloudpickle",
+         "regex", "diffusers", "timm", "torchvision", "torchaudio", "mooncake", "nixl", "deep_gemm", "deep_ep",
+         "flash_attn", "quack", "cutlass", "tvm_ffi", "apache_tvm_ffi", "pydantic_core", "httpx", "anthropic",
+         "smg_grpc_proto", "watchfiles"}
 
 
 class _StubFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):

@@ -285,7 +285,8 @@ def test_chat_stream_order_and_usage(servers):
     assert first["choices"][0]["delta"] == {"reasoning_content": None, "role": "assistant", "content": ""}
     assert all(m["choices"][0]["delta"]["content"] for m in mid)
     # openai/sse_utils.py::StreamDelta: reasoning_content is always serialised (null)
-    assert fin["choices"][0]["delta"] == {"reasoning_content": None} and fin["choices"][0]["finish_reason"] == "length"
+    assert fin["choices"][0]["delta"] == {"reasoning_content": None}
+    assert fin["choices"][0]["finish_reason"] == "length"
     assert usage["choices"] == [] and usage["usage"]["completion_tokens"] == 12
     assert usage["usage"]["prompt_tokens_details"] == {"cached_tokens": usage["usage"]["prompt_tokens_details"]["cached_tokens"]}
 
