@@ -236,13 +236,23 @@ def effective_warnings(manifest: dict[str, Any]) -> list[str]:
     """Requested values a server changed, and sampled workloads on a server that ignores per-request seeds."""
     out: list[str] = []
     sampled = sampled_workloads(manifest)
+    ran: dict[str, list[str]] = {}  # effective knobs -> configurations that ran them
     for cid, cfg in _dict(manifest.get("server_configs")).items():
         eff = _dict(_dict(cfg).get("effective"))
         out += change_lines(cid, eff)
+        if eff.get("changed"):
+            key = json.dumps(label_knobs(_dict(_dict(cfg).get("knobs")), eff), sort_keys=True, default=str)
+            ran.setdefault(key, []).append(cid)
+        else:
+            ran.setdefault(json.dumps(_dict(_dict(cfg).get("knobs")), sort_keys=True, default=str), []).append(cid)
         if eff.get("seeds_honoured") is False and sampled:
             out.append(f"server {cid} does not honour per-request seeds (SGLang needs "
                        f"--enable-deterministic-inference; rig run --deterministic): sampled workloads "
                        f"({', '.join(sorted(sampled))}) draw different outputs for the same request at every point")
+    for cids in ran.values():
+        if len(cids) > 1:  # e.g. --grid num_draft_tokens=4,8 with topk 1: both ran steps + 1
+            out.append(f"server configurations {', '.join(cids)} ran the same effective settings (the server "
+                       "changed what distinguished them): their points are repeats, not different configurations")
     return out
 
 
