@@ -221,6 +221,8 @@ def print_dry_run(spec) -> None:
         # A command to paste into a shell on the server node: a concrete port (SGLang's default when rig would
         # pick a free one at run time), shell-quoted for display only (rig itself runs argument lists).
         argv = eng.argv(cfg, host, cfg.port or DRY_RUN_PORT) if eng.launches_process else []
+        if argv and not cfg.python:
+            argv[0] = "python"  # the server node's interpreter, not this machine's path (--engine-python pins one)
         import shlex
 
         line = shlex.join(argv) if argv else f"(nothing launched: external server at {cfg.url})"

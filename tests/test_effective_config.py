@@ -69,6 +69,7 @@ def test_dry_run_prints_a_command_to_paste_with_a_concrete_port():
     argv = shlex.split(line.split(": ", 1)[1])
     assert argv[argv.index("--port") + 1] == "30000"
     assert "<" not in line and "--enable-deterministic-inference" in argv
+    assert argv[:3] == ["python", "-m", "sglang.launch_server"]  # no path that only exists on this machine
 
 
 # ---- the manifest's effective config reaches report and compare ----
