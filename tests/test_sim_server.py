@@ -51,7 +51,7 @@ def servers(tmp_path_factory):
     spec = ["--speculative-algorithm", "NEXTN", "--speculative-num-steps", "4", "--speculative-eagle-topk", "1",
             "--speculative-num-draft-tokens", "5"]
     a = _start(tmp, "spec4", ["--enable-metrics", "--api-key", KEY, "--enable-cache-report",
-                              "--decode-log-interval", "1", *spec])
+                              "--decode-log-interval", "1", "--reasoning-parser", "qwen3", *spec])
     b = _start(tmp, "nospec", [])
     yield {"spec": a[1], "nospec": b[1], "spec_log": a[2], "nospec_log": b[2]}
     for p in (a[0], b[0]):
@@ -96,6 +96,8 @@ def test_startup_log_has_key_line_and_ready_line(servers):
     assert text.index(m.group(0)) < text.index("The server is fired up and ready to roll!")
     m0 = re.search(r"max_running_requests=(\d+)", servers["nospec_log"].read_text())
     assert int(m0.group(1)) > int(m.group(4))  # draft slots lower the effective maximum
+    # an SGLang option the simulator does not model: accepted, and said so once
+    assert text.count("--reasoning-parser is accepted (SGLang 0.5.23 has it) but not modelled by the simulator") == 1
 
 
 def test_generate_stream_is_cumulative_with_consistent_spec_fields(servers):
