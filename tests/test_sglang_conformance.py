@@ -275,6 +275,9 @@ def test_native_stream_is_cumulative_with_spec_stats_on_finish(twin):
     assert status == 200 and events[-1] == "[DONE]"
     chunks = events[:-1]
     assert all(b["text"].startswith(a["text"]) for a, b in zip(chunks, chunks[1:]))
+    for c in chunks:
+        assert {"id", "finish_reason", "prompt_tokens", "weight_version", "num_retractions", "reasoning_tokens",
+                "completion_tokens", "cached_tokens"} <= set(c["meta_info"])
     last = chunks[-1]["meta_info"]
     assert last["completion_tokens"] == 20 and last["finish_reason"]["type"] == "length"
     assert last["spec_verify_ct"] > 0 and last["spec_accept_length"] == pytest.approx(20 / last["spec_verify_ct"])

@@ -60,7 +60,7 @@ def meta_info(st: Stream, engine: Engine, *, enable_metrics: bool) -> dict[str, 
         "finish_reason": st.finish_reason,
         "prompt_tokens": st.prompt_tokens,
         "weight_version": "default",
-        "total_retractions": 0,
+        "num_retractions": 0,  # managers/tokenizer_manager.py::_handle_batch_output (0.5.23)
         "completion_tokens": st.n_tokens,
         "cached_tokens": st.req.cached,
         "reasoning_tokens": 0,

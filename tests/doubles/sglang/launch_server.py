@@ -146,8 +146,10 @@ async def generate(request: web.Request) -> web.StreamResponse:
     words = words_for(body.get("text", ""), n, sp.get("sampling_seed"), float(sp.get("temperature", 1.0)))
     resp = await sse_response(request)
     async for done, verify in steps_of(n):
-        meta = {"id": body.get("rid"), "prompt_tokens": len(body.get("text", "").split()), "completion_tokens": done,
-                "cached_tokens": 0, "finish_reason": {"type": "length", "length": n} if done == n else None}
+        # managers/tokenizer_manager.py::_handle_batch_output: the keys of every chunk's meta_info
+        meta = {"id": body.get("rid"), "finish_reason": {"type": "length", "length": n} if done == n else None,
+                "prompt_tokens": len(body.get("text", "").split()), "weight_version": "default",
+                "num_retractions": 0, "reasoning_tokens": 0, "completion_tokens": done, "cached_tokens": 0}
         if done == n and STEPS:
             meta.update(spec_verify_ct=verify, spec_accept_length=done / verify)
         await resp.write(data({"text": " ".join(words[:done]), "output_ids": [WORDS.index(w) for w in words[:done]],
