@@ -6,7 +6,7 @@ immediately replaced until the level's count has been sent.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from rig.sim.capacity import compute_capacity
 from rig.sim.cost import ForwardCost
@@ -30,6 +30,9 @@ class Scenario:
     tp: int = 4
     seed: int = 0
     label: str = ""
+    # Limits a real server reported at startup (max_running_requests, max_total_num_tokens); None: from the profile.
+    max_running: int | None = None
+    kv_pool_tokens: int | None = None
 
 
 @dataclass
@@ -76,6 +79,9 @@ def engine_config(profile: Profile, steps: int, tp: int = 4) -> EngineConfig:
 def run_closed_loop(profile: Profile, sc: Scenario) -> LevelResult:
     """Simulate one level in virtual time; deterministic for a given profile and scenario."""
     cfg = engine_config(profile, sc.steps, sc.tp)
+    if sc.max_running is not None or sc.kv_pool_tokens is not None:
+        cfg = replace(cfg, max_running=sc.max_running or cfg.max_running,
+                      kv_pool_tokens=sc.kv_pool_tokens or cfg.kv_pool_tokens)
     sched = Scheduler(cfg, ForwardCost(profile, sc.tp))
     prompt_toks = [tokenize(p) for p in sc.prompts]
     keys = [prompt_key([token_id(t) for t in toks]) for toks in prompt_toks]

@@ -7,7 +7,7 @@ from typing import Any
 
 from rig.analysis import metrics as m
 from rig.analysis.points import INVALIDATING, campaign_row, load_requests
-from rig.analysis.runs import load_run
+from rig.analysis.runs import load_run, read_point_requests
 from rig.analysis.slo import evaluate_slos
 
 
@@ -33,7 +33,15 @@ def read_probe(run_dir: Path, point: str, slos: list[m.Slo], percentile: float) 
         "accept_length": row["accept_length"],
         "flags": row["flags"],
         "valid": not (set(row["flags"]) & INVALIDATING),
+        "mean_ttft_s": m.nanmean(r.ttft[r.ok]),
     }
+
+
+def output_lengths(run_dir: Path, point: str) -> dict[str, int]:
+    """request_id -> completion tokens of the point's ok requests (what the server produced for each)."""
+    t = read_point_requests(run_dir, point, ["request_id", "completion_tokens", "ok"])
+    return {rid: int(n) for rid, n, ok in zip(t["request_id"].to_pylist(), t["completion_tokens"].to_pylist(),
+                                              t["ok"].to_pylist()) if ok and n is not None}
 
 
 def slo_texts(slos: list[m.Slo]) -> list[str]:
