@@ -153,3 +153,50 @@ def test_sweep_search_bisects_records_points_and_resumes(tmp_path):
     assert again["status"] == "complete"
     assert (run / "requests" / f"point={last}").exists()
     assert len(again.get("resumed", [])) == 1
+
+
+# --- tune's decision rule, on known measurements and predictions ----------------------------------------------------
+
+from rig.tune.tune import Knowledge  # noqa: E402
+
+LADDER = [1, 2, 4, 8, 16]
+
+
+def _know(measured: dict, predicted: dict) -> Knowledge:
+    """Configs a, b, c; predicted margins per (config, level), measured verdicts per (config, level)."""
+    return Knowledge(LADDER, ["a", "b", "c"],
+                     {k: {"meets": v, "aggregate_tok_s": 100.0} for k, v in measured.items()},
+                     {k: {"meets": v >= 0, "margin": v, "aggregate_tok_s": 100.0 + i}
+                      for i, (k, v) in enumerate(predicted.items())})
+
+
+def _pred(caps: dict[str, int], margin: float = 0.5) -> dict:
+    """Each config meets the SLOs up to its capacity with this margin and misses above by the same."""
+    return {(c, lv): (margin if lv <= cap else -margin) for c, cap in caps.items() for lv in LADDER}
+
+
+def test_tune_measures_the_leaders_boundary_and_only_undecided_contenders():
+    know = _know({}, {**_pred({"a": 8, "b": 2, "c": 4}), ("c", 8): -0.1})
+    assert know.leader() == ("a", 8)
+    need = {(c, lv) for c, lv, _ in know.needed(confidence=0.2)}
+    # a at 8 and 16 (its boundary); c at 8 is predicted to miss by only 10 %: measured; b misses by 50 %: trusted.
+    assert need == {("a", 8), ("a", 16), ("c", 8)}
+
+
+def test_measurements_override_predictions_through_monotonicity():
+    # a passes at 4 (so at 1 and 2 too) and misses at 8 (so at 16 too): its boundary is known, nothing left for it.
+    know = _know({("a", 4): True, ("a", 8): False, ("b", 4): False},
+                 _pred({"a": 16, "b": 4, "c": 2}))
+    assert know.known("a", 2) is True and know.known("a", 16) is False and know.known("b", 8) is False
+    assert know.capacity("a") == 4 and know.capacity("b") == 2
+    assert know.leader() == ("a", 4)
+    assert know.needed(0.2) == []  # b misses at 4 (measured), c is predicted to miss there by 50 %
+    # A tie at the leader's level is measured (both points' throughput decides), and one level up.
+    know = _know({("a", 4): True, ("a", 8): False}, _pred({"a": 16, "b": 4, "c": 1}))
+    assert {(c, lv) for c, lv, _ in know.needed(0.2)} == {("b", 4), ("b", 8)}
+
+
+def test_nothing_passes_anywhere_checks_the_lowest_level():
+    know = _know({("a", 1): False}, _pred({"a": 0, "b": 0, "c": 0}))
+    assert know.leader() == (None, None)
+    assert {(c, lv) for c, lv, _ in know.needed(0.2)} == {("b", 1), ("c", 1)}

@@ -1,0 +1,82 @@
+"""rig tune against a simulator whose profile differs from the reference in ways tune cannot see: it must reach the
+exhaustive grid's answer with at most 40 % of the grid's measured points."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from rig.analysis import metrics as m
+from rig.analysis.report import build_report
+from rig.results import read_manifest
+from rig.sim.profile import load_profile
+
+pytestmark = [pytest.mark.ray, pytest.mark.slow]
+
+STEPS = "0,2,4"
+LEVELS = "1,2,4,8,16"
+GRID_POINTS = 15
+# Two questions with different answers on this server: an interactive SLO (fast tokens for every user, where
+# speculation pays) and a throughput one (most users within a looser TPOT, where it does not).
+SLO_SETS = {"interactive": ["tpot=8.5ms", "ttft=2000ms"], "throughput": ["tpot=20ms", "ttft=2000ms"]}
+PERCENTILE = "50"  # medians: a handful of requests per point gives a steady median, not a steady p90
+COMMON = ["--steps", STEPS, "--workload", "realistic", "--workload-opt", "max_tokens=32", "--warmup", "0",
+          "--concurrency", LEVELS, "-q"]
+
+
+def _rig(*args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
+    return subprocess.run([sys.executable, "-m", "rig.cli", *args], capture_output=True, text=True, timeout=600, env=env)
+
+
+@pytest.fixture(scope="module")
+def hidden_server(tmp_path_factory):
+    """A spec file pointing the sim at the hidden profile, and the exhaustive grid measured on it."""
+    d = tmp_path_factory.mktemp("tune")
+    # The server's hidden truth: draft forwards 20x slower, acceptance logit 0.7 lower, 40 % less room for request
+    # state (so fewer running requests at every steps value). Tune starts from the reference profile and is never
+    # told; the rig only sees what any server shows: its measured requests and its startup limits.
+    ref = load_profile()
+    hidden = ref.with_values(d_fixed_ms=ref.d_fixed_ms * 20, acc_logit_greedy=ref.acc_logit_greedy - 0.7,
+                             state_pool_share=0.3)
+    hidden.save(d / "hidden.yaml")
+    spec = d / "spec.yaml"
+    spec.write_text(yaml.safe_dump({"server": {"sim_profile": str(d / "hidden.yaml")}}))
+    grid = _rig("sweep", "--config", str(spec), *COMMON, "--out", str(d), "--run-id", "grid")
+    assert grid.returncode == 0, grid.stderr[-3000:]
+    assert len(read_manifest(d / "grid")["points"]) == GRID_POINTS
+    return d, spec
+
+
+@pytest.mark.parametrize("question", sorted(SLO_SETS))
+def test_tune_reaches_the_grid_answer_with_at_most_40_percent_of_its_points(hidden_server, question):
+    d, spec = hidden_server
+    slos = [m.parse_slo(t) for t in SLO_SETS[question]]
+    [grid_best] = build_report(d / "grid", slos=slos, slo_percentile=float(PERCENTILE)).best_per_slo
+    assert grid_best["best"] is not None, "the SLO must be reachable for the comparison to mean anything"
+
+    flags = [x for t in SLO_SETS[question] for x in ("--slo", t)] + ["--slo-percentile", PERCENTILE]
+    tune = _rig("tune", "--config", str(spec), *COMMON, *flags, "--out", str(d), "--run-id", f"tune-{question}")
+    assert tune.returncode == 0, tune.stderr[-3000:]
+    run = d / f"tune-{question}"
+    man = read_manifest(run)
+    section = man["tune"]
+    rec = section["recommendation"]
+    measured = [p for p in section["probes"] if p.get("meets") is not None]
+    # Every probe is an ordinary, complete point of the run, with what the model predicted for it.
+    assert len(measured) == len(man["points"]) == rec["measured_points"]
+    assert all(p["status"] == "complete" for p in man["points"])
+    assert all(p["predicted_margin"] is not None for p in measured)
+    assert rec["stable"], rec["stop_reason"]
+    assert rec["best_steps"] == grid_best["steps"], (rec, grid_best)
+    probes = [(p["point"], p["why"], p.get("meets")) for p in section["probes"]]
+    assert rec["measured_points"] <= 0.4 * GRID_POINTS, probes
+    # The recommendation is what `rig report` reads off the tune run's own points.
+    [tune_best] = build_report(run).best_per_slo
+    assert tune_best["steps"] == rec["best_steps"] and tune_best["max_passing"] == rec["max_passing"]
+    print(f"\n{question}: grid {GRID_POINTS} points, best {grid_best['best']} up to {grid_best['max_passing']}; "
+          f"tune {rec['measured_points']} points: {rec['answer']}")
