@@ -89,3 +89,119 @@ def test_total_timeout_after_the_first_token():
     out = send("ok", n=400, timeouts=ClientTimeouts(first_token_s=5, total_s=0.3))
     assert out.status == "failed" and out.error == "timeout: stream not finished within 0.3s"
     assert out.first_mono is not None and len(out.chunk_tokens) > 0
+
+
+# ---------------------------------------------------------------- the lean HTTP/1.1 client: the same records
+
+from rig.loadgen import http1  # noqa: E402
+
+
+async def _send_lean(modes: list[str], n: int = 6, timeouts: ClientTimeouts = ClientTimeouts()):
+    server = TestServer(make_app())
+    await server.start_server()
+    try:
+        async with http1.Pool() as pool:
+            url = str(server.make_url("")).rstrip("/")
+            outs = [await stream_request(pool, url, SGLangNative(), turn(m, n), [], "m", timeouts) for m in modes]
+            return outs, pool.opened
+    finally:
+        await server.close()
+
+
+def _comparable(rec: dict) -> dict:
+    return {k: v for k, v in rec.items() if k not in ("ttft_s", "e2e_s", "chunk_offsets_s")}
+
+
+@pytest.mark.parametrize("mode", ["ok", "http500", "http400", "json", "truncate", "malformed", "error_event",
+                                  "nodone"])
+def test_lean_client_records_match_aiohttp(mode):
+    (lean,), _ = asyncio.run(_send_lean([mode]))
+    ref = send(mode)
+    a, b = request_fields(turn(mode), lean), request_fields(turn(mode), ref)
+    assert _comparable(a) == _comparable(b)
+    assert len(a["chunk_offsets_s"]) == len(b["chunk_offsets_s"])
+    if a["ok"]:
+        assert 0 < a["ttft_s"] == a["chunk_offsets_s"][0] <= a["e2e_s"]
+
+
+def test_lean_client_keeps_connections_alive():
+    outs, opened = asyncio.run(_send_lean(["ok", "ok", "http500", "ok", "ok"]))
+    assert [o.status for o in outs] == ["ok", "ok", "failed", "ok", "ok"]
+    assert opened == 1  # five requests, one after another, on one connection
+
+
+def test_lean_client_drops_a_connection_broken_mid_stream():
+    outs, opened = asyncio.run(_send_lean(["malformed", "ok"]))
+    assert outs[0].status == "failed" and "malformed event" in outs[0].error
+    assert outs[1].status == "ok" and opened == 2  # the abandoned stream's connection was not reused
+
+
+def test_lean_client_timeouts_and_refused_connection():
+    (o,), _ = asyncio.run(_send_lean(["hang"], timeouts=ClientTimeouts(first_token_s=0.3, total_s=5)))
+    assert o.status == "failed" and o.error == "timeout: no first token within 0.3s"
+    (o,), _ = asyncio.run(_send_lean(["ok"], n=400, timeouts=ClientTimeouts(first_token_s=5, total_s=0.3)))
+    assert o.status == "failed" and o.error == "timeout: stream not finished within 0.3s" and o.chunk_tokens
+
+    async def refused():
+        async with http1.Pool() as pool:
+            return await stream_request(pool, "http://127.0.0.1:9", SGLangNative(), turn(), [], "m", ClientTimeouts())
+    o = asyncio.run(refused())
+    assert o.status == "failed" and o.error.startswith("connect")
+
+
+class _Sink:
+    def __init__(self):
+        self.status, self.body_bytes, self.reads = None, b"", 0
+
+    def head(self, status, headers, at):
+        self.status = status
+
+    def body(self, data, at):
+        self.body_bytes += data
+        self.reads += 1
+
+
+class _Transport:
+    def __init__(self):
+        self.written, self.closed = b"", False
+
+    def write(self, data):
+        self.written += data
+
+    def close(self):
+        self.closed = True
+
+
+def _exchange(raw: bytes, step: int):
+    async def go():
+        pool = http1.Pool()
+        conn = http1._Conn(pool)
+        conn.key = ("h", 1)
+        conn.connection_made(_Transport())
+        sink = _Sink()
+        fut = conn.send(b"POST / HTTP/1.1\r\n\r\n", sink)
+        for i in range(0, len(raw), step):
+            conn.data_received(raw[i:i + step])
+        return sink, fut, pool, conn
+    return asyncio.run(go())
+
+
+@pytest.mark.parametrize("step", [1, 2, 3, 7, 1000])
+def test_chunked_framing_split_anywhere(step):
+    raw = (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+           b"6\r\ndata: \r\n18;ext=1\r\n{\"a\": 1}\n\ndata: [DONE]\n\n\r\n0\r\nX-Trailer: y\r\n\r\n")
+    sink, fut, pool, conn = _exchange(raw, step)
+    assert sink.status == 200 and sink.body_bytes == b'data: {"a": 1}\n\ndata: [DONE]\n\n'
+    assert fut.result() is True and pool._idle[("h", 1)][0] is conn  # back in the pool for the next request
+
+
+def test_sized_body_and_bad_framing():
+    sink, fut, pool, _ = _exchange(b"HTTP/1.1 500 Oops\r\nContent-Length: 4\r\n\r\nboom", 3)
+    assert sink.status == 500 and sink.body_bytes == b"boom" and fut.result() is True
+    sink, fut, _, conn = _exchange(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", 100)
+    with pytest.raises(http1.HTTPError, match="chunk size"):
+        fut.result()
+    assert conn.transport.closed
+    _, fut, _, _ = _exchange(b"garbage\r\n\r\n", 100)
+    with pytest.raises(http1.HTTPError, match="bad status line"):
+        fut.result()

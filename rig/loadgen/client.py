@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import json
 import time
@@ -10,9 +11,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
+import orjson
 
+from rig.loadgen import http1
 from rig.loadgen.apis import Api, StreamError, StreamState
-from rig.loadgen.sse import SSEParser
+from rig.loadgen.sse import SSEBytesParser
 from rig.workloads.base import Turn
 
 
@@ -42,7 +45,213 @@ def output_hash(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8", errors="replace")).hexdigest()[:32]
 
 
+def _loads(data: bytes):
+    """One event's JSON; bytes that are not UTF-8 are replaced (as a text reader would) instead of failing."""
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError:
+        try:
+            return json.loads(data.decode("utf-8", errors="replace"))
+        except ValueError:
+            text = data.decode("utf-8", errors="replace")
+            raise StreamError(f"malformed event: not JSON: {text[:80]!r}") from None
+
+
+class _Folder:
+    """Folds a stream's SSE payloads into an Outcome; the arrival time of each piece is the read that brought it."""
+
+    __slots__ = ("api", "out", "state", "parser", "send", "on_first")
+
+    def __init__(self, api: Api, out: Outcome, on_first=None) -> None:
+        self.api = api
+        self.out = out
+        self.state = out.state
+        self.parser = SSEBytesParser()
+        self.send = out.send_mono
+        self.on_first = on_first
+
+    def feed(self, chunk: bytes, at: float) -> None:
+        self.consume(self.parser.feed(chunk), at)
+
+    def consume(self, events: list[bytes], at: float) -> None:
+        state, out, fold = self.state, self.out, self.api.fold
+        for data in events:
+            if data.strip() == b"[DONE]":
+                state.done = True
+                continue
+            n = fold(_loads(data), state)
+            if n > 0:
+                if out.first_mono is None:
+                    out.first_mono = at
+                    if self.on_first is not None:
+                        self.on_first()
+                out.chunk_offsets.append(at - self.send)
+                out.chunk_tokens.append(n)
+
+    def close(self, at: float) -> None:
+        """End of the body: the last events, and whether the stream ended complete."""
+        tail, cut = self.parser.close()
+        try:
+            self.consume(tail, at)
+        except StreamError:
+            if not cut:
+                raise
+            raise StreamError("truncated stream: ended mid-event") from None
+        out, state = self.out, self.state
+        if not state.done and not state.finished:
+            out.status = "failed"
+            out.error = "truncated stream: ended mid-event" if cut else "truncated stream: no finish reason"
+
+
+def _timeout_error(out: Outcome, timeouts: ClientTimeouts) -> None:
+    if out.first_mono is None and timeouts.first_token_s < timeouts.total_s:
+        out.status, out.error = "failed", f"timeout: no first token within {timeouts.first_token_s:g}s"
+    else:
+        out.status, out.error = "failed", f"timeout: stream not finished within {timeouts.total_s:g}s"
+
+
+def _no_usage(out: Outcome) -> Outcome:
+    if out.status == "ok" and out.state.completion_tokens is None:
+        out.status, out.error = "failed", "server reported no completion token count"
+    return out
+
+
 async def stream_request(
+    http: "aiohttp.ClientSession | http1.Pool",
+    base_url: str,
+    api: Api,
+    turn: Turn,
+    history: list[dict[str, str]],
+    model: str,
+    timeouts: ClientTimeouts,
+    headers: dict[str, str] | None = None,
+) -> Outcome:
+    """Send one streaming request and fold every event; never raises for server or network faults.
+
+    One interface, two HTTP clients: the lean one (``http1.Pool``, the default) or aiohttp (a ``ClientSession``).
+    """
+    if isinstance(http, http1.Pool):
+        return await _stream_lean(http, base_url, api, turn, history, model, timeouts, headers)
+    return await _stream_aiohttp(http, base_url, api, turn, history, model, timeouts, headers)
+
+
+class _LeanSink:
+    """The lean client's sink: SSE parsing and folding run in the connection's read callback."""
+
+    __slots__ = ("folder", "out", "fin", "ok_stream", "err_body", "err_kind", "ctype", "deadline", "total_at")
+
+    def __init__(self, folder: _Folder, out: Outcome, fin: asyncio.Future) -> None:
+        self.folder = folder
+        self.out = out
+        self.fin = fin
+        self.ok_stream = False
+        self.err_body = b""
+        self.err_kind = ""
+        self.ctype = ""
+
+    def head(self, status: int, headers: dict[str, str], at: float) -> None:
+        self.out.http_status = status
+        self.ctype = headers.get("content-type", "")
+        if status != 200:
+            self.err_kind = "status"
+        elif "text/event-stream" not in self.ctype:
+            self.err_kind = "ctype"
+        else:
+            self.ok_stream = True
+
+    def body(self, data: bytes, at: float) -> None:
+        if self.ok_stream:
+            if self.fin.done():
+                return  # bytes after [DONE] (the chunked terminator's neighbours): nothing more to record
+            self.folder.feed(data, at)
+            if self.folder.state.done:
+                self.out.end_mono = at
+                self.fin.set_result(False)  # finished by [DONE]; the connection reads the message's end itself
+        elif len(self.err_body) < 4096:
+            self.err_body += data
+
+    def ended(self, fut: asyncio.Future) -> None:
+        """The HTTP message ended (True) or broke (an exception): wake the request."""
+        exc = fut.exception()  # always retrieved, also after [DONE] already woke the request
+        if self.fin.done():
+            return
+        if exc is not None:
+            self.fin.set_exception(exc)
+        else:
+            self.out.end_mono = time.perf_counter()
+            self.fin.set_result(True)
+
+
+async def _stream_lean(pool: http1.Pool, base_url: str, api: Api, turn: Turn, history: list[dict[str, str]],
+                       model: str, timeouts: ClientTimeouts, headers: dict[str, str] | None) -> Outcome:
+    body = orjson.dumps(api.payload(turn, history, model))
+    host, port, prefix = _split(base_url)
+    request = http1.build_request(host, port, prefix + api.path, body, headers)
+    loop = asyncio.get_running_loop()
+    send = time.perf_counter()
+    out = Outcome(send_mono=send, end_mono=send)
+    first_at = loop.time() + min(timeouts.first_token_s, timeouts.total_s)
+    total_at = loop.time() + timeouts.total_s
+    conn = sink = None
+    try:
+        async with asyncio.timeout_at(first_at) as deadline:
+            for attempt in (0, 1):
+                reused = pool.opened
+                conn = await pool.acquire(host, port, timeouts.connect_s)
+                reused = pool.opened == reused  # True when an idle keep-alive connection was taken
+                fin = loop.create_future()
+
+                def first(d=deadline) -> None:
+                    d.reschedule(total_at)
+
+                folder = _Folder(api, out, first if timeouts.first_token_s < timeouts.total_s else None)
+                sink = _LeanSink(folder, out, fin)
+                conn.send(request, sink).add_done_callback(sink.ended)
+                try:
+                    complete = await fin
+                    break
+                except http1.HTTPError:
+                    # A keep-alive connection the server had just closed: nothing was answered, so send again once.
+                    if attempt == 0 and reused and out.http_status is None:
+                        continue
+                    raise
+            if not sink.ok_stream:
+                text = sink.err_body.decode("utf-8", errors="replace").replace("\n", " ")
+                if sink.err_kind == "status":
+                    out.status, out.error = "failed", f"HTTP {out.http_status}: {text[:300]}"
+                else:
+                    out.status, out.error = "failed", f"wrong content type {sink.ctype!r} for a stream: {text[:200]}"
+                return out
+            if complete:
+                folder.close(out.end_mono)
+    except StreamError as e:
+        out.status, out.error = "failed", str(e)[:300]
+    except http1.ConnectError as e:
+        out.status, out.error = "failed", f"connect: {e}"[:300]
+    except http1.HTTPError as e:
+        out.status, out.error = "failed", f"HTTPError: {e}"[:300]
+    except TimeoutError:
+        _timeout_error(out, timeouts)
+    except OSError as e:
+        out.status, out.error = "failed", f"{type(e).__name__}: {e}"[:300]
+    except asyncio.CancelledError:
+        out.status, out.error = "cancelled", "cancelled: the run was stopped"
+        out.end_mono = time.perf_counter()
+        raise
+    finally:
+        if conn is not None and sink is not None and conn.sink is sink and not out.state.done:
+            conn.detach()  # abandoned mid-response: that connection cannot carry another request
+        if out.end_mono == send:
+            out.end_mono = time.perf_counter()
+    return _no_usage(out)
+
+
+@functools.lru_cache(maxsize=64)
+def _split(base_url: str) -> tuple[str, int, str]:
+    return http1.split_url(base_url)
+
+
+async def _stream_aiohttp(
     session: aiohttp.ClientSession,
     base_url: str,
     api: Api,
@@ -52,30 +261,13 @@ async def stream_request(
     timeouts: ClientTimeouts,
     headers: dict[str, str] | None = None,
 ) -> Outcome:
-    """Send one streaming request and fold every event; never raises for server or network faults."""
+    """The aiohttp client: the same records, with aiohttp's per-read machinery."""
     body = api.payload(turn, history, model)
     send = time.perf_counter()
     out = Outcome(send_mono=send, end_mono=send)
     state = out.state
-    parser = SSEParser()
+    folder = _Folder(api, out)
     timeout = aiohttp.ClientTimeout(total=None, sock_connect=timeouts.connect_s, connect=timeouts.connect_s)
-
-    def consume(events: list[str]) -> None:
-        for data in events:
-            if data.strip() == "[DONE]":
-                state.done = True
-                continue
-            try:
-                obj = json.loads(data)
-            except ValueError:
-                raise StreamError(f"malformed event: not JSON: {data[:80]!r}") from None
-            n = api.fold(obj, state)
-            if n > 0:
-                now = time.perf_counter()
-                if out.first_mono is None:
-                    out.first_mono = now
-                out.chunk_offsets.append(now - send)
-                out.chunk_tokens.append(n)
 
     loop = asyncio.get_running_loop()
     # One deadline covers connect, headers and body: first the first-token limit, then the total limit.
@@ -98,30 +290,18 @@ async def stream_request(
                 chunk = await resp.content.readany()
                 if not chunk:
                     break
-                consume(parser.feed(chunk))
+                folder.feed(chunk, time.perf_counter())
                 if out.first_mono is not None and deadline.when() != total_at:
                     deadline.reschedule(total_at)
                 if state.done:
                     break
-            tail, cut = parser.close()
-            try:
-                consume(tail)
-            except StreamError:
-                if not cut:
-                    raise
-                raise StreamError("truncated stream: ended mid-event") from None
-            if not state.done and not state.finished:
-                out.status = "failed"
-                out.error = "truncated stream: ended mid-event" if cut else "truncated stream: no finish reason"
+            folder.close(time.perf_counter())
     except StreamError as e:
         out.status, out.error = "failed", str(e)[:300]
     except aiohttp.ServerTimeoutError as e:  # connect timeout (also a TimeoutError: must come first)
         out.status, out.error = "failed", f"connect: {e or 'timed out'}"[:300]
     except TimeoutError:
-        if out.first_mono is None and timeouts.first_token_s < timeouts.total_s:
-            out.status, out.error = "failed", f"timeout: no first token within {timeouts.first_token_s:g}s"
-        else:
-            out.status, out.error = "failed", f"timeout: stream not finished within {timeouts.total_s:g}s"
+        _timeout_error(out, timeouts)
     except aiohttp.ClientConnectorError as e:
         out.status, out.error = "failed", f"connect: {e.os_error or e}"
     except (aiohttp.ClientError, OSError) as e:
@@ -133,9 +313,7 @@ async def stream_request(
     finally:
         if out.end_mono == send:
             out.end_mono = time.perf_counter()
-    if out.status == "ok" and state.completion_tokens is None:
-        out.status, out.error = "failed", "server reported no completion token count"
-    return out
+    return _no_usage(out)
 
 
 def request_fields(turn: Turn, out: Outcome) -> dict[str, Any]:

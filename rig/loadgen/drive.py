@@ -6,6 +6,7 @@ Pure asyncio, no Ray: the Ray actor (actor.py) wraps it, tests drive it directly
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,7 @@ from typing import Any
 import aiohttp
 import numpy as np
 
+from rig.loadgen import http1
 from rig.loadgen.apis import api_for
 from rig.loadgen.client import ClientTimeouts, Outcome, request_fields, stream_request
 from rig.loadgen.health import LoopMonitor
@@ -21,6 +23,7 @@ from rig.results import REQUEST_SCHEMA, PartWriter, empty_record, requests_dir
 from rig.workloads.base import Session, Turn
 
 
+Http = "http1.Pool | aiohttp.ClientSession"
 UNREACHABLE_AFTER = 3  # consecutive refused connections after which a generator stops starting sessions
 SPIN_S = 0.0015  # asyncio timers wake ~1 ms late; sleep until this close, then yield until due
 
@@ -34,8 +37,19 @@ async def sleep_until(due: float) -> None:
         await asyncio.sleep(0)
 
 
-def make_session(total_conns: int | None = None) -> aiohttp.ClientSession:
-    """One HTTP session per generator; no connection cap below the concurrency (aiohttp's default is 100)."""
+HTTP_CLIENT_ENV = "RIG_HTTP_CLIENT"  # "lean" (default) or "aiohttp"
+
+
+def make_session(kind: str | None = None) -> "http1.Pool | aiohttp.ClientSession":
+    """One HTTP client per generator: the lean HTTP/1.1 client (default) or aiohttp, behind one interface.
+
+    Neither caps connections below the concurrency (aiohttp's default cap of 100 is lifted).
+    """
+    kind = kind or os.environ.get(HTTP_CLIENT_ENV) or "lean"
+    if kind == "lean":
+        return http1.Pool()
+    if kind != "aiohttp":
+        raise ValueError(f"{HTTP_CLIENT_ENV} must be 'lean' or 'aiohttp', not {kind!r}")
     connector = aiohttp.TCPConnector(limit=0, limit_per_host=0, ttl_dns_cache=300, force_close=False)
     # A large read buffer: a 64 KiB buffer throttles long streamed responses (vLLM #39963).
     return aiohttp.ClientSession(connector=connector, read_bufsize=2**20)
@@ -104,7 +118,7 @@ class PointRun:
         self._record(session, j, turn, now, out)
 
     # ---------------------------------------------------------------- sending
-    async def _run_session(self, http: aiohttp.ClientSession, session: Session, intended: float,
+    async def _run_session(self, http: Http, session: Session, intended: float,
                            deadline: float | None) -> None:
         history: list[dict[str, str]] = []
         self.counts["scheduled"] += session.n_requests
@@ -143,7 +157,7 @@ class PointRun:
                 return
             history = [*history, *turn.messages, {"role": "assistant", "content": out.state.text}]
 
-    async def _closed_loop(self, http: aiohttp.ClientSession, start: float) -> None:
+    async def _closed_loop(self, http: Http, start: float) -> None:
         todo = self.plan.session_iter()
         deadline = start + self.plan.duration_s if self.plan.duration_s else None
 
@@ -156,7 +170,7 @@ class PointRun:
 
         await asyncio.gather(*(slot() for _ in range(max(1, self.plan.slots or 1))))
 
-    async def _open_loop(self, http: aiohttp.ClientSession, start: float) -> None:
+    async def _open_loop(self, http: Http, start: float) -> None:
         assert self.plan.arrivals is not None
         cap = asyncio.Semaphore(self.plan.slots) if self.plan.slots else None
         deadline = start + self.plan.duration_s if self.plan.duration_s else None
@@ -218,7 +232,7 @@ class PointRun:
             except OSError as e:  # keep driving; rows stay buffered and the next flush retries
                 self.write_error = f"cannot write part file: {e.strerror or e}"
 
-    async def warmup(self, http: aiohttp.ClientSession) -> int:
+    async def warmup(self, http: Http) -> int:
         """Send the warm-up sessions; nothing is recorded. Returns how many succeeded."""
         ok = 0
         for session in self.plan.warmup:
@@ -229,7 +243,7 @@ class PointRun:
                 ok += out.status == "ok"
         return ok
 
-    async def run(self, http: aiohttp.ClientSession, start_mono: float) -> dict[str, Any]:
+    async def run(self, http: Http, start_mono: float) -> dict[str, Any]:
         """Wait for the common start, drive the level, flush everything; returns the generator's summary."""
         monitor = LoopMonitor()
         flusher = asyncio.get_running_loop().create_task(self._flusher())
@@ -265,7 +279,8 @@ class PointRun:
             return None
         intended = [i for i, _ in self.first_sends]
         actual = [a for _, a in self.first_sends]
-        planned, achieved = max(intended) - min(intended), max(actual) - min(actual)
+        # Achieved span from the schedule's own start: a late first send cannot make the rate look higher.
+        planned, achieved = max(intended) - min(intended), max(actual) - min(intended)
         return planned / achieved if planned > 0 and achieved > 0 else None
 
     def summary(self, status: str, error: str | None, health: dict[str, Any]) -> dict[str, Any]:

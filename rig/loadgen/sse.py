@@ -3,59 +3,80 @@
 from __future__ import annotations
 
 
-class SSEParser:
-    """Feeds arbitrary byte chunks; returns the ``data`` payload of every event completed so far.
+class SSEBytesParser:
+    """Feeds arbitrary byte chunks; returns the ``data`` payload (bytes) of every event completed so far.
 
     Events end at a blank line. Several ``data:`` lines in one event are joined with newlines (per the SSE spec);
     comment lines (``:``) and other fields (``event:``, ``id:``, ``retry:``) are ignored. CRLF and LF both work.
-    Bytes that are not UTF-8 are replaced rather than raising, so a corrupt stream becomes a parse error upstream
-    (bad JSON) instead of a crash here.
+    Works on bytes end to end (no decode per line): the payloads go straight to a JSON parser that reads bytes.
     """
+
+    __slots__ = ("_buf", "_data")
 
     def __init__(self) -> None:
         self._buf = b""
-        self._data: list[str] = []
+        self._data: list[bytes] = []
 
-    def feed(self, chunk: bytes) -> list[str]:
-        self._buf += chunk
-        events: list[str] = []
+    def feed(self, chunk: bytes) -> list[bytes]:
+        buf = self._buf + chunk if self._buf else chunk
+        events: list[bytes] = []
+        data = self._data
+        pos = 0
+        find = buf.find
         while True:
-            nl = self._buf.find(b"\n")
+            nl = find(b"\n", pos)
             if nl < 0:
                 break
-            raw, self._buf = self._buf[:nl], self._buf[nl + 1 :]
-            line = raw[:-1] if raw.endswith(b"\r") else raw
+            line = buf[pos:nl]
+            pos = nl + 1
+            if line.endswith(b"\r"):
+                line = line[:-1]
             if not line:
-                if self._data:
-                    events.append("\n".join(self._data))
-                    self._data = []
+                if data:
+                    events.append(data[0] if len(data) == 1 else b"\n".join(data))
+                    data = self._data = []
                 continue
-            text = line.decode("utf-8", errors="replace")
-            if text.startswith(":"):
-                continue
-            field, _, value = text.partition(":")
-            if field == "data":
-                self._data.append(value[1:] if value.startswith(" ") else value)
+            if line.startswith(b"data:"):
+                data.append(line[6:] if line.startswith(b"data: ") else line[5:])
+            elif line == b"data":
+                data.append(b"")
+            # comments (":...") and other fields are ignored
+        self._buf = buf[pos:] if pos < len(buf) else b""
         return events
 
-    def close(self) -> tuple[list[str], bool]:
+    def close(self) -> tuple[list[bytes], bool]:
         """End of stream: returns (events completed by the final bytes, whether a partial event was cut off).
 
         A final event without its blank line is still delivered (many servers omit it after ``[DONE]``); anything
         left that is not a complete ``data:`` line counts as a truncated event.
         """
-        events: list[str] = []
+        events: list[bytes] = []
         truncated = False
         if self._buf:
-            rest = self._buf.decode("utf-8", errors="replace").rstrip("\r")
+            rest = self._buf.rstrip(b"\r")
             self._buf = b""
-            if rest.startswith("data:"):
+            if rest.startswith(b"data:"):
                 # A data line with no newline at all: we cannot know it is complete unless it parses later.
                 truncated = True
-                self._data.append(rest[5:].lstrip(" "))
-            elif rest and not rest.startswith(":"):
+                self._data.append(rest[5:].lstrip(b" "))
+            elif rest and not rest.startswith(b":"):
                 truncated = True
         if self._data:
-            events.append("\n".join(self._data))
+            events.append(b"\n".join(self._data))
             self._data = []
         return events, truncated
+
+
+class SSEParser:
+    """The same parser with ``str`` payloads; bytes that are not UTF-8 are replaced rather than raising, so a
+    corrupt stream becomes a parse error upstream (bad JSON) instead of a crash here."""
+
+    def __init__(self) -> None:
+        self._p = SSEBytesParser()
+
+    def feed(self, chunk: bytes) -> list[str]:
+        return [e.decode("utf-8", errors="replace") for e in self._p.feed(chunk)]
+
+    def close(self) -> tuple[list[str], bool]:
+        events, cut = self._p.close()
+        return [e.decode("utf-8", errors="replace") for e in events], cut

@@ -1,0 +1,295 @@
+"""A lean HTTP/1.1 client for one job: POST a JSON body and read a streamed (chunked or sized) response.
+
+Why not aiohttp on the hot path: its per-read machinery (StreamReader, a task wake-up per read, header objects)
+costs more CPU than everything else the generator does per streamed event. Here the body bytes go straight from
+``data_received`` into a caller-supplied sink on the event loop's own callback -- no task wake-up per read -- and
+the arrival time is taken at that read. Keep-alive connections are pooled per (host, port).
+
+The caller gets: the status line, the headers (lower-cased names), body bytes as they arrive (chunked framing
+removed) with their arrival ``perf_counter``, and the end of the message (or why it broke off).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from typing import Protocol
+from urllib.parse import urlsplit
+
+MAX_HEAD = 64 * 1024  # a response head larger than this is not one the rig can accept
+
+
+class HTTPError(Exception):
+    """The server broke HTTP/1.1 (bad status line, bad chunk framing) or the connection dropped mid-message."""
+
+
+class ConnectError(Exception):
+    """The TCP connection could not be made (refused, unreachable, timed out)."""
+
+
+class Sink(Protocol):
+    """Receives one response, on the event loop's callback (must not block)."""
+
+    def head(self, status: int, headers: dict[str, str], at: float) -> None: ...
+
+    def body(self, data: bytes, at: float) -> None: ...
+
+
+class _Conn(asyncio.Protocol):
+    """One keep-alive connection; parses the response head and chunked / sized / close-delimited bodies."""
+
+    def __init__(self, pool: "Pool") -> None:
+        self.pool = pool
+        self.transport: asyncio.Transport | None = None
+        self.sink: Sink | None = None
+        self.done: asyncio.Future | None = None  # resolves with True (message complete) or an exception
+        self.broken = False
+        self._buf = b""
+        self._state = "idle"  # idle | head | size | data | crlf | trailer | sized | close
+        self._left = 0
+        self._keep = True
+
+    # ---------------------------------------------------------------- asyncio.Protocol
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.broken = True
+        self.pool._forget(self)
+        if self._state == "close":  # a close-delimited body ends with the connection
+            self._finish()
+            return
+        if self.done is not None and not self.done.done():
+            why = f"connection lost: {exc}" if exc else "server closed the connection mid-response"
+            self.done.set_exception(HTTPError(why))
+        self._state = "idle"
+
+    def data_received(self, data: bytes) -> None:
+        at = time.perf_counter()  # arrival time, taken at the read
+        if self.sink is None:  # bytes nobody asked for: the connection is not reusable
+            self._fail(HTTPError("unexpected bytes on an idle connection"))
+            return
+        try:
+            self._feed(data, at)
+        except Exception as e:  # framing errors and the sink's own errors both end this message
+            self._fail(e)
+
+    # ---------------------------------------------------------------- parsing
+    def _feed(self, data: bytes, at: float) -> None:
+        if self._buf:
+            data = self._buf + data
+            self._buf = b""
+        pos, n = 0, len(data)
+        sink = self.sink
+        while pos < n:
+            st = self._state
+            if st == "data" or st == "sized":
+                take = min(self._left, n - pos)
+                if take:
+                    sink.body(data[pos:pos + take], at)  # type: ignore[union-attr]
+                    if self.sink is None:  # the sink detached (finished early)
+                        return
+                self._left -= take
+                pos += take
+                if self._left == 0:
+                    if st == "sized":
+                        self._finish()
+                        return
+                    self._state = "crlf"
+            elif st == "close":
+                sink.body(data[pos:], at)  # type: ignore[union-attr]
+                return
+            elif st == "crlf":
+                if n - pos < 2:
+                    break
+                if data[pos:pos + 2] != b"\r\n":
+                    raise HTTPError("bad chunked encoding: chunk not followed by CRLF")
+                pos += 2
+                self._state = "size"
+            elif st == "size":
+                eol = data.find(b"\r\n", pos)
+                if eol < 0:
+                    if n - pos > 1024:
+                        raise HTTPError("bad chunked encoding: chunk size line too long")
+                    break
+                line = data[pos:eol].split(b";", 1)[0].strip()
+                try:
+                    size = int(line, 16)
+                except ValueError:
+                    raise HTTPError(f"bad chunked encoding: chunk size {line[:20]!r}") from None
+                pos = eol + 2
+                if size == 0:
+                    self._state = "trailer"
+                else:
+                    self._left = size
+                    self._state = "data"
+            elif st == "trailer":
+                eol = data.find(b"\r\n", pos)
+                if eol < 0:
+                    break
+                empty = eol == pos
+                pos = eol + 2
+                if empty:
+                    self._finish()
+                    return
+            elif st == "head":
+                end = data.find(b"\r\n\r\n", pos)
+                if end < 0:
+                    if n - pos > MAX_HEAD:
+                        raise HTTPError("response head too large")
+                    break
+                self._head(data[pos:end], at)
+                pos = end + 4
+                if self._state == "sized" and self._left == 0:
+                    self._finish()
+                    return
+                if self.sink is None:
+                    return
+            else:
+                raise HTTPError(f"unexpected bytes in state {st}")
+        if pos < n:
+            self._buf = data[pos:]
+
+    def _head(self, raw: bytes, at: float) -> None:
+        lines = raw.decode("latin-1").split("\r\n")
+        parts = lines[0].split(" ", 2)
+        if len(parts) < 2 or not parts[0].startswith("HTTP/1.") or not parts[1].isdigit():
+            raise HTTPError(f"bad status line {lines[0][:60]!r}")
+        status = int(parts[1])
+        headers: dict[str, str] = {}
+        for line in lines[1:]:
+            name, _, value = line.partition(":")
+            headers[name.strip().lower()] = value.strip()
+        conn = headers.get("connection", "").lower()
+        self._keep = not (conn == "close" or (parts[0] == "HTTP/1.0" and conn != "keep-alive"))
+        if "chunked" in headers.get("transfer-encoding", "").lower():
+            self._state = "size"
+        elif "content-length" in headers:
+            try:
+                self._left = int(headers["content-length"])
+            except ValueError:
+                raise HTTPError("bad Content-Length") from None
+            self._state = "sized"
+        elif status in (204, 304) or 100 <= status < 200:
+            self._left = 0
+            self._state = "sized"
+        else:
+            self._state = "close"
+            self._keep = False
+        self.sink.head(status, headers, at)  # type: ignore[union-attr]
+
+    # ---------------------------------------------------------------- ends
+    def _finish(self) -> None:
+        """The message is complete: resolve the caller and give the connection back (or close it)."""
+        self._state = "idle"
+        self.sink = None
+        self._buf = b""
+        if self.done is not None and not self.done.done():
+            self.done.set_result(True)
+        self.done = None
+        if self._keep and not self.broken:
+            self.pool._release(self)
+        else:
+            self.close()
+
+    def _fail(self, exc: Exception) -> None:
+        self.sink = None
+        if self.done is not None and not self.done.done():
+            self.done.set_exception(exc)
+        self.close()
+
+    def close(self) -> None:
+        self.broken = True
+        self.pool._forget(self)
+        if self.transport is not None:
+            self.transport.close()
+
+    # ---------------------------------------------------------------- use
+    def send(self, request: bytes, sink: Sink) -> asyncio.Future:
+        """Write one request; the returned future resolves when the response message ends."""
+        assert self.transport is not None and self._state == "idle"
+        self.sink = sink
+        self._state = "head"
+        self._buf = b""
+        self.done = asyncio.get_running_loop().create_future()
+        self.transport.write(request)
+        return self.done
+
+    def detach(self) -> None:
+        """The caller stops listening before the message ended (done early, timed out, cancelled).
+
+        The connection still holds the rest of that response, so it cannot carry another request: close it.
+        """
+        if self.sink is not None or self._state != "idle":
+            self.sink = None
+            self.close()
+
+
+class Pool:
+    """Keep-alive connections per (host, port); a request takes an idle one or opens a new one (no cap)."""
+
+    def __init__(self) -> None:
+        self._idle: dict[tuple[str, int], deque[_Conn]] = {}
+        self._all: set[_Conn] = set()
+        self.closed = False
+        self.opened = 0  # connections made (a keep-alive check for tests and benchmarks)
+
+    async def acquire(self, host: str, port: int, connect_s: float) -> _Conn:
+        idle = self._idle.get((host, port))
+        while idle:
+            conn = idle.pop()
+            if not conn.broken:
+                return conn
+        loop = asyncio.get_running_loop()
+        try:
+            _, conn = await asyncio.wait_for(loop.create_connection(lambda: _Conn(self), host, port), connect_s)
+        except TimeoutError:
+            raise ConnectError(f"timed out after {connect_s:g}s connecting to {host}:{port}") from None
+        except OSError as e:
+            raise ConnectError(str(e)) from None
+        conn.key = (host, port)  # type: ignore[attr-defined]
+        self._all.add(conn)
+        self.opened += 1
+        return conn
+
+    def _release(self, conn: _Conn) -> None:
+        if self.closed:
+            conn.close()
+            return
+        self._idle.setdefault(conn.key, deque()).append(conn)  # type: ignore[attr-defined]
+
+    def _forget(self, conn: _Conn) -> None:
+        self._all.discard(conn)
+
+    async def close(self) -> None:
+        self.closed = True
+        for conn in list(self._all):
+            conn.close()
+        self._idle.clear()
+        await asyncio.sleep(0)  # let the transports run their close callbacks
+
+    async def __aenter__(self) -> "Pool":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+def split_url(url: str) -> tuple[str, int, str]:
+    """(host, port, path prefix) of an http:// base URL."""
+    u = urlsplit(url)
+    if u.scheme != "http":
+        raise ValueError(f"the lean client speaks plain http only, not {u.scheme!r}: {url}")
+    return u.hostname or "127.0.0.1", u.port or 80, u.path.rstrip("/")
+
+
+def build_request(host: str, port: int, path: str, body: bytes, headers: dict[str, str] | None) -> bytes:
+    """The bytes of one POST with a JSON body (keep-alive)."""
+    head = [f"POST {path} HTTP/1.1", f"Host: {host}:{port}", "Content-Type: application/json",
+            "Accept: text/event-stream", f"Content-Length: {len(body)}"]
+    for k, v in (headers or {}).items():
+        if "\r" in k or "\n" in k or "\r" in v or "\n" in v:
+            raise ValueError(f"header {k!r} holds a line break")
+        head.append(f"{k}: {v}")
+    return ("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + body
