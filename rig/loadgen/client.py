@@ -76,7 +76,7 @@ class _Folder:
     def consume(self, events: list[bytes], at: float) -> None:
         state, out, fold = self.state, self.out, self.api.fold
         for data in events:
-            if data.strip() == b"[DONE]":
+            if data[:1] != b"{" and data.strip() == b"[DONE]":
                 state.done = True
                 continue
             n = fold(_loads(data), state)

@@ -46,7 +46,7 @@ class _Conn(asyncio.Protocol):
         self.done: asyncio.Future | None = None  # resolves with True (message complete) or an exception
         self.broken = False
         self._buf = b""
-        self._state = "idle"  # idle | head | size | data | crlf | trailer | sized | close
+        self._state = "idle"  # idle | head | size | data | crlf | trailer | sized | close | done
         self._left = 0
         self._keep = True
 
@@ -82,24 +82,35 @@ class _Conn(asyncio.Protocol):
             self._buf = b""
         pos, n = 0, len(data)
         sink = self.sink
+        body: list[bytes] = []  # this read's body bytes, framing removed: handed over in one call per read
+        try:
+            pos = self._frames(data, pos, n, body, at)
+        finally:
+            if body and self.sink is sink:
+                sink.body(body[0] if len(body) == 1 else b"".join(body), at)  # type: ignore[union-attr]
+        if self._state == "done":
+            self._finish()
+        elif pos < n and self.sink is sink:
+            self._buf = data[pos:]
+
+    def _frames(self, data: bytes, pos: int, n: int, body: list[bytes], at: float) -> int:
+        """Walk the framing of one read; returns where it stopped (the rest waits for more bytes)."""
         while pos < n:
             st = self._state
             if st == "data" or st == "sized":
                 take = min(self._left, n - pos)
                 if take:
-                    sink.body(data[pos:pos + take], at)  # type: ignore[union-attr]
-                    if self.sink is None:  # the sink detached (finished early)
-                        return
+                    body.append(data[pos:pos + take])
                 self._left -= take
                 pos += take
                 if self._left == 0:
                     if st == "sized":
-                        self._finish()
-                        return
+                        self._state = "done"
+                        return pos
                     self._state = "crlf"
             elif st == "close":
-                sink.body(data[pos:], at)  # type: ignore[union-attr]
-                return
+                body.append(data[pos:])
+                return n
             elif st == "crlf":
                 if n - pos < 2:
                     break
@@ -121,6 +132,11 @@ class _Conn(asyncio.Protocol):
                 pos = eol + 2
                 if size == 0:
                     self._state = "trailer"
+                elif pos + size + 2 <= n:  # the whole chunk is in this read (the common case): take it at once
+                    if data[pos + size:pos + size + 2] != b"\r\n":
+                        raise HTTPError("bad chunked encoding: chunk not followed by CRLF")
+                    body.append(data[pos:pos + size])
+                    pos += size + 2
                 else:
                     self._left = size
                     self._state = "data"
@@ -131,8 +147,8 @@ class _Conn(asyncio.Protocol):
                 empty = eol == pos
                 pos = eol + 2
                 if empty:
-                    self._finish()
-                    return
+                    self._state = "done"
+                    return pos
             elif st == "head":
                 end = data.find(b"\r\n\r\n", pos)
                 if end < 0:
@@ -142,14 +158,11 @@ class _Conn(asyncio.Protocol):
                 self._head(data[pos:end], at)
                 pos = end + 4
                 if self._state == "sized" and self._left == 0:
-                    self._finish()
-                    return
-                if self.sink is None:
-                    return
+                    self._state = "done"
+                    return pos
             else:
                 raise HTTPError(f"unexpected bytes in state {st}")
-        if pos < n:
-            self._buf = data[pos:]
+        return pos
 
     def _head(self, raw: bytes, at: float) -> None:
         lines = raw.decode("latin-1").split("\r\n")

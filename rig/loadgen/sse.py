@@ -19,6 +19,18 @@ class SSEBytesParser:
 
     def feed(self, chunk: bytes) -> list[bytes]:
         buf = self._buf + chunk if self._buf else chunk
+        if not self._data and b"\r" not in buf:
+            # The common shape, one "data: ..." line per event, LF only: split the read at blank lines at once.
+            blocks = buf.split(b"\n\n")
+            rest = blocks.pop()
+            if all(b.startswith(b"data: ") and b"\n" not in b for b in blocks):
+                self._buf = b""
+                events = [b[6:] for b in blocks]
+                return events + self._slow(rest) if rest else events
+        return self._slow(buf)
+
+    def _slow(self, buf: bytes) -> list[bytes]:
+        """Line by line: comments, other fields, multi-line data, CRLF."""
         events: list[bytes] = []
         data = self._data
         pos = 0

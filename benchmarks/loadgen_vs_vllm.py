@@ -1,0 +1,351 @@
+"""rig's generator beside vLLM's `bench serve`, against the same truth server, in one invocation (prints only).
+
+    RIG_CACHE=~/.cache/rig .venv/bin/python benchmarks/loadgen_vs_vllm.py [--repeats 3] [--only a,b,c,d]
+
+The anchor is vLLM's `bench serve` from the vLLM CPU venv ($RIG_CACHE/vllm-venv, scripts/vllm-env.sh), with
+`--backend openai` on /v1/completions, the random dataset and the tiny model's tokenizer ($RIG_CACHE/tiny-model).
+rig's side is benchmarks/rig_generator.py: the real PointRun (lean client, records, Parquet parts) in a process.
+The truth server (benchmarks/truth_server.py) records when it wrote every token; it is the clock both are held to.
+
+(a) streamed tok/s, 64 streams, unpaced, 1 token per event: client pinned to CPU 0 and server to CPU 1
+    (taskset), then unpinned; tok/s counted by the server (tokens / first arrival to last write), client CPU
+    seconds in that window (psutil samples of the client process), events/s per client core, CPU s per 1k events.
+(b) open loop, Poisson, 16-token requests at each --rates: rate kept (achieved / target send rate) and rig's p99
+    schedule slip (vLLM records no intended send time, so only its rate kept is shown) and rig's saturation flags.
+(c) one token every 10 ms per stream, 64 and 256 streams: for every token, the client's gap to the previous token
+    minus the server's gap between writing them (requests matched exactly: the first token's text names the
+    request); p99 of |error|.
+(d) rig only: 1 vs 2 generator processes (the per_host model), 64 streams in total, unpinned.
+
+Every figure is repeated --repeats times, rig and vLLM alternating; medians and ratios are printed. The machine
+is shared: only the ratios within one invocation mean much.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import psutil
+import pyarrow.dataset as ds
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from truth_server import TruthServer  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+CACHE = Path(os.environ.get("RIG_CACHE") or HERE.parent / ".cache").expanduser()
+VLLM_PY = CACHE / "vllm-venv" / "bin" / "python"
+TOKENIZER = CACHE / "tiny-model"
+VLLM_MAIN = ("import sys\nfrom vllm.utils.argparse_utils import FlexibleArgumentParser\n"
+             "from vllm.benchmarks.serve import add_cli_args, main\n"
+             "p = FlexibleArgumentParser(); add_cli_args(p); main(p.parse_args(sys.argv[1:]))")
+
+
+class CpuSampler:
+    """CPU seconds of a process tree over time, so a window's CPU can be read off (start-up excluded)."""
+
+    def __init__(self, pids: list[int]) -> None:
+        self.procs = [psutil.Process(p) for p in pids]
+        self.samples: list[tuple[float, float]] = []
+        self._stop = threading.Event()
+        self._t = threading.Thread(target=self._run, daemon=True)
+        self._t.start()
+
+    def _cpu(self) -> float:
+        total = 0.0
+        for p in self.procs:
+            try:
+                for q in [p, *p.children(recursive=True)]:
+                    c = q.cpu_times()
+                    total += c.user + c.system
+            except psutil.Error:
+                pass
+        return total
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            c = self._cpu()
+            self.samples.append((time.perf_counter(), c))
+            self._stop.wait(0.02)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._t.join()
+
+    def between(self, t0: float, t1: float) -> float:
+        """CPU seconds used between two perf_counter times (linear between samples)."""
+        t = np.array([s[0] for s in self.samples])
+        c = np.array([s[1] for s in self.samples])
+        return float(np.interp(t1, t, c) - np.interp(t0, t, c))
+
+
+def taskset(cpus: str | None) -> list[str]:
+    return ["taskset", "-c", cpus] if cpus else []
+
+
+def run_rig(url: str, out: Path, cpus: str | None, procs: int = 1, **kw) -> dict:
+    """One level with `procs` rig generator processes sharing the load; their summaries and records."""
+    shutil.rmtree(out, ignore_errors=True)
+    start = time.perf_counter() + 2.0  # all processes start at this common moment (imports take ~1 s)
+    args = []
+    for k, v in kw.items():
+        args += [f"--{k.replace('_', '-')}", str(v)]
+    ps = [subprocess.Popen([*taskset(cpus), sys.executable, str(HERE / "rig_generator.py"), "--url", url,
+                            "--out", str(out), "--index", str(i), "--of", str(procs), "--start-at", str(start),
+                            *args], stdout=subprocess.PIPE, text=True) for i in range(procs)]
+    sampler = CpuSampler([p.pid for p in ps])
+    outs = [p.communicate()[0] for p in ps]
+    sampler.stop()
+    sums = [json.loads(o.strip().splitlines()[-1]) for o in outs]
+    recs = ds.dataset(str(out), format="parquet").to_table(
+        columns=["ok", "chunk_offsets_s", "output_hash", "completion_tokens", "status", "error"]).to_pylist()
+    return {"summaries": sums, "records": recs, "sampler": sampler}
+
+
+def run_vllm(url: str, out: Path, cpus: str | None, *, concurrency: int | None, requests: int, max_tokens: int,
+             rate: float | None = None) -> dict:
+    shutil.rmtree(out, ignore_errors=True)
+    cmd = [*taskset(cpus), str(VLLM_PY), "-c", VLLM_MAIN, "--backend", "openai", "--base-url", url,
+           "--endpoint", "/v1/completions", "--model", "truth", "--tokenizer", str(TOKENIZER),
+           "--dataset-name", "random", "--random-input-len", "16", "--random-output-len", str(max_tokens),
+           "--num-prompts", str(requests), "--ignore-eos", "--num-warmups", "0", "--ready-check-timeout-sec", "0",
+           "--disable-tqdm", "--save-result", "--save-detailed", "--result-dir", str(out),
+           "--result-filename", "r.json", "--seed", "1"]
+    if concurrency:
+        cmd += ["--max-concurrency", str(concurrency)]
+    if rate:
+        cmd += ["--request-rate", str(rate)]
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    sampler = CpuSampler([p.pid])
+    log = p.communicate()[0]
+    sampler.stop()
+    f = out / "r.json"
+    if p.returncode != 0 or not f.exists():
+        raise RuntimeError(f"vllm bench serve failed ({p.returncode}):\n{log[-2000:]}")
+    return {"result": json.loads(f.read_text()), "sampler": sampler}
+
+
+def server_window(truth: dict) -> tuple[float, float]:
+    return float(truth["arrivals"].min()), float(max(w[-1] for w in truth["writes"] if len(w)))
+
+
+def runs(rows: list, key: str | None, fmt: str) -> str:
+    return ", ".join(format(x if key is None else x[key], fmt) for x in rows)
+
+
+def med(xs: list[float]) -> float:
+    return float(np.median(xs)) if xs else float("nan")
+
+
+# ---------------------------------------------------------------- (a) and (d) throughput
+
+def throughput(tool: str, srv: TruthServer, tmp: Path, cpus: str | None, requests: int, max_tokens: int,
+               procs: int = 1) -> dict:
+    if tool == "rig":
+        r = run_rig(srv.url, tmp / "rig", cpus, procs, mode="closed", concurrency=64, requests=requests,
+                    max_tokens=max_tokens)
+        ok = sum(1 for x in r["records"] if x["ok"])
+    else:
+        r = run_vllm(srv.url, tmp / "vllm", cpus, concurrency=64, requests=requests, max_tokens=max_tokens)
+        ok = r["result"]["completed"]
+    truth = srv.collect()
+    t0, t1 = server_window(truth)
+    cpu = r["sampler"].between(t0, t1)
+    events = truth["tokens"]
+    return {"tok_s": events / (t1 - t0), "cpu_s": cpu, "events_per_core_s": events / cpu if cpu > 0 else float("nan"),
+            "cpu_per_1k": 1e3 * cpu / events, "ok": ok, "server_cpu_pct": 100 * truth["cpu_s"] / truth["window_s"]}
+
+
+def figure_a(args, tmp: Path) -> None:
+    print(f"(a) streamed tok/s, 64 streams, unpaced, 1 token per event, {args.requests} requests x "
+          f"{args.max_tokens} tokens")
+    for pinned in (True, False):
+        cpus_c, cpus_s = ("0", "1") if pinned else (None, None)
+        srv = TruthServer(tmp / "truth-a", itl_ms=0, workers=1, cpus=cpus_s)
+        rows: dict[str, list[dict]] = {"rig": [], "vllm": []}
+        try:
+            for rep in range(args.repeats):
+                for tool in (("rig", "vllm") if rep % 2 == 0 else ("vllm", "rig")):
+                    rows[tool].append(throughput(tool, srv, tmp, cpus_c, args.requests, args.max_tokens))
+        finally:
+            srv.stop()
+        label = "pinned (client CPU 0, server CPU 1)" if pinned else "unpinned"
+        print(f"  {label}:")
+        for tool in ("rig", "vllm"):
+            rr = rows[tool]
+            print(f"    {tool:5} tok/s {med([x['tok_s'] for x in rr]):>9.0f}  events/s per client core "
+                  f"{med([x['events_per_core_s'] for x in rr]):>9.0f}  client CPU s per 1k events "
+                  f"{med([x['cpu_per_1k'] for x in rr]):.4f}  (runs: "
+                  f"{runs(rr, 'tok_s', '.0f')}; server CPU% "
+                  f"{runs(rr, 'server_cpu_pct', '.0f')})")
+        ratios = [a["tok_s"] / b["tok_s"] for a, b in zip(rows["rig"], rows["vllm"])]
+        eff = [b["cpu_per_1k"] / a["cpu_per_1k"] for a, b in zip(rows["rig"], rows["vllm"])]
+        print(f"    rig / vLLM: tok/s x{med(ratios):.2f} (runs {runs(ratios, None, '.2f')}); "
+              f"events per client CPU second x{med(eff):.2f} (runs {runs(eff, None, '.2f')})")
+
+
+def figure_d(args, tmp: Path) -> None:
+    print("(d) rig only: 1 vs 2 generator processes, 64 streams in total, unpinned, server 2 processes")
+    srv = TruthServer(tmp / "truth-d", itl_ms=0, workers=2)
+    res: dict[int, list[dict]] = {1: [], 2: []}
+    try:
+        for rep in range(args.repeats):
+            for procs in ((1, 2) if rep % 2 == 0 else (2, 1)):
+                res[procs].append(throughput("rig", srv, tmp, None, args.requests, args.max_tokens, procs))
+    finally:
+        srv.stop()
+    for procs in (1, 2):
+        rr = res[procs]
+        print(f"    {procs} process(es): tok/s {med([x['tok_s'] for x in rr]):.0f} (runs "
+              f"{runs(rr, 'tok_s', '.0f')}), client CPU s per 1k events "
+              f"{med([x['cpu_per_1k'] for x in rr]):.4f}")
+    g = [b["tok_s"] / a["tok_s"] for a, b in zip(res[1], res[2])]
+    print(f"    2 / 1 processes: x{med(g):.2f} (runs {runs(g, None, '.2f')})")
+
+
+# ---------------------------------------------------------------- (b) open loop
+
+def figure_b(args, tmp: Path) -> None:
+    rates = [float(r) for r in args.rates.split(",")]
+    print(f"(b) open loop, Poisson, 16-token requests, {args.level_s:g} s per level, client CPU 0, server CPU 1 "
+          f"(unpaced)")
+    srv = TruthServer(tmp / "truth-b", itl_ms=0, workers=1, cpus="1")
+    try:
+        for rate in rates:
+            n = int(rate * args.level_s)
+            rig_rows, v_rows = [], []
+            for rep in range(args.repeats):
+                for tool in (("rig", "vllm") if rep % 2 == 0 else ("vllm", "rig")):
+                    if tool == "rig":
+                        r = run_rig(srv.url, tmp / "rig", "0", 1, mode="poisson", rate=rate, requests=n,
+                                    max_tokens=16, seed=rep + 1)
+                        s = r["summaries"][0]
+                        flags = []
+                        if s["slip_p99_s"] > 0.010:
+                            flags.append(f"schedule_slip (p99 {s['slip_p99_s'] * 1e3:.1f} ms > 10 ms)")
+                        if (s["rate_ratio"] or 1) < 0.99:
+                            flags.append(f"rate_shortfall (ratio {s['rate_ratio']:.3f} < 0.99)")
+                        if (s.get("loop_lag_p99_ms") or 0) > 50:
+                            flags.append(f"loop lag p99 {s['loop_lag_p99_ms']:.0f} ms")
+                        ok = s["records"]["ok"]
+                        rig_rows.append({"kept": s["rate_ratio"], "slip_p99_ms": s["slip_p99_s"] * 1e3,
+                                         "ok": ok, "flags": flags})
+                    else:
+                        r = run_vllm(srv.url, tmp / "vllm", "0", concurrency=None, requests=n, max_tokens=16,
+                                     rate=rate)
+                        st = np.sort(np.asarray(r["result"]["start_times"]))
+                        v_rows.append({"kept": (len(st) - 1) / (st[-1] - st[0]) / rate,
+                                       "ok": r["result"]["completed"]})
+                    srv.collect()
+            print(f"  {rate:g}/s ({n} requests): rig rate kept {med([x['kept'] for x in rig_rows]):.3f} "
+                  f"(runs {runs(rig_rows, 'kept', '.3f')}), p99 slip "
+                  f"{med([x['slip_p99_ms'] for x in rig_rows]):.2f} ms (runs "
+                  f"{runs(rig_rows, 'slip_p99_ms', '.2f')}), ok {[x['ok'] for x in rig_rows]}; "
+                  f"vLLM rate kept {med([x['kept'] for x in v_rows]):.3f} (runs "
+                  f"{runs(v_rows, 'kept', '.3f')}), ok {[x['ok'] for x in v_rows]}")
+            for x in rig_rows:
+                if x["flags"]:
+                    print(f"      rig flagged client_saturated: {'; '.join(x['flags'])}")
+    finally:
+        srv.stop()
+
+
+# ---------------------------------------------------------------- (c) ITL against the server's clock
+
+def itl_errors_rig(records: list[dict], truth: dict) -> tuple[np.ndarray, int]:
+    errs, unmatched = [], 0
+    for rec in records:
+        w = truth["by_hash"].get(rec["output_hash"])
+        offs = np.asarray(rec["chunk_offsets_s"])
+        if w is None or len(w) != len(offs):
+            unmatched += 1
+            continue
+        errs.append(np.diff(offs) - np.diff(w))
+    return (np.abs(np.concatenate(errs)) if errs else np.zeros(0)), unmatched
+
+
+def itl_errors_vllm(result: dict, truth: dict) -> tuple[np.ndarray, int]:
+    errs, unmatched = [], 0
+    for text, itl in zip(result["generated_texts"], result["itls"]):
+        m = re.search(r"#(\S+)", text or "")
+        w = truth["by_tag"].get(m.group(1)) if m else None
+        if w is None or len(w) != len(itl) + 1:
+            unmatched += 1
+            continue
+        errs.append(np.asarray(itl) - np.diff(w))
+    return (np.abs(np.concatenate(errs)) if errs else np.zeros(0)), unmatched
+
+
+def figure_c(args, tmp: Path) -> None:
+    print(f"(c) inter-token gap error vs the server's write times, one token every 10 ms per stream, "
+          f"{args.itl_tokens} tokens per request, client CPU 0, server CPU 1")
+    srv = TruthServer(tmp / "truth-c", itl_ms=10, workers=1, cpus="1")
+    try:
+        for streams in (64, 256):
+            rows: dict[str, list[dict]] = {"rig": [], "vllm": []}
+            for rep in range(args.repeats):
+                for tool in (("rig", "vllm") if rep % 2 == 0 else ("vllm", "rig")):
+                    n = 2 * streams
+                    if tool == "rig":
+                        r = run_rig(srv.url, tmp / "rig", "0", 1, mode="closed", concurrency=streams, requests=n,
+                                    max_tokens=args.itl_tokens)
+                        truth = srv.collect()
+                        e, un = itl_errors_rig(r["records"], truth)
+                    else:
+                        r = run_vllm(srv.url, tmp / "vllm", "0", concurrency=streams, requests=n,
+                                     max_tokens=args.itl_tokens)
+                        truth = srv.collect()
+                        e, un = itl_errors_vllm(r["result"], truth)
+                    sg = truth["gaps_s"]
+                    rows[tool].append({"p99": np.percentile(e, 99) * 1e3 if len(e) else float("nan"),
+                                       "p50": np.percentile(e, 50) * 1e3 if len(e) else float("nan"),
+                                       "unmatched": un, "tokens": len(e),
+                                       "server_gap_p99": np.percentile(sg, 99) * 1e3 if len(sg) else float("nan")})
+            for tool in ("rig", "vllm"):
+                rr = rows[tool]
+                print(f"  {streams} streams, {tool:5}: |client gap - server gap| p99 "
+                      f"{med([x['p99'] for x in rr]):.2f} ms (runs {runs(rr, 'p99', '.2f')}), "
+                      f"p50 {med([x['p50'] for x in rr]):.3f} ms; {rr[0]['tokens']} gaps matched, "
+                      f"{sum(x['unmatched'] for x in rr)} requests unmatched; server's own gap p99 "
+                      f"{med([x['server_gap_p99'] for x in rr]):.2f} ms")
+            d = [a["p99"] - b["p99"] for a, b in zip(rows["rig"], rows["vllm"])]
+            print(f"  {streams} streams: rig - vLLM error p99 {med(d):+.2f} ms")
+    finally:
+        srv.stop()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--only", default="a,b,c,d")
+    ap.add_argument("--requests", type=int, default=640, help="(a, d) requests per run")
+    ap.add_argument("--max-tokens", type=int, default=256, help="(a, d) tokens per request")
+    ap.add_argument("--rates", default="250,1000,2000")
+    ap.add_argument("--level-s", type=float, default=4.0)
+    ap.add_argument("--itl-tokens", type=int, default=100)
+    args = ap.parse_args()
+    if not VLLM_PY.exists() or not (TOKENIZER / "tokenizer.json").exists():
+        print(f"needs the vLLM CPU venv at {VLLM_PY} (scripts/vllm-env.sh) and the tiny model at {TOKENIZER}")
+        sys.exit(2)
+    tmp = Path(tempfile.mkdtemp(prefix="rig-vs-vllm-"))
+    print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}; repeats {args.repeats}\n")
+    try:
+        for part in args.only.split(","):
+            {"a": figure_a, "b": figure_b, "c": figure_c, "d": figure_d}[part.strip()](args, tmp)
+            print(flush=True)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
