@@ -293,6 +293,7 @@ class Runner:
             cluster.set_outputs(self.spec.cluster, self.run_dir, self.spec.run_id, self.generators, self.gen_info)
         except cluster.ClusterError as e:
             raise RunError(str(e)) from None
+        corpus = self._check_corpus()
         for g, info in zip(self.generators, self.gen_info):
             # offset = generator clock - driver clock; every record carries it (driver time = ts - offset)
             offset, rtt = cluster.measure_clock_offset(g)
@@ -301,8 +302,27 @@ class Runner:
         self.manifest["cluster"] = {**layout, "local": self.placement.local, "generators": self.gen_info,
                                     "hosts": cluster.host_clocks(self.gen_info),
                                     "server_node": self.placement.server_node,
-                                    "results_uri": self.spec.cluster.results_uri}
+                                    "results_uri": self.spec.cluster.results_uri, "corpus": corpus}
         self.save()
+
+    def _check_corpus(self) -> dict[str, Any] | None:
+        """Record the prompt corpus each host would quote; refuse to start when they differ (the driver builds
+        fixed-count levels, generators build duration-bound ones: one seed must mean the same requests)."""
+        from rig.workloads import WorkloadError, corpus_fingerprints
+
+        try:
+            here = corpus_fingerprints(self.spec.workloads)
+        except WorkloadError as e:
+            raise RunInputError(str(e)) from None
+        if not here:
+            return None
+        seen = {"driver": here}
+        for info, fp in zip(self.gen_info, ray.get([g.corpus.remote(self.spec.workloads) for g in self.generators])):
+            seen[f"generator {info['generator']} ({info.get('host')})"] = fp
+        why = corpus_mismatch(seen)
+        if why:
+            raise RunInputError(why)
+        return seen
 
     # ---------------------------------------------------------------- server
     def _launch_server(self, cfg: ServerConfig) -> dict[str, Any]:
@@ -842,6 +862,21 @@ class Runner:
             pass
         if self._started_ray and ray.is_initialized():
             ray.shutdown()
+
+
+def corpus_mismatch(seen: dict[str, dict[str, Any]]) -> str | None:
+    """One line naming the first host whose code corpus differs from the driver's (same files, same bytes), or None.
+    Where a tree lives may differ between hosts; what it holds may not."""
+    here = seen["driver"]
+    for who, fp in seen.items():
+        for wl, mine in here.items():
+            theirs = fp.get(wl) or {}
+            if fp.get("error") or theirs.get("sha256") != mine["sha256"]:
+                got = fp.get("error") or f"{theirs.get('root')} ({theirs.get('files')} files, sha256 {theirs.get('sha256')})"
+                return (f"{who} would build different {wl} prompts for one seed: its code corpus is {got}, the "
+                        f"driver's {mine['root']} ({mine['files']} files, sha256 {mine['sha256']}); pin one tree "
+                        f"present on every host with --workload-opt code_dir=PATH")
+    return None
 
 
 def _first_line(e: BaseException) -> str:

@@ -440,3 +440,40 @@ def test_rates_in_closed_mode_and_trace_without_timestamps_are_refused_in_a_dry_
     data = tmp_path / "d.jsonl"
     data.write_text('{"prompt": "hello there"}\n{"prompt": "and again"}\n')
     one_line_error(rig("run", "--mode", "trace", "--dataset", str(data), "--dry-run"), 2, "timestamp", str(data))
+
+
+# ------------------------------------------------------------------------------------------ one seed, one corpus
+def _code_tree(root: Path, salt: str = "") -> Path:
+    root.mkdir(parents=True)
+    for i in range(3):
+        (root / f"m{i}.py").write_text("".join(f"def f{i}_{k}(x):\n    return x + {k}  # {salt}\n" for k in range(80)))
+    return root
+
+
+def test_corpus_fingerprint_follows_the_bytes_not_the_place(tmp_path):
+    from rig.runner import corpus_mismatch
+    from rig.workloads import WorkloadSpec, corpus_fingerprints
+
+    a = corpus_fingerprints([WorkloadSpec(name="realistic", code_dir=str(_code_tree(tmp_path / "a")))])
+    b = corpus_fingerprints([WorkloadSpec(name="realistic", code_dir=str(_code_tree(tmp_path / "b")))])
+    c = corpus_fingerprints([WorkloadSpec(name="realistic", code_dir=str(_code_tree(tmp_path / "c", "3.12")))])
+    assert a["realistic"]["sha256"] == b["realistic"]["sha256"] != c["realistic"]["sha256"]
+    assert corpus_fingerprints([WorkloadSpec(name="greedy")]) == {}  # greedy quotes no source
+    assert corpus_mismatch({"driver": a, "generator 0 (h1)": b}) is None  # same bytes elsewhere: fine
+    why = corpus_mismatch({"driver": a, "generator 0 (h1)": b, "generator 1 (h2)": c})
+    assert why.startswith("generator 1 (h2) would build different realistic prompts") and "code_dir=PATH" in why
+    assert "\n" not in why
+    assert "cannot" in corpus_mismatch({"driver": a, "generator 0 (h1)": {"error": "code_dir /x: cannot read"}})
+
+
+@pytest.mark.ray
+def test_the_manifest_records_each_hosts_corpus_and_code_dir_pins_it(tmp_path):
+    tree = _code_tree(tmp_path / "tree")
+    proc = rig("run", "--concurrency", "2", "--requests", "4", "--workload", "realistic", "--workload-opt",
+               "max_tokens=8", "--workload-opt", f"code_dir={tree}", "--warmup", "0", "-q", "--steps", "0",
+               "--out", str(tmp_path), "--run-id", "cp")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    corpus = read_manifest(tmp_path / "cp")["cluster"]["corpus"]
+    assert set(corpus) == {"driver", "generator 0 (" + read_manifest(tmp_path / "cp")["cluster"]["generators"][0]["host"] + ")"}
+    assert {c["realistic"]["root"] for c in corpus.values()} == {str(tree)}
+    assert len({c["realistic"]["sha256"] for c in corpus.values()}) == 1

@@ -62,6 +62,16 @@ class LoadGenerator:
             problem = await asyncio.to_thread(self.shipper.check)
         return problem
 
+    async def corpus(self, workloads: list[Any]) -> dict[str, Any]:
+        """Fingerprints of the source trees this host's prompts would quote (see rig.workloads.corpus_fingerprints),
+        or {"error": why} when it cannot read them."""
+        from rig.workloads import WorkloadError, corpus_fingerprints
+
+        try:
+            return await asyncio.to_thread(corpus_fingerprints, workloads)
+        except (WorkloadError, OSError) as e:
+            return {"error": str(e)}
+
     async def clock(self) -> float:
         return time.time()
 

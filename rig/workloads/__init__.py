@@ -63,6 +63,18 @@ def warmup_sessions(spec: WorkloadSpec, *, seed: int, n_sessions: int) -> list[S
     return _BUILDERS[spec.name](spec, seed, range(n_sessions), f"{spec.name}-warmup", WARMUP)
 
 
+def uses_source_tree(spec: WorkloadSpec) -> bool:
+    """Whether the workload's prompts quote a source tree (code_dir, default this Python's standard library)."""
+    return spec.name == "agentic" or (spec.name == "realistic" and spec.code_fraction > 0)
+
+
+def corpus_fingerprints(specs: list[WorkloadSpec]) -> dict[str, dict[str, object]]:
+    """Per workload that quotes source code, the fingerprint of the tree this host would quote."""
+    from rig.workloads.source import tree_fingerprint
+
+    return {s.name: tree_fingerprint(s.code_dir) for s in specs if uses_source_tree(s)}
+
+
 def dataset_size(spec: WorkloadSpec) -> int | None:
     """Usable entries in a dataset workload's file (a trace replay's natural count); None for other workloads."""
     return dataset.size(spec) if spec.name == "dataset" else None

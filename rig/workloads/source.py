@@ -8,6 +8,7 @@ with the same Python version (build the sessions once, on the driver, and ship t
 from __future__ import annotations
 
 import bisect
+import hashlib
 import os
 import sysconfig
 from dataclasses import dataclass
@@ -71,6 +72,20 @@ def source_tree(root: str | None = None) -> SourceTree:
                             "set code_dir or code_fraction: 0")
     found.sort()
     return SourceTree(base, tuple(p for _, p in found), tuple(s for s, _ in found))
+
+
+@lru_cache(maxsize=8)
+def tree_fingerprint(root: str | None = None) -> dict[str, object]:
+    """What a source tree holds, in one digest (every eligible file's path and bytes): equal digests on two hosts
+    mean code prompts built from one seed are identical there."""
+    tree = source_tree(root)
+    h = hashlib.sha256()
+    for rel in tree.paths:
+        h.update(rel.encode() + b"\0")
+        with open(os.path.join(tree.root, rel), "rb") as fh:
+            h.update(hashlib.sha256(fh.read()).digest())
+    return {"root": tree.root, "files": len(tree.paths), "sha256": h.hexdigest()[:16],
+            "default": root is None}
 
 
 @lru_cache(maxsize=1024)
