@@ -207,9 +207,19 @@ def resolve_spec(kw: dict[str, Any], steps: list[int] | None, workloads: list[st
 DRY_RUN_PORT = 30000  # SGLang's default --port
 
 
+def print_notices(spec) -> None:
+    """One 'note:' line on stderr per surprise the spec holds (see rig.config.notices)."""
+    from rig.config import notices
+
+    for n in notices(spec):
+        click.echo(f"rig: note: {n}", err=True)
+
+
 def print_dry_run(spec) -> None:
     from rig.runner import expand_points
     from rig.server.engines import engine_for
+
+    print_notices(spec)
 
     doc = json.loads(spec.model_dump_json())
     click.echo("# resolved spec")
@@ -254,6 +264,7 @@ def execute(spec, quiet: bool, resume_dir: Path | None = None, planner=None) -> 
     console = Console(stderr=True)
     progress_ui = _ProgressUI(console, quiet)
     run_dir = resume_dir or spec.run_dir
+    print_notices(spec)
     try:
         runner = Runner(spec, progress=progress_ui.callbacks(), resume=resume_dir is not None, handle_signals=True,
                         run_dir=resume_dir, planner=planner)

@@ -293,6 +293,25 @@ def build_spec(yaml_data: dict[str, Any] | None, overrides: dict[str, Any]) -> R
     return spec
 
 
+def notices(spec: RunSpec) -> list[str]:
+    """What the spec will do that a user might not expect (said before the run starts, not an error)."""
+    out = []
+    for wl in spec.workloads:
+        if wl.name != "dataset":
+            continue
+        from rig.workloads.datafile import skipped_entries
+        from rig.workloads.dataset import size
+
+        n = size(wl)
+        if skipped_entries(wl.path):
+            out.append(f"{wl.path}: {skipped_entries(wl.path)} ShareGPT conversation(s) without a human turn skipped; "
+                       f"{n} usable")
+        if spec.load.requests and spec.load.requests > n and not wl.cycle:
+            out.append(f"{wl.path} has {n} usable entries: each level sends {n}, not --requests "
+                       f"{spec.load.requests} (--workload-opt cycle=true repeats the file)")
+    return out
+
+
 def _check_trace(spec: RunSpec) -> None:
     """Trace replay needs a dataset whose entries carry timestamps: refused here, not after Ray and the server."""
     if spec.load.mode != "trace":

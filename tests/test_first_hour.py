@@ -477,3 +477,15 @@ def test_the_manifest_records_each_hosts_corpus_and_code_dir_pins_it(tmp_path):
     assert set(corpus) == {"driver", "generator 0 (" + read_manifest(tmp_path / "cp")["cluster"]["generators"][0]["host"] + ")"}
     assert {c["realistic"]["root"] for c in corpus.values()} == {str(tree)}
     assert len({c["realistic"]["sha256"] for c in corpus.values()}) == 1
+
+
+def test_a_short_dataset_and_skipped_conversations_are_said_before_the_run(tmp_path):
+    data = tmp_path / "four.jsonl"
+    data.write_text("".join(f'{{"prompt": "question {i}"}}\n' for i in range(4)))
+    proc = rig("run", "--dataset", str(data), "--requests", "8", "--dry-run")
+    assert proc.returncode == 0 and "has 4 usable entries: each level sends 4, not --requests 8" in proc.stderr
+    share = tmp_path / "share.json"
+    share.write_text(json.dumps([{"conversations": [{"from": "human", "value": "hi there"}]},
+                                 {"conversations": [{"from": "gpt", "value": "no question"}]}, {"conversations": []}]))
+    proc = rig("run", "--dataset", str(share), "--dry-run")
+    assert proc.returncode == 0 and "2 ShareGPT conversation(s) without a human turn skipped; 1 usable" in proc.stderr

@@ -178,17 +178,29 @@ def _read_json(path: str, text: str, fmt: str, use_reply_length: bool, cpt: floa
     if not isinstance(data, list):
         raise WorkloadError(f"{path}: top level must be a JSON list of entries (got {type(data).__name__})")
     out = []
+    skipped = 0
     for i, obj in enumerate(data):
         where = f"{path}: entry [{i}]"
         if isinstance(obj, dict) and "conversations" in obj:
             entry = _sharegpt(obj, where, use_reply_length, cpt)
             if entry is not None:
                 out.append(entry)
+            else:
+                skipped += 1
         elif fmt == "sharegpt":
             raise WorkloadError(f"{where}: missing 'conversations' (ShareGPT format)")
         else:
             out.append(_record(obj, where))
+    SKIPPED[os.path.abspath(path)] = skipped
     return out
+
+
+SKIPPED: dict[str, int] = {}  # ShareGPT entries without a human turn, per file read (said at run start)
+
+
+def skipped_entries(path: str) -> int:
+    """How many entries of the (already read) file were skipped for having no human turn."""
+    return SKIPPED.get(os.path.abspath(path), 0)
 
 
 def read_dataset(path: str, fmt: str = "auto", *, use_reply_length: bool = False,
