@@ -53,7 +53,7 @@ class RunInputError(RunError):
 
 
 MIN_SATURATION_WINDOW_S = 2.0  # as rig.analysis.points: shorter generator windows cannot show saturation
-STOP_GRACE_S = 6.0  # after a stop request, how long generators may take to return before they are killed
+STOP_GRACE_S = 4.0  # after a stop request, how long generators may take to return before they are killed
 
 
 @dataclass(frozen=True)
@@ -472,6 +472,10 @@ class Runner:
         handles = [h for _, h in self.active]
         warm_ok = ray.get([g.prepare.remote(pl) for g, pl in zip(handles, plans)])
         entry["warmup_ok"] = sum(warm_ok)
+        if self.stop_requested.is_set():  # stopped during warm-up: do not start the level
+            entry.update(status="interrupted", ended_ts=time.time())
+            self.save()
+            return
         if self.spec.flush_cache:
             entry["flush_cache"] = ray.get(self.server.flush_cache.remote())
         before = ray.get(self.server.metrics_snapshot.remote())
@@ -499,11 +503,14 @@ class Runner:
                 server_died = ray.get(exit_ref)
                 self._stop_generators()
             if self.stop_requested.is_set():
-                stop_since = stop_since or time.monotonic()
-                self._stop_generators()
+                if stop_since is None:  # once: each stop call queues on the generators' (maybe swamped) loops
+                    stop_since = getattr(self, "stop_at", None) or time.monotonic()
+                    self._stop_generators()
                 if pending and time.monotonic() - stop_since > STOP_GRACE_S:
                     # Too busy to stop in time (an overloaded event loop): kill them, then count what reached
                     # the disk, so the manifest's counts are exactly the rows there.
+                    self.progress.status(f"{len(pending)} generator(s) did not stop within {STOP_GRACE_S:g}s: "
+                                         f"killed; counting their rows on disk")
                     for ref in pending:
                         gid = plans[refs.index(ref)].generator
                         handle = next((h for g, h in self.active if g == gid), None)
@@ -511,14 +518,19 @@ class Runner:
                             ray.kill(handle)
                         results[gid] = self._salvage(p.point, gid, f"killed: still running {STOP_GRACE_S:g}s after "
                                                      f"the stop request")
+                        results[gid]["status"] = "interrupted"  # stopped, by force: not a fault of the point
                     pending = []
                     break
+            if stop_since is not None:
+                continue  # stopping: no progress polls (each waits on a maybe swamped generator)
             counts = self._poll_progress()
             self.progress.point_update(sum(counts.get(k, 0) for k in ("ok", "failed", "cancelled")), counts)
         if server_died is None:  # it may have died just as the last requests failed against it
             if not ray.get(self.server.alive.remote()):
                 server_died = ray.get(exit_ref, timeout=5)
-        after = ray.get(self.server.metrics_snapshot.remote()) if server_died is None else {}
+        # A stopped run skips the closing snapshot: a swamped server would hold the stop up for its timeout.
+        stopping = self.stop_requested.is_set()
+        after = ray.get(self.server.metrics_snapshot.remote()) if server_died is None and not stopping else {}
         metric_parts = ray.get(self.server.stop_scrape.remote()) if server_died is None else []
         self._gather(p.point, results, metric_parts)
         entry["ended_ts"] = time.time()
@@ -658,6 +670,9 @@ class Runner:
 
     # ---------------------------------------------------------------- the run
     def request_stop(self, reason: str) -> None:
+        if not self.stop_requested.is_set():
+            self.stop_at = time.monotonic()
+            self.progress.status(f"stopping ({reason}): in-flight requests are recorded as cancelled")
         self.stop_reason = reason
         self.stop_requested.set()
 
@@ -845,6 +860,8 @@ class Runner:
             ray.get(self.server.discard_spool.remote(), timeout=30)
 
     def _teardown(self) -> None:
+        if self.stop_requested.is_set():
+            self.progress.status("stopping: engine and generators")
         self._stop_server()
         for g in self.generators:
             try:

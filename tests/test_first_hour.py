@@ -325,12 +325,12 @@ def _start(*args: str) -> subprocess.Popen:
                             text=True, env=ENV)
 
 
-def _wait_running(run: Path, timeout: float = 120) -> None:
+def _wait_running(run: Path, timeout: float = 120, parts: bool = True) -> None:
     deadline = time.time() + timeout
     while time.time() < deadline:
         try:
             if any(p["status"] == "running" for p in read_manifest(run)["points"]) and \
-                    any((run / "requests").rglob("part-*.parquet")):
+                    (not parts or any((run / "requests").rglob("part-*.parquet"))):
                 return
         except (FileNotFoundError, json.JSONDecodeError, KeyError):
             pass
@@ -357,22 +357,22 @@ def test_double_ctrl_c_ends_interrupted_with_every_record_accounted(tmp_path):
 
 @pytest.mark.ray
 def test_sigterm_on_an_overloaded_run_stops_within_10s_and_counts_what_is_on_disk(tmp_path):
-    proc = _start("run", "--concurrency", "100000", "--duration", "5", "--steps", "0", "--workload", "greedy",
+    # 100,000 closed-loop slots swamp one generator on a small machine: it cannot honour a stop in time
+    proc = _start("run", "--concurrency", "100000", "--duration", "30", "--steps", "0", "--workload", "greedy",
                   "--workload-opt", "max_tokens=8", "--warmup", "0", "-q", "--out", str(tmp_path), "--run-id", "ov")
     run = tmp_path / "ov"
-    _wait_running(run, timeout=180)
-    time.sleep(1.0)
+    _wait_running(run, timeout=180, parts=False)  # overloaded, it may write its first part only when stopped
+    time.sleep(8.0)  # into the level, with the generator swamped
     t0 = time.monotonic()
     proc.send_signal(signal.SIGTERM)
     out, err = proc.communicate(timeout=120)
     took = time.monotonic() - t0
     assert proc.returncode == 130, err[-3000:]
     assert "Traceback" not in out + err and "internal error" not in out + err
-    assert took < 10.0, took
     m = read_manifest(run)
-    assert m["status"] == "interrupted"
-    assert sum(m["points"][0]["records"].values()) > 0
-    assert_accounting(run)
+    assert took < 10.0, (took, m["points"][0].get("generators"))
+    assert m["status"] == "interrupted" and m["points"][0]["status"] == "interrupted"
+    assert_accounting(run)  # the manifest counts exactly the rows on disk
 
 
 # ------------------------------------------------------------------------------------------ bad input, one line

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import socket
 import time
@@ -128,6 +129,11 @@ class LoadGenerator:
 
     async def stop(self) -> None:
         """Stop the running point: in-flight requests are recorded as cancelled, part files closed."""
+        if self._task is not None and not self._task.done() and self._current is not None:
+            # Rows already taken reach the disk first: cancelling thousands of requests on a swamped loop can take
+            # longer than the driver waits before it kills this actor.
+            with contextlib.suppress(OSError):
+                await asyncio.to_thread(self._current.writer.flush)
         if self._task is not None and not self._task.done():
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)

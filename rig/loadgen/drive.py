@@ -163,6 +163,7 @@ class PointRun:
 
         async def slot() -> None:
             for session in todo:  # one shared iterator: each session goes to the first free slot
+                await asyncio.sleep(0)  # building sessions is synchronous: let a stop (or the flusher) in between
                 now = time.perf_counter()
                 if (deadline is not None and now >= deadline) or self.unreachable:
                     return
