@@ -61,7 +61,7 @@ def _start(tmp: Path, impl: str, name: str, flags: list[str]):
         if proc.poll() is not None:
             raise RuntimeError(f"{impl} exited: {log.read_text()[-2000:]}")
         try:
-            with urllib.request.urlopen(url + "/health", timeout=1) as r:
+            with urllib.request.urlopen(url + "/health", timeout=5) as r:
                 if r.status == 200:
                     return proc, url
         except Exception:
@@ -353,3 +353,19 @@ def test_rig_flushes_with_a_timeout_so_a_pending_request_is_waited_for(twin, tmp
         return result
 
     assert run(go())["status"] == 200
+
+
+def test_health_runs_a_generation_and_takes_at_least_a_second(twin):
+    """entrypoints/http_server.py::health_generate serves /health too: it submits a 1-token generation and polls
+    once a second for scheduler output, so a healthy answer takes >= 1 s; /health_generate is the same route."""
+    async def go():
+        async with aiohttp.ClientSession() as s:
+            out = []
+            for path in ("/health", "/health_generate"):
+                t0 = time.monotonic()
+                async with s.get(twin["spec"] + path) as r:
+                    out.append((r.status, time.monotonic() - t0, await r.text()))
+            return out
+
+    for status, took, body in run(go()):
+        assert status == 200 and body == "" and took >= 1.0

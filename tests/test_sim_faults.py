@@ -112,7 +112,7 @@ def _sim(*faults: str):
     url = f"http://127.0.0.1:{port}"
     for _ in range(300):
         try:
-            with urllib.request.urlopen(url + "/health", timeout=1) as r:
+            with urllib.request.urlopen(url + "/health", timeout=5) as r:
                 if r.status == 200:
                     return proc, url
         except OSError:

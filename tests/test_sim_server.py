@@ -36,7 +36,7 @@ def _start(tmp: Path, name: str, extra: list[str]) -> tuple[subprocess.Popen, st
 
     while time.monotonic() < deadline:
         try:
-            with urllib.request.urlopen(url + "/health", timeout=1) as r:
+            with urllib.request.urlopen(url + "/health", timeout=5) as r:
                 if r.status == 200:
                     return proc, url, log
         except Exception:

@@ -91,6 +91,7 @@ class Engine:
         self.avg_spec_accept_length: float | None = None  # cumulative, folded every log interval
         self._cache_hits = 0
         self._cache_prompt = 0
+        self.last_output = float("-inf")  # loop time of the last completed iteration
 
     # ---- lifecycle ----
     def start(self) -> None:
@@ -173,6 +174,7 @@ class Engine:
             await self._sleep_until(deadline)
             self.metrics.observe_lag(max(0.0, loop.time() - deadline))
             touched = self.sched.complete(it, deadline, t)
+            self.last_output = deadline  # any scheduler output counts for /health (http_server.py)
             self._dispatch(touched, deadline)
             self._account(it, deadline)
             t = deadline

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import os
 import logging
 import time
 from typing import Any, AsyncIterator
@@ -165,25 +166,37 @@ def _access(request: web.Request, status: int) -> None:
 
 
 # ---------------------------------------------------------------- health and info
+def _env_flag(name: str, default: bool) -> bool:
+    raw = os.environ.get(name)
+    return default if raw is None else raw.strip().lower() in ("1", "true", "yes")
+
+
 async def health(request: web.Request) -> web.Response:
+    """entrypoints/http_server.py::health_generate (both /health and /health_generate): 503 while starting or
+    shutting down; otherwise submit a 1-token generation (not counted in metrics) and answer 200 once any
+    scheduler output arrives, checking once a second (so at least 1 s), 503 after SGLANG_HEALTH_CHECK_TIMEOUT
+    (20 s). Plain /health skips the generation only with SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION=0."""
     srv: SimServer = request.app["srv"]
-    ok = srv.ready and not srv.shutting_down and srv.engine.alive
-    return web.Response(status=200 if ok else 503)
-
-
-async def health_generate(request: web.Request) -> web.Response:
-    """Runs a 1-token generation (not counted in metrics) like SGLang; 503 if nothing comes back in 20 s."""
-    srv: SimServer = request.app["srv"]
-    if not srv.ready or srv.shutting_down or not srv.engine.alive:
+    if not srv.ready or srv.shutting_down:
         return web.Response(status=503)
-    from rig.sim.requests import Sampling
-
-    st = srv.engine.submit(["0"], [0], Sampling(max_new_tokens=1, temperature=0.0), rid=None, log_metrics=False)
+    if request.path == "/health" and not _env_flag("SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION", True):
+        return web.Response(status=200 if srv.engine.alive else 503)
+    loop = asyncio.get_running_loop()
+    tic = loop.time()
+    timeout = float(os.environ.get("SGLANG_HEALTH_CHECK_TIMEOUT", "20"))
+    st = srv.engine.submit(["0"], [0], Sampling(max_new_tokens=1, temperature=0.0), rid=None, log_metrics=False) \
+        if srv.engine.alive else None
     try:
-        await asyncio.wait_for(srv.wait_finished(st), timeout=20.0)
-    except asyncio.TimeoutError:
+        while loop.time() < tic + timeout:
+            await asyncio.sleep(1.0)
+            if srv.engine.last_output > tic:
+                return web.Response(status=200)
+        log.error("Health check failed. Server couldn't get a response from detokenizer for last %g seconds.",
+                  timeout)
         return web.Response(status=503)
-    return web.Response(status=200)
+    finally:
+        if st is not None and not st.finished:
+            srv.engine.abort(st)
 
 
 def server_info_dict(srv: SimServer) -> dict[str, Any]:
@@ -344,7 +357,7 @@ def create_app(srv: SimServer) -> web.Application:
     app["srv"] = srv
     r = app.router
     r.add_get("/health", health)
-    r.add_get("/health_generate", health_generate)
+    r.add_get("/health_generate", health)
     r.add_get("/server_info", server_info)
     r.add_get("/get_server_info", get_server_info)
     r.add_get("/model_info", model_info)

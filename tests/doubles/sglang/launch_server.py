@@ -234,6 +234,8 @@ async def chat(request: web.Request) -> web.StreamResponse:
 
 
 async def health(request: web.Request) -> web.Response:
+    """entrypoints/http_server.py::health_generate: polls once a second for scheduler output (>= 1 s)."""
+    await asyncio.sleep(1.0)
     return web.Response(status=200)
 
 
@@ -292,6 +294,7 @@ def main() -> None:
     app.router.add_post("/v1/completions", completions)
     app.router.add_post("/v1/chat/completions", chat)
     app.router.add_get("/health", health)
+    app.router.add_get("/health_generate", health)
     app.router.add_get("/server_info", server_info)
     app.router.add_get("/model_info", models)
     app.router.add_get("/v1/models", models)
