@@ -70,7 +70,8 @@ def search_planner(spec: RunSpec, settings: SearchSettings) -> Callable[[Runner]
         section["results"] = results
         for cfg in spec.server_configs():
             for wl in spec.workloads:
-                b = Bisection(settings.domain(), settings.start)
+                start = int(settings.start) if settings.variable == "concurrency" else settings.start
+                b = Bisection(settings.domain(), start)
                 res: dict[str, Any] = {"server_config": cfg.config_id(), "steps": cfg.steps, "workload": wl.name,
                                        "variable": settings.variable, "status": "searching", "probes": 0,
                                        "probe_points": [], "max_passing": None, "min_failing": None, "error": None}
