@@ -489,3 +489,16 @@ def test_a_short_dataset_and_skipped_conversations_are_said_before_the_run(tmp_p
                                  {"conversations": [{"from": "gpt", "value": "no question"}]}, {"conversations": []}]))
     proc = rig("run", "--dataset", str(share), "--dry-run")
     assert proc.returncode == 0 and "2 ShareGPT conversation(s) without a human turn skipped; 1 usable" in proc.stderr
+
+
+@pytest.mark.ray
+def test_a_launched_engine_that_exits_fails_at_once_not_after_its_load_budget(tmp_path):
+    t0 = time.monotonic()
+    proc = rig("run", *SMALL, "--engine", "sglang", "--engine-python", "/bin/false", "--model", "m", "--tp", "1",
+               "--out", str(tmp_path), "--run-id", "x", timeout=120)
+    took = time.monotonic() - t0
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert took < 60, took  # Ray start plus a moment: the 30-minute model-load budget is not waited out
+    m = read_manifest(tmp_path / "x")
+    assert "exited with code 1 before it was healthy" in m["points"][0]["error"]
+    assert "exited with code 1 before it was healthy" in proc.stdout
