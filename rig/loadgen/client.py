@@ -57,6 +57,20 @@ def _loads(data: bytes):
             raise StreamError(f"malformed event: not JSON: {text[:80]!r}") from None
 
 
+def _loads_all(events: list[bytes]) -> list | None:
+    """Every event of one read parsed in one call, or None unless each is one JSON object on its own."""
+    for e in events:
+        if e[:1] != b"{" or e[-1:] != b"}":
+            return None
+    try:
+        objs = orjson.loads(b"[" + b",".join(events) + b"]")
+    except orjson.JSONDecodeError:
+        return None
+    if len(objs) != len(events) or not all(type(o) is dict for o in objs):
+        return None  # e.g. one event held two objects: parse them one by one to report it
+    return objs
+
+
 class _Folder:
     """Folds a stream's SSE payloads into an Outcome; the arrival time of each piece is the read that brought it."""
 
@@ -74,18 +88,26 @@ class _Folder:
         self.consume(self.parser.feed(chunk), at)
 
     def consume(self, events: list[bytes], at: float) -> None:
+        if not events:
+            return
         state, out, fold = self.state, self.out, self.api.fold
-        for data in events:
-            if data[:1] != b"{" and data.strip() == b"[DONE]":
-                state.done = True
-                continue
-            n = fold(_loads(data), state)
+        objs = _loads_all(events) if len(events) > 1 else None
+        # one event, or not all plain objects ([DONE], malformed): parse each just before folding it, in order
+        lazy = objs is None
+        offset = at - self.send  # every event of one read arrived at that read
+        for obj in (events if lazy else objs):
+            if lazy:
+                if obj[:1] != b"{" and obj.strip() == b"[DONE]":
+                    state.done = True
+                    continue
+                obj = _loads(obj)
+            n = fold(obj, state)
             if n > 0:
                 if out.first_mono is None:
                     out.first_mono = at
                     if self.on_first is not None:
                         self.on_first()
-                out.chunk_offsets.append(at - self.send)
+                out.chunk_offsets.append(offset)
                 out.chunk_tokens.append(n)
 
     def close(self, at: float) -> None:

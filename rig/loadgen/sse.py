@@ -21,12 +21,15 @@ class SSEBytesParser:
         buf = self._buf + chunk if self._buf else chunk
         if not self._data and b"\r" not in buf:
             # The common shape, one "data: ..." line per event, LF only: split the read at blank lines at once.
-            blocks = buf.split(b"\n\n")
-            rest = blocks.pop()
-            if all(b.startswith(b"data: ") and b"\n" not in b for b in blocks):
-                self._buf = b""
-                events = [b[6:] for b in blocks]
-                return events + self._slow(rest) if rest else events
+            cut = buf.rfind(b"\n\n") + 2
+            if cut > 1:
+                head = buf[:cut]
+                n = head.count(b"\n\n")
+                # every block is exactly one "data: " line: n blank-line ends, 2n newlines, n "data: " starts
+                if head.count(b"\n") == 2 * n and (b"\n\n" + head).count(b"\n\ndata: ") == n:
+                    self._buf = b""
+                    events = [b[6:] for b in head.split(b"\n\n")[:-1]]
+                    return events + self._slow(buf[cut:]) if cut < len(buf) else events
         return self._slow(buf)
 
     def _slow(self, buf: bytes) -> list[bytes]:
