@@ -151,6 +151,7 @@ def med(xs: list[float]) -> float:
 
 def throughput(tool: str, srv: TruthServer, tmp: Path, cpus: str | None, requests: int, max_tokens: int,
                procs: int = 1) -> dict:
+    server_cpu = CpuSampler([p.pid for p in srv.procs])
     if tool == "rig":
         r = run_rig(srv.url, tmp / "rig", cpus, procs, mode="closed", concurrency=64, requests=requests,
                     max_tokens=max_tokens)
@@ -158,12 +159,14 @@ def throughput(tool: str, srv: TruthServer, tmp: Path, cpus: str | None, request
     else:
         r = run_vllm(srv.url, tmp / "vllm", cpus, concurrency=64, requests=requests, max_tokens=max_tokens)
         ok = r["result"]["completed"]
+    server_cpu.stop()
     truth = srv.collect()
     t0, t1 = server_window(truth)
     cpu = r["sampler"].between(t0, t1)
     events = truth["tokens"]
     return {"tok_s": events / (t1 - t0), "cpu_s": cpu, "events_per_core_s": events / cpu if cpu > 0 else float("nan"),
-            "cpu_per_1k": 1e3 * cpu / events, "ok": ok, "server_cpu_pct": 100 * truth["cpu_s"] / truth["window_s"]}
+            "cpu_per_1k": 1e3 * cpu / events, "ok": ok, "server_cpu_pct": 100 * server_cpu.between(t0, t1) / (t1 - t0),
+            "client_cpu_pct": 100 * cpu / (t1 - t0)}
 
 
 def figure_a(args, tmp: Path) -> None:
@@ -186,7 +189,7 @@ def figure_a(args, tmp: Path) -> None:
             print(f"    {tool:5} tok/s {med([x['tok_s'] for x in rr]):>9.0f}  events/s per client core "
                   f"{med([x['events_per_core_s'] for x in rr]):>9.0f}  client CPU s per 1k events "
                   f"{med([x['cpu_per_1k'] for x in rr]):.4f}  (runs: "
-                  f"{runs(rr, 'tok_s', '.0f')}; server CPU% "
+                  f"{runs(rr, 'tok_s', '.0f')}; client CPU% {runs(rr, 'client_cpu_pct', '.0f')}; server CPU% "
                   f"{runs(rr, 'server_cpu_pct', '.0f')})")
         ratios = [a["tok_s"] / b["tok_s"] for a, b in zip(rows["rig"], rows["vllm"])]
         eff = [b["cpu_per_1k"] / a["cpu_per_1k"] for a, b in zip(rows["rig"], rows["vllm"])]

@@ -168,6 +168,9 @@ class _Transport:
     def write(self, data):
         self.written += data
 
+    def get_extra_info(self, name):
+        return None
+
     def close(self):
         self.closed = True
 

@@ -12,6 +12,7 @@ removed) with their arrival ``perf_counter``, and the end of the message (or why
 from __future__ import annotations
 
 import asyncio
+import socket
 import time
 from collections import deque
 from typing import Protocol
@@ -53,6 +54,9 @@ class _Conn(asyncio.Protocol):
     # ---------------------------------------------------------------- asyncio.Protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
+        sock = transport.get_extra_info("socket")
+        if sock is not None:  # a request is one write: never hold it back for an ACK (Nagle)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.broken = True
