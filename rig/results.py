@@ -145,7 +145,8 @@ class PartWriter:
         self._rows: list[dict[str, Any]] = []
         self._oldest: float | None = None
         self._next_part = self._first_free_part()
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # guards the buffer only: adding a row never waits behind a write
+        self._write_lock = threading.Lock()
         self.rows_written = 0
         self.parts: list[str] = []
 
@@ -170,17 +171,30 @@ class PartWriter:
             self.flush()
 
     def flush(self) -> None:
+        rows = self.take(force=True)
+        if rows:
+            self.write(rows, [pa.RecordBatch.from_pylist(rows, schema=self.schema)])
+
+    def take(self, force: bool = False) -> list[dict[str, Any]]:
+        """The buffered rows if a part is due (or ``force``); the buffer starts afresh. Cheap: a swap."""
         with self._lock:
+            due = self._rows and (force or len(self._rows) >= self.max_rows
+                                  or time.monotonic() - (self._oldest or 0) >= self.max_age_s)
+            if not due:
+                return []
             rows, self._rows = self._rows, []
-            if not rows:
-                return
+            return rows
+
+    def write(self, rows: list[dict[str, Any]], batches: list[pa.RecordBatch]) -> None:
+        """Write taken rows (already converted to ``batches``) as the next part; on failure they go back."""
+        with self._write_lock:  # one part at a time, numbered in order; adding rows meanwhile is not blocked
             path = self.directory / f"part-{self._next_part:05d}.parquet"
-            table = pa.Table.from_pylist(rows, schema=self.schema)
             try:
-                _atomic_write_table(table, path)
+                _atomic_write_table(pa.Table.from_batches(batches, schema=self.schema), path)
             except OSError:
                 # Disk full or unwritable: keep the rows for the next attempt, drop the half-written temp file.
-                self._rows = rows + self._rows
+                with self._lock:
+                    self._rows = rows + self._rows
                 with contextlib.suppress(OSError):
                     path.with_name(path.name + ".tmp").unlink()
                 raise
