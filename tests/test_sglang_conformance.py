@@ -299,7 +299,7 @@ def test_flush_cache_400_while_pending_unless_timeout(twin):
                 async with s.post(url + "/flush_cache") as f:
                     busy = (f.status, await f.text())
                 async with s.post(url + "/flush_cache?timeout=-1") as f:
-                    invalid = f.status
+                    invalid = (f.status, await f.json())
                 waiter = asyncio.ensure_future(s.post(url + "/flush_cache?timeout=60"))
                 async for _ in r.content:
                     pass
@@ -312,7 +312,10 @@ def test_flush_cache_400_while_pending_unless_timeout(twin):
 
     busy, invalid, waited, after = run(go())
     assert busy == (400, "Flush cache failed.\n")
-    assert invalid == 422  # FastAPI Query(0.0, ge=0.0)
+    # Query(0.0, ge=0.0) fails; http_server.py::validation_exception_handler answers 400 (not FastAPI's 422)
+    assert invalid[0] == 400
+    assert {k: v for k, v in invalid[1].items() if k != "message"} == {"object": "error", "type": "Bad Request",
+                                                                       "param": None, "code": 400}
     assert waited == 200
     assert "avg_spec_accept_length" not in after
 
@@ -369,3 +372,14 @@ def test_health_runs_a_generation_and_takes_at_least_a_second(twin):
 
     for status, took, body in run(go()):
         assert status == 200 and body == "" and took >= 1.0
+
+
+@pytest.mark.parametrize("route, body, message", [
+    ("/v1/completions", _completion(prompt=""), "Prompt cannot be empty"),
+    ("/v1/chat/completions", _chat(messages=[]), "Messages cannot be empty."),
+])
+def test_empty_input_is_400(twin, route, body, message):
+    """serving_completions.py / serving_chat.py::_validate_request -> serving_base.py::create_error_response."""
+    status, got = run(_post(twin["spec"] + route, body))
+    assert status == 400
+    assert got == {"object": "error", "message": message, "type": "BadRequestError", "param": None, "code": 400}

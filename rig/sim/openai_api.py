@@ -87,6 +87,8 @@ async def completions(request: web.Request) -> web.StreamResponse:
     try:
         body = await read_json(request)
         prompt = body.get("prompt")
+        if not prompt or (isinstance(prompt, list) and all(not p for p in prompt)):
+            raise BadRequest("Prompt cannot be empty")  # serving_completions.py::_validate_request
         if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
             prompt = prompt[0]
         ids = prompt if isinstance(prompt, list) else None
@@ -158,7 +160,9 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     try:
         body = await read_json(request)
         messages = body.get("messages")
-        if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) for m in messages):
+        if messages == []:  # serving_chat.py::_validate_request
+            raise BadRequest("Messages cannot be empty.")
+        if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
             raise BadRequest("messages must be a non-empty list of message objects")
         if body.get("input_ids") is not None:
             toks, tok_ids = srv.tokenize_prompt(None, body["input_ids"])

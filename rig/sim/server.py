@@ -107,6 +107,13 @@ class SimServer:
                 self.engine.abort(st)
 
 
+def validation_error(message: str) -> web.Response:
+    """http_server.py::validation_exception_handler: a request that fails FastAPI/pydantic validation gets 400 and
+    ErrorResponse with type 'Bad Request' (not FastAPI's default 422)."""
+    return web.json_response({"object": "error", "message": message, "type": "Bad Request", "param": None,
+                              "code": 400}, status=400)
+
+
 def error_json(message: str, status: int = 400, err_type: str = "BadRequestError") -> web.Response:
     return web.json_response({"error": {"message": message, "type": err_type, "code": status}}, status=status)
 
@@ -290,12 +297,11 @@ async def flush_cache(request: web.Request) -> web.Response:
     raw = request.query.get("timeout", "0")
     try:
         timeout = float(raw)
-        problem = None if timeout >= 0.0 else ("greater_than_equal", "Input should be greater than or equal to 0")
+        problem = None if timeout >= 0.0 else "Input should be greater than or equal to 0"
     except ValueError:
-        timeout, problem = 0.0, ("float_parsing", "Input should be a valid number, unable to parse string as a number")
-    if problem:  # FastAPI's validation of Query(0.0, ge=0.0)
-        return web.json_response({"detail": [{"type": problem[0], "loc": ["query", "timeout"], "msg": problem[1],
-                                              "input": raw}]}, status=422)
+        timeout, problem = 0.0, "Input should be a valid number, unable to parse string as a number"
+    if problem:  # Query(0.0, ge=0.0) fails validation; http_server.py's handler answers 400, not FastAPI's 422
+        return validation_error(f"query.timeout: {problem} (input: {raw!r})")
     message = None
     if timeout > 0.0 and srv.engine.sched.busy:
         deadline = time.monotonic() + timeout

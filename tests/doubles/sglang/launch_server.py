@@ -174,6 +174,10 @@ async def openai_route(request: web.Request, chat: bool) -> web.StreamResponse:
         if body.get("return_token_ids"):
             return oai_error("return_token_ids is not supported with streaming on /v1/chat/completions. Please set "
                              "stream=false when using return_token_ids=true.")
+    if chat and not body.get("messages"):  # serving_chat.py::_validate_request
+        return oai_error("Messages cannot be empty.", "BadRequestError")
+    if not chat and not body.get("prompt"):  # serving_completions.py::_validate_request
+        return oai_error("Prompt cannot be empty", "BadRequestError")
     prompt = render(body["messages"]) if chat else body.get("prompt", "")
     n = int(body.get("max_completion_tokens") or body.get("max_tokens") or 16)
     words = words_for(prompt, n, body.get("seed"), float(body.get("temperature", 1.0)))
@@ -273,8 +277,9 @@ async def flush(request: web.Request) -> web.Response:
         timeout = float(request.query.get("timeout", "0"))
     except ValueError:
         timeout = -1.0
-    if not timeout >= 0:
-        return web.json_response({"detail": [{"loc": ["query", "timeout"]}]}, status=422)
+    if not timeout >= 0:  # http_server.py::validation_exception_handler: 400, not FastAPI's 422
+        return web.json_response({"object": "error", "message": "query.timeout: invalid", "type": "Bad Request",
+                                  "param": None, "code": 400}, status=400)
     deadline = time.monotonic() + timeout
     while STATE["inflight"] and time.monotonic() < deadline:
         await asyncio.sleep(0.02)
