@@ -502,3 +502,34 @@ def test_a_launched_engine_that_exits_fails_at_once_not_after_its_load_budget(tm
     m = read_manifest(tmp_path / "x")
     assert "exited with code 1 before it was healthy" in m["points"][0]["error"]
     assert "exited with code 1 before it was healthy" in proc.stdout
+
+
+def test_report_tells_a_live_run_from_one_that_was_cut_off(tmp_path):
+    from rig.analysis.runs import load_run
+    from rig.runner import Runner
+
+    d = _two_part_run(tmp_path / "r")
+    m = json.loads((d / "manifest.json").read_text())
+    (d / "manifest.json").write_text(json.dumps({**m, "status": "running"}))
+    assert any("cut off" in w for w in load_run(d).warnings)
+    runner = Runner(build_spec({}, {"out": str(tmp_path), "run_id": "r"}), resume=True)
+    runner._claim_run_dir()  # a live rig process holds it
+    try:
+        assert any(f"run in progress (rig pid {os.getpid()})" in w for w in load_run(d).warnings)
+    finally:
+        runner._release_lock()
+
+
+@pytest.mark.ray
+def test_two_runs_started_at_once_with_one_id_one_runs_the_other_is_refused(tmp_path):
+    args = ("run", *SMALL, "--steps", "0", "--out", str(tmp_path), "--run-id", "same")
+    procs = [_start(*args) for _ in range(2)]
+    outs = [p.communicate(timeout=240) for p in procs]
+    codes = sorted(p.returncode for p in procs)
+    assert codes == [0, 2], [o[1][-1500:] for o in outs]
+    refused = next(o for p, o in zip(procs, outs) if p.returncode == 2)
+    assert "Traceback" not in refused[1] and len(refused[1].strip().splitlines()) == 1
+    assert "already exists" in refused[1] or "in use by another rig process" in refused[1]
+    m = read_manifest(tmp_path / "same")
+    assert m["status"] == "complete" and len(m["points"]) == 1
+    assert_accounting(tmp_path / "same")

@@ -171,7 +171,12 @@ def load_run(run_dir: Path | str) -> Run:
         raise RunError(f"{mpath} is not a JSON object")
     warnings: list[str] = []
     status = manifest.get("status")
-    if status != "complete":
+    if status == "running":
+        holder = run_holder(run_dir)
+        warnings.append(f"run in progress (rig pid {holder}): numbers cover what was written so far" if holder else
+                        "the manifest says running but no rig process holds the run: it was cut off (killed, "
+                        "power loss); numbers cover what was written")
+    elif status != "complete":
         warnings.append(f"run status is {status or 'unknown'}: numbers cover what was written")
     configs = _dict(manifest.get("server_configs"))
     points: list[PointInfo] = []
@@ -254,6 +259,24 @@ def effective_warnings(manifest: dict[str, Any]) -> list[str]:
             out.append(f"server configurations {', '.join(cids)} ran the same effective settings (the server "
                        "changed what distinguished them): their points are repeats, not different configurations")
     return out
+
+
+def run_holder(run_dir: Path) -> str | None:
+    """The pid of the rig process working in ``run_dir`` (it holds the directory's lock), or None."""
+    import fcntl
+    import os
+
+    try:
+        fd = os.open(Path(run_dir) / ".lock", os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        return None  # nobody holds it exclusively
+    except OSError:
+        return os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+    finally:
+        os.close(fd)
 
 
 def _missing_parts(run_dir: Path, p: PointInfo) -> list[str]:
