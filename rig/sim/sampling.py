@@ -6,16 +6,22 @@ from typing import Any
 
 from rig.sim.requests import Sampling
 
-NATIVE_KEYS = frozenset({
-    "max_new_tokens", "min_new_tokens", "temperature", "top_p", "top_k", "min_p", "frequency_penalty",
-    "presence_penalty", "repetition_penalty", "stop", "stop_token_ids", "stop_regex", "ignore_eos",
-    "skip_special_tokens", "spaces_between_special_tokens", "no_stop_trim", "stream_interval", "n", "json_schema",
-    "regex", "ebnf", "structural_tag", "logit_bias", "sampling_seed", "custom_params",
-})
+# api/v1/api_types.py::_FIELDS_SamplingParams (0.5.23), in its order: the keys /generate's contract admits.
+NATIVE_FIELDS = (
+    "max_new_tokens", "stop", "stop_token_ids", "stop_regex", "temperature", "top_p", "top_k", "min_p",
+    "frequency_penalty", "presence_penalty", "repetition_penalty", "min_new_tokens", "n", "json_schema", "regex",
+    "ebnf", "structural_tag", "ignore_eos", "skip_special_tokens", "spaces_between_special_tokens", "no_stop_trim",
+    "stream_interval", "logit_bias", "sampling_seed", "custom_params", "beam_width", "watermark", "choice",
+)
+NATIVE_KEYS = frozenset(NATIVE_FIELDS)
 
 
 class BadRequest(ValueError):
     """A request the server rejects with 400."""
+
+
+class ContractError(BadRequest):
+    """/generate's schema check failed (api/v1/api_types.py): 400 with {"error": "<serde-style text>"}."""
 
 
 def _num(d: dict, key: str, default: float, lo: float | None = None, hi: float | None = None) -> float:
@@ -45,9 +51,10 @@ def parse_native(params: Any) -> tuple[Sampling, tuple[str, ...]]:
         params = {}
     if not isinstance(params, dict):
         raise BadRequest("sampling_params must be an object (batched requests are not supported by the simulator)")
-    unknown = sorted(set(params) - NATIVE_KEYS)
-    if unknown:
-        raise BadRequest(f"sampling_params: extra inputs are not permitted: {', '.join(unknown)}")
+    for key in params:
+        if key not in NATIVE_KEYS:  # api_types.py::_unknown_field, serde's wording
+            listed = ", ".join(f"`{f}`" for f in NATIVE_FIELDS)
+            raise ContractError(f"unknown field `{key}`, expected one of {listed}")
     return build(params), stops_of(params.get("stop"))
 
 

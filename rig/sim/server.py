@@ -21,7 +21,7 @@ from rig.sim.metrics import CONTENT_TYPE, SimMetrics
 from rig.sim.profile import Profile
 from rig.sim.requests import Sampling
 from rig.sim.responses import native_body
-from rig.sim.sampling import BadRequest, parse_native
+from rig.sim.sampling import BadRequest, ContractError, parse_native
 from rig.sim.text import token_id, tokenize
 
 log = logging.getLogger("rig.sim")
@@ -157,6 +157,8 @@ def make_middlewares(srv: SimServer) -> list:
                 return resp
         try:
             resp = await handler(request)
+        except ContractError as e:  # http_server.py::generate_request: the schema check's text, as a string
+            resp = web.json_response({"error": str(e)}, status=400)
         except BadRequest as e:
             resp = error_json(str(e))
         _access(request, resp.status)
@@ -337,8 +339,9 @@ async def generate(request: web.Request) -> web.StreamResponse:
     except BadRequest as e:
         if not stream:
             raise
-        resp = await start_sse(request)  # SGLang reports validation failures inside the stream
-        await resp.write(sse(json.dumps({"error": {"message": str(e), "type": "BadRequestError", "code": 400}})))
+        resp = await start_sse(request)  # SGLang reports validation failures inside the stream (http_server.py)
+        await resp.write(sse(json.dumps({"error": {"message": str(e), "type": "invalid_request_error",
+                                                   "code": 400}})))
         await resp.write(DONE)
         return resp
     st = srv.submit(toks, tok_ids, sampling, rid=rid, stops=stops)

@@ -55,10 +55,12 @@ STEPS = ARGS.speculative_num_steps or 0
 STATE = {"generated": 0, "verify": 0, "calls": 0, "inflight": 0}
 WORDS = ["alpha", "beta", "gamma", "delta", "eps", "zeta", "eta", "theta"]
 DRAWS = itertools.count()  # the server's own RNG for unseeded (or seed-ignoring) sampled requests
-NATIVE_KEYS = {"max_new_tokens", "min_new_tokens", "temperature", "top_p", "top_k", "min_p", "frequency_penalty",
-               "presence_penalty", "repetition_penalty", "stop", "stop_token_ids", "stop_regex", "ignore_eos",
-               "skip_special_tokens", "spaces_between_special_tokens", "no_stop_trim", "stream_interval", "n",
-               "json_schema", "regex", "ebnf", "structural_tag", "logit_bias", "sampling_seed", "custom_params"}
+# api/v1/api_types.py::_FIELDS_SamplingParams
+NATIVE_FIELDS = ("max_new_tokens", "stop", "stop_token_ids", "stop_regex", "temperature", "top_p", "top_k", "min_p",
+                 "frequency_penalty", "presence_penalty", "repetition_penalty", "min_new_tokens", "n", "json_schema",
+                 "regex", "ebnf", "structural_tag", "ignore_eos", "skip_special_tokens",
+                 "spaces_between_special_tokens", "no_stop_trim", "stream_interval", "logit_bias", "sampling_seed",
+                 "custom_params", "beam_width", "watermark", "choice")
 
 
 def effective_seed(seed):
@@ -138,10 +140,10 @@ async def generate(request: web.Request) -> web.StreamResponse:
         return unauthorized()
     body = await request.json()
     sp = body.get("sampling_params", {})
-    unknown = sorted(set(sp) - NATIVE_KEYS)
-    if unknown:  # api/v1/api_types.py: SamplingParams forbids extra keys
-        return web.json_response({"error": {"message": f"Extra inputs are not permitted: {unknown}",
-                                             "type": "BadRequestError", "code": 400}}, status=400)
+    unknown = [k for k in sp if k not in NATIVE_FIELDS]
+    if unknown:  # api/v1/api_types.py::_unknown_field; http_server.py::generate_request answers {"error": text}
+        listed = ", ".join(f"`{f}`" for f in NATIVE_FIELDS)
+        return web.json_response({"error": f"unknown field `{unknown[0]}`, expected one of {listed}"}, status=400)
     n = int(sp.get("max_new_tokens", 128))
     words = words_for(body.get("text", ""), n, sp.get("sampling_seed"), float(sp.get("temperature", 1.0)))
     resp = await sse_response(request)
