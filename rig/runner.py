@@ -481,6 +481,7 @@ class Runner:
         before = ray.get(self.server.metrics_snapshot.remote())
         ray.get(self.server.start_scrape.remote(self.spec.run_id, p.point, self.spec.metrics_interval_s))
         start_wall = time.time() + 1.0  # common start for every generator (driver clock)
+        entry["start_wall"] = start_wall
         refs = [g.run_point.remote(start_wall) for g in handles]
         exit_ref = self.server.wait_exit.remote()
         self.progress.point_start(p.point, total)

@@ -1,0 +1,124 @@
+"""The control plane at 32 generators: a Ray cluster of fake nodes on this machine, a light load (prints only).
+
+    .venv/bin/python benchmarks/control_plane.py [--nodes 8 --per-host 4] [--requests 640]
+
+Starts a head (no CPUs), one server node and --nodes client nodes (ray.cluster_utils.Cluster; each a real raylet
+with its own object store), then one `rig run`-equivalent (the real Runner, engine external) against the truth
+server with --nodes x --per-host generators, part files spooled on each "host" and gathered through Ray. Prints:
+- time to ready: Runner._setup_cluster (connect, place every generator actor, wait for all to start, check each
+  can write its spool, one clock-offset probe per generator);
+- time to the common start: from the driver's start call to the last generator's first send (driver clock, from
+  the records), and the spread of first sends over generators;
+- time to gather every part file (Runner._gather: list and fetch each host's spooled parts through Ray).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # loopback-only fake cluster
+
+import ray  # noqa: E402
+from ray.cluster_utils import Cluster  # noqa: E402
+
+from rig.config import build_spec  # noqa: E402
+from rig.results import read_manifest, read_requests  # noqa: E402
+from rig.runner import Runner  # noqa: E402
+from truth_server import TruthServer  # noqa: E402
+
+MB100 = 100 * 2**20
+
+
+def timed(cls, name: str, sink: dict) -> None:
+    """Wrap a Runner method so each call's wall time is kept under its name."""
+    orig = getattr(cls, name)
+
+    def wrapper(self, *a, **kw):
+        t0 = time.time()
+        try:
+            return orig(self, *a, **kw)
+        finally:
+            sink.setdefault(name, []).append((t0, time.time()))
+    setattr(cls, name, wrapper)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--nodes", type=int, default=8, help="fake client hosts")
+    ap.add_argument("--per-host", type=int, default=4, help="generators per client host")
+    ap.add_argument("--requests", type=int, default=640)
+    ap.add_argument("--concurrency", type=int, default=64)
+    args = ap.parse_args()
+    n_gen = args.nodes * args.per_host
+    tmp = Path(tempfile.mkdtemp(prefix="rig-ctl-"))
+    truth = TruthServer(tmp / "truth", itl_ms=0, workers=1)
+    t0 = time.time()
+    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False,
+                                                      "object_store_memory": MB100})
+    marks: dict[str, list[tuple[float, float]]] = {}
+    try:
+        c.add_node(num_cpus=1, labels={"role": "server"}, object_store_memory=MB100)
+        for _ in range(args.nodes):
+            c.add_node(num_cpus=args.per_host, labels={"role": "client"}, resources={"client": 1},
+                       object_store_memory=MB100)
+        c.wait_for_nodes()
+        t_cluster = time.time() - t0
+        print(f"fake cluster: head + 1 server node + {args.nodes} client nodes up in {t_cluster:.1f} s "
+              f"(not part of the figures below)", flush=True)
+        timed(Runner, "_setup_cluster", marks)
+        timed(Runner, "_gather", marks)
+        timed(Runner, "_run_point", marks)
+        spec = build_spec({}, {
+            "run_id": "ctl", "out": str(tmp / "out"), "clients": n_gen,
+            "server": {"engine": "external", "url": truth.url},
+            "workloads": [{"name": "greedy", "max_tokens": 16}],
+            "load": {"mode": "closed", "concurrency": [args.concurrency], "requests": args.requests,
+                     "warmup_requests": 0},
+            "cluster": {"address": c.address, "server_label": {"role": "server"},
+                        "client_label": {"role": "client"}, "client_resource": "client", "per_host": args.per_host,
+                        "allow_generators_on_server_node": False, "shared_results": False,
+                        "spool_dir": str(tmp / "spool-{node_id}"), "placement_timeout_s": 300},
+        })
+        t_run = time.time()
+        Runner(spec).run()
+        t_total = time.time() - t_run
+        run_dir = tmp / "out" / "ctl"
+        m = read_manifest(run_dir)
+        (point,) = m["points"]
+        t = read_requests(run_dir, columns=["generator", "send_ts", "clock_offset_s", "ok"]).to_pandas()
+        first = (t.send_ts - t.clock_offset_s).groupby(t.generator).min()
+        start_wall = point.get("start_wall")
+        setup = marks["_setup_cluster"][0]
+        gather = marks["_gather"][0]
+        parts = len(list(run_dir.rglob("part-*.parquet")))
+        print(f"\n{n_gen} generators ({args.nodes} hosts x {args.per_host}), {args.requests} requests, closed loop "
+              f"{args.concurrency}, 16 tokens each; run status {m['status']}, {int(t.ok.sum())} ok of {len(t)}")
+        print(f"  time to ready (place + start {n_gen} actors, spool checks, clock probes): "
+              f"{setup[1] - setup[0]:.2f} s")
+        if start_wall is not None:
+            print(f"  common start: the last generator's first send {first.max() - start_wall:+.3f} s after the "
+                  f"agreed start (the driver gives 1.0 s of notice); first sends spread {first.max() - first.min():.3f}"
+                  f" s over generators")
+        else:
+            print(f"  first sends spread {first.max() - first.min():.3f} s over generators")
+        print(f"  time to gather every part file ({parts} parts from {args.nodes} host spools through Ray): "
+              f"{gather[1] - gather[0]:.2f} s")
+        print(f"  whole run (ready + level + gather + manifest): {t_total:.2f} s; "
+              f"generators in the manifest: {len(m['cluster']['generators'])}")
+    finally:
+        ray.shutdown()
+        c.shutdown()
+        truth.stop()
+
+
+if __name__ == "__main__":
+    main()
