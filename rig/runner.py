@@ -14,6 +14,7 @@ import shutil
 import signal
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
@@ -54,6 +55,7 @@ class RunInputError(RunError):
 
 MIN_SATURATION_WINDOW_S = 2.0  # as rig.analysis.points: shorter generator windows cannot show saturation
 STOP_GRACE_S = 4.0  # after a stop request, how long generators may take to return before they are killed
+GATHER_THREADS = 16  # client hosts gathered from at once at the end of a point
 
 
 @dataclass(frozen=True)
@@ -603,12 +605,29 @@ class Runner:
 
     def _gather(self, pid: str, results: dict[int, dict[str, Any]], metric_parts: list[str]) -> None:
         """Bring part files written on other hosts into the run directory (no-op when they are already here)."""
+        def host(gens: list[int]) -> list[tuple[int, dict[str, int] | None, str | None]]:
+            out = []
+            for g in gens:  # one host's generators one after another: its tasks reuse one worker process
+                try:
+                    out.append((g, self._gather_one(pid, g), None))
+                except Exception as e:
+                    out.append((g, None, (str(e).strip().splitlines() or [type(e).__name__])[0][:200]))
+            return out
+
+        # Hosts answer in parallel: a serial walk costs a few Ray round trips per generator, which at hundreds
+        # of generators is minutes per point.
+        by_node: dict[Any, list[int]] = {}
         for g, _ in self.active:
-            try:
-                results.setdefault(g, {})["gathered"] = self._gather_one(pid, g)
-            except Exception as e:
-                why = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
-                results.setdefault(g, {}).setdefault("error", f"could not gather part files from this generator: {why}")
+            info = next((i for i in self.gen_info if i["generator"] == g), {})
+            by_node.setdefault(info.get("node_id"), []).append(g)
+        with ThreadPoolExecutor(max_workers=GATHER_THREADS) as pool:
+            for done in pool.map(host, list(by_node.values())):
+                for g, counts, why in done:
+                    if why is None:
+                        results.setdefault(g, {})["gathered"] = counts
+                    else:
+                        results.setdefault(g, {}).setdefault(
+                            "error", f"could not gather part files from this generator: {why}")
         for part in metric_parts:
             dest = self.run_dir / part
             if not dest.exists():
