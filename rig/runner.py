@@ -176,6 +176,7 @@ class Runner:
         if self.resume:
             self.manifest = read_manifest(self.run_dir)
             self._recheck_complete_points()
+            self.manifest.pop("error", None)  # the earlier attempt's; this one records its own
             self.manifest["status"] = "running"
             self.manifest.setdefault("resumed", []).append(time.time())
             known = {p["point"] for p in self.manifest["points"]}
@@ -763,6 +764,9 @@ class Runner:
                     self.save()
         except KeyboardInterrupt:
             self.request_stop(self.stop_reason or "interrupted")
+        except RunError as e:  # refused or stopped by --fail-fast: the manifest says why
+            self.manifest["error"] = str(e)
+            raise
         finally:
             self._finalizing = True  # from here on a second Ctrl-C is ignored: the manifest must be finished
             with contextlib.suppress(Exception, KeyboardInterrupt):
@@ -771,7 +775,9 @@ class Runner:
                 status = "interrupted"
             states = [p["status"] for p in self.manifest["points"]]
             if status != "interrupted":
-                if all(s == "complete" for s in states):
+                if self.manifest.get("error"):
+                    status = "failed"
+                elif all(s == "complete" for s in states):
                     status = "complete"
                 elif all(s == "failed" for s in states):
                     status = "failed"
