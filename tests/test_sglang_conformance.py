@@ -326,16 +326,22 @@ def test_flush_cache_400_while_pending_unless_timeout(twin):
 
 
 def test_metric_names(twin):
-    """observability/metrics_collector.py (--enable-metrics): the counters rig takes window deltas of and the
-    running-requests gauge."""
-    async def go():
-        async with aiohttp.ClientSession() as s, s.get(twin["spec"] + "/metrics") as r:
+    """observability/metrics_collector.py (--enable-metrics, else 404 from utils/common.py): every sglang: name
+    rig reads (window counters, the server time series) is published, with SGLang's labels."""
+    from rig.analysis.server_series import ALL_NAMES
+    from rig.server.metrics import parse_metrics
+
+    async def go(url):
+        async with aiohttp.ClientSession() as s, s.get(url + "/metrics") as r:
             return r.status, await r.text()
 
-    status, text = run(go())
+    status, text = run(go(twin["spec"]))
     assert status == 200
-    for name in ("sglang:generation_tokens_total", "sglang:spec_verify_calls_total", "sglang:num_running_reqs"):
-        assert name in text
+    samples = {name: labels for name, labels, _ in parse_metrics(text)}
+    for name in (n for n in ALL_NAMES if n.startswith("sglang:")):
+        assert name in samples, name
+        assert "model_name" in json.loads(samples[name])
+    assert run(go(twin["det"]))[0] == 404  # that server runs without --enable-metrics
 
 
 def test_rig_flushes_with_a_timeout_so_a_pending_request_is_waited_for(twin, tmp_path):

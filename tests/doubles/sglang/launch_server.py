@@ -265,9 +265,17 @@ async def models(request: web.Request) -> web.Response:
 
 
 async def metrics(request: web.Request) -> web.Response:
-    text = (f"# TYPE sglang:generation_tokens_total counter\nsglang:generation_tokens_total {STATE['generated']}\n"
-            f"# TYPE sglang:spec_verify_calls_total counter\nsglang:spec_verify_calls_total {STATE['verify']}\n"
-            f"# TYPE sglang:num_running_reqs gauge\nsglang:num_running_reqs {STATE['inflight']}\n")
+    """observability/metrics_collector.py names (404 without --enable-metrics, like SGLang)."""
+    if not ARGS.enable_metrics:
+        return web.Response(status=404)
+    accept = STATE["generated"] / STATE["verify"] if STEPS and STATE["verify"] else 0.0
+    samples = (("sglang:generation_tokens_total", "counter", STATE["generated"]),
+               ("sglang:spec_verify_calls_total", "counter", STATE["verify"]),
+               ("sglang:num_running_reqs", "gauge", STATE["inflight"]), ("sglang:num_queue_reqs", "gauge", 0),
+               ("sglang:token_usage", "gauge", 0.0), ("sglang:gen_throughput", "gauge", 0.0),
+               ("sglang:spec_accept_length", "gauge", accept))
+    labels = f'{{model_name="{ARGS.served_model_name}",engine_type="unified",tp_rank="0",pp_rank="0"}}'
+    text = "".join(f"# TYPE {n} {t}\n{n}{labels} {v}\n" for n, t, v in samples)
     return web.Response(text=text, content_type="text/plain")
 
 
