@@ -80,13 +80,14 @@ def _per_request(side: Side) -> tuple[pa.Table, list[str]]:
     }), why
 
 
-def paired_speedups(base: Side, cand: Side, resamples: int = RESAMPLES, seed: int = SEED) -> list[dict[str, Any]]:
+def paired_speedups(base: Side, cand: Side, resamples: int = RESAMPLES, seed: int = SEED,
+                    metrics: tuple[str, ...] = SPEEDUP_METRICS) -> list[dict[str, Any]]:
     """One row per metric: pairs, geometric-mean speedup, its bootstrap CI, and the median per-request ratio."""
     (a, why_a), (b, why_b) = _per_request(base), _per_request(cand)
     note = _inputs_note((base, why_a), (cand, why_b))
     j = a.join(b, "request_id", left_suffix="_base", right_suffix="_cand", join_type="inner")
     rows = []
-    for metric in SPEEDUP_METRICS:
+    for metric in metrics:
         x = m.as_float(j[f"{metric}_base"]) if j.num_rows else np.empty(0)
         y = m.as_float(j[f"{metric}_cand"]) if j.num_rows else np.empty(0)
         ratio = (y / x) if metric == "decode_tok_s" else (x / y)  # > 1: the candidate is better

@@ -22,7 +22,7 @@ from rig.analysis import compare as cmp
 from rig.analysis.points import INVALIDATING
 from rig.analysis.runs import Run
 
-RESAMPLES = 1000  # a report computes many intervals; compare's default (2,000) is for one comparison
+RESAMPLES = 500  # a report computes an interval per level; compare's default (2,000) is for one comparison
 
 
 def per_gpu(tp_by_point: dict[str, Any], row: dict[str, Any]) -> float | None:
@@ -68,11 +68,26 @@ def _sides(run: Run, rows: list[dict[str, Any]]) -> list[cmp.Side]:
     return [cmp.Side(run, run.point(r["point"]), r["point"]) for r in rows]
 
 
+def _top_two(run: Run, rows: list[dict[str, Any]]) -> list[cmp.Side]:
+    """The sides of the two configurations with the highest mean aggregate tok/s at each level: the only ones the
+    ranking's margin and interval involve (compare.best_per_level re-reads every side it is given)."""
+    groups: dict[tuple, dict[str, list[dict[str, Any]]]] = defaultdict(lambda: defaultdict(list))
+    sides = {r["point"]: _sides(run, [r])[0] for r in rows}
+    for r in rows:
+        groups[(r.get("workload"), r.get("load_mode"), r.get("concurrency"), r.get("rate"))][
+            cmp.config_label(sides[r["point"]])].append(r)
+    keep = []
+    for configs in groups.values():
+        ranked = sorted(configs.values(), key=lambda rs: -sum(x["aggregate_tok_s"] for x in rs) / len(rs))
+        keep += [sides[r["point"]] for rs in ranked[:2] for r in rs]
+    return keep
+
+
 def _paired_decode(best: cmp.Side | None, runner: cmp.Side | None, resamples: int) -> dict[str, Any]:
     """Per-request decode-speed ratio best/runner-up over the requests both points served (> 1: best is faster)."""
     if best is None or runner is None:
         return {"paired_decode_speedup": None, "paired_ci_low": None, "paired_ci_high": None, "pairs": 0}
-    row = next(x for x in cmp.paired_speedups(runner, best, resamples) if x["metric"] == "decode_tok_s")
+    [row] = cmp.paired_speedups(runner, best, resamples, metrics=("decode_tok_s",))
     return {"paired_decode_speedup": row["speedup"], "paired_ci_low": row["ci_low"], "paired_ci_high": row["ci_high"],
             "pairs": row["pairs"]}
 
@@ -81,7 +96,7 @@ def best_per_level(run: Run, rows: list[dict[str, Any]], meets: dict[str, bool] 
                    resamples: int = RESAMPLES) -> list[dict[str, Any]]:
     """compare.best_per_level over the valid points that meet the SLOs, with the paired decode-speed ratio."""
     eligible = [r for r in rows if valid(r) and (meets is None or meets.get(r["point"]))]
-    sides = _sides(run, eligible)
+    sides = _top_two(run, eligible)
     by_label: dict[tuple, cmp.Side] = {}
     for s in sides:
         p = s.point
