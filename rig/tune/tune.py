@@ -27,7 +27,7 @@ from rig.analysis.slo import DEFAULT_PERCENTILE, describe
 from rig.config import RunSpec
 from rig.runner import Point, Runner
 from rig.sim.profile import load_profile
-from rig.tune.predict import PredictError, Replay, predict, refit
+from rig.tune.predict import Replay, predict, refit
 from rig.tune.probe import output_lengths, read_probe
 from rig.tune.slo_search import make_point
 
@@ -269,5 +269,3 @@ def recommend(runner: Runner, section: dict[str, Any], slos, percentile: float, 
         rec["evidence"] = f"{measured} points measured; {stop_reason}"
     return rec
 
-
-__all__ = ["TuneSettings", "tune_planner", "Knowledge", "PredictError"]
