@@ -533,3 +533,18 @@ def test_two_runs_started_at_once_with_one_id_one_runs_the_other_is_refused(tmp_
     m = read_manifest(tmp_path / "same")
     assert m["status"] == "complete" and len(m["points"]) == 1
     assert_accounting(tmp_path / "same")
+
+
+def test_the_html_report_says_what_went_wrong_too(tmp_path):
+    from rig.analysis.html import render_html
+    from rig.analysis.report import build_report
+    from rig.analysis.synthetic import record, write_requests, write_run
+
+    d = write_run(tmp_path / "r", {"run_id": "r", "status": "complete", "points": [
+        {"point": "p", "server_config": "c", "engine": "sim", "workload": "greedy", "steps": 0, "load_mode": "closed",
+         "concurrency": 1, "repeat": 0, "status": "complete", "requests_scheduled": 2, "flags": [], "generators": []}]})
+    write_requests(d, "p", 0, [record(point="p", request_id=f"q{i}", status=s, ok=s == "ok", error=e, send_ts=1.0,
+                                      end_ts=1.5, e2e_s=0.5, completion_tokens=4)
+                               for i, (s, e) in enumerate([("ok", None), ("failed", "HTTP 404: no such route")])])
+    page = render_html(build_report(d), plots=[])
+    assert "What went wrong" in page and "1 x failed: HTTP 404: no such route" in page

@@ -167,6 +167,11 @@ def render_html(report: Report, plots: list[Path] | None = None) -> str:
         cols = [c for c in CAMPAIGN_COLS
                 if not (c[0] == "rate" and not open_loop) and not (c[0] == "repeat" and not repeats)]
         parts.append(table_html(grp, cols, group_title(grp)))
+    from rig.analysis.tables import render_problems
+
+    problems = render_problems(report.campaign)
+    if problems is not None:  # the same text as the terminal's: errors, each flag's figure, top error messages
+        parts.append(f"<h2>What went wrong</h2><pre>{html.escape(problems.plain.split(chr(10), 1)[1])}</pre>")
     parts += ["<h2>Latency</h2><p>milliseconds; ITL percentiles are over tokens.</p>", table_html(report.latency, LATENCY_COLS)]
     parts += ["<h2>Acceptance length</h2>", table_html(report.acceptance, ACCEPT_COLS)]
     parts += ["<h2>Server vs client</h2>", table_html(report.server, SERVER_COLS)]
