@@ -214,6 +214,12 @@ class _OpenAIBase(Api):
         raise NotImplementedError
 
     def fold(self, obj: Any, state: StreamState) -> int:
+        # The common event, one choice and nothing else to look at: straight to it (the generator's hot path).
+        if type(obj) is dict and "usage" not in obj and "error" not in obj and "sglext" not in obj \
+                and "metrics" not in obj and obj.get("object") != "error":
+            choices = obj.get("choices")
+            if type(choices) is list and choices and type(choices[0]) is dict:
+                return self._fold_choice(choices[0], None, state)
         obj = _event_object(obj)
         usage = obj.get("usage")
         if isinstance(usage, dict):
@@ -242,6 +248,9 @@ class _OpenAIBase(Api):
         choice = choices[0]
         if not isinstance(choice, dict):
             raise StreamError("malformed event: choice is not an object")
+        return self._fold_choice(choice, usage, state)
+
+    def _fold_choice(self, choice: dict[str, Any], usage: Any, state: StreamState) -> int:
         piece = self._piece(choice)
         ids = choice.get("token_ids")
         ct = usage.get("completion_tokens") if isinstance(usage, dict) else None
