@@ -242,7 +242,8 @@ def figure_b(args, tmp: Path) -> None:
                             flags.append(f"loop lag p99 {s['loop_lag_p99_ms']:.0f} ms")
                         ok = s["records"]["ok"]
                         rig_rows.append({"kept": s["rate_ratio"], "slip_p99_ms": s["slip_p99_s"] * 1e3,
-                                         "ok": ok, "flags": flags})
+                                         "ok": ok, "flags": flags, "cpu_ms": 1e3 * s["cpu_s"] / max(1, n),
+                                         "cpu_pct": 100 * s["cpu_s"] / max(1e-9, s["window_s"])})
                     else:
                         r = run_vllm(srv.url, tmp / "vllm", "0", concurrency=None, requests=n, max_tokens=16,
                                      rate=rate)
@@ -256,6 +257,8 @@ def figure_b(args, tmp: Path) -> None:
                   f"{runs(rig_rows, 'slip_p99_ms', '.2f')}), ok {[x['ok'] for x in rig_rows]}; "
                   f"vLLM rate kept {med([x['kept'] for x in v_rows]):.3f} (runs "
                   f"{runs(v_rows, 'kept', '.3f')}), ok {[x['ok'] for x in v_rows]}")
+            print(f"      rig client CPU per request {med([x['cpu_ms'] for x in rig_rows]):.3f} ms (incl. the pacer's "
+                  f"spin before each send), CPU% of its core {runs(rig_rows, 'cpu_pct', '.0f')}")
             for x in rig_rows:
                 if x["flags"]:
                     print(f"      rig flagged client_saturated: {'; '.join(x['flags'])}")
