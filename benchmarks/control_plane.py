@@ -51,6 +51,19 @@ def timed(cls, name: str, sink: dict) -> None:
     setattr(cls, name, wrapper)
 
 
+def timed_fn(module, name: str, sink: dict) -> None:
+    """The same for a module function (the runner calls them as ``cluster.name``)."""
+    orig = getattr(module, name)
+
+    def wrapper(*a, **kw):
+        t0 = time.time()
+        try:
+            return orig(*a, **kw)
+        finally:
+            sink.setdefault(name, []).append((t0, time.time()))
+    setattr(module, name, wrapper)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--nodes", type=int, default=8, help="fake client hosts")
@@ -74,6 +87,9 @@ def main() -> None:
         t_cluster = time.time() - t0
         print(f"fake cluster: head + 1 server node + {args.nodes} client nodes up in {t_cluster:.1f} s "
               f"(not part of the figures below)", flush=True)
+        import rig.cluster as rc
+        for name in ("connect", "plan_placement", "wait_started", "set_outputs", "measure_clock_offset"):
+            timed_fn(rc, name, marks)
         timed(Runner, "_setup_cluster", marks)
         timed(Runner, "_gather", marks)
         timed(Runner, "_run_point", marks)
@@ -104,6 +120,11 @@ def main() -> None:
               f"{args.concurrency}, 16 tokens each; run status {m['status']}, {int(t.ok.sum())} ok of {len(t)}")
         print(f"  time to ready (place + start {n_gen} actors, spool checks, clock probes): "
               f"{setup[1] - setup[0]:.2f} s")
+        parts_of_ready = {k: sum(b - a for a, b in marks.get(k, [])) for k in
+                          ("connect", "plan_placement", "wait_started", "set_outputs", "measure_clock_offset")}
+        print("    of which: " + ", ".join(
+            f"{k} {v:.2f} s" + (f" ({len(marks[k])} calls)" if k == "measure_clock_offset" else "")
+            for k, v in parts_of_ready.items()) + "; the rest: creating the actor handles, corpus check")
         if start_wall is not None:
             print(f"  common start: the last generator's first send {first.max() - start_wall:+.3f} s after the "
                   f"agreed start (the driver gives 1.0 s of notice); first sends spread {first.max() - first.min():.3f}"
