@@ -19,6 +19,7 @@ from rig.loadgen import http1
 from rig.loadgen.apis import api_for
 from rig.loadgen.client import ClientTimeouts, Outcome, request_fields, stream_request
 from rig.loadgen.health import LoopMonitor
+from rig.loadgen.pacer import Pacer, spin_until
 from rig.loadgen.plan import GeneratorPlan
 from rig.results import REQUEST_SCHEMA, PartWriter, empty_record, requests_dir
 from rig.workloads.base import Session, Turn
@@ -27,16 +28,11 @@ from rig.workloads.base import Session, Turn
 Http = "http1.Pool | aiohttp.ClientSession"
 UNREACHABLE_AFTER = 3  # consecutive refused connections after which a generator stops starting sessions
 FLUSH_SLICE = 32  # rows converted to Arrow per step of the loop (~0.3 ms each)
-SPIN_S = 0.0015  # asyncio timers wake ~1 ms late; sleep until this close, then yield until due
 
 
 async def sleep_until(due: float) -> None:
-    """Wait until perf_counter() >= due with sub-millisecond precision, still yielding to other tasks."""
-    delay = due - time.perf_counter() - SPIN_S
-    if delay > 0:
-        await asyncio.sleep(delay)
-    while time.perf_counter() < due:
-        await asyncio.sleep(0)
+    """Wait until perf_counter() >= due with sub-millisecond precision (a spin; the open loop uses a Pacer)."""
+    await spin_until(due)
 
 
 HTTP_CLIENT_ENV = "RIG_HTTP_CLIENT"  # "lean" (default) or "aiohttp"
@@ -178,6 +174,7 @@ class PointRun:
         cap = asyncio.Semaphore(self.plan.slots) if self.plan.slots else None
         deadline = start + self.plan.duration_s if self.plan.duration_s else None
         tasks: set[asyncio.Task] = set()
+        pacer = Pacer()
 
         async def fire(session: Session, due: float) -> None:
             try:
@@ -191,7 +188,7 @@ class PointRun:
                 due = start + offset
                 if (deadline is not None and due >= deadline) or self.unreachable:
                     break
-                await sleep_until(due)
+                await pacer.sleep_until(due)
                 if cap:
                     await cap.acquire()  # waiting here shows up as slip: the schedule stays honest
                 task = asyncio.get_running_loop().create_task(fire(session, due))
@@ -204,6 +201,8 @@ class PointRun:
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
             raise
+        finally:
+            pacer.close()
 
     async def _bounded(self, level: Any, start: float) -> None:
         """--duration bounds the level: requests still in flight ``grace_s`` after its end are cancelled and
