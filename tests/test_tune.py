@@ -20,9 +20,11 @@ pytestmark = [pytest.mark.ray, pytest.mark.slow]
 STEPS = "0,2,4"
 LEVELS = "1,2,4,8,16"
 GRID_POINTS = 15
-# Two questions with different answers on this server: an interactive SLO (fast tokens for every user, where
-# speculation pays) and a throughput one (most users within a looser TPOT, where it does not).
-SLO_SETS = {"interactive": ["tpot=8.5ms", "ttft=2000ms"], "throughput": ["tpot=20ms", "ttft=2000ms"]}
+# The question: the most users at a median TPOT of 20 ms. Every point that decides it is about 10 % from the SLO on
+# this server, so the real-time noise of a shared 2-core machine cannot flip it between the grid and tune. (An
+# "interactive" question, a tight TPOT at low load, was dropped: there steps 2 and 4 are within a few per cent of each
+# other and of the limit, so the grid itself answered differently from run to run.)
+SLO_SETS = {"throughput": ["tpot=20ms", "ttft=2000ms"]}
 PERCENTILE = "50"  # medians: a handful of requests per point gives a steady median, not a steady p90
 COMMON = ["--steps", STEPS, "--workload", "realistic", "--workload-opt", "max_tokens=32", "--warmup", "0",
           "--concurrency", LEVELS, "-q"]
