@@ -299,6 +299,11 @@ def execute(spec, quiet: bool, resume_dir: Path | None = None, planner=None) -> 
         for w in cfg_entry.get("warnings") or []:  # requested values the server changed (manifest: effective)
             console.print(f"[yellow]! {w}[/yellow]")
     status = manifest["status"]
+    if status == "interrupted":  # the manifest is final: further Ctrl-C (an impatient user) must not kill the exit
+        import signal
+
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
     console.print(f"results: {run_dir}  status: {status}"
                   + (f" ({manifest.get('stop_reason')})" if manifest.get("stop_reason") else ""))
     return {"complete": 0, "partial": 1, "failed": 1, "interrupted": 130}.get(status, 1)

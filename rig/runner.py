@@ -771,6 +771,8 @@ class Runner:
             self._finalizing = True  # from here on a second Ctrl-C is ignored: the manifest must be finished
             with contextlib.suppress(Exception, KeyboardInterrupt):
                 self._teardown()
+            if self.handle_signals:  # ray.shutdown() may have put back the default (fatal) SIGINT handler
+                install_signal_handlers(self)
             if self.stop_requested.is_set():
                 status = "interrupted"
             states = [p["status"] for p in self.manifest["points"]]
