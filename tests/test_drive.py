@@ -156,3 +156,28 @@ def test_unreachable_server_stops_the_level_instead_of_a_storm(tmp_path):
     # every started session has its record; the rest were never started (not scheduled)
     assert summary["scheduled"] == summary["rows_written"] == summary["records"]["failed"]
     assert 3 <= summary["scheduled"] <= 4
+
+
+def test_pacer_never_wakes_before_the_due_time():
+    """The open loop's sender: a timerfd on Linux (or the spin fallback) returns at or after each due time."""
+    from rig.loadgen.pacer import Pacer, spin_until
+
+    async def go():
+        pacer = Pacer()
+        early = []
+        t0 = time.perf_counter()
+        for i in range(20):
+            due = t0 + 0.002 * (i + 1)
+            await pacer.sleep_until(due)
+            early.append(time.perf_counter() < due)
+            await spin_until(due + 0.001)
+            early.append(time.perf_counter() < due + 0.001)
+        await pacer.sleep_until(time.perf_counter() - 1)  # a due time in the past returns at once
+        precise = pacer.precise
+        pacer.close()
+        return early, precise
+
+    early, precise = asyncio.run(go())
+    assert not any(early)
+    if os.uname().sysname == "Linux":
+        assert precise  # the timerfd path, not the fallback
