@@ -86,6 +86,9 @@ def paired_speedups(base: Side, cand: Side, resamples: int = RESAMPLES, seed: in
     (a, why_a), (b, why_b) = _per_request(base), _per_request(cand)
     note = _inputs_note((base, why_a), (cand, why_b))
     j = a.join(b, "request_id", left_suffix="_base", right_suffix="_cand", join_type="inner")
+    # Arrow's hash join emits rows in a thread-dependent order; the bootstrap indexes by position, so without a fixed
+    # order the same --seed would draw different resamples and print a different interval on every call.
+    j = j.sort_by("request_id") if j.num_rows else j
     rows = []
     for metric in metrics:
         x = m.as_float(j[f"{metric}_base"]) if j.num_rows else np.empty(0)
