@@ -11,7 +11,10 @@ from typing import Any
 import click
 import yaml
 
+from rig.analysis.cli import compare, report
 from rig.config import SpecError, build_spec, load_yaml
+from rig.sim.cli import sim
+from rig.tune.cli import parse_slos, resumed_planner, search_settings
 
 EXIT_USAGE = 2
 
@@ -410,8 +413,6 @@ def sweep(steps_csv: str | None, grid: tuple[str, ...], resume_dir: Path | None,
           **kw: Any) -> None:
     """Run a grid of server configurations x workloads x load levels into one run directory."""
     if search is not None:
-        from rig.tune.cli import search_settings
-
         settings = search_settings(search, search_slos, slo_percentile, search_max, search_tolerance, kw)
         if resume_dir is not None:
             raise click.UsageError("--resume continues the search recorded in the run; give it without --search")
@@ -427,7 +428,6 @@ def sweep(steps_csv: str | None, grid: tuple[str, ...], resume_dir: Path | None,
             print_dry_run(spec)
             return
         from rig.results import read_manifest
-        from rig.tune.cli import resumed_planner
 
         sys.exit(execute(spec, kw["quiet"], resume_dir=resume_dir,
                          planner=resumed_planner(spec, read_manifest(resume_dir))))
@@ -516,30 +516,56 @@ def check(cluster_file: Path, connect: bool) -> None:
         ray.shutdown()
 
 
-def _mount_optional() -> None:
-    """Commands that live with their subsystem (analysis, sim)."""
+@cli.command("tune")
+@click.option("--steps", "steps_csv", help="Steps values to choose from, e.g. 0,1,2,3,4.")
+@click.option("--slo", "slo_texts", multiple=True, metavar="METRIC=VALUE",
+              help="An SLO the answer must meet, e.g. --slo ttft=500ms --slo tpot=50ms.")
+@click.option("--slo-percentile", type=click.FloatRange(0, 100, min_open=True), default=99.0, show_default=True,
+              help="The percentile the SLOs apply to.")
+@click.option("--start-profile", type=click.Path(dir_okay=False, exists=True, path_type=Path),
+              help="Simulator profile the model starts from (default: the shipped reference profile).")
+@click.option("--confidence", type=click.FloatRange(0, 10), default=0.2, show_default=True,
+              help="Trust a prediction without measuring when it misses the SLO by more than this share of it.")
+@click.option("--max-rounds", type=click.IntRange(1, 100), default=8, show_default=True,
+              help="Measure-and-refit rounds at most.")
+@click.option("--fit-evals", type=click.IntRange(10, 5000), default=120, show_default=True,
+              help="Objective evaluations per pass of each refit.")
+@run_options
+def tune(steps_csv: str | None, slo_texts: tuple[str, ...], slo_percentile: float, start_profile: Path | None,
+         confidence: float, max_rounds: int, fit_evals: int, **kw: Any) -> None:
+    """The best speculative setting for a load and an SLO: measure a few points per configuration, fit the
+    simulator's model to them, predict every configuration's SLO boundary, measure only where that decides the
+    answer, refit, and stop when the measured answer is stable. --concurrency gives the load levels to choose
+    from. Resume an interrupted tune with `rig sweep --resume RUN_DIR`."""
+    from rig.tune.probe import slo_texts as to_texts
+    from rig.tune.tune import TuneSettings, tune_planner
+
+    slos = parse_slos(slo_texts)
+    if kw.get("rate") or kw.get("mode") not in (None, "closed"):
+        raise click.UsageError("rig tune chooses among closed-loop concurrency levels; drop --rate/--mode")
+    workloads = [kw["workload"]] if kw["workload"] else None
+    if kw["workload"] and "," in kw["workload"]:
+        raise click.BadParameter("rig tune answers for one workload", param_hint="--workload")
+    spec = resolve_spec(kw, _csv_ints("--steps", steps_csv), workloads)
+    settings = TuneSettings(tuple(to_texts(slos)), slo_percentile, str(start_profile) if start_profile else None,
+                            confidence, max_rounds, fit_evals)
     try:
-        from rig.analysis.cli import compare, report
+        from rig.tune.predict import Replay
 
-        cli.add_command(report)
-        cli.add_command(compare)
-    except ImportError:
-        pass
-    try:
-        from rig.sim.cli import sim
-
-        cli.add_command(sim)
-    except ImportError:
-        pass
-    try:
-        from rig.tune.cli import tune
-
-        cli.add_command(tune)
-    except ImportError:
-        pass
+        cfg = spec.server_configs()[0]
+        Replay(spec.workloads[0], spec.load.seed, {}).scenario(cfg.steps, 1, 2, None, cfg.tp)
+    except ValueError as e:
+        raise click.UsageError(str(e).splitlines()[0]) from None
+    if kw["dry_run"]:
+        print_dry_run(spec)
+        return
+    sys.exit(execute(spec, kw["quiet"], planner=tune_planner(spec, settings)))
 
 
-_mount_optional()
+# Commands that live with their subsystem, imported directly: a broken import fails loudly, not by hiding a command.
+cli.add_command(report)
+cli.add_command(compare)
+cli.add_command(sim)
 
 
 def main() -> None:

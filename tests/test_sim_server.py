@@ -309,7 +309,7 @@ def test_health_503_until_ready():
     from aiohttp.test_utils import TestClient, TestServer
 
     from rig.sim.launch import build_server, prepare
-    from rig.sim.server import create_app
+    from rig.sim.app import create_app
 
     async def go():
         srv = build_server(*prepare(["--model-path", "m", "--tp-size", "4", "--skip-server-warmup"]))

@@ -16,7 +16,8 @@ from rig.sim.metrics import SimMetrics
 from rig.sim.profile import REFERENCE_PROFILE, ProfileError, load_profile
 from rig.sim.requests import Sampling
 from rig.sim.scheduler import EngineConfig
-from rig.sim.server import SimServer, create_app
+from rig.sim.app import create_app
+from rig.sim.server import SimServer
 from rig.sim.text import token_id, tokenize
 
 log = logging.getLogger("rig.sim")

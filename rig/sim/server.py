@@ -1,4 +1,4 @@
-"""The HTTP server: SGLang's endpoints (sglang-contract.md §2) over the real-time engine."""
+"""The HTTP server's state and SGLang's native endpoints (sglang-contract.md §2) over the real-time engine."""
 
 from __future__ import annotations
 
@@ -357,26 +357,3 @@ async def generate(request: web.Request) -> web.StreamResponse:
         srv.engine.abort(st)
         raise
     return resp
-
-
-def create_app(srv: SimServer) -> web.Application:
-    from rig.sim import openai_api
-
-    app = web.Application(middlewares=make_middlewares(srv) + faults.install(srv), client_max_size=64 * 1024 * 1024)
-    app["srv"] = srv
-    r = app.router
-    r.add_get("/health", health)
-    r.add_get("/health_generate", health)
-    r.add_get("/server_info", server_info)
-    r.add_get("/get_server_info", get_server_info)
-    r.add_get("/model_info", model_info)
-    r.add_get("/get_model_info", model_info)
-    r.add_get("/v1/models", models)
-    r.add_get("/v1/models/{name:.+}", model_one)
-    r.add_get("/metrics", metrics)
-    r.add_route("GET", "/flush_cache", flush_cache)
-    r.add_route("POST", "/flush_cache", flush_cache)
-    r.add_post("/generate", generate)
-    r.add_post("/v1/completions", openai_api.completions)
-    r.add_post("/v1/chat/completions", openai_api.chat_completions)
-    return app

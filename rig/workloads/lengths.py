@@ -15,25 +15,50 @@ uses. Both constants can be overridden per workload (``text_chars_per_token`` / 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any
 
 import numpy as np
-
-if TYPE_CHECKING:
-    from rig.workloads.spec import Dist
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 TEXT_CHARS_PER_TOKEN = 4.5
 CODE_CHARS_PER_TOKEN = 3.5
 
 
-def draw(dist: "Dist", rng: np.random.Generator) -> float:
+class Dist(BaseModel):
+    """A clipped lognormal: ``median * exp(sigma * N(0, 1))`` limited to [min, max]; sigma 0 is a constant."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    median: float = Field(ge=0)
+    sigma: float = Field(0.0, ge=0, le=4)  # beyond 4 the clip bounds are the distribution
+    min: float = Field(0.0, ge=0)
+    max: float = Field(ge=0)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _constant(cls, data: Any) -> Any:
+        # A bare number is a constant: convenient in YAML (`chat_output_tokens: 256`) and on the command line.
+        if isinstance(data, (int, float)) and not isinstance(data, bool):
+            return {"median": data, "sigma": 0.0, "min": data, "max": data}
+        return data
+
+    @model_validator(mode="after")
+    def _ordered(self) -> "Dist":
+        if self.min > self.max:
+            raise ValueError(f"min ({self.min:g}) must not exceed max ({self.max:g})")
+        if not self.min <= self.median <= self.max:
+            raise ValueError(f"median ({self.median:g}) must lie within [min, max] = [{self.min:g}, {self.max:g}]")
+        return self
+
+
+def draw(dist: Dist, rng: np.random.Generator) -> float:
     """One draw of ``median * exp(sigma * N(0, 1))`` clipped to [min, max]."""
     # Always consume exactly one normal, even for sigma 0, so the draws after it do not shift.
     z = rng.standard_normal()
     return float(min(max(dist.median * float(np.exp(dist.sigma * z)), dist.min), dist.max))
 
 
-def draw_int(dist: "Dist", rng: np.random.Generator) -> int:
+def draw_int(dist: Dist, rng: np.random.Generator) -> int:
     """``draw`` rounded to an integer, still within [min, max]."""
     return int(min(max(round(draw(dist, rng)), np.ceil(dist.min)), np.floor(dist.max)))
 

@@ -49,36 +49,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from rig.workloads.errors import WorkloadError
-from rig.workloads.lengths import CODE_CHARS_PER_TOKEN, TEXT_CHARS_PER_TOKEN
+from rig.workloads.lengths import CODE_CHARS_PER_TOKEN, TEXT_CHARS_PER_TOKEN, Dist
 
 WorkloadName = Literal["greedy", "realistic", "agentic", "dataset"]
-
-
-class Dist(BaseModel):
-    """A clipped lognormal: ``median * exp(sigma * N(0, 1))`` limited to [min, max]; sigma 0 is a constant."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
-
-    median: float = Field(ge=0)
-    sigma: float = Field(0.0, ge=0, le=4)  # beyond 4 the clip bounds are the distribution
-    min: float = Field(0.0, ge=0)
-    max: float = Field(ge=0)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _constant(cls, data: Any) -> Any:
-        # A bare number is a constant: convenient in YAML (`chat_output_tokens: 256`) and on the command line.
-        if isinstance(data, (int, float)) and not isinstance(data, bool):
-            return {"median": data, "sigma": 0.0, "min": data, "max": data}
-        return data
-
-    @model_validator(mode="after")
-    def _ordered(self) -> "Dist":
-        if self.min > self.max:
-            raise ValueError(f"min ({self.min:g}) must not exceed max ({self.max:g})")
-        if not self.min <= self.median <= self.max:
-            raise ValueError(f"median ({self.median:g}) must lie within [min, max] = [{self.min:g}, {self.max:g}]")
-        return self
 
 
 def _dist(median: float, sigma: float, lo: float, hi: float) -> dict[str, float]:
