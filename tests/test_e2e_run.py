@@ -1,10 +1,7 @@
 """End to end on the embedded default: `rig run` (local Ray + the simulated SGLang server) through the CLI."""
 
 import json
-import os
 import re
-import subprocess
-import sys
 
 import psutil
 import pytest
@@ -12,17 +9,12 @@ import pytest
 from rig.results import read_manifest, read_requests, read_server_metrics
 
 from accounting import assert_accounting
+from support import rig
 
 pytestmark = pytest.mark.ray
 
 ARGS = ["--workload", "realistic", "--steps", "2", "--concurrency", "1,3", "--requests", "4",
         "--workload-opt", "max_tokens=24", "--warmup", "1"]
-
-
-def rig(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
-    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "COLUMNS": "200"}
-    return subprocess.run([sys.executable, "-m", "rig.cli", *args], capture_output=True, text=True,
-                          timeout=timeout, env=env)
 
 
 @pytest.fixture(scope="module")

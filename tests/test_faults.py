@@ -4,41 +4,20 @@ SIGTERM, an unwritable output. Nothing already recorded is lost, and the manifes
 import json
 import os
 import signal
-import subprocess
 import sys
 import time
-from pathlib import Path
 
-import psutil
 import pyarrow.parquet as pq
 import pytest
-import yaml
 
 from rig.results import read_manifest, read_requests
 
 from accounting import assert_accounting
+from support import engine_procs, rig, spec_file, start_rig
 
 pytestmark = pytest.mark.ray
-DOUBLES = str(Path(__file__).parent / "doubles")
 BASE = ["--engine", "sglang", "--engine-python", sys.executable, "--model", "double", "--tp", "1",
         "--workload", "greedy", "--warmup", "0", "-q"]
-ENV = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
-
-
-def spec_file(tmp_path: Path, **env: str) -> Path:
-    f = tmp_path / "spec.yaml"
-    f.write_text(yaml.safe_dump({"server": {"env": {"PYTHONPATH": DOUBLES, **env}}}))
-    return f
-
-
-def rig(*args: str, timeout: float = 180) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "rig.cli", *args], capture_output=True, text=True, timeout=timeout,
-                          env=ENV)
-
-
-def start(*args: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "rig.cli", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=ENV)
 
 
 def wait_for(pred, timeout: float = 90.0):
@@ -54,14 +33,10 @@ def wait_for(pred, timeout: float = 90.0):
     raise AssertionError("condition not reached")
 
 
-def engine_procs() -> list[psutil.Process]:
-    return [p for p in psutil.process_iter(["cmdline"]) if "sglang.launch_server" in " ".join(p.info["cmdline"] or [])]
-
-
 def test_killed_generator_keeps_its_flushed_records_and_the_others_go_on(tmp_path):
     spec = spec_file(tmp_path, RIG_DOUBLE_TOKEN_DELAY="0.05")
     run = tmp_path / "kg"
-    proc = start("run", "--config", str(spec), *BASE, "--steps", "1", "--concurrency", "4", "--requests", "24",
+    proc = start_rig("run", "--config", str(spec), *BASE, "--steps", "1", "--concurrency", "4", "--requests", "24",
                  "--workload-opt", "max_tokens=30", "--clients", "2", "--out", str(tmp_path), "--run-id", "kg")
     # once generator 1 has closed a part file, kill its worker process (a crash, not a clean stop)
     wait_for(lambda: list((run / "requests").glob("point=*/gen=1/part-*.parquet")))
@@ -103,9 +78,10 @@ def test_hung_server_gives_timeout_records_and_the_point_ends(tmp_path):
 def test_sigterm_stops_cleanly(tmp_path):
     spec = spec_file(tmp_path, RIG_DOUBLE_TOKEN_DELAY="0.05")
     run = tmp_path / "term"
-    proc = start("run", "--config", str(spec), *BASE, "--steps", "1", "--concurrency", "2", "--requests", "40",
+    proc = start_rig("run", "--config", str(spec), *BASE, "--steps", "1", "--concurrency", "2", "--requests", "40",
                  "--workload-opt", "max_tokens=30", "--out", str(tmp_path), "--run-id", "term")
     wait_for(lambda: list((run / "requests").glob("point=*/gen=0/part-*.parquet")))
+    assert len(engine_procs(tmp_path)) == 1  # the check below finds this run's engine while it lives
     t0 = time.time()
     proc.send_signal(signal.SIGTERM)
     proc.communicate(timeout=60)
@@ -118,15 +94,15 @@ def test_sigterm_stops_cleanly(tmp_path):
     t = read_requests(run).to_pandas()
     assert (t.status == "cancelled").any() and t.ok.any()
     assert_accounting(run)
-    assert engine_procs() == []
+    assert engine_procs(tmp_path) == []
     assert rig("report", str(run)).returncode == 0
 
 
 def test_unwritable_output_is_refused_before_start(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("x")
-    res = rig("run", *BASE, "--out", str(blocker / "sub"), "--run-id", "x", timeout=60)
+    res = rig("run", *BASE, "--out", str(blocker / "sub"), "--run-id", "x", timeout=60, owner=tmp_path)
     assert res.returncode == 1
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1 and "cannot write results to" in lines[0]
-    assert engine_procs() == []
+    assert engine_procs(tmp_path) == []

@@ -10,22 +10,17 @@ import sys
 import time
 from pathlib import Path
 
-import pyarrow.parquet as pq
 import pytest
 
 from rig.config import build_spec
 from rig.results import read_manifest, read_requests
 
 from accounting import assert_accounting
+from support import rig, start_rig
 
 ENV = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
 SMALL = ["--concurrency", "2", "--requests", "4", "--workload", "greedy", "--workload-opt", "max_tokens=8",
          "--warmup", "0", "-q"]
-
-
-def rig(*args: str, timeout: float = 240, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "rig.cli", *args], capture_output=True, text=True, timeout=timeout,
-                          env={**ENV, **(env or {})})
 
 
 def one_line_error(proc: subprocess.CompletedProcess, code: int, *needles: str) -> str:
@@ -320,11 +315,6 @@ def test_a_stop_during_think_time_records_the_remaining_turns(tmp_path):
 
 
 # ------------------------------------------------------------------------------------------ stopping
-def _start(*args: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "rig.cli", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=ENV)
-
-
 def _wait_running(run: Path, timeout: float = 120, parts: bool = True) -> None:
     deadline = time.time() + timeout
     while time.time() < deadline:
@@ -340,7 +330,7 @@ def _wait_running(run: Path, timeout: float = 120, parts: bool = True) -> None:
 
 @pytest.mark.ray
 def test_double_ctrl_c_ends_interrupted_with_every_record_accounted(tmp_path):
-    proc = _start("run", "--concurrency", "4", "--duration", "60", "--workload", "greedy", "--workload-opt",
+    proc = start_rig("run", "--concurrency", "4", "--duration", "60", "--workload", "greedy", "--workload-opt",
                   "max_tokens=64", "--warmup", "0", "-q", "--out", str(tmp_path), "--run-id", "cc")
     run = tmp_path / "cc"
     _wait_running(run)
@@ -361,7 +351,7 @@ def test_double_ctrl_c_ends_interrupted_with_every_record_accounted(tmp_path):
 @pytest.mark.ray
 def test_sigterm_on_an_overloaded_run_stops_within_10s_and_counts_what_is_on_disk(tmp_path):
     # 100,000 closed-loop slots swamp one generator on a small machine: it cannot honour a stop in time
-    proc = _start("run", "--concurrency", "100000", "--duration", "30", "--steps", "0", "--workload", "greedy",
+    proc = start_rig("run", "--concurrency", "100000", "--duration", "30", "--steps", "0", "--workload", "greedy",
                   "--workload-opt", "max_tokens=8", "--warmup", "0", "-q", "--out", str(tmp_path), "--run-id", "ov")
     run = tmp_path / "ov"
     _wait_running(run, timeout=180, parts=False)  # overloaded, it may write its first part only when stopped
@@ -526,7 +516,7 @@ def test_report_tells_a_live_run_from_one_that_was_cut_off(tmp_path):
 @pytest.mark.ray
 def test_two_runs_started_at_once_with_one_id_one_runs_the_other_is_refused(tmp_path):
     args = ("run", *SMALL, "--steps", "0", "--out", str(tmp_path), "--run-id", "same")
-    procs = [_start(*args) for _ in range(2)]
+    procs = [start_rig(*args) for _ in range(2)]
     outs = [p.communicate(timeout=240) for p in procs]
     codes = sorted(p.returncode for p in procs)
     assert codes == [0, 2], [o[1][-1500:] for o in outs]

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -20,7 +19,9 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-DOUBLES = str(Path(__file__).parent / "doubles")
+from support import DOUBLES, free_port
+
+pytestmark = pytest.mark.server
 PROMPT = "Write a detailed technical essay on how a modern CPU executes instructions, with examples."
 # A Qwen3.5 node's flags, including two the simulator does not model (--reasoning-parser, mamba strategy), and a
 # draft-token count SGLang changes (topk 1 forces steps + 1: arg_groups/speculative_hook.py).
@@ -30,12 +31,6 @@ SPEC_FLAGS = ["--speculative-algorithm", "NEXTN", "--speculative-num-steps", "3"
               "no_buffer"]
 DETERMINISTIC_FLAGS = ["--enable-deterministic-inference"]
 IMPLS = ("sim", "double")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _command(impl: str, flags: list[str], port: int) -> tuple[list[str], dict[str, str]]:
@@ -51,7 +46,7 @@ def _command(impl: str, flags: list[str], port: int) -> tuple[list[str], dict[st
 
 
 def _start(tmp: Path, impl: str, name: str, flags: list[str]):
-    port = _free_port()
+    port = free_port()
     argv, env = _command(impl, flags, port)
     log = tmp / f"{impl}-{name}.log"
     proc = subprocess.Popen(argv, stdout=log.open("w"), stderr=subprocess.STDOUT, env=env)
@@ -132,7 +127,7 @@ def test_unknown_or_ambiguous_flag_exits_2(impl, tmp_path):
     0.5.23 (it could be -decode or -prefill) and --mamba-scheduler-strategy no longer exists."""
     for flags, needle in ((["--cuda-graph-max-bs", "8"], "ambiguous option: --cuda-graph-max-bs could match"),
                           (["--mamba-scheduler-strategy", "auto"], "unrecognized arguments: --mamba-scheduler")):
-        argv, env = _command(impl, flags, _free_port())
+        argv, env = _command(impl, flags, free_port())
         p = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
         assert p.returncode == 2, p.stderr
         assert needle in p.stderr

@@ -12,9 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import re
-import socket
 import subprocess
 import sys
 import time
@@ -32,14 +30,9 @@ from rig.results import read_manifest, read_requests
 from rig.sim.faults import FaultPlan, parse_fault
 
 from accounting import assert_accounting
+from support import engine_procs, free_port, rig
 
-ENV = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
 BASE = ["--engine", "sim", "--workload", "greedy", "--steps", "1", "--warmup", "0", "-q"]
-
-
-def rig(*args: str, timeout: float = 180) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "rig.cli", *args], capture_output=True, text=True, timeout=timeout,
-                          env=ENV)
 
 
 def fault_args(*specs: str) -> list[str]:
@@ -49,9 +42,9 @@ def fault_args(*specs: str) -> list[str]:
     return out
 
 
-def sim_procs() -> list[psutil.Process]:
-    return [p for p in psutil.process_iter(["cmdline"]) if "rig.sim" in (p.info["cmdline"] or [])
-            and "--sim-fault" in (p.info["cmdline"] or [])]
+def sim_procs(owner: Path) -> list[psutil.Process]:
+    """The simulator processes of the rig run a test started with ``owner``."""
+    return engine_procs(owner, marker="rig.sim")
 
 
 def server_log(run: Path) -> str:
@@ -101,9 +94,7 @@ def test_selection_is_by_arrival_number_or_by_rid():
 
 def _sim(*faults: str):
     """A sim subprocess with these faults on a free loopback port: (process, url)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     argv = [sys.executable, "-m", "rig.sim", "--model-path", "m", "--tp-size", "4", "--host", "127.0.0.1", "--port", str(port),
             "--random-seed", "1", "--sim-no-access-log"]
     for f in faults:
@@ -121,6 +112,7 @@ def _sim(*faults: str):
     raise RuntimeError("sim did not start")
 
 
+@pytest.mark.server
 def test_stream_faults_fire_even_when_the_stream_is_shorter_than_after():
     """after=K past the end of a short stream: the fault falls on the last event, so a selected request still fails."""
     from rig.loadgen.apis import api_for
@@ -153,6 +145,7 @@ def test_stream_faults_fire_even_when_the_stream_is_shorter_than_after():
     assert [o.state.finished for o in outs] == [True, True, True, True] * 2  # the fault came after the last token
 
 
+@pytest.mark.server
 def test_crash_at_kills_the_server_that_long_after_the_first_request():
     proc, url = _sim("crash_at=0.6,code=3")
     try:
@@ -196,7 +189,7 @@ EXPECTED_ERROR = {  # fault spec prefix -> (http_status, the record's error as a
 def stream_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("faults")
     res = rig("run", *BASE, "--concurrency", "4", "--requests", str(N_STREAM), "--workload-opt", "max_tokens=8",
-              "--first-token-timeout", "2", *fault_args(*STREAM_FAULTS), "--out", str(out), "--run-id", "sf")
+              "--first-token-timeout", "2", *fault_args(*STREAM_FAULTS), "--out", str(out), "--run-id", "sf", owner=out)
     return out / "sf", res
 
 
@@ -243,7 +236,7 @@ def test_the_point_completes_with_exact_counts(stream_run):
     t = read_requests(run).to_pandas()
     assert p["server_counters_delta"]["sglang:generation_tokens_total"] >= t[t.ok].completion_tokens.sum()
     assert_accounting(run)
-    assert sim_procs() == []
+    assert sim_procs(run.parent) == []
 
 
 # ---------------------------------------------------------------- the OpenAI routes, selected by arrival number
@@ -277,7 +270,7 @@ def crash_sweep(tmp: Path, run_id: str, *extra: str) -> tuple[Path, subprocess.C
     spec.write_text(yaml.safe_dump({"server_grid": {"extra_args": [["--sim-fault", f"crash_after={CRASH_AFTER}",
                                                                     "--sim-fault", "slow=4"], []]}}))
     res = rig("sweep", "--config", str(spec), *BASE, "--concurrency", "4", "--requests", "24", "--workload-opt",
-              "max_tokens=16", *extra, "--out", str(tmp), "--run-id", run_id)
+              "max_tokens=16", *extra, "--out", str(tmp), "--run-id", run_id, owner=tmp)
     return tmp / run_id, res
 
 
@@ -325,7 +318,7 @@ def test_the_sweep_goes_on_with_the_next_server_configuration(crashed):
     assert good["records"] == {"ok": 24, "failed": 0, "cancelled": 0}
     cfg_bad, cfg_good = (m["server_configs"][p["server_config"]] for p in (bad, good))
     assert "--sim-fault" in cfg_bad["command"] and "--sim-fault" not in cfg_good["command"]
-    assert sim_procs() == []
+    assert sim_procs(run.parent) == []
 
 
 @pytest.mark.ray
@@ -338,7 +331,7 @@ def test_fail_fast_stops_after_the_crashed_configuration(tmp_path):
     assert bad["status"] == "failed" and nxt["status"] == "pending" and nxt["records"]["ok"] == 0
     assert not (run / "requests" / f"point={nxt['point']}").exists()
     assert_accounting(run)
-    assert sim_procs() == []
+    assert sim_procs(run.parent) == []
 
 
 # ---------------------------------------------------------------- a slow server against the total timeout

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 import subprocess
 import sys
 import time
@@ -13,19 +12,17 @@ from pathlib import Path
 import aiohttp
 import pytest
 
+from support import free_port
+
+pytestmark = pytest.mark.server
+
 KEY = "sekret"
 AUTH = {"Authorization": f"Bearer {KEY}"}
 PROMPT = "Write a detailed technical essay on how a modern CPU executes instructions, with examples."
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _start(tmp: Path, name: str, extra: list[str]) -> tuple[subprocess.Popen, str, Path]:
-    port = _free_port()
+    port = free_port()
     log = tmp / f"{name}.log"
     argv = [sys.executable, "-m", "rig.sim", "--model-path", "Qwen/Qwen3.5-122B-A10B", "--tp-size", "4",
             "--host", "127.0.0.1", "--port", str(port), "--random-seed", "7", *extra]

@@ -1,41 +1,20 @@
 """rig sweep on the real sglang adapter path with a test double engine: grid, losslessness, resume, SIGINT."""
 
 import json
-import os
 import signal
-import subprocess
 import sys
 import time
-from pathlib import Path
 
-import psutil
 import pytest
-import yaml
 
 from rig.results import read_manifest, read_requests
 
 from accounting import assert_accounting
+from support import engine_procs, rig, spec_file, start_rig
 
 pytestmark = pytest.mark.ray
-DOUBLES = str(Path(__file__).parent / "doubles")
 BASE = ["--engine", "sglang", "--engine-python", sys.executable, "--model", "double", "--tp", "1",
         "--concurrency", "2", "--requests", "4", "--workload-opt", "max_tokens=8", "--warmup", "0", "-q"]
-
-
-def spec_file(tmp_path: Path, **env: str) -> Path:
-    f = tmp_path / "spec.yaml"
-    f.write_text(yaml.safe_dump({"server": {"env": {"PYTHONPATH": DOUBLES, **env}}}))
-    return f
-
-
-def rig(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
-    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
-    return subprocess.run([sys.executable, "-m", "rig.cli", *args], capture_output=True, text=True,
-                          timeout=timeout, env=env)
-
-
-def engine_procs() -> list[psutil.Process]:
-    return [p for p in psutil.process_iter(["cmdline"]) if "sglang.launch_server" in " ".join(p.info["cmdline"] or [])]
 
 
 def test_sweep_grid_and_lossless_check_catches_a_lossy_server(tmp_path):
@@ -63,16 +42,14 @@ def test_sweep_grid_and_lossless_check_catches_a_lossy_server(tmp_path):
     assert "mismatch" in report_text.lower() or "lossless" in report_text.lower()
     for rid in by_steps.index:
         assert rid in report_text
-    assert engine_procs() == []
+    assert engine_procs(tmp_path) == []
 
 
 def test_interrupted_sweep_resumes_without_duplicates(tmp_path):
     spec = spec_file(tmp_path, RIG_DOUBLE_TOKEN_DELAY="0.05")
     args = ["sweep", "--config", str(spec), *BASE, "--steps", "0,1,2", "--workload", "greedy",
             "--concurrency", "1,2", "--out", str(tmp_path), "--run-id", "rs"]
-    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
-    proc = subprocess.Popen([sys.executable, "-m", "rig.cli", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=env)
+    proc = start_rig(*args)
     run = tmp_path / "rs"
     deadline = time.time() + 120
     while time.time() < deadline:  # interrupt once the second point is running
@@ -83,6 +60,7 @@ def test_interrupted_sweep_resumes_without_duplicates(tmp_path):
         except (FileNotFoundError, json.JSONDecodeError, KeyError):
             pass
         time.sleep(0.1)
+    assert len(engine_procs(tmp_path)) == 1  # the check after the stop finds this run's engine while it lives
     t0 = time.time()
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
@@ -95,7 +73,7 @@ def test_interrupted_sweep_resumes_without_duplicates(tmp_path):
     for f in run.rglob("*.parquet"):  # every part file readable
         import pyarrow.parquet as pq
         pq.read_metadata(f)
-    assert engine_procs() == []
+    assert engine_procs(tmp_path) == []
     done_before = {p for p, s in states.items() if s == "complete"}
     rows_before = read_requests(run).to_pandas()
     kept = rows_before[rows_before.point.isin(done_before)]
@@ -111,4 +89,4 @@ def test_interrupted_sweep_resumes_without_duplicates(tmp_path):
     assert_accounting(run)
     # completed points were not re-run: their rows are the very same
     assert set(t[t.point.isin(done_before)].send_ts) == set(kept.send_ts)
-    assert engine_procs() == []
+    assert engine_procs(tmp_path) == []

@@ -3,9 +3,6 @@ exhaustive grid's answer with at most 40 % of the grid's measured points."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 
 import pytest
 import yaml
@@ -14,6 +11,8 @@ from rig.analysis import metrics as m
 from rig.analysis.report import build_report
 from rig.results import read_manifest
 from rig.sim.profile import load_profile
+
+from support import rig
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
@@ -30,11 +29,6 @@ COMMON = ["--steps", STEPS, "--workload", "realistic", "--workload-opt", "max_to
           "--concurrency", LEVELS, "-q"]
 
 
-def _rig(*args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
-    return subprocess.run([sys.executable, "-m", "rig.cli", *args], capture_output=True, text=True, timeout=600, env=env)
-
-
 @pytest.fixture(scope="module")
 def hidden_server(tmp_path_factory):
     """A spec file pointing the sim at the hidden profile, and the exhaustive grid measured on it."""
@@ -48,7 +42,7 @@ def hidden_server(tmp_path_factory):
     hidden.save(d / "hidden.yaml")
     spec = d / "spec.yaml"
     spec.write_text(yaml.safe_dump({"server": {"sim_profile": str(d / "hidden.yaml")}}))
-    grid = _rig("sweep", "--config", str(spec), *COMMON, "--out", str(d), "--run-id", "grid")
+    grid = rig("sweep", "--config", str(spec), *COMMON, "--out", str(d), "--run-id", "grid", timeout=600)
     assert grid.returncode == 0, grid.stderr[-3000:]
     assert len(read_manifest(d / "grid")["points"]) == GRID_POINTS
     return d, spec
@@ -62,7 +56,8 @@ def test_tune_reaches_the_grid_answer_with_at_most_40_percent_of_its_points(hidd
     assert grid_best["best"] is not None, "the SLO must be reachable for the comparison to mean anything"
 
     flags = [x for t in SLO_SETS[question] for x in ("--slo", t)] + ["--slo-percentile", PERCENTILE]
-    tune = _rig("tune", "--config", str(spec), *COMMON, *flags, "--out", str(d), "--run-id", f"tune-{question}")
+    tune = rig("tune", "--config", str(spec), *COMMON, *flags, "--out", str(d), "--run-id", f"tune-{question}",
+               timeout=600)
     assert tune.returncode == 0, tune.stderr[-3000:]
     run = d / f"tune-{question}"
     man = read_manifest(run)

@@ -9,6 +9,8 @@ from rig.analysis import metrics as m
 from rig.analysis.slo import evaluate_slos
 from rig.tune.search import Bisection, IntDomain, RateDomain, ladder
 
+from support import rig
+
 
 def _run(b: Bisection, boundary: float) -> list[float]:
     """Drive a search against a monotone truth: meets iff value <= boundary."""
@@ -92,17 +94,9 @@ def test_slo_verdict_percentile_margin_and_failures():
 # --- through the CLI against the simulator --------------------------------------------------------------------------
 
 import json  # noqa: E402
-import os  # noqa: E402
 import shutil  # noqa: E402
-import subprocess  # noqa: E402
-import sys  # noqa: E402
 
 from rig.results import read_manifest  # noqa: E402
-
-
-def _rig(*args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
-    return subprocess.run([sys.executable, "-m", "rig.cli", *args], capture_output=True, text=True, timeout=300, env=env)
 
 
 @pytest.mark.ray
@@ -113,7 +107,7 @@ def test_sweep_search_bisects_records_points_and_resumes(tmp_path):
     args = ["sweep", "--steps", "2", "--workload", "realistic", "--workload-opt", "max_tokens=24", "--warmup", "0",
             "--search", "concurrency", "--slo", "tpot=22ms", "--slo-percentile", "90", "--search-max", "16",
             "--out", str(tmp_path), "--run-id", "srch", "-q"]
-    proc = _rig(*args)
+    proc = rig(*args, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     run = tmp_path / "srch"
     man = read_manifest(run)
@@ -131,7 +125,7 @@ def test_sweep_search_bisects_records_points_and_resumes(tmp_path):
     if res["status"] == "bracketed":
         assert mf == mp + 1
         assert res["max_passing"]["margin"] >= 0 > res["min_failing"]["margin"]
-    rep = _rig("report", str(run), "--json")
+    rep = rig("report", str(run), "--json")
     assert rep.returncode == 0, rep.stderr
     assert {r["point"] for r in json.loads(rep.stdout)} == {p["point"] for p in probes}
     # Interrupt after the fact: the last probe never ran. Resume re-runs that probe only and reaches the same answer.
@@ -142,7 +136,7 @@ def test_sweep_search_bisects_records_points_and_resumes(tmp_path):
     man["status"] = "interrupted"
     (run / "manifest.json").write_text(json.dumps(man))
     shutil.rmtree(run / "requests" / f"point={last}")
-    proc = _rig("sweep", "--resume", str(run), "-q")
+    proc = rig("sweep", "--resume", str(run), "-q")
     assert proc.returncode == 0, proc.stderr[-3000:]
     again = read_manifest(run)
     [res2] = again["search"]["results"]

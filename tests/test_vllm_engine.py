@@ -22,22 +22,7 @@ from prometheus_client.parser import text_string_to_metric_families
 DIRECT = pytest.mark.skipif(os.environ.get("RIG_ENGINE_DIRECT") != "1",
                             reason="direct vLLM diagnostics: set RIG_ENGINE_DIRECT=1 (two extra engine launches)")
 
-try:
-    from vllm_fixtures import (  # noqa: F401  (pytest fixtures are used by name)
-        MAX_MODEL_LEN,
-        SERVED_NAME,
-        tiny_model_dir,
-        vllm_engine_python,
-        vllm_servers,
-    )
-except ImportError:  # tests/ became a package
-    from tests.vllm_fixtures import (  # noqa: F401
-        MAX_MODEL_LEN,
-        SERVED_NAME,
-        tiny_model_dir,
-        vllm_engine_python,
-        vllm_servers,
-    )
+from vllm_fixtures import MAX_MODEL_LEN, SERVED_NAME  # the fixtures themselves come from conftest.py
 
 from rig.server import tiny_model
 from rig.server.engines import VLLMEngine

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from rig.results import read_manifest, read_requests
-from vllm_fixtures import server_config, tiny_model_dir, vllm_engine_python  # noqa: F401  (fixtures)
+from vllm_fixtures import server_config
 
 from accounting import assert_accounting
 

@@ -1,8 +1,6 @@
 """Real-engine fixtures: vLLM's CPU build in its own venv, the tiny local model, and shared server launches.
 
-Use from a test module:
-
-    from vllm_fixtures import vllm_engine_python, tiny_model_dir, vllm_servers  # noqa: F401  (pytest fixtures)
+tests/conftest.py makes the fixtures available to every test module:
 
 - ``vllm_engine_python``: the engine venv's interpreter (scripts/vllm-env.sh; ~2 min the first time, cached).
 - ``tiny_model_dir``: the tiny Llama model (rig/server/tiny_model.py, run by the engine venv; ~12 s, cached).
@@ -18,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -37,6 +34,7 @@ if str(REPO) not in sys.path:
 from rig.server import tiny_model  # noqa: E402  (stdlib-only at import time)
 from rig.server.engines import VLLMEngine  # noqa: E402
 from rig.server.spec import ServerConfig  # noqa: E402
+from support import free_port  # noqa: E402
 
 SERVED_NAME = "tiny"
 MAX_MODEL_LEN = 2048
@@ -90,12 +88,6 @@ def ensure_tiny_model(python: Path, out_dir: Path | None = None) -> Path:
     if proc.returncode != 0 or not tiny_model.is_built(out_dir):
         raise RuntimeError(f"tiny model build failed ({proc.returncode}):\n{_tail(proc.stderr)}")
     return out_dir
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def server_config(python: Path, model: Path, steps: int, extra_args: tuple[str, ...] = ()) -> ServerConfig:
