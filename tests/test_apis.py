@@ -33,7 +33,7 @@ def test_native_cumulative_text_and_tokens_per_chunk():
     assert st.text == "Hello world!"
     assert (st.prompt_tokens, st.completion_tokens, st.cached_tokens) == (11, 6, 3)
     assert st.finish_reason == "length" and st.finished
-    assert st.spec == {"spec_verify_ct": 3, "spec_accept_length": 2.0, "spec_accepted_drafts": 3,
+    assert st.speculative == {"spec_verify_ct": 3, "spec_accept_length": 2.0, "spec_accepted_drafts": 3,
                        "spec_proposed_drafts": 6}
     assert st.server_ts == {"server_received_ts": 100.0, "server_first_token_ts": 100.25,
                             "server_finished_ts": 101.5, "server_queue_s": 0.01}
@@ -44,7 +44,7 @@ def test_native_legacy_draft_names():
     api.fold({"text": "x", "meta_info": {"completion_tokens": 1, "finish_reason": {"type": "stop"},
                                          "spec_verify_ct": 1, "spec_accept_token_num": 0,
                                          "spec_draft_token_num": 3}}, st)
-    assert st.spec["spec_accepted_drafts"] == 0 and st.spec["spec_proposed_drafts"] == 3
+    assert st.speculative["spec_accepted_drafts"] == 0 and st.speculative["spec_proposed_drafts"] == 3
 
 
 @pytest.mark.parametrize("obj", [
@@ -88,7 +88,7 @@ def test_chat_deltas_and_sglext_spec_details():
     api.fold({"choices": [], "sglext": {"spec_tokens_details": {"spec_verify_ct": 2, "spec_accept_length": 1.5}}}, st)
     api.fold({"choices": [], "usage": {"prompt_tokens": 9, "completion_tokens": 3}}, st)
     assert st.text == "Hi" and st.finish_reason == "length" and st.completion_tokens == 3
-    assert st.spec == {"spec_verify_ct": 2, "spec_accept_length": 1.5}
+    assert st.speculative == {"spec_verify_ct": 2, "spec_accept_length": 1.5}
     body = api.payload(TURN, [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}], "m")
     assert [m["content"] for m in body["messages"]] == ["a", "b", "hi"]
 
@@ -107,11 +107,11 @@ def test_vllm_per_request_spec_summary_on_the_usage_chunk():
               "metrics": {"speculative_decoding": {"num_spec_tokens": 2, "num_spec_steps": 5, "num_draft_tokens": 10,
                                                    "num_accepted_draft_tokens": 6,
                                                    "acceptance_histogram": [1, 2, 2]}}}, st)
-    assert st.spec == {"spec_verify_ct": 5, "spec_accepted_drafts": 6, "spec_proposed_drafts": 10,
+    assert st.speculative == {"spec_verify_ct": 5, "spec_accepted_drafts": 6, "spec_proposed_drafts": 10,
                        "spec_accept_length": pytest.approx(2.2)}
     st2 = StreamState()
     api.fold({"choices": [], "usage": {"completion_tokens": 1}, "metrics": {"speculative_decoding": {"x": 1}}}, st2)
-    assert st2.spec == {}
+    assert st2.speculative == {}
 
 
 def test_openai_payloads_follow_sglang_0_5_23():

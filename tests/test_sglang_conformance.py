@@ -324,7 +324,7 @@ def test_metric_names(twin):
     """observability/metrics_collector.py (--enable-metrics, else 404 from utils/common.py): every sglang: name
     rig reads (window counters, the server time series) is published, with SGLang's labels."""
     from rig.analysis.server_series import ALL_NAMES
-    from rig.server.metrics import parse_metrics
+    from rig.server.scrape import parse_metrics
 
     async def go(url):
         async with aiohttp.ClientSession() as s, s.get(url + "/metrics") as r:

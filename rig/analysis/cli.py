@@ -12,7 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 from rig.analysis.metrics import Slo, parse_slo
-from rig.analysis.runs import RunError
+from rig.analysis.runs import AnalysisInputError
 
 
 def _slos(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> list[Slo]:
@@ -29,9 +29,9 @@ class InputError(click.ClickException):
 
 
 def _fail(e: Exception) -> click.ClickException:
-    """A RunError is about what the user gave (no such run, nothing to compare): exit 2; I/O faults exit 1."""
+    """A AnalysisInputError is about what the user gave (no such run, nothing to compare): exit 2; I/O faults exit 1."""
     msg = str(e).splitlines()[0] if str(e) else type(e).__name__
-    return InputError(msg) if isinstance(e, RunError) else click.ClickException(msg)
+    return InputError(msg) if isinstance(e, AnalysisInputError) else click.ClickException(msg)
 
 
 @click.command("report")
@@ -66,7 +66,7 @@ def report(run_dir: Path, as_json: bool, csv_dir: Path | None, plots_dir: Path |
             click.echo(to_json(rows))
             return
         rep = build_report(run_dir, slos=slos, slo_percentile=slo_percentile)
-    except (RunError, OSError, ValueError) as e:
+    except (AnalysisInputError, OSError, ValueError) as e:
         raise _fail(e) from None
     if as_json or json_full:
         for w in rep.warnings:
@@ -161,7 +161,7 @@ def compare(a: str, b: str | None, baseline_steps: int | None, resamples: int, s
 
     try:
         result = run_compare(a, b, baseline_steps, resamples, seed)
-    except (RunError, OSError, ValueError) as e:
+    except (AnalysisInputError, OSError, ValueError) as e:
         raise _fail(e) from None
     err = Console(stderr=True)
     for w in result["warnings"]:

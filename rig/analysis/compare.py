@@ -23,7 +23,7 @@ import pyarrow as pa
 
 from rig.analysis import metrics as m
 from rig.analysis.points import INCOMPLETE, campaign_row, load_requests, point_flags
-from rig.analysis.runs import (PointInfo, Run, RunError, generator_offsets, load_run, read_point_requests,
+from rig.analysis.runs import (PointInfo, Run, AnalysisInputError, generator_offsets, load_run, read_point_requests,
                                sampled_workloads)
 
 SPEEDUP_METRICS = ("e2e", "ttft", "tpot", "decode_tok_s")
@@ -253,19 +253,19 @@ def compare(a: str, b: str | None = None, baseline_steps: int | None = None, res
     da, pa_ = parse_target(a)
     if b is None:
         if baseline_steps is None:
-            raise RunError("compare needs two runs or points, or one run with --baseline-steps")
+            raise AnalysisInputError("compare needs two runs or points, or one run with --baseline-steps")
         run = load_run(da)
         pairs = pair_within(run, baseline_steps)
         sides = [Side(run, p, p.point) for p in run.points]
         mode = f"within {run.run_id}, baseline steps={baseline_steps}"
     else:
         if baseline_steps is not None:
-            raise RunError("--baseline-steps compares the points of one run; give one run, not two")
+            raise AnalysisInputError("--baseline-steps compares the points of one run; give one run, not two")
         db, pb = parse_target(b)
         ra, rb = load_run(da), (load_run(db) if db != da else None)
         rb = rb or ra
         if (pa_ is None) != (pb is None):
-            raise RunError("give two runs (A B) or two points (RUN:POINT RUN:POINT), not one of each")
+            raise AnalysisInputError("give two runs (A B) or two points (RUN:POINT RUN:POINT), not one of each")
         la, lb = (ra.run_id, rb.run_id) if ra.run_id != rb.run_id else ("A", "B")
         if pa_ is not None:
             # Two points of one run need no run prefix.
@@ -280,10 +280,10 @@ def compare(a: str, b: str | None = None, baseline_steps: int | None = None, res
     if not pairs and b is None:
         have = sorted({p.steps for p in run.points if p.steps is not None})
         if baseline_steps not in have:
-            raise RunError(f"no point of {run.run_id} has steps={baseline_steps} (its steps: "
+            raise AnalysisInputError(f"no point of {run.run_id} has steps={baseline_steps} (its steps: "
                            f"{', '.join(map(str, have)) or 'none'}); pick one of those for --baseline-steps")
     if not pairs:
-        raise RunError("no matching points to compare (same workload, load level and repeat)")
+        raise AnalysisInputError("no matching points to compare (same workload, load level and repeat)")
     speedups = [row for base, cand in pairs for row in paired_speedups(base, cand, resamples, seed)]
     best = best_per_level(sides, resamples, seed)
     warnings: list[str] = []

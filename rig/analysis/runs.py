@@ -28,7 +28,7 @@ SPECULATIVE_KNOBS = frozenset(
 CLOSED = "closed"
 
 
-class RunError(Exception):
+class AnalysisInputError(Exception):
     """A user-facing problem with a run directory (one line, no traceback)."""
 
 
@@ -106,7 +106,8 @@ class Run:
         for p in self.points:
             if p.point == name:
                 return p
-        raise RunError(f"no point {name!r} in {self.run_dir} (points: {', '.join(p.point for p in self.points)})")
+        raise AnalysisInputError(f"no point {name!r} in {self.run_dir} "
+                                 f"(points: {', '.join(p.point for p in self.points)})")
 
     def skipped(self, p: PointInfo) -> Callable[[str], None]:
         """The ``on_skip`` callback every reader of ``p``'s rows uses: warns once and marks the point."""
@@ -159,16 +160,16 @@ def load_run(run_dir: Path | str) -> Run:
     """Open a run directory; missing manifest keys are filled from the rows and noted in ``warnings``."""
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
-        raise RunError(f"{run_dir} is not a directory")
+        raise AnalysisInputError(f"{run_dir} is not a directory")
     mpath = run_dir / MANIFEST
     if not mpath.exists():
-        raise RunError(f"{run_dir} is not a rig run directory (no {MANIFEST})")
+        raise AnalysisInputError(f"{run_dir} is not a rig run directory (no {MANIFEST})")
     try:
         manifest = json.loads(mpath.read_text())
     except json.JSONDecodeError as e:
-        raise RunError(f"{mpath} is not valid JSON ({e.msg} at line {e.lineno})") from None
+        raise AnalysisInputError(f"{mpath} is not valid JSON ({e.msg} at line {e.lineno})") from None
     if not isinstance(manifest, dict):
-        raise RunError(f"{mpath} is not a JSON object")
+        raise AnalysisInputError(f"{mpath} is not a JSON object")
     warnings: list[str] = []
     status = manifest.get("status")
     if status == "running":
@@ -226,7 +227,7 @@ def load_run(run_dir: Path | str) -> Run:
             warnings.append(f"point {p.point}: {len(p.missing_parts)} part file(s) listed in the manifest are missing "
                             f"({', '.join(p.missing_parts[:3])}{' …' if len(p.missing_parts) > 3 else ''})")
     if not points:
-        raise RunError(f"{run_dir} has no points (empty run)")
+        raise AnalysisInputError(f"{run_dir} has no points (empty run)")
     return Run(run_dir=run_dir, manifest=manifest, points=points, warnings=warnings)
 
 

@@ -25,14 +25,13 @@ class StreamState:
     """What the stream has told us so far."""
 
     text_parts: list[str] = field(default_factory=list)
-    chunk_tokens: list[int] = field(default_factory=list)  # per non-empty chunk
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     cached_tokens: int | None = None
     finish_reason: str | None = None
     finished: bool = False  # a finish reason arrived
     done: bool = False  # [DONE] arrived
-    spec: dict[str, Any] = field(default_factory=dict)
+    speculative: dict[str, Any] = field(default_factory=dict)  # the server's per-request speculative stats
     server_ts: dict[str, float] = field(default_factory=dict)
     # OpenAI APIs: completion tokens already attributed to a chunk (continuous usage stats)
     _usage_tokens: int = 0
@@ -74,7 +73,7 @@ def _event_object(obj: Any) -> dict[str, Any]:
     return obj
 
 
-def _spec_fields(src: dict[str, Any]) -> dict[str, Any]:
+def _speculative_fields(src: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     if src.get("spec_verify_ct") is not None:
         out["spec_verify_ct"] = int(src["spec_verify_ct"])
@@ -91,7 +90,7 @@ def _spec_fields(src: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _vllm_spec_fields(sd: dict[str, Any]) -> dict[str, Any]:
+def _vllm_speculative_fields(sd: dict[str, Any]) -> dict[str, Any]:
     """vLLM's per-request summary (--per-request-spec-decode-metrics summary) on the usage chunk."""
     steps, accepted, drafted = sd.get("num_spec_steps"), sd.get("num_accepted_draft_tokens"), sd.get("num_draft_tokens")
     if not all(isinstance(x, int) for x in (steps, accepted, drafted)) or steps <= 0:
@@ -186,7 +185,7 @@ class SGLangNative(Api):
             if state.finish_reason == "abort":
                 reason = fr.get("message") if isinstance(fr, dict) else None
                 raise StreamError(f"server aborted the request: {reason or fr}")
-            state.spec.update(_spec_fields(meta))
+            state.speculative.update(_speculative_fields(meta))
             state.server_ts.update(_server_timestamps(meta))
         return max(new_tokens, 0)
 
@@ -232,10 +231,10 @@ class _OpenAIBase(Api):
                 state.cached_tokens = details["cached_tokens"]
         ext = obj.get("sglext")
         if isinstance(ext, dict) and isinstance(ext.get("spec_tokens_details"), dict):
-            state.spec.update(_spec_fields(ext["spec_tokens_details"]))
+            state.speculative.update(_speculative_fields(ext["spec_tokens_details"]))
         metrics = obj.get("metrics")
         if isinstance(metrics, dict) and isinstance(metrics.get("speculative_decoding"), dict):
-            state.spec.update(_vllm_spec_fields(metrics["speculative_decoding"]))
+            state.speculative.update(_vllm_speculative_fields(metrics["speculative_decoding"]))
         choices = obj.get("choices")
         if choices is None:
             if usage is None and ext is None:

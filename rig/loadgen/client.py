@@ -367,6 +367,6 @@ def request_fields(turn: Turn, out: Outcome) -> dict[str, Any]:
         "output_hash": output_hash(st.text) if out.status == "ok" else None,
         "output_chars": len(st.text),
     }
-    rec.update(st.spec)
+    rec.update(st.speculative)
     rec.update(st.server_ts)
     return rec

@@ -21,7 +21,7 @@ import ray
 
 from rig.results import SERVER_METRICS_SCHEMA, PartWriter, server_metrics_dir
 from rig.server.engines import engine_for
-from rig.server.metrics import parse_metrics, summed_values
+from rig.server.scrape import parse_metrics, summed_values
 from rig.server.spec import ServerConfig
 
 

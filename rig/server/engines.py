@@ -23,13 +23,12 @@ _SGLANG_CAPACITY_LINE = re.compile(
 
 
 @dataclass(frozen=True)
-class Engine:
+class EngineAdapter:
     """Base adapter. Subclasses set the class attributes and override what differs."""
 
     name: ClassVar[str] = ""
     default_api: ClassVar[str] = "openai-completions"
     launches_process: ClassVar[bool] = True
-    metric_prefix: ClassVar[str] = ""
     uses_gpus: ClassVar[bool] = True
 
     def argv(self, cfg: ServerConfig, host: str, port: int) -> list[str]:
@@ -60,10 +59,9 @@ class Engine:
         return cfg.tp if self.uses_gpus else 0
 
 
-class SGLangEngine(Engine):
+class SGLangEngine(EngineAdapter):
     name = "sglang"
     default_api = "sglang-native"  # /generate carries per-request spec_verify_ct and accept length
-    metric_prefix = "sglang:"
 
     def module(self, cfg: ServerConfig) -> list[str]:
         return [self.python(cfg), "-m", "sglang.launch_server"]
@@ -132,10 +130,9 @@ class SimEngine(SGLangEngine):
         return argv
 
 
-class VLLMEngine(Engine):
+class VLLMEngine(EngineAdapter):
     name = "vllm"
     default_api = "openai-completions"
-    metric_prefix = "vllm:"
     # KV-capacity lines (v1/core/kv_cache_utils.py, v1/engine/core.py). 0.32.0 on CPU prints, e.g.
     #   "CPU KV cache size: 524,288 tokens, Maximum concurrency for 2,048 tokens per request: 256.00x"
     #   "init engine (profile, create kv cache, warmup model) took 32.73 s"
@@ -224,7 +221,7 @@ class VLLMEngine(Engine):
         return 0 if cfg.device == "cpu" else cfg.tp
 
 
-class ExternalEngine(Engine):
+class ExternalEngine(EngineAdapter):
     """A server the user already runs: nothing is launched; steps are recorded, not applied."""
 
     name = "external"
@@ -239,10 +236,10 @@ class ExternalEngine(Engine):
         return ["/v1/models"]
 
 
-ENGINES: dict[str, Engine] = {e.name: e for e in (SGLangEngine(), SimEngine(), VLLMEngine(), ExternalEngine())}
+ENGINES: dict[str, EngineAdapter] = {e.name: e for e in (SGLangEngine(), SimEngine(), VLLMEngine(), ExternalEngine())}
 
 
-def engine_for(name: str) -> Engine:
+def engine_for(name: str) -> EngineAdapter:
     try:
         return ENGINES[name]
     except KeyError:

@@ -13,7 +13,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 
-from rig.sim.metrics import SimMetrics
+from rig.sim.prometheus import SimMetrics
 from rig.sim.prefix_cache import PrefixCache
 from rig.sim.profile import Profile
 from rig.sim.requests import Sampling, build_req, output_stream, plan_request, prompt_key

@@ -12,7 +12,7 @@ from aiohttp import web
 from rig.sim.args import SGLANG_VERSION, ServerArgs, context_length_allowed, main_error, resolve
 from rig.sim.capacity import CapacityError, compute_capacity
 from rig.sim.engine import Engine
-from rig.sim.metrics import SimMetrics
+from rig.sim.prometheus import SimMetrics
 from rig.sim.profile import REFERENCE_PROFILE, ProfileError, load_profile
 from rig.sim.requests import Sampling
 from rig.sim.scheduler import EngineConfig

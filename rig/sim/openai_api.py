@@ -11,7 +11,7 @@ from aiohttp import web
 
 from rig.sim.engine import Stream
 from rig.sim.requests import Sampling
-from rig.sim.responses import finish_name, matched_stop, meta_info, spec_fields, usage
+from rig.sim.responses import finish_name, matched_stop, meta_info, speculative_fields, usage
 from rig.sim.sampling import BadRequest, build, stops_of
 from rig.sim.server import DONE, SimServer, read_json, sse, start_sse
 from rig.sim.text import render_chat
@@ -64,7 +64,7 @@ def _sglext(st: Stream, srv: SimServer, body: dict) -> dict | None:
     """SglExt with only spec_tokens_details (openai/utils.py::spec_tokens_details_from_meta_info): present when
     the request asked for it and the finished meta_info has speculative stats."""
     if body.get("return_spec_tokens_details"):
-        d = spec_fields(st, srv.engine.cfg.steps)
+        d = speculative_fields(st, srv.engine.cfg.steps)
         if d:
             return {"spec_tokens_details": {
                 "spec_accept_rate": d["spec_accept_rate"], "spec_accept_length": d["spec_accept_length"],

@@ -11,7 +11,7 @@ from rig.sim.engine import Engine, Stream
 _dumps = json.dumps
 
 
-def spec_fields(st: Stream, steps: int) -> dict[str, Any]:
+def speculative_fields(st: Stream, steps: int) -> dict[str, Any]:
     """Per-request speculative statistics (finished chunk only), under every version's names."""
     r = st.req
     if steps <= 0 or r.verify_ct <= 0:
@@ -67,7 +67,7 @@ def meta_info(st: Stream, engine: Engine, *, enable_metrics: bool) -> dict[str, 
     }
     if st.finished:
         meta["e2e_latency"] = (st.finished_wall or st.received_wall) - st.received_wall
-        meta.update(spec_fields(st, engine.cfg.steps))
+        meta.update(speculative_fields(st, engine.cfg.steps))
         if enable_metrics:
             meta.update(timing_fields(st, engine))
     return meta

@@ -17,7 +17,7 @@ from rig.sim import faults
 from rig.sim.args import ServerArgs
 from rig.sim.capacity import Capacity
 from rig.sim.engine import Engine, Stream
-from rig.sim.metrics import CONTENT_TYPE, SimMetrics
+from rig.sim.prometheus import CONTENT_TYPE, SimMetrics
 from rig.sim.profile import Profile
 from rig.sim.requests import Sampling
 from rig.sim.responses import native_body
