@@ -21,6 +21,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from rig.contracts import (ClusterInfo, GeneratorHost, GeneratorReport, Manifest, PointEntry, PointIdentity,
+                           ServerConfigEntry, Thresholds)
 from rig.results import REQUEST_SCHEMA, SERVER_METRICS_SCHEMA, requests_dir, server_metrics_dir, write_manifest
 
 STEPS = (0, 1, 2, 3, 4)
@@ -141,18 +143,22 @@ def make_run(run_dir: Path, rows: int, sample: float, seed: int = 0) -> None:
     offsets = [0.0, 0.012, -0.4, 1.5]
     grid = [(s, c, w) for w in WORKLOADS for s in STEPS for c in LEVELS]
     per_point = rows // len(grid)
-    points, configs = [], {}
+    points: list[PointEntry] = []
+    configs: dict[str, ServerConfigEntry] = {}
     for s, c, w in grid:
         name = f"{w}-s{s}-c{c}-r0"
         t0, t1 = make_point(rng, run_dir, name, s, c, w, per_point, offsets, sample)
-        configs[f"sim-s{s}"] = {"engine": "sim", "knobs": {"engine": "sim", "steps": s, "tp": 4},
-                                "server_info": {"internal_states": [{"effective_max_running_requests_per_dp": 26 - 3 * s}]}}
-        points.append({"point": name, "server_config": f"sim-s{s}", "engine": "sim", "workload": w, "steps": s,
-                       "load_mode": "closed", "concurrency": c, "rate": None, "repeat": 0, "status": "complete",
-                       "started_ts": t0, "ended_ts": t1, "requests_scheduled": per_point, "flags": [],
-                       "generators": [{"generator": g, "status": "complete"} for g in range(GENERATORS)]})
-    write_manifest(run_dir, {"run_id": "bench", "status": "complete", "server_configs": configs, "points": points,
-                             "cluster": {"generators": [{"generator": g, "clock_offset_s": o} for g, o in enumerate(offsets)]}})
+        configs[f"sim-s{s}"] = ServerConfigEntry(
+            engine="sim", knobs={"engine": "sim", "steps": s, "tp": 4},
+            server_info={"internal_states": [{"effective_max_running_requests_per_dp": 26 - 3 * s}]})
+        ident = PointIdentity(point=name, server_config=f"sim-s{s}", engine="sim", workload=w, steps=s,
+                              load_mode="closed", concurrency=c, rate=None, repeat=0)
+        points.append(PointEntry.new(ident).model_copy(update=dict(
+            status="complete", started_ts=t0, ended_ts=t1, requests_scheduled=per_point,
+            generators=[GeneratorReport(generator=g, status="complete") for g in range(GENERATORS)])))
+    write_manifest(run_dir, Manifest(run_id="bench", status="complete", thresholds=Thresholds(), server_configs=configs,
+                                     points=points, cluster=ClusterInfo(generators=[
+                                         GeneratorHost(generator=g, clock_offset_s=o) for g, o in enumerate(offsets)])))
 
 
 def du(path: Path) -> int:

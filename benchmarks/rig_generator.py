@@ -23,15 +23,16 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from rig.loadgen.drive import PointRun, make_session  # noqa: E402
-from rig.loadgen.plan import GeneratorPlan, PointInfo  # noqa: E402
+from rig.contracts import PointColumns  # noqa: E402
+from rig.loadgen.plan import GeneratorPlan  # noqa: E402
 from rig.workloads.base import Session, Turn  # noqa: E402
 
 
 def plan_for(a: argparse.Namespace) -> GeneratorPlan:
-    info = PointInfo(run_id="bench", point="p0", engine="external", workload="bench", api="openai-completions",
-                     steps=0, server_config="truth", server_args="{}", load_mode=a.mode,
-                     concurrency=a.concurrency if a.mode == "closed" else None,
-                     rate=a.rate if a.mode == "poisson" else None, repeat=0)
+    info = PointColumns(run_id="bench", point="p0", engine="external", workload="bench", api="openai-completions",
+                        steps=0, server_config="truth", server_args="{}", load_mode=a.mode,
+                        concurrency=a.concurrency if a.mode == "closed" else None,
+                        rate=a.rate if a.mode == "poisson" else None, repeat=0)
     prompt = "Write one token after another until told to stop. " * 2
 
     def session(i: int) -> Session:
@@ -58,8 +59,9 @@ async def main_async(a: argparse.Namespace) -> dict:
     start = a.start_at if a.start_at else time.perf_counter() + a.start_in
     async with make_session(a.client) as http:
         t0 = os.times()
-        summary = await run.run(http, start)
+        report = await run.run(http, start)
         t1 = os.times()
+    summary = report.model_dump()
     summary["cpu_s"] = (t1[0] - t0[0]) + (t1[1] - t0[1])
     summary["cpu_user_s"], summary["cpu_sys_s"] = t1[0] - t0[0], t1[1] - t0[1]
     summary["started_mono"] = run.started_mono

@@ -24,80 +24,15 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
+from rig import contracts
+
 MANIFEST = "manifest.json"
 REQUESTS_DIR = "requests"
 SERVER_METRICS_DIR = "server_metrics"
 LOGS_DIR = "logs"
 
-# One row per request. Times ending in _ts are wall-clock epoch seconds derived from one monotonic anchor per
-# generator (not offset-corrected; add clock_offset_s to put them on the driver's clock); durations ending in _s
-# come from the monotonic clock alone.
-REQUEST_SCHEMA = pa.schema(
-    [
-        # identity of the point
-        ("run_id", pa.string()),
-        ("point", pa.string()),
-        ("engine", pa.string()),
-        ("workload", pa.string()),
-        ("api", pa.string()),
-        ("steps", pa.int32()),
-        ("server_config", pa.string()),  # id of the server configuration (several points share one launch)
-        ("server_args", pa.string()),  # JSON of the point's server knobs
-        ("load_mode", pa.string()),  # closed | poisson | gamma | trace
-        ("concurrency", pa.int32()),  # closed loop: the level's concurrency (whole point, all generators)
-        ("rate", pa.float64()),  # open loop: the level's target requests/s (whole point)
-        ("repeat", pa.int32()),
-        ("generator", pa.int32()),
-        ("host", pa.string()),
-        ("clock_offset_s", pa.float64()),  # generator clock minus driver clock
-        # identity of the request
-        ("request_id", pa.string()),
-        ("session_id", pa.string()),
-        ("turn", pa.int32()),
-        ("category", pa.string()),  # chat | code | greedy | agent | dataset
-        # timing
-        ("intended_send_ts", pa.float64()),
-        ("send_ts", pa.float64()),
-        ("first_token_ts", pa.float64()),
-        ("end_ts", pa.float64()),
-        ("ttft_s", pa.float64()),
-        ("e2e_s", pa.float64()),
-        ("slip_s", pa.float64()),  # actual - intended send
-        ("e2e_from_intended_s", pa.float64()),
-        ("chunk_offsets_s", pa.list_(pa.float64())),  # arrival of each non-empty chunk, from send
-        ("chunk_tokens", pa.list_(pa.int32())),  # tokens carried by each of those chunks
-        # tokens, from the server
-        ("prompt_tokens", pa.int64()),
-        ("completion_tokens", pa.int64()),
-        ("cached_tokens", pa.int64()),
-        ("finish_reason", pa.string()),
-        # outcome
-        ("status", pa.string()),  # ok | failed | cancelled
-        ("ok", pa.bool_()),
-        ("http_status", pa.int32()),
-        ("error", pa.string()),
-        # sampling
-        ("temperature", pa.float64()),
-        ("top_p", pa.float64()),
-        ("top_k", pa.int32()),
-        ("max_tokens", pa.int32()),
-        ("ignore_eos", pa.bool_()),
-        ("seed", pa.int64()),
-        # speculative decoding, where the engine reports it per request
-        ("spec_verify_ct", pa.int64()),
-        ("spec_accept_length", pa.float64()),
-        ("spec_accepted_drafts", pa.int64()),
-        ("spec_proposed_drafts", pa.int64()),
-        # server-side timestamps (SGLang meta_info with --enable-metrics), epoch seconds on the server's clock
-        ("server_received_ts", pa.float64()),
-        ("server_first_token_ts", pa.float64()),
-        ("server_finished_ts", pa.float64()),
-        ("server_queue_s", pa.float64()),
-        # output
-        ("output_hash", pa.string()),
-        ("output_chars", pa.int64()),
-    ]
-)
+# One row per request: the schema is generated from rig.contracts.RequestRecord (names, order and types).
+REQUEST_SCHEMA = contracts.REQUEST_SCHEMA
 
 SERVER_METRICS_SCHEMA = pa.schema(
     [
@@ -111,9 +46,7 @@ SERVER_METRICS_SCHEMA = pa.schema(
 )
 
 
-def empty_record() -> dict[str, Any]:
-    """A record with every column present and null."""
-    return {name: None for name in REQUEST_SCHEMA.names}
+empty_record = contracts.empty_record
 
 
 def _atomic_write_table(table: pa.Table, path: Path) -> None:
@@ -241,8 +174,19 @@ def read_server_metrics(run_dir: Path | str, columns: Iterable[str] | None = Non
     return _read_parts(Path(run_dir) / SERVER_METRICS_DIR, SERVER_METRICS_SCHEMA, columns)
 
 
-def write_manifest(run_dir: Path | str, manifest: dict[str, Any]) -> None:
-    atomic_write_text(Path(run_dir) / MANIFEST, json.dumps(manifest, indent=2, sort_keys=False, default=str) + "\n")
+def write_manifest(run_dir: Path | str, manifest: contracts.Manifest | dict[str, Any]) -> None:
+    """Write the manifest atomically."""
+    text = manifest.to_json() if isinstance(manifest, contracts.Manifest) else \
+        json.dumps(manifest, indent=2, sort_keys=False, default=str) + "\n"
+    atomic_write_text(Path(run_dir) / MANIFEST, text)
+
+
+def load_manifest(run_dir: Path | str) -> contracts.Manifest:
+    """The run's manifest, validated (older versions migrated); FileNotFoundError, or ContractError in one line."""
+    path = Path(run_dir) / MANIFEST
+    if not path.exists():
+        raise FileNotFoundError(f"{run_dir} is not a rig run directory (no {MANIFEST})")
+    return contracts.parse_manifest(path.read_text(), str(path))
 
 
 def read_manifest(run_dir: Path | str) -> dict[str, Any]:

@@ -235,21 +235,28 @@ def _open_loop_run(d: Path, slips: list[float], generators: list[dict] | None = 
     return d
 
 
+def _slipped(slip_p99_s: float) -> list[dict]:
+    """The generator report a run records for an open-loop point (its own p99 send slip)."""
+    return [{"generator": 0, "status": "complete", "slip_p99_s": slip_p99_s, "window_s": 3.0}]
+
+
 def test_open_loop_latency_from_intended_and_slip_flag(tmp_path):
-    d = _open_loop_run(tmp_path, [0.0, 0.0, 0.2, 0.0])
+    d = _open_loop_run(tmp_path, [0.0, 0.0, 0.2, 0.0], _slipped(0.194))
     rep = build_report(d)
     row = rep.campaign[0]
     assert row["rate"] == 2.0 and row["concurrency"] is None
     # sends at 10, 11, 12.2, 13 -> 3 intervals over 3 s
     assert row["achieved_rate"] == pytest.approx(1.0)
-    assert "schedule_slip" in row["flags"]  # p99 slip 0.194 s > 0.05 s
+    assert "schedule_slip" in row["flags"]  # the generator's p99 slip 194 ms > the run's 10 ms
+    assert row["flag_reasons"]["schedule_slip"] == "generator 0 send slip p99 194.0 ms (limit 10 ms)"
     lat = {r["metric"]: r for r in rep.latency}
     assert lat["e2e_from_intended"]["p50_ms"] == pytest.approx(1000.0)
     assert lat["e2e_from_intended"]["mean_ms"] == pytest.approx(1050.0)
     assert lat["ttft_from_intended"]["p99_ms"] == pytest.approx(100 + 0.97 * 200)
     assert lat["slip"]["p50_ms"] == pytest.approx(0.0)
     assert lat["slip"]["mean_ms"] == pytest.approx(50.0)
-    assert "schedule_slip" not in build_report(_open_loop_run(tmp_path / "b", [0.0] * 4)).campaign[0]["flags"]
+    assert "schedule_slip" not in build_report(_open_loop_run(tmp_path / "b", [0.0] * 4, _slipped(0.001))
+                                               ).campaign[0]["flags"]
 
 
 def test_client_saturation_from_generator_reports(tmp_path):

@@ -9,14 +9,15 @@ import pytest
 from aiohttp.test_utils import TestServer
 
 from rig.loadgen.drive import PointRun, make_session
-from rig.loadgen.plan import GeneratorPlan, PointInfo
+from rig.contracts import PointColumns
+from rig.loadgen.plan import GeneratorPlan
 from rig.results import read_requests
 from rig.workloads.base import Session, Turn
 
 from fake_server import make_app
 
-INFO = PointInfo(run_id="r", point="p0", engine="external", workload="t", api="sglang-native", steps=0,
-                 server_config="x", server_args="{}", load_mode="closed", concurrency=2, rate=None, repeat=0)
+INFO = PointColumns(run_id="r", point="p0", engine="external", workload="t", api="sglang-native", steps=0,
+                    server_config="x", server_args="{}", load_mode="closed", concurrency=2, rate=None, repeat=0)
 
 
 def sessions(n: int, modes: dict[int, str] | None = None, turns: int = 1) -> tuple[Session, ...]:
@@ -58,8 +59,8 @@ def drive(tmp_path, hog_s: float = 0.0, **plan_kw):
 def test_closed_loop_writes_one_record_per_request(tmp_path):
     summary = drive(tmp_path, sessions=sessions(7, {3: "http500"}), slots=3)
     t = read_requests(tmp_path).to_pandas()
-    assert len(t) == 7 == summary["rows_written"] == summary["scheduled"]
-    assert summary["records"] == {"ok": 6, "failed": 1, "cancelled": 0}
+    assert len(t) == 7 == summary.rows_written == summary.scheduled
+    assert summary.records.model_dump() == {"ok": 6, "failed": 1, "cancelled": 0}
     assert t["request_id"].is_unique
     bad = t[t.request_id == "s3-t0"].iloc[0]
     assert bad.status == "failed" and bad.http_status == 500
@@ -79,7 +80,7 @@ def test_failed_turn_cancels_the_rest_of_its_session(tmp_path):
                                for j in range(3)))
     summary = drive(tmp_path, sessions=(*s, bad), slots=2)
     t = read_requests(tmp_path).to_pandas().set_index("request_id")
-    assert summary["scheduled"] == 9 == len(t)
+    assert summary.scheduled == 9 == len(t)
     assert t.loc["bad-t1", "status"] == "failed" and t.loc["bad-t2", "status"] == "cancelled"
     assert "turn 1 failed" in t.loc["bad-t2", "error"]
     assert list(t.loc[["s0-t0", "s0-t1", "s0-t2"], "turn"]) == [0, 1, 2]
@@ -92,23 +93,23 @@ def test_open_loop_sends_on_schedule(tmp_path):
     assert len(t) == 20 and t.ok.all()
     gaps = t.intended_send_ts.diff().dropna()
     assert gaps.sub(0.02).abs().max() < 1e-6  # intended times are the schedule, exactly
-    assert summary["slip_p99_s"] < 0.010  # an idle generator keeps up
-    assert 0.99 <= summary["rate_ratio"] <= 1.01
+    assert summary.slip_p99_s < 0.010  # an idle generator keeps up
+    assert 0.99 <= summary.rate_ratio <= 1.01
     assert (t.e2e_from_intended_s >= t.e2e_s - 1e-9).all()
 
 
 def test_starved_generator_shows_slip(tmp_path):
     offs = tuple(0.005 * i for i in range(40))
     summary = drive(tmp_path, hog_s=0.03, sessions=sessions(40), arrivals=offs)
-    assert summary["slip_p99_s"] > 0.010  # the schedule fell behind and the record shows it
-    assert summary["loop_lag_p99_ms"] > 10
-    assert summary["rate_ratio"] < 0.99  # and sent slower than the schedule asked
+    assert summary.slip_p99_s > 0.010  # the schedule fell behind and the record shows it
+    assert summary.loop_lag_p99_ms > 10
+    assert summary.rate_ratio < 0.99  # and sent slower than the schedule asked
 
 
 def test_open_loop_duration_stops_new_arrivals(tmp_path):
     offs = tuple(0.05 * i for i in range(40))  # 2 s of arrivals
     summary = drive(tmp_path, sessions=sessions(40), arrivals=offs, duration_s=0.5)
-    assert summary["scheduled"] == 10 == summary["rows_written"]
+    assert summary.scheduled == 10 == summary.rows_written
 
 
 def test_unwritable_output_keeps_rows_and_reports(tmp_path):
@@ -152,10 +153,10 @@ def test_unreachable_server_stops_the_level_instead_of_a_storm(tmp_path):
             return await run.run(http, time.perf_counter())
 
     summary = asyncio.run(go())
-    assert summary["status"] == "partial" and "unreachable" in summary["error"]
+    assert summary.status == "partial" and "unreachable" in summary.error
     # every started session has its record; the rest were never started (not scheduled)
-    assert summary["scheduled"] == summary["rows_written"] == summary["records"]["failed"]
-    assert 3 <= summary["scheduled"] <= 4
+    assert summary.scheduled == summary.rows_written == summary.records.failed
+    assert 3 <= summary.scheduled <= 4
 
 
 def test_pacer_never_wakes_before_the_due_time():

@@ -109,12 +109,12 @@ def tune_tables(section: dict[str, Any]) -> list[Table]:
 
 def print_adaptive(run_dir: Path) -> None:
     """The search and tune sections of a finished adaptive run."""
-    from rig.results import read_manifest
+    from rig.results import load_manifest
 
-    manifest = read_manifest(run_dir)
+    manifest = load_manifest(run_dir)
     out = Console(width=None if Console().is_terminal else 200)
-    if manifest.get("search"):
-        out.print(search_table(manifest["search"]))
-    if manifest.get("tune"):
-        for t in tune_tables(manifest["tune"]):
+    if manifest.search:
+        out.print(search_table(manifest.search))
+    if manifest.tune:
+        for t in tune_tables(manifest.tune):
             out.print(t)

@@ -47,8 +47,12 @@ def _fail(e: Exception) -> click.ClickException:
 @click.option("--json-full", "json_full", is_flag=True,
               help="Print every section as one JSON object (campaign rows, frontier, best per level and per SLO, "
                    "SLO search, tune).")
+@click.option("--thresholds", metavar="NAME=VALUE,...",
+              help="Judge point validity again with these thresholds instead of the ones the run recorded, e.g. "
+                   "--thresholds slip_p99_ms=20,cpu_pct=80 (names: slip_p99_ms, loop_lag_p99_ms, cpu_pct, "
+                   "rate_ratio, min_window_s).")
 def report(run_dir: Path, as_json: bool, csv_dir: Path | None, plots_dir: Path | None, html_file: Path | None,
-           slos: list[Slo], slo_percentile: float | None, json_full: bool) -> None:
+           slos: list[Slo], slo_percentile: float | None, json_full: bool, thresholds: str | None) -> None:
     """Tables, percentiles, acceptance, server state, goodput and losslessness of RUN_DIR, from Parquet alone."""
     from rig.analysis.report import build_report, export_csv, full_json, to_json
 
@@ -59,13 +63,13 @@ def report(run_dir: Path, as_json: bool, csv_dir: Path | None, plots_dir: Path |
             from rig.analysis.runs import load_run
             from rig.analysis.tables import campaign_table
 
-            run = load_run(run_dir)
+            run = load_run(run_dir, thresholds)
             rows = campaign_table(run)
             for w in run.warnings:
                 err.print(f"[yellow]! {w}[/yellow]")
             click.echo(to_json(rows))
             return
-        rep = build_report(run_dir, slos=slos, slo_percentile=slo_percentile)
+        rep = build_report(run_dir, slos=slos, slo_percentile=slo_percentile, thresholds=thresholds)
     except (AnalysisInputError, OSError, ValueError) as e:
         raise _fail(e) from None
     if as_json or json_full:

@@ -1,4 +1,8 @@
-"""Per-point numbers: read a point's records once and derive its campaign row, acceptance and validity flags."""
+"""Per-point numbers: read a point's records once and derive its campaign row, acceptance and flags.
+
+Validity (a saturated client, a slipped schedule, a lost generator) is the run's verdict, judged once by
+rig.contracts.judge_point and read from the manifest; this adds what the records on disk show (missing or
+unreadable parts, failures, a point that did not complete)."""
 
 from __future__ import annotations
 
@@ -11,15 +15,9 @@ import pyarrow.compute as pc
 
 from rig.analysis import metrics as m
 from rig.analysis.runs import PointInfo, Run, generator_offsets, read_point_requests
+from rig.contracts import GeneratorReport, achieved_rate
 from rig.analysis.server_series import Series, counter_window_acceptance, point_series
 
-# Open loop: a client whose p99 send slip exceeds this fell behind its schedule (the arrival process was not the one
-# asked for), so the point's latencies are suspect.
-SLIP_P99_LIMIT_S = 0.05
-# A generator at this CPU share or event-loop lag was the bottleneck, not the server.
-CLIENT_CPU_LIMIT_PCT = 90.0
-LOOP_LAG_LIMIT_S = 0.050
-MIN_SATURATION_WINDOW_S = 2.0  # a generator's CPU share or loop lag over a shorter window is not evidence
 # Flags that make a point's numbers unfit for comparison (the others are notes).
 INVALIDATING = frozenset(
     {
@@ -58,17 +56,17 @@ def acceptance(run: Run, p: PointInfo, r: m.Requests, series: dict[str, Series] 
 
 
 def point_flags(p: PointInfo, r: m.Requests) -> list[str]:
-    """The manifest's flags plus what the rows and generator reports show; sorted, no duplicates."""
+    """The run's verdict plus what the rows and the point's status show; sorted, no duplicates."""
     return sorted(flag_reasons(p, r))
 
 
-def _gen_name(g: dict[str, Any]) -> str:
-    return f"generator {g.get('generator', '?')}"
+def _gen_name(g: GeneratorReport) -> str:
+    return f"generator {g.generator}"
 
 
 def flag_reasons(p: PointInfo, r: m.Requests) -> dict[str, str]:
     """Each flag of the point with the figure that tripped it (one short phrase)."""
-    why: dict[str, str] = {f: "set by the run (see the manifest)" for f in p.flags}
+    why: dict[str, str] = {f: p.flag_reasons.get(f) or "set by the run (see the manifest)" for f in p.flags}
     if p.status is None:
         why["status_unknown"] = "the manifest has no status for this point"
     elif p.status != "complete":
@@ -86,37 +84,9 @@ def flag_reasons(p: PointInfo, r: m.Requests) -> dict[str, str]:
     failed = int((~r.ok & ~r.cancelled).sum()) if r.n else 0
     if failed:
         why["has_failures"] = f"{failed:,} of {r.n:,} requests failed"
-    lag_ms = 1e3 * LOOP_LAG_LIMIT_S
     for g in p.generators:
-        status = g.get("status")
-        if status and status != "complete":
-            why[f"generator_{status}"] = f"{_gen_name(g)}: {g.get('error') or status}"
-        # A CPU share or a lag percentile over a blink of time means nothing (requests that all fail in
-        # milliseconds would read as a saturated client).
-        window = g.get("window_s")
-        if window is not None and window < MIN_SATURATION_WINDOW_S:
-            continue
-        over = f" over {window:.0f}s" if window is not None else ""
-        if (g.get("cpu_pct") or 0) >= CLIENT_CPU_LIMIT_PCT:
-            why["client_saturated"] = (f"{_gen_name(g)} used {g['cpu_pct']:.0f}% CPU (limit {CLIENT_CPU_LIMIT_PCT:.0f}%)"
-                                       f"{over}")
-        elif (g.get("loop_lag_p99_ms") or 0) >= lag_ms:
-            why["client_saturated"] = (f"{_gen_name(g)} event-loop lag p99 {g['loop_lag_p99_ms']:.0f} ms "
-                                       f"(limit {lag_ms:.0f} ms)")
-    for g in p.generators:  # the runner's open-loop flags, explained by its generators' figures
-        if "schedule_slip" in why and (g.get("slip_p99_s") or 0) > 0:
-            why["schedule_slip"] = f"{_gen_name(g)} send slip p99 {1e3 * g['slip_p99_s']:.1f} ms"
-        if "rate_shortfall" in why and g.get("rate_ratio") is not None and g["rate_ratio"] < 0.99:
-            why["rate_shortfall"] = f"{_gen_name(g)} sent at {100 * g['rate_ratio']:.0f}% of the scheduled rate"
-        if "generator_lost" in why and g.get("error"):
-            why["generator_lost"] = f"{_gen_name(g)}: {g['error']}"
-    if "server_died" in why and p.error:
-        why["server_died"] = p.error
-    if p.open_loop:
-        slip = r.slip[np.isfinite(r.slip)]
-        if slip.size and float(np.percentile(slip, 99)) > SLIP_P99_LIMIT_S:
-            why["schedule_slip"] = (f"send slip p99 {1e3 * float(np.percentile(slip, 99)):.0f} ms "
-                                    f"(limit {1e3 * SLIP_P99_LIMIT_S:.0f} ms)")
+        if g.status and g.status != "complete":
+            why[f"generator_{g.status}"] = f"{_gen_name(g)}: {g.error or g.status}"
     return dict(sorted(why.items()))
 
 
@@ -144,8 +114,8 @@ def campaign_row(run: Run, p: PointInfo, r: m.Requests, series: dict[str, Series
     achieved = None
     if p.open_loop and r.n > 1:
         sends = r.send[np.isfinite(r.send)]
-        span = float(sends.max() - sends.min()) if sends.size > 1 else 0.0
-        achieved = (sends.size - 1) / span if span > 0 else None
+        if sends.size > 1:
+            achieved = achieved_rate(int(sends.size), float(sends.min()), float(sends.max()))
     return {
         "point": p.point,
         "server_config": p.server_config,

@@ -15,6 +15,7 @@ from rig.analysis.lossless import check_lossless, mismatch_rows
 from rig.analysis.percentiles import cdf_points, latency_rows, read_itl
 from rig.analysis.points import INVALIDATING, campaign_row, load_requests, sort_key
 from rig.analysis.runs import Run, load_run
+from rig.contracts import Manifest
 from rig.analysis.server_series import Series, counter_window_acceptance, point_series, summarize_point
 
 
@@ -54,10 +55,10 @@ class Report:
         return out
 
 
-def adaptive_slos(manifest: dict[str, Any]) -> tuple[list[m.Slo], float | None]:
+def adaptive_slos(manifest: Manifest) -> tuple[list[m.Slo], float | None]:
     """The SLOs and percentile an SLO search or tune run was made for (none for a grid sweep)."""
-    for key in ("search", "tune"):
-        settings = (manifest.get(key) or {}).get("settings") or {}
+    for section in (manifest.search, manifest.tune):
+        settings = (section or {}).get("settings") or {}
         if settings.get("slos"):
             try:
                 return [m.parse_slo(t) for t in settings["slos"]], float(settings.get("percentile") or 99.0)
@@ -67,13 +68,13 @@ def adaptive_slos(manifest: dict[str, Any]) -> tuple[list[m.Slo], float | None]:
 
 
 def build_report(run_dir: Path | str | Run, slos: list[m.Slo] | None = None, cdf_resolution: int = 200,
-                 slo_percentile: float | None = None) -> Report:
+                 slo_percentile: float | None = None, thresholds: str | None = None) -> Report:
     """Read each point once and compute every section of the report (SLOs: the given ones, else those of the
-    run's SLO search or tune)."""
+    run's SLO search or tune; ``thresholds``: judge validity again, see rig.analysis.runs.load_run)."""
     from rig.analysis.frontier import best_per_level, best_per_slo, frontier_rows, mark_frontier
     from rig.analysis.slo import DEFAULT_PERCENTILE, describe, evaluate_slos
 
-    run = run_dir if isinstance(run_dir, Run) else load_run(run_dir)
+    run = run_dir if isinstance(run_dir, Run) else load_run(run_dir, thresholds)
     slos = list(slos or [])
     if not slos:
         slos, recorded = adaptive_slos(run.manifest)
@@ -143,8 +144,8 @@ def build_report(run_dir: Path | str | Run, slos: list[m.Slo] | None = None, cdf
         frontier=frontier_rows(campaign),
         best_per_level=best_per_level(run, campaign, meets if slos else None),
         best_per_slo=best_per_slo(run, campaign, meets, describe(slos, pct)) if slos else [],
-        search=run.manifest.get("search"),
-        tune=run.manifest.get("tune"),
+        search=run.manifest.search,
+        tune=run.manifest.tune,
         series=series_by_point,
         cdfs=cdfs,
     )

@@ -1,4 +1,4 @@
-"""Opening a run directory for analysis: a tolerant view of the manifest and per-point Parquet readers."""
+"""Opening a run directory for analysis: the validated manifest, a view of each point, per-point Parquet readers."""
 
 from __future__ import annotations
 
@@ -12,6 +12,8 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
+from rig.contracts import (IDENTITY_FIELDS, JUDGED_FLAGS, ContractError, GeneratorReport, Manifest, ServerConfigEntry,
+                           Thresholds, judge_point, parse_manifest)
 from rig.server.effective import change_lines, label_knobs
 from rig.results import (
     MANIFEST,
@@ -34,7 +36,8 @@ class AnalysisInputError(Exception):
 
 @dataclass
 class PointInfo:
-    """What the analysis needs to know about one point, from the manifest or, failing that, from its rows."""
+    """What the analysis needs to know about one point: its manifest entry (rig.contracts.PointEntry) with the server
+    knobs it ran, or, for a point the manifest lacks (or a sparse entry), its identity from its rows."""
 
     point: str
     server_config: str | None = None
@@ -50,8 +53,9 @@ class PointInfo:
     ended_ts: float | None = None
     requests_scheduled: int | None = None
     error: str | None = None
-    flags: list[str] = field(default_factory=list)
-    generators: list[dict[str, Any]] = field(default_factory=list)
+    flags: list[str] = field(default_factory=list)  # the run's verdict (rig.contracts.judge_point)
+    flag_reasons: dict[str, str] = field(default_factory=dict)
+    generators: list[GeneratorReport] = field(default_factory=list)
     window_acceptance: dict[str, Any] | None = None
     knobs: dict[str, Any] = field(default_factory=dict)  # as the server ran them (effective values)
     seeds_honoured: bool | None = None  # does the server use per-request sampling seeds (None: unknown)
@@ -85,17 +89,17 @@ class Run:
     """A run directory opened for analysis."""
 
     run_dir: Path
-    manifest: dict[str, Any]
+    manifest: Manifest
     points: list[PointInfo]
     warnings: list[str] = field(default_factory=list)
 
     @property
     def run_id(self) -> str:
-        return str(self.manifest.get("run_id") or self.run_dir.name)
+        return str(self.manifest.run_id or self.run_dir.name)
 
     @property
     def status(self) -> str | None:
-        return self.manifest.get("status")
+        return self.manifest.status
 
     def note(self, warning: str) -> None:
         """Add a warning once."""
@@ -120,9 +124,8 @@ class Run:
 
         return record
 
-    def server_config(self, config_id: str | None) -> dict[str, Any]:
-        configs = self.manifest.get("server_configs") or {}
-        return (configs.get(config_id) if config_id else None) or {}
+    def server_config(self, config_id: str | None) -> ServerConfigEntry:
+        return (self.manifest.server_configs.get(config_id) if config_id else None) or ServerConfigEntry()
 
 
 def _dict(x: Any) -> dict[str, Any]:
@@ -141,7 +144,8 @@ def _points_on_disk(run_dir: Path) -> list[str]:
     return sorted(found)
 
 
-_IDENTITY = ["server_config", "engine", "workload", "steps", "load_mode", "concurrency", "rate", "repeat", "server_args"]
+# The point identity columns of a record (rig.contracts.PointIdentity), and the server knobs as JSON.
+_IDENTITY = [*IDENTITY_FIELDS[1:], "server_args"]
 
 
 def _identity_from_rows(run_dir: Path, point: str) -> dict[str, Any]:
@@ -156,8 +160,12 @@ def _identity_from_rows(run_dir: Path, point: str) -> dict[str, Any]:
     return {}
 
 
-def load_run(run_dir: Path | str) -> Run:
-    """Open a run directory; missing manifest keys are filled from the rows and noted in ``warnings``."""
+def load_run(run_dir: Path | str, thresholds: str | None = None) -> Run:
+    """Open a run directory; missing manifest keys are filled from the rows and noted in ``warnings``.
+
+    ``thresholds`` (``NAME=VALUE,...``, see rig.contracts.Thresholds) judges the points' validity again with those
+    values in place of the ones the run recorded; without it the run's own verdict stands.
+    """
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise AnalysisInputError(f"{run_dir} is not a directory")
@@ -165,13 +173,13 @@ def load_run(run_dir: Path | str) -> Run:
     if not mpath.exists():
         raise AnalysisInputError(f"{run_dir} is not a rig run directory (no {MANIFEST})")
     try:
-        manifest = json.loads(mpath.read_text())
-    except json.JSONDecodeError as e:
-        raise AnalysisInputError(f"{mpath} is not valid JSON ({e.msg} at line {e.lineno})") from None
-    if not isinstance(manifest, dict):
-        raise AnalysisInputError(f"{mpath} is not a JSON object")
+        manifest = parse_manifest(mpath.read_text(), str(mpath))
+    except ContractError as e:
+        raise AnalysisInputError(str(e)) from None
     warnings: list[str] = []
-    status = manifest.get("status")
+    if thresholds:
+        rejudge_points(manifest, thresholds, warnings)
+    status = manifest.status
     if status == "running":
         holder = run_holder(run_dir)
         warnings.append(f"run in progress (rig pid {holder}): numbers cover what was written so far" if holder else
@@ -179,38 +187,38 @@ def load_run(run_dir: Path | str) -> Run:
                         "power loss); numbers cover what was written")
     elif status != "complete":
         warnings.append(f"run status is {status or 'unknown'}: numbers cover what was written")
-    configs = _dict(manifest.get("server_configs"))
     points: list[PointInfo] = []
     seen: set[str] = set()
-    for raw in manifest.get("points") or []:
-        if not isinstance(raw, dict) or not raw.get("point"):
+    for entry in manifest.points:
+        name = entry.point
+        if not name:
             continue
-        name = str(raw["point"])
         if name in seen:  # a resumed sweep must not list a point twice; if it does, the first entry wins
             warnings.append(f"point {name} is listed twice in the manifest")
             continue
         seen.add(name)
-        cfg = _dict(configs.get(raw.get("server_config")))
-        eff = _dict(cfg.get("effective"))
-        knobs = label_knobs(_dict(cfg.get("knobs")), eff)  # a value the server changed is labelled as it ran
+        cfg = manifest.server_configs.get(entry.server_config or "") or ServerConfigEntry()
+        eff = cfg.effective or {}
+        knobs = label_knobs(cfg.knobs, eff)  # a value the server changed is labelled as it ran
         p = PointInfo(
             point=name,
-            server_config=raw.get("server_config"),
-            engine=raw.get("engine") or cfg.get("engine"),
-            workload=raw.get("workload"),
-            steps=raw.get("steps", knobs.get("steps")),
-            load_mode=raw.get("load_mode"),
-            concurrency=raw.get("concurrency"),
-            rate=raw.get("rate"),
-            repeat=raw.get("repeat"),
-            status=raw.get("status"),
-            started_ts=raw.get("started_ts"),
-            ended_ts=raw.get("ended_ts"),
-            requests_scheduled=raw.get("requests_scheduled"),
-            error=str(raw["error"]) if raw.get("error") else None,
-            flags=[str(f) for f in raw.get("flags") or []],
-            generators=[g for g in raw.get("generators") or [] if isinstance(g, dict)],
-            window_acceptance=raw.get("window_acceptance") if isinstance(raw.get("window_acceptance"), dict) else None,
+            server_config=entry.server_config,
+            engine=entry.engine or cfg.engine,
+            workload=entry.workload,
+            steps=entry.steps if entry.steps is not None else knobs.get("steps"),
+            load_mode=entry.load_mode,
+            concurrency=entry.concurrency,
+            rate=entry.rate,
+            repeat=entry.repeat,
+            status=entry.status,
+            started_ts=entry.started_ts,
+            ended_ts=entry.ended_ts,
+            requests_scheduled=entry.requests_scheduled,
+            error=entry.error or None,
+            flags=list(entry.flags),
+            flag_reasons=dict(entry.flag_reasons),
+            generators=list(entry.generators),
+            window_acceptance=entry.window_acceptance,
             knobs=knobs,
             seeds_honoured=eff.get("seeds_honoured"),
         )
@@ -231,26 +239,45 @@ def load_run(run_dir: Path | str) -> Run:
     return Run(run_dir=run_dir, manifest=manifest, points=points, warnings=warnings)
 
 
-def sampled_workloads(manifest: dict[str, Any]) -> set[str]:
+def rejudge_points(manifest: Manifest, overrides: str, warnings: list[str]) -> None:
+    """Judge every point's validity again with the run's thresholds changed by ``overrides`` (in place)."""
+    recorded = manifest.thresholds or Thresholds()
+    try:
+        new = recorded.with_overrides(overrides)
+    except ContractError as e:
+        raise AnalysisInputError(str(e)) from None
+    for entry in manifest.points:
+        died = entry.flag_reasons.get("server_died", entry.error) if "server_died" in entry.flags else None
+        reasons = {f: entry.flag_reasons.get(f, "set by the run (see the manifest)") for f in entry.flags
+                   if f not in JUDGED_FLAGS}
+        reasons.update(judge_point(entry.load_mode, entry.generators, new, died))
+        entry.set_verdict(reasons)
+    changed = ", ".join(f"{k}={v:g}" for k, v in new.model_dump().items() if v != getattr(recorded, k))
+    warnings.append(f"validity judged again with {changed or 'the same thresholds'} (the run recorded "
+                    + ", ".join(f"{k}={v:g}" for k, v in recorded.model_dump().items()) + ")")
+    manifest.thresholds = new
+
+
+def sampled_workloads(manifest: Manifest) -> set[str]:
     """Names of the run's workloads that sample (temperature > 0), from the recorded spec."""
-    spec = _dict(manifest.get("spec"))
+    spec = _dict(manifest.spec)
     return {str(w.get("name")) for w in spec.get("workloads") or []
             if isinstance(w, dict) and (w.get("temperature") or 0) > 0}
 
 
-def effective_warnings(manifest: dict[str, Any]) -> list[str]:
+def effective_warnings(manifest: Manifest) -> list[str]:
     """Requested values a server changed, and sampled workloads on a server that ignores per-request seeds."""
     out: list[str] = []
     sampled = sampled_workloads(manifest)
     ran: dict[str, list[str]] = {}  # effective knobs -> configurations that ran them
-    for cid, cfg in _dict(manifest.get("server_configs")).items():
-        eff = _dict(_dict(cfg).get("effective"))
+    for cid, cfg in manifest.server_configs.items():
+        eff = cfg.effective or {}
         out += change_lines(cid, eff)
         if eff.get("changed"):
-            key = json.dumps(label_knobs(_dict(_dict(cfg).get("knobs")), eff), sort_keys=True, default=str)
+            key = json.dumps(label_knobs(cfg.knobs, eff), sort_keys=True, default=str)
             ran.setdefault(key, []).append(cid)
         else:
-            ran.setdefault(json.dumps(_dict(_dict(cfg).get("knobs")), sort_keys=True, default=str), []).append(cid)
+            ran.setdefault(json.dumps(cfg.knobs, sort_keys=True, default=str), []).append(cid)
         if eff.get("seeds_honoured") is False and sampled:
             out.append(f"server {cid} does not honour per-request seeds (SGLang needs "
                        f"--enable-deterministic-inference; rig run --deterministic): sampled workloads "
@@ -284,10 +311,9 @@ def _missing_parts(run_dir: Path, p: PointInfo) -> list[str]:
     """Part files a generator reported writing (the manifest's ``parts``) that are not on disk now."""
     out = []
     for g in p.generators:
-        gid = g.get("generator")
-        for name in g.get("parts") or []:
-            rel = f"{REQUESTS_DIR}/point={p.point}/gen={gid}/{name}"
-            if gid is not None and not (run_dir / rel).exists():
+        for name in g.parts or []:
+            rel = f"{REQUESTS_DIR}/point={p.point}/gen={g.generator}/{name}"
+            if not (run_dir / rel).exists():
                 out.append(rel)
     return out
 
@@ -352,10 +378,6 @@ def read_point_server_metrics(
     return _read(point_files(Path(run_dir), point, SERVER_METRICS_DIR), SERVER_METRICS_SCHEMA, None, flt, on_skip)
 
 
-def generator_offsets(manifest: dict[str, Any]) -> dict[int, float]:
+def generator_offsets(manifest: Manifest) -> dict[int, float]:
     """Clock offset (generator − driver) of each generator from the manifest, for rows that lack one."""
-    out: dict[int, float] = {}
-    for g in _dict(manifest.get("cluster")).get("generators") or []:
-        if isinstance(g, dict) and g.get("generator") is not None and g.get("clock_offset_s") is not None:
-            out[int(g["generator"])] = float(g["clock_offset_s"])
-    return out
+    return manifest.clock_offsets()

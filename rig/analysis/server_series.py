@@ -86,8 +86,8 @@ def point_series(run: Run, point: str) -> dict[str, Series]:
 def effective_limits(run: Run, p: PointInfo) -> dict[str, Any]:
     """The server's effective max running requests and KV token capacity, from server_info or the startup log."""
     cfg = run.server_config(p.server_config)
-    info = cfg.get("server_info") if isinstance(cfg.get("server_info"), dict) else {}
-    startup = cfg.get("startup") if isinstance(cfg.get("startup"), dict) else {}
+    info = cfg.server_info if isinstance(cfg.server_info, dict) else {}
+    startup = cfg.startup or {}
     states = info.get("internal_states") if isinstance(info.get("internal_states"), list) else []
     state0 = states[0] if states and isinstance(states[0], dict) else {}
     # The scheduler's effective value (lowered for speculative decoding) beats the configured one.

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Iterable
 
+from rig.contracts import Manifest, unknown_columns
 from rig.results import (
     REQUEST_SCHEMA,
     SERVER_METRICS_SCHEMA,
@@ -18,10 +19,10 @@ from rig.results import (
 
 def record(**fields: Any) -> dict[str, Any]:
     """A request record with every schema column; unknown keys are an error (they would be dropped silently)."""
-    row = empty_record()
-    unknown = set(fields) - set(row)
+    unknown = unknown_columns(list(fields))
     if unknown:
-        raise KeyError(f"not in REQUEST_SCHEMA: {sorted(unknown)}")
+        raise KeyError(f"not in RequestRecord: {unknown}")
+    row = empty_record()
     row.update(fields)
     return row
 
@@ -42,8 +43,8 @@ def write_server_metrics(run_dir: Path, point: str, samples: Iterable[dict[str, 
     w.close()
 
 
-def write_run(run_dir: Path, manifest: dict[str, Any]) -> Path:
-    """Create the directory and its manifest."""
+def write_run(run_dir: Path, manifest: Manifest | dict[str, Any]) -> Path:
+    """Create the directory and its manifest (a dict is read as a manifest would be: validated, migrated)."""
     run_dir.mkdir(parents=True, exist_ok=True)
-    write_manifest(run_dir, manifest)
+    write_manifest(run_dir, manifest if isinstance(manifest, Manifest) else Manifest.model_validate(manifest))
     return run_dir

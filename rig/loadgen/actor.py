@@ -112,8 +112,8 @@ class LoadGenerator:
                 await asyncio.gather(shipping, return_exceptions=True)
         if self.shipper is not None:
             await asyncio.to_thread(self.shipper.ship, self._rel_dir())  # the last parts, closed by run()
-            result.update(self.shipper.summary())
-        return result
+            result = result.model_copy(update=self.shipper.summary())
+        return result.model_dump()  # the runner still reads a dict until it moves to rig.contracts
 
     def _rel_dir(self) -> str:
         assert self._current is not None

@@ -21,6 +21,7 @@ from rig.loadgen.client import ClientTimeouts, Outcome, request_fields, stream_r
 from rig.loadgen.health import LoopMonitor
 from rig.loadgen.pacer import Pacer, spin_until
 from rig.loadgen.plan import GeneratorPlan
+from rig.contracts import GeneratorReport, RecordCounts, achieved_rate, check_record
 from rig.results import REQUEST_SCHEMA, PartWriter, empty_record, requests_dir
 from rig.workloads.base import Session, Turn
 
@@ -69,6 +70,7 @@ class PointRun:
         self._refused = 0  # consecutive connection failures
         self.unreachable = False
         self.first_sends: list[tuple[float, float]] = []  # (intended, actual) of each session's first turn
+        self.send_span = [float("inf"), float("-inf")]  # first and last send of every record (achieved_rate)
         self._anchor_wall = time.time()
         self._anchor_mono = time.perf_counter()
         self._common = {**plan.point.columns(), "generator": plan.generator, "host": host,
@@ -95,6 +97,7 @@ class PointRun:
         rec["end_ts"] = self.wall(out.end_mono)
         rec["slip_s"] = out.send_mono - intended
         rec["e2e_from_intended_s"] = out.end_mono - intended
+        check_record(rec)  # a key that is not a column would vanish from the Parquet silently
         self.writer.add(rec)
         self.counts[out.status] += 1
         if out.status == "failed" and (out.error or "").startswith("connect:"):
@@ -106,6 +109,11 @@ class PointRun:
         if out.status == "ok":
             self.counts["tokens"] += int(rec["completion_tokens"] or 0)
         self.slips.append(out.send_mono - intended)
+        span = self.send_span
+        if out.send_mono < span[0]:
+            span[0] = out.send_mono
+        if out.send_mono > span[1]:
+            span[1] = out.send_mono
         if j == 0:
             self.first_sends.append((intended, out.send_mono))
 
@@ -258,7 +266,7 @@ class PointRun:
                 ok += out.status == "ok"
         return ok
 
-    async def run(self, http: Http, start_mono: float) -> dict[str, Any]:
+    async def run(self, http: Http, start_mono: float) -> GeneratorReport:
         """Wait for the common start, drive the level, flush everything; returns the generator's summary."""
         monitor = LoopMonitor()
         flusher = asyncio.get_running_loop().create_task(self._flusher())
@@ -298,25 +306,24 @@ class PointRun:
         planned, achieved = max(intended) - min(intended), max(actual) - min(intended)
         return planned / achieved if planned > 0 and achieved > 0 else None
 
-    def summary(self, status: str, error: str | None, health: dict[str, Any]) -> dict[str, Any]:
+    def summary(self, status: str, error: str | None, health: dict[str, Any]) -> GeneratorReport:
         slips = np.asarray(self.slips) if self.slips else np.zeros(1)
         window = (self.ended_mono or 0) - (self.started_mono or 0)
-        sent = self.counts["ok"] + self.counts["failed"]
-        return {
-            "generator": self.plan.generator,
-            "host": self.host,
-            "status": status,
-            "error": error,
-            "rows_written": self.writer.rows_written,
-            "rows_unwritten": self.writer.pending,
-            "parts": list(self.writer.parts),
-            "scheduled": self.counts["scheduled"],
-            "records": {k: self.counts[k] for k in ("ok", "failed", "cancelled")},
-            "tokens": self.counts["tokens"],
-            "slip_p50_s": float(np.percentile(slips, 50)),
-            "slip_p99_s": float(np.percentile(slips, 99)),
-            "achieved_rate": sent / window if window > 0 else None,
-            "rate_ratio": self._rate_ratio(),
-            "window_s": window,
+        return GeneratorReport(
+            generator=self.plan.generator,
+            host=self.host,
+            status=status,
+            error=error,
+            rows_written=self.writer.rows_written,
+            rows_unwritten=self.writer.pending,
+            parts=list(self.writer.parts),
+            scheduled=self.counts["scheduled"],
+            records=RecordCounts(**{k: self.counts[k] for k in ("ok", "failed", "cancelled")}),
+            tokens=self.counts["tokens"],
+            slip_p50_s=float(np.percentile(slips, 50)),
+            slip_p99_s=float(np.percentile(slips, 99)),
+            achieved_rate=achieved_rate(len(self.slips), *self.send_span),
+            rate_ratio=self._rate_ratio(),
+            window_s=window,
             **health,
-        }
+        )

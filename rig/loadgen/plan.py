@@ -1,33 +1,15 @@
-"""What the driver hands one generator for one point: identity columns, its sessions, and how to send them."""
+"""What the driver hands one generator for one point: its record columns, its sessions, and how to send them."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
+from rig.contracts import PointColumns
 from rig.workloads.base import Session
 
-
-@dataclass(frozen=True)
-class PointInfo:
-    """Columns shared by every record of a point."""
-
-    run_id: str
-    point: str
-    engine: str
-    workload: str
-    api: str
-    steps: int
-    server_config: str
-    server_args: str  # JSON
-    load_mode: str
-    concurrency: int | None
-    rate: float | None
-    repeat: int
-
-    def columns(self) -> dict:
-        return asdict(self)
+PointInfo = PointColumns  # the name the runner still uses until it moves to rig.contracts
 
 
 @dataclass(frozen=True)
@@ -60,7 +42,7 @@ class LazySessions:
 
 @dataclass(frozen=True)
 class GeneratorPlan:
-    point: PointInfo
+    point: PointColumns
     generator: int
     url: str
     model: str
