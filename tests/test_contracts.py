@@ -32,13 +32,13 @@ def test_the_parquet_schema_is_generated_from_the_record_dataclass():
 def test_every_key_the_client_and_apis_write_is_a_column():
     st = apis.StreamState(prompt_tokens=3, completion_tokens=5, finish_reason="stop", text_parts=["x"])
     # every speculative and server-time field the APIs can report, from the richest inputs they read
-    st.spec.update(apis._spec_fields({"spec_verify_ct": 2, "spec_accept_length": 2.5, "spec_accepted_drafts": 3,
+    st.speculative.update(apis._speculative_fields({"spec_verify_ct": 2, "spec_accept_length": 2.5, "spec_accepted_drafts": 3,
                                       "spec_proposed_drafts": 4}))
-    st.spec.update(apis._vllm_spec_fields({"num_spec_steps": 2, "num_accepted_draft_tokens": 3,
+    st.speculative.update(apis._vllm_speculative_fields({"num_spec_steps": 2, "num_accepted_draft_tokens": 3,
                                            "num_draft_tokens": 4}))
     st.server_ts.update(apis._server_timestamps({"request_received_ts": 1.0, "first_token_latency": 0.5,
                                                  "request_finished_ts": 2.0, "queue_time": 0.1}))
-    assert len(st.spec) == 4 and len(st.server_ts) == 4
+    assert len(st.speculative) == 4 and len(st.server_ts) == 4
     turn = Turn(request_id="r", messages=({"role": "user", "content": "hi"},), max_tokens=5)
     fields = request_fields(turn, Outcome(send_mono=1.0, end_mono=2.0, first_mono=1.5, state=st))
     assert unknown_columns(list(fields)) == []

@@ -127,12 +127,13 @@ def test_report_reader_labels_effective_values_and_lists_changes(tmp_path):
 def test_grid_values_the_server_collapsed_are_called_out(tmp_path):
     """--grid num_draft_tokens=4,8 with topk 1: SGLang runs steps + 1 for both, so the two are one configuration."""
     from rig.analysis.runs import effective_warnings
+    from rig.contracts import Manifest
 
     def cfg(draft):
         knobs = {"engine": "sglang", "steps": 3, "eagle_topk": 1, "num_draft_tokens": draft}
         changed = [] if draft == 4 else [{"knob": "num_draft_tokens", "requested": draft, "effective": 4}]
         return {"knobs": knobs, "effective": {"changed": changed, "seeds_honoured": True}}
 
-    warnings = effective_warnings({"server_configs": {"a": cfg(4), "b": cfg(8)}})
+    warnings = effective_warnings(Manifest.model_validate({"server_configs": {"a": cfg(4), "b": cfg(8)}}))
     assert "server b: requested num_draft_tokens=8 but the server runs 4" in warnings
     assert any(w.startswith("server configurations a, b ran the same effective settings") for w in warnings)
