@@ -31,7 +31,7 @@ import ray  # noqa: E402
 from ray.cluster_utils import Cluster  # noqa: E402
 
 from rig.config import build_spec  # noqa: E402
-from rig.results import read_manifest, read_requests  # noqa: E402
+from rig.results import load_manifest, read_requests  # noqa: E402
 from rig.runner import Runner  # noqa: E402
 from truth_server import TruthServer  # noqa: E402
 
@@ -108,16 +108,16 @@ def main() -> None:
         Runner(spec).run()
         t_total = time.time() - t_run
         run_dir = tmp / "out" / "ctl"
-        m = read_manifest(run_dir)
-        (point,) = m["points"]
+        m = load_manifest(run_dir)
+        (point,) = m.points
         t = read_requests(run_dir, columns=["generator", "send_ts", "clock_offset_s", "ok"]).to_pandas()
         first = (t.send_ts - t.clock_offset_s).groupby(t.generator).min()
-        start_wall = point.get("start_wall")
+        start_wall = point.start_wall
         setup = marks["_setup_cluster"][0]
         gather = marks["_gather"][0]
         parts = len(list(run_dir.rglob("part-*.parquet")))
         print(f"\n{n_gen} generators ({args.nodes} hosts x {args.per_host}), {args.requests} requests, closed loop "
-              f"{args.concurrency}, 16 tokens each; run status {m['status']}, {int(t.ok.sum())} ok of {len(t)}")
+              f"{args.concurrency}, 16 tokens each; run status {m.status}, {int(t.ok.sum())} ok of {len(t)}")
         print(f"  time to ready (place + start {n_gen} actors, spool checks, clock probes): "
               f"{setup[1] - setup[0]:.2f} s")
         parts_of_ready = {k: sum(b - a for a, b in marks.get(k, [])) for k in
@@ -134,7 +134,7 @@ def main() -> None:
         print(f"  time to gather every part file ({parts} parts from {args.nodes} host spools through Ray): "
               f"{gather[1] - gather[0]:.2f} s")
         print(f"  whole run (ready + level + gather + manifest): {t_total:.2f} s; "
-              f"generators in the manifest: {len(m['cluster']['generators'])}")
+              f"generators in the manifest: {len(m.cluster.generators)}")
     finally:
         ray.shutdown()
         c.shutdown()

@@ -29,7 +29,7 @@ import numpy as np
 import psutil
 
 from rig.config import build_spec
-from rig.results import read_manifest, read_requests
+from rig.results import load_manifest, read_requests
 from rig.runner import Runner
 
 
@@ -85,26 +85,26 @@ class SimCPU:
 
 
 def point_figures(run_dir: Path) -> list[dict]:
-    m = read_manifest(run_dir)
+    m = load_manifest(run_dir)
     t = read_requests(run_dir, columns=["point", "generator", "ok", "send_ts", "end_ts", "clock_offset_s",
                                         "intended_send_ts", "slip_s", "chunk_tokens",
                                         "completion_tokens"]).to_pandas()
     sim_cpu_s = float((run_dir / "sim_cpu_s.txt").read_text())
     rows = []
-    for p in m["points"]:
-        d = t[t.point == p["point"]]
+    for p in m.points:
+        d = t[t.point == p.point]
         ok = d[d.ok]
         if ok.empty:
-            rows.append({"point": p["point"], "rate": p["rate"], "ok": 0})
+            rows.append({"point": p.point, "rate": p.rate, "ok": 0})
             continue
         # wall-clock window on the driver's clock: first send to last end over all generators
         window = float((ok.end_ts - ok.clock_offset_s).max() - (d.send_ts - d.clock_offset_s).min())
         send_window = float((d.send_ts - d.clock_offset_s).max() - (d.send_ts - d.clock_offset_s).min())
         intended_window = float(d.intended_send_ts.max() - d.intended_send_ts.min())
         chunks = int(ok.chunk_tokens.apply(len).sum())
-        gens = p["generators"]
+        gens = p.generators
         rows.append({
-            "point": p["point"], "rate": p["rate"], "concurrency": p["concurrency"], "ok": len(ok),
+            "point": p.point, "rate": p.rate, "concurrency": p.concurrency, "ok": len(ok),
             "failed": int((~d.ok).sum()),
             "sent_per_s": (len(d) - 1) / send_window if send_window > 0 else float("nan"),
             "intended_per_s": (len(d) - 1) / intended_window if intended_window > 0 else float("nan"),
@@ -112,10 +112,10 @@ def point_figures(run_dir: Path) -> list[dict]:
             "tokens_per_s": float(ok.completion_tokens.sum()) / window,
             "slip_p50_ms": float(np.percentile(d.slip_s, 50) * 1e3),
             "slip_p99_ms": float(np.percentile(d.slip_s, 99) * 1e3),
-            "lag_p99_ms": max((g.get("loop_lag_p99_ms") or 0) for g in gens),
-            "cpu_pct": [round(g.get("cpu_pct") or 0) for g in gens],
+            "lag_p99_ms": max((g.loop_lag_p99_ms or 0) for g in gens),
+            "cpu_pct": [round(g.cpu_pct or 0) for g in gens],
             "sim_cpu_pct": round(100 * sim_cpu_s / window),  # includes its start-up: an upper bound
-            "flags": p["flags"],
+            "flags": p.flags,
         })
     return rows
 

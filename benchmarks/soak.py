@@ -22,7 +22,8 @@ import psutil
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from rig.results import read_manifest, read_requests  # noqa: E402
+from rig.contracts import ContractError  # noqa: E402
+from rig.results import load_manifest, read_requests  # noqa: E402
 
 
 def parse() -> argparse.Namespace:
@@ -95,13 +96,13 @@ def main() -> None:
             continue
         next_t += a.interval
         try:
-            m = read_manifest(run)
-            gen_pid = gen_pid or m["cluster"]["generators"][0]["pid"]
+            m = load_manifest(run)
+            gen_pid = gen_pid or (m.cluster.generators[0].model_extra or {})["pid"]
             if sim_pid is None:
-                for c in m.get("server_configs", {}).values():
-                    if c.get("url"):
-                        sim_pid = find_sim(int(c["url"].rsplit(":", 1)[1]))
-        except (FileNotFoundError, KeyError, IndexError, json.JSONDecodeError):
+                for c in m.server_configs.values():
+                    if c.url:
+                        sim_pid = find_sim(int(c.url.rsplit(":", 1)[1]))
+        except (FileNotFoundError, KeyError, IndexError, ContractError):
             pass
         s = {"t_s": time.time() - t0, "generator_mib": rss(gen_pid), "sim_mib": rss(sim_pid),
              "driver_mib": rss(proc.pid), "records": progress_rows(run) if run.exists() else 0}
@@ -118,23 +119,23 @@ def main() -> None:
         print(err[-2000:])
 
     # ---- the accounting invariant, from the manifest and the Parquet alone
-    m = read_manifest(run)
+    m = load_manifest(run)
     t = read_requests(run, columns=["point", "request_id", "status", "completion_tokens"]).to_pandas()
-    (p,) = m["points"]
+    (p,) = m.points
     counts = {k: int((t.status == k).sum()) for k in ("ok", "failed", "cancelled")}
     dup = int(t.duplicated(["point", "request_id"]).sum())
-    holds = p["requests_scheduled"] == len(t) == sum(counts.values()) and counts == p["records"] and dup == 0
-    print(f"point {p['point']}: status {p['status']}, flags {p['flags']}")
-    print(f"scheduled {p['requests_scheduled']} = ok {counts['ok']} + failed {counts['failed']} + cancelled "
-          f"{counts['cancelled']} = {sum(counts.values())} rows; manifest records {p['records']}; "
+    holds = p.requests_scheduled == len(t) == sum(counts.values()) and counts == p.records.model_dump() and dup == 0
+    print(f"point {p.point}: status {p.status}, flags {p.flags}")
+    print(f"scheduled {p.requests_scheduled} = ok {counts['ok']} + failed {counts['failed']} + cancelled "
+          f"{counts['cancelled']} = {sum(counts.values())} rows; manifest records {p.records.model_dump()}; "
           f"duplicate ids {dup} -> invariant {'HOLDS' if holds else 'BROKEN'}")
     tokens = int(t.completion_tokens.fillna(0).sum())
-    window = p["ended_ts"] - p["started_ts"]
+    window = p.ended_ts - p.started_ts
     print(f"requests {len(t)} ({len(t) / window:.2f}/s), completion tokens {tokens} ({tokens / window:.0f}/s)")
 
     # ---- memory over time
     summary: dict = {"run": str(run), "minutes": a.minutes, "requests": len(t), "counts": counts,
-                     "duplicates": dup, "invariant_holds": holds, "status": p["status"]}
+                     "duplicates": dup, "invariant_holds": holds, "status": p.status}
     if len(samples) >= 2:
         for key in ("generator_mib", "sim_mib", "driver_mib"):
             vals = [(s["t_s"], s[key]) for s in samples if s[key] is not None]
