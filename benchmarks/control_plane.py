@@ -9,7 +9,7 @@ server with --nodes x --per-host generators, part files spooled on each "host" a
   can write its spool, one clock-offset probe per generator);
 - time to the common start: from the driver's start call to the last generator's first send (driver clock, from
   the records), and the spread of first sends over generators;
-- time to gather every part file (Runner._gather: list and fetch each host's spooled parts through Ray).
+- time to gather every part file (PointExecutor.gather: list and fetch each host's spooled parts through Ray).
 """
 
 from __future__ import annotations
@@ -32,14 +32,15 @@ from ray.cluster_utils import Cluster  # noqa: E402
 
 from rig.config import build_spec  # noqa: E402
 from rig.results import load_manifest, read_requests  # noqa: E402
-from rig.runner import Runner  # noqa: E402
+from rig.run.execute import PointExecutor  # noqa: E402
+from rig.run.runner import Runner  # noqa: E402
 from truth_server import TruthServer  # noqa: E402
 
 MB100 = 100 * 2**20
 
 
 def timed(cls, name: str, sink: dict) -> None:
-    """Wrap a Runner method so each call's wall time is kept under its name."""
+    """Wrap a method so each call's wall time is kept under its name."""
     orig = getattr(cls, name)
 
     def wrapper(self, *a, **kw):
@@ -91,8 +92,8 @@ def main() -> None:
         for name in ("connect", "plan_placement", "wait_started", "set_outputs", "measure_clock_offset"):
             timed_fn(rc, name, marks)
         timed(Runner, "_setup_cluster", marks)
-        timed(Runner, "_gather", marks)
-        timed(Runner, "_run_point", marks)
+        timed(PointExecutor, "gather", marks)
+        timed(PointExecutor, "run_point", marks)
         spec = build_spec({}, {
             "run_id": "ctl", "out": str(tmp / "out"), "clients": n_gen,
             "server": {"engine": "external", "url": truth.url},
@@ -114,7 +115,7 @@ def main() -> None:
         first = (t.send_ts - t.clock_offset_s).groupby(t.generator).min()
         start_wall = point.start_wall
         setup = marks["_setup_cluster"][0]
-        gather = marks["_gather"][0]
+        gather = marks["gather"][0]
         parts = len(list(run_dir.rglob("part-*.parquet")))
         print(f"\n{n_gen} generators ({args.nodes} hosts x {args.per_host}), {args.requests} requests, closed loop "
               f"{args.concurrency}, 16 tokens each; run status {m.status}, {int(t.ok.sum())} ok of {len(t)}")

@@ -30,7 +30,7 @@ import psutil
 
 from rig.config import build_spec
 from rig.results import load_manifest, read_requests
-from rig.runner import Runner
+from rig.run.runner import Runner
 
 
 def run(out: Path, run_id: str, load: dict, clients: int, max_tokens: int, warmup: int = 2) -> Path:

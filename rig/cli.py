@@ -219,7 +219,7 @@ def print_notices(spec) -> None:
 
 
 def print_dry_run(spec) -> None:
-    from rig.runner import expand_points
+    from rig.run.points import expand_points
     from rig.server.engines import engine_for
 
     print_notices(spec)
@@ -262,7 +262,9 @@ def execute(spec, quiet: bool, resume_dir: Path | None = None, planner=None) -> 
     code."""
     from rich.console import Console
 
-    from rig.runner import RunError, RunInputError, Runner, install_signal_handlers
+    from rig.run.errors import RunError, RunInputError
+    from rig.run.runner import Runner
+    from rig.run.signals import install_signal_handlers
 
     console = Console(stderr=True)
     progress_ui = _ProgressUI(console, quiet)
@@ -271,7 +273,7 @@ def execute(spec, quiet: bool, resume_dir: Path | None = None, planner=None) -> 
     try:
         runner = Runner(spec, progress=progress_ui.callbacks(), resume=resume_dir is not None, handle_signals=True,
                         run_dir=resume_dir, planner=planner)
-        install_signal_handlers(runner)  # again inside the runner once Ray is up (Ray replaces SIGTERM's handler)
+        install_signal_handlers(runner.stop)  # again inside the runner once Ray is up (Ray replaces SIGTERM's handler)
         with progress_ui:
             manifest = runner.run()
     except RunInputError as e:
@@ -348,7 +350,7 @@ class _ProgressUI:
         return self.progress.__exit__(*exc)
 
     def callbacks(self):
-        from rig.runner import Progress as Callbacks
+        from rig.run.progress import Progress as Callbacks
 
         def status(msg: str) -> None:
             if not self.quiet:

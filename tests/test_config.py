@@ -8,7 +8,8 @@ from click.testing import CliRunner
 
 from rig.cli import cli
 from rig.config import RunSpec, SpecError, build_spec, load_yaml
-from rig.runner import expand_points, split_closed, split_open
+from rig.run.plans import split_closed, split_open
+from rig.run.points import expand_points
 from rig.workloads import build_sessions
 from rig.workloads.spec import WorkloadSpec
 

@@ -54,7 +54,8 @@ def test_a_reused_run_id_is_refused_and_the_earlier_run_is_untouched(tmp_path):
 
 
 def test_a_run_dir_is_locked_while_a_run_holds_it(tmp_path):
-    from rig.runner import Runner, RunInputError
+    from rig.run.errors import RunInputError
+    from rig.run.runner import Runner
 
     spec = build_spec({}, {"out": str(tmp_path), "run_id": "x"})
     first = Runner(spec)
@@ -444,7 +445,7 @@ def _code_tree(root: Path, salt: str = "") -> Path:
 
 
 def test_corpus_fingerprint_follows_the_bytes_not_the_place(tmp_path):
-    from rig.runner import corpus_mismatch
+    from rig.run.fleet import corpus_mismatch
     from rig.workloads import WorkloadSpec, corpus_fingerprints
 
     a = corpus_fingerprints([WorkloadSpec(name="realistic", code_dir=str(_code_tree(tmp_path / "a")))])
@@ -499,7 +500,7 @@ def test_a_launched_engine_that_exits_fails_at_once_not_after_its_load_budget(tm
 
 def test_report_tells_a_live_run_from_one_that_was_cut_off(tmp_path):
     from rig.analysis.runs import load_run
-    from rig.runner import Runner
+    from rig.run.runner import Runner
 
     d = _two_part_run(tmp_path / "r")
     m = json.loads((d / "manifest.json").read_text())

@@ -9,7 +9,8 @@ from typing import Any, Callable, Iterator
 from rig.analysis.metrics import parse_slo
 from rig.analysis.slo import DEFAULT_PERCENTILE, describe
 from rig.config import RunSpec
-from rig.runner import Point, Runner, point_id
+from rig.run.points import Point, point_id
+from rig.run.runner import Runner
 from rig.server.spec import ServerConfig
 from rig.tune.probe import read_probe
 from rig.tune.search import Bisection, Domain, IntDomain, RateDomain

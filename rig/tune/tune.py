@@ -25,7 +25,8 @@ from typing import Any, Callable, Iterator
 from rig.analysis.metrics import parse_slo
 from rig.analysis.slo import DEFAULT_PERCENTILE, describe
 from rig.config import RunSpec
-from rig.runner import Point, Runner
+from rig.run.points import Point
+from rig.run.runner import Runner
 from rig.sim.profile import load_profile
 from rig.tune.predict import Replay, predict, refit
 from rig.tune.probe import output_lengths, read_probe

@@ -1,0 +1,239 @@
+"""Running one point on the generators: warm-up, common start, progress, salvage of lost generators, gathering."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import ray
+
+from rig import cluster
+from rig.config import RunSpec
+from rig.loadgen.plan import GeneratorPlan
+from rig.results import requests_dir
+from rig.run.fleet import Fleet
+from rig.run.lifecycle import ServerLifecycle, served_model
+from rig.run.manifest_store import ManifestStore
+from rig.run.plans import build_plans
+from rig.run.points import Point
+from rig.run.progress import Progress
+from rig.run.rundir import log_traceback, supersede
+from rig.run.signals import StopControl
+from rig.run.statuses import point_verdict
+from rig.server.engines import engine_for
+
+STOP_GRACE_S = 4.0  # after a stop request, how long generators may take to return before they are killed
+GATHER_THREADS = 16  # client hosts gathered from at once at the end of a point
+
+
+def _first_line(e: BaseException) -> str:
+    cause = getattr(e, "cause", None) or e
+    return ((str(cause).strip().splitlines() or [type(cause).__name__])[0])[:200]
+
+
+def _write_bytes(dest: Path, data: bytes) -> None:
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.with_name(dest.name + ".tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, dest)
+
+
+class PointExecutor:
+    """Runs points on the fleet against the running server and records each one's outcome in the manifest."""
+
+    def __init__(self, spec: RunSpec, run_dir: Path, store: ManifestStore, progress: Progress, stop: StopControl,
+                 fleet: Fleet, server: ServerLifecycle, api_key: str | None):
+        self.spec = spec
+        self.run_dir = run_dir
+        self.store = store
+        self.progress = progress
+        self.stop = stop
+        self.fleet = fleet
+        self.server = server
+        self.api_key = api_key
+
+    def run_point(self, p: Point, server_entry: dict[str, Any]) -> None:
+        pid = p.point
+        store = self.store
+        if not self.fleet.active:
+            store.update_point(pid, status="failed", error="no load generator left (all died)")
+            store.save()
+            return
+        cfg = p.server
+        api = self.spec.api_for(engine_for(cfg.engine).default_api)
+        plans = build_plans(self.spec, p, server_entry["url"], served_model(cfg, server_entry), api,
+                            [g for g, _ in self.fleet.active], self.api_key)
+        planned = [pl.n_requests for pl in plans]
+        total = None if None in planned else sum(planned)  # None: bound by duration (an open-ended bar)
+        store.update_point(pid, status="running", requests_scheduled=0, started_ts=time.time(), api=api)
+        supersede(self.run_dir, pid)
+        store.save()
+        self.progress.status(f"{pid}: warming up")
+        handles = [h for _, h in self.fleet.active]
+        warm_ok = ray.get([g.prepare.remote(pl) for g, pl in zip(handles, plans)])
+        store.update_point(pid, warmup_ok=sum(warm_ok))
+        if self.stop.is_set():  # stopped during warm-up: do not start the level
+            store.update_point(pid, status="interrupted", ended_ts=time.time())
+            store.save()
+            return
+        server = self.server.handle
+        if self.spec.flush_cache:
+            store.update_point(pid, flush_cache=ray.get(server.flush_cache.remote()))
+        before = ray.get(server.metrics_snapshot.remote())
+        ray.get(server.start_scrape.remote(self.spec.run_id, pid, self.spec.metrics_interval_s))
+        start_wall = time.time() + 1.0  # common start for every generator (driver clock)
+        store.update_point(pid, start_wall=start_wall)
+        refs = [g.run_point.remote(start_wall) for g in handles]
+        exit_ref = server.wait_exit.remote()
+        self.progress.point_start(pid, total)
+        results: dict[int, dict[str, Any]] = {}
+        server_died: int | None = None
+        pending = list(refs)
+        stop_since: float | None = None
+        while pending:
+            done, pending = ray.wait(pending, num_returns=len(pending), timeout=0.5)
+            for ref in done:
+                gid = plans[refs.index(ref)].generator
+                try:
+                    results[gid] = ray.get(ref)
+                except ray.exceptions.RayActorError as e:
+                    results[gid] = self.salvage(pid, gid, f"generator died: {type(e).__name__}")
+                except ray.exceptions.RayTaskError as e:  # its task failed: what it wrote is still on disk
+                    results[gid] = self.salvage(pid, gid, f"generator task failed: {_first_line(e)}")
+            ready, _ = ray.wait([exit_ref], timeout=0)
+            if ready and server_died is None:
+                server_died = ray.get(exit_ref)
+                self.fleet.stop_all()
+            if self.stop.is_set():
+                if stop_since is None:  # once: each stop call queues on the generators' (maybe swamped) loops
+                    stop_since = self.stop.at or time.monotonic()
+                    self.fleet.stop_all()
+                if pending and time.monotonic() - stop_since > STOP_GRACE_S:
+                    # Too busy to stop in time (an overloaded event loop): kill them, then count what reached
+                    # the disk, so the manifest's counts are exactly the rows there.
+                    self.progress.status(f"{len(pending)} generator(s) did not stop within {STOP_GRACE_S:g}s: "
+                                         f"killed; counting their rows on disk")
+                    for ref in pending:
+                        gid = plans[refs.index(ref)].generator
+                        handle = self.fleet.handle(gid)
+                        with contextlib.suppress(Exception):
+                            ray.kill(handle)
+                        results[gid] = self.salvage(pid, gid, f"killed: still running {STOP_GRACE_S:g}s after "
+                                                    f"the stop request")
+                        results[gid]["status"] = "interrupted"  # stopped, by force: not a fault of the point
+                    pending = []
+                    break
+            if stop_since is not None:
+                continue  # stopping: no progress polls (each waits on a maybe swamped generator)
+            counts = self.fleet.poll_progress()
+            self.progress.point_update(sum(counts.get(k, 0) for k in ("ok", "failed", "cancelled")), counts)
+        if server_died is None:  # it may have died just as the last requests failed against it
+            if not ray.get(server.alive.remote()):
+                server_died = ray.get(exit_ref, timeout=5)
+        # A stopped run skips the closing snapshot: a swamped server would hold the stop up for its timeout.
+        stopping = self.stop.is_set()
+        after = ray.get(server.metrics_snapshot.remote()) if server_died is None and not stopping else {}
+        metric_parts = ray.get(server.stop_scrape.remote()) if server_died is None else []
+        self.gather(pid, results, metric_parts)
+        # Counter increases over the point's window (warm-up excluded): the server's own token accounting.
+        store.update_point(
+            pid, ended_ts=time.time(),
+            window_acceptance=engine_for(cfg.engine).window_acceptance(before, after) if after else None,
+            server_counters_delta={k: after[k] - before.get(k, 0.0) for k in sorted(after)
+                                   if k.endswith("_total")} if after else None)
+        self.finish_point(pid, plans, results, server_died)
+        self.progress.point_end(pid, store.entry(pid))
+
+    def internal_error(self, pid: str, err: Exception) -> None:
+        """Record an unexpected exception on its point (one line) and its traceback in logs/driver.log."""
+        log = log_traceback(self.run_dir, pid)
+        self.store.update_point(pid, status="failed", error=f"internal error: {type(err).__name__}: {err}"[:500])
+        self.fleet.stop_all()
+        self.store.save()
+        self.progress.status(f"{pid}: internal error ({type(err).__name__}); traceback in {log}")
+
+    def salvage(self, pid: str, gid: int, why: str) -> dict[str, Any]:
+        """A generator died mid-point: keep what its closed part files hold, count it, and stop using it."""
+        self.fleet.drop(gid)
+        result: dict[str, Any] = {"generator": gid, "status": "failed", "error": why, "rows_written": 0,
+                                  "records": {"ok": 0, "failed": 0, "cancelled": 0}, "scheduled": 0}
+        try:
+            self.gather_one(pid, gid)  # its parts may still be on its host (the node outlives the actor)
+        except Exception:
+            pass  # its host is gone too: count what reached the results dir
+        gen_dir = requests_dir(self.run_dir, pid, gid)
+        if gen_dir.exists():
+            statuses: list[str] = []
+            for part in sorted(gen_dir.glob("part-*.parquet")):
+                with contextlib.suppress(OSError, pa.ArrowException):  # a half-written file has no footer
+                    statuses += pq.ParquetFile(part).read(columns=["status"]).column("status").to_pylist()
+            if statuses:
+                result.update(status="partial", rows_written=len(statuses), scheduled=len(statuses),
+                              records={k: statuses.count(k) for k in ("ok", "failed", "cancelled")},
+                              parts=sorted(p.name for p in gen_dir.glob("part-*.parquet")))
+        return result
+
+    def gather(self, pid: str, results: dict[int, dict[str, Any]], metric_parts: list[str]) -> None:
+        """Bring part files written on other hosts into the run directory (no-op when they are already here)."""
+        def host(gens: list[int]) -> list[tuple[int, dict[str, int] | None, str | None]]:
+            out = []
+            for g in gens:  # one host's generators one after another: its tasks reuse one worker process
+                try:
+                    out.append((g, self.gather_one(pid, g), None))
+                except Exception as e:
+                    out.append((g, None, (str(e).strip().splitlines() or [type(e).__name__])[0][:200]))
+            return out
+
+        # Hosts answer in parallel: a serial walk costs a few Ray round trips per generator, which at hundreds
+        # of generators is minutes per point.
+        by_node: dict[Any, list[int]] = {}
+        for g, _ in self.fleet.active:
+            info = self.fleet.info(g) or {}
+            by_node.setdefault(info.get("node_id"), []).append(g)
+        with ThreadPoolExecutor(max_workers=GATHER_THREADS) as pool:
+            for done in pool.map(host, list(by_node.values())):
+                for g, counts, why in done:
+                    if why is None:
+                        results.setdefault(g, {})["gathered"] = counts
+                    else:
+                        results.setdefault(g, {}).setdefault(
+                            "error", f"could not gather part files from this generator: {why}")
+        for part in metric_parts:
+            dest = self.run_dir / part
+            if not dest.exists():
+                _write_bytes(dest, ray.get(self.server.handle.read_file.remote(part)))
+
+    def gather_one(self, pid: str, gid: int) -> dict[str, int]:
+        info = self.fleet.info(gid)
+        if info is None:
+            return {}
+        rel = str(requests_dir(Path("."), pid, gid))
+        return cluster.gather_parts(self.run_dir, rel, info, self.spec.cluster.results_uri, self.spec.run_id)
+
+    def finish_point(self, pid: str, plans: list[GeneratorPlan], results: dict[int, dict[str, Any]],
+                     server_died: int | None) -> None:
+        """Sum the generators' results into the point's entry and judge it (flags, status)."""
+        gens = [results.get(pl.generator, {"generator": pl.generator, "status": "failed", "error": "no result"})
+                for pl in plans]
+        records = {"ok": 0, "failed": 0, "cancelled": 0}
+        scheduled = 0
+        for r in gens:
+            for k in records:
+                records[k] += (r.get("records") or {}).get(k, 0)
+            scheduled += r.get("scheduled", 0)
+        planned = [pl.n_requests for pl in plans]
+        flags, status, error = point_verdict(gens, records, self.spec.load, server_died, self.stop.is_set(),
+                                             self.store.entry(pid).get("flags"))
+        fields: dict[str, Any] = dict(generators=gens, records=records, requests_scheduled=scheduled,
+                                      requests_planned=None if None in planned else sum(planned), flags=flags,
+                                      status=status)
+        if error is not None:
+            fields["error"] = error
+        self.store.update_point(pid, **fields)
+        self.store.save()

@@ -1,0 +1,141 @@
+"""The run's Ray placement and load-generator actors: start them, check they agree, stop and release them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable
+
+import ray
+
+from rig import cluster
+from rig.config import RunSpec
+from rig.loadgen.actor import remote_class as generator_class
+from rig.run.errors import RunError, RunInputError
+from rig.run.progress import Progress
+from rig.server.engines import engine_for
+
+
+def corpus_mismatch(seen: dict[str, dict[str, Any]]) -> str | None:
+    """One line naming the first host whose code corpus differs from the driver's (same files, same bytes), or None.
+    Where a tree lives may differ between hosts; what it holds may not."""
+    here = seen["driver"]
+    for who, fp in seen.items():
+        for wl, mine in here.items():
+            theirs = fp.get(wl) or {}
+            if fp.get("error") or theirs.get("sha256") != mine["sha256"]:
+                got = fp.get("error") or f"{theirs.get('root')} ({theirs.get('files')} files, sha256 {theirs.get('sha256')})"
+                return (f"{who} would build different {wl} prompts for one seed: its code corpus is {got}, the "
+                        f"driver's {mine['root']} ({mine['files']} files, sha256 {mine['sha256']}); pin one tree "
+                        f"present on every host with --workload-opt code_dir=PATH")
+    return None
+
+
+class Fleet:
+    """The placement and the generator actors of one run (filled in as setup goes, so teardown frees what exists)."""
+
+    def __init__(self) -> None:
+        self.generators: list[Any] = []
+        self.active: list[tuple[int, Any]] = []  # (generator id, handle) of generators still alive
+        self.gen_info: list[dict[str, Any]] = []
+        self.placement: cluster.Placement | None = None
+        self.started_ray = False
+
+    def setup(self, spec: RunSpec, run_dir: Path, progress: Progress, on_connect: Callable[[], None]
+              ) -> dict[str, Any]:
+        """Connect Ray, place and start the generators, check them; return the manifest's cluster section."""
+        n = spec.clients
+        self.started_ray = not ray.is_initialized()
+        progress.status("starting Ray" if spec.cluster.address is None else
+                        f"connecting to Ray at {spec.cluster.address}")
+        try:
+            layout = cluster.connect(spec.cluster, n)
+            on_connect()  # after ray.init, which installs its own SIGTERM handler in the driver
+            gpus = max(engine_for(c.engine).num_gpus(c) for c in spec.server_configs())
+            self.placement = cluster.plan_placement(spec.cluster, layout["nodes"], gpus, n)
+            Gen = generator_class()
+            out_root = str(run_dir.resolve())
+            self.generators = [Gen.options(**opts).remote(i, out_root)
+                               for i, opts in enumerate(self.placement.generator_options)]
+            self.active = list(enumerate(self.generators))
+            self.gen_info = cluster.wait_started(self.generators, spec.cluster.placement_timeout_s)
+            cluster.verify_generators(self.placement, self.gen_info)
+            cluster.set_outputs(spec.cluster, run_dir, spec.run_id, self.generators, self.gen_info)
+        except cluster.ClusterError as e:
+            raise RunError(str(e)) from None
+        corpus = self._check_corpus(spec)
+        for g, info in zip(self.generators, self.gen_info):
+            # offset = generator clock - driver clock; every record carries it (driver time = ts - offset)
+            offset, rtt = cluster.measure_clock_offset(g)
+            info["clock_offset_s"], info["clock_rtt_s"] = offset, rtt
+            ray.get(g.set_clock_offset.remote(offset))
+        return {**layout, "local": self.placement.local, "generators": self.gen_info,
+                "hosts": cluster.host_clocks(self.gen_info), "server_node": self.placement.server_node,
+                "results_uri": spec.cluster.results_uri, "corpus": corpus}
+
+    def _check_corpus(self, spec: RunSpec) -> dict[str, Any] | None:
+        """Record the prompt corpus each host would quote; refuse to start when they differ (the driver builds
+        fixed-count levels, generators build duration-bound ones: one seed must mean the same requests)."""
+        from rig.workloads import WorkloadError, corpus_fingerprints
+
+        try:
+            here = corpus_fingerprints(spec.workloads)
+        except WorkloadError as e:
+            raise RunInputError(str(e)) from None
+        if not here:
+            return None
+        seen = {"driver": here}
+        for info, fp in zip(self.gen_info, ray.get([g.corpus.remote(spec.workloads) for g in self.generators])):
+            seen[f"generator {info['generator']} ({info.get('host')})"] = fp
+        why = corpus_mismatch(seen)
+        if why:
+            raise RunInputError(why)
+        return seen
+
+    def info(self, gid: int) -> dict[str, Any] | None:
+        return next((i for i in self.gen_info if i["generator"] == gid), None)
+
+    def handle(self, gid: int) -> Any:
+        return next((h for g, h in self.active if g == gid), None)
+
+    def drop(self, gid: int) -> None:
+        """Stop using a generator (it died or was killed)."""
+        self.active = [(g, h) for g, h in self.active if g != gid]
+
+    def stop_all(self) -> None:
+        """Ask every live generator to stop its point (in-flight requests are recorded as cancelled)."""
+        for _, g in self.active:
+            try:
+                g.stop.remote()
+            except Exception:
+                pass
+
+    def poll_progress(self) -> dict[str, int]:
+        """Summed progress counters of the live generators (a busy one is skipped this beat)."""
+        total: dict[str, int] = {}
+        refs = [g.progress.remote() for _, g in self.active]
+        for ref in refs:
+            try:
+                for k, v in ray.get(ref, timeout=1).items():  # a busy generator: skip a beat
+                    total[k] = total.get(k, 0) + v
+            except Exception:
+                pass
+        return total
+
+    def close(self) -> None:
+        """Close and kill the generators, release the placement, and shut Ray down if this run started it."""
+        for g in self.generators:
+            try:
+                ray.get(g.close.remote(), timeout=5)
+            except Exception:
+                pass
+            try:
+                ray.kill(g)
+            except Exception:
+                pass
+        self.generators = []
+        try:
+            cluster.release(self.placement)
+        except Exception:
+            pass
+        if self.started_ray and ray.is_initialized():
+            ray.shutdown()

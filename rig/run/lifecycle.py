@@ -1,0 +1,135 @@
+"""One server configuration's engine: launch it, wait until healthy, record what it really runs, fetch its log, stop."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from pathlib import Path
+from typing import Any
+
+import ray
+
+from rig.config import RunSpec
+from rig.results import server_log_path
+from rig.run.fleet import Fleet
+from rig.run.manifest_store import ManifestStore
+from rig.run.progress import Progress
+from rig.run.signals import StopControl
+from rig.server.actor import remote_class as server_class
+from rig.server.effective import change_lines, effective_config
+from rig.server.engines import engine_for
+from rig.server.spec import ServerConfig
+
+
+def served_model(cfg: ServerConfig, entry: dict[str, Any]) -> str:
+    """The model name requests must carry: the configured one, else what /v1/models reported, else the path."""
+    if cfg.served_model_name:
+        return cfg.served_model_name
+    models = (entry.get("info") or {}).get("/v1/models") or {}
+    try:
+        return models["data"][0]["id"]
+    except (KeyError, IndexError, TypeError):
+        return cfg.model
+
+
+class ServerLifecycle:
+    """The server actor of the configuration being measured (at most one at a time)."""
+
+    def __init__(self, spec: RunSpec, run_dir: Path, store: ManifestStore, progress: Progress, stop: StopControl,
+                 fleet: Fleet, api_key: str | None):
+        self.spec = spec
+        self.run_dir = run_dir
+        self.store = store
+        self.progress = progress
+        self.stop = stop
+        self.fleet = fleet
+        self.api_key = api_key
+        self.handle: Any = None  # the server actor
+        self.spooled = False  # the server node writes to a local spool the driver copies from
+
+    def launch(self, cfg: ServerConfig) -> dict[str, Any]:
+        """Start the engine of ``cfg`` and wait until it is healthy; return its manifest entry."""
+        Server = server_class()
+        log_rel = str(server_log_path(Path("."), cfg.config_id()))
+        c = self.spec.cluster
+        placement = self.fleet.placement
+        # The server node writes where it can: the run directory on one machine or a shared filesystem, else a
+        # local spool; the driver fetches the log and metrics parts through Ray (fetch_log, execute's gather).
+        self.spooled = not (placement.local or c.shared_results)
+        root = f"{c.spool_dir.rstrip('/')}/{self.spec.run_id}/server" if self.spooled \
+            else str(self.run_dir.resolve())
+        if placement.local and cfg.host is None:
+            # The embedded default is one machine: the engine listens on loopback only (not the LAN), and the
+            # generators reach it there. Multi-host placement binds the node's address as before.
+            cfg = cfg.model_copy(update={"host": "127.0.0.1"})
+        self.handle = Server.options(**placement.server_options).remote(cfg, root, log_rel, self.api_key)
+        cid = cfg.config_id()
+        self.store.set_server_config(cid, {"engine": cfg.engine, "knobs": cfg.knobs(), "status": "starting",
+                                           "error": None})
+        started = ray.get(self.handle.start.remote())
+        self.store.update_server_config(cid, command=started["command"], url=started["url"],
+                                        node_ip=started.get("node_ip"), gpu_ids=started.get("gpu_ids"))
+        self.store.save()
+        self.progress.status(f"waiting for {cfg.engine} (steps={cfg.steps}) to be healthy at {started['url']}")
+        ready_ref = self.handle.wait_ready.remote()
+        next_note = time.monotonic() + 10
+        while True:
+            done, _ = ray.wait([ready_ref], timeout=0.5)
+            if done:
+                break
+            if self.stop.is_set():
+                raise KeyboardInterrupt
+            if time.monotonic() >= next_note:  # a model load takes minutes: say what the wait sees
+                next_note += 10
+                with contextlib.suppress(Exception):
+                    w = ray.get(self.handle.wait_progress.remote(), timeout=2)
+                    self.progress.status(f"still waiting for {cfg.engine} at {started['url']}: "
+                                         f"{w['elapsed_s']:.0f}s, last: {w['last']}")
+        ready = ray.get(ready_ref)  # raises ServerError wrapped by Ray if the engine died
+        desc = ray.get(self.handle.describe.remote())
+        info = desc["info"]
+        self.store.update_server_config(cid, status="ready", ready_after_s=ready["ready_after_s"],
+                                        startup=desc["startup"], server_info=info.get("/server_info"),
+                                        model_info=info.get("/model_info"), info=info)
+        # What the server really runs (it may change requested values) and whether it honours per-request seeds.
+        effective = effective_config(cfg, info.get("/server_info"), desc["startup"])
+        warnings = change_lines(cid, effective)
+        self.store.update_server_config(cid, effective=effective, warnings=warnings)
+        for w in warnings:
+            self.progress.status(f"warning: {w}")
+        self.store.save()
+        return self.store.server_config(cid)
+
+    def grace(self) -> float:
+        """Seconds the engine gets to exit on SIGTERM: less when the user asked the run to stop."""
+        return 5.0 if self.stop.is_set() else 30.0
+
+    def fetch_log(self, config_id: str) -> None:
+        """Stop the engine, then copy its whole log next to the results when the server node spooled it, and
+        clear that spool (the actor itself is killed by stop_server)."""
+        if self.handle is None:
+            return
+        with contextlib.suppress(Exception):
+            ray.get(self.handle.stop.remote(self.grace()), timeout=60)  # the log is complete (and scrubbed) once stopped
+        if not self.spooled or not engine_for(self.spec.server.engine).launches_process:
+            return
+        dest = server_log_path(self.run_dir, config_id)
+        with contextlib.suppress(Exception):
+            text = ray.get(self.handle.read_log.remote(), timeout=30)
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            dest.write_text(text)
+            ray.get(self.handle.discard_spool.remote(), timeout=30)
+
+    def stop_server(self) -> None:
+        """Stop the engine and kill the server actor (no-op when none is up)."""
+        if self.handle is None:
+            return
+        try:
+            ray.get(self.handle.stop.remote(self.grace()), timeout=60)
+        except Exception:  # already dead
+            pass
+        try:
+            ray.kill(self.handle)
+        except Exception:
+            pass
+        self.handle = None

@@ -1,0 +1,99 @@
+"""One point as per-generator plans: its sessions and arrival offsets, their split over generators, the warm-up."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+from rig.config import LoadSpec, RunSpec
+from rig.loadgen.plan import GeneratorPlan, LazySessions, PointInfo
+from rig.run.errors import RunError
+from rig.run.points import Point
+from rig.workloads import build_sessions, dataset_size, warmup_sessions
+from rig.workloads.base import Session
+
+LAZY_SESSION_LIMIT = 10_000_000  # global sessions a duration-bound closed-loop level may draw
+
+
+def split_closed(sessions: list[Session], concurrency: int, n_gen: int) -> list[tuple[list[Session], int]]:
+    """Concurrency C over G generators sums to C; session i goes to slot i mod C, slot s to generator s mod G."""
+    out: list[tuple[list[Session], int]] = []
+    for g in range(n_gen):
+        slots = sum(1 for s in range(concurrency) if s % n_gen == g)
+        mine = [sess for i, sess in enumerate(sessions) if (i % concurrency) % n_gen == g]
+        out.append((mine, slots))
+    return out
+
+
+def split_open(sessions: list[Session], offsets: list[float], n_gen: int, cap: int | None
+               ) -> list[tuple[list[Session], list[float], int | None]]:
+    """One global arrival schedule; generator g takes every G-th arrival (its slice keeps absolute offsets)."""
+    out = []
+    for g in range(n_gen):
+        idx = list(range(g, len(sessions), n_gen))
+        slot_cap = None if cap is None else max(1, sum(1 for s in range(cap) if s % n_gen == g))
+        out.append(([sessions[i] for i in idx], [offsets[i] for i in idx], slot_cap))
+    return out
+
+
+def shorten(session: Session) -> Session:
+    """Warm-up sessions: first turn only, at most 32 output tokens."""
+    turn = replace(session.turns[0], max_tokens=min(32, session.turns[0].max_tokens), think_time_s=0.0)
+    return replace(session, turns=(turn,))
+
+
+def point_sessions(load: LoadSpec, p: Point) -> tuple[list[Session], list[float] | None]:
+    """The point's sessions and, for open-loop modes, their arrival offsets (none when generators draw lazily)."""
+    n = load.requests_for(p.concurrency, p.rate)
+    if load.mode == "closed":
+        if n is None:  # duration-bound: each generator builds its share lazily (see build_plans)
+            return [], None
+        return build_sessions(p.workload, seed=load.seed, n_sessions=n), None
+    from rig.loadgen import arrivals
+
+    if load.mode == "trace":
+        if p.workload.name != "dataset":
+            raise RunError("trace replay needs the dataset workload (a file whose records carry 'timestamp')")
+        sessions = build_sessions(p.workload, seed=load.seed, n_sessions=n or dataset_size(p.workload) or 0)
+        stamps = [s.arrival_s for s in sessions]
+        if any(t is None for t in stamps):
+            raise RunError("trace replay needs a dataset whose records carry 'timestamp'")
+        offsets = list(arrivals.trace_offsets(stamps, speed=load.trace_speed))
+        return sessions, offsets
+    if n is None:
+        n = max(1, int((p.rate or 1) * (load.duration_s or 60) * 1.5) + 16)
+    offsets = list(arrivals.arrival_offsets(load.mode, rate=p.rate, n=n, seed=load.seed,
+                                            burstiness=load.burstiness))
+    if load.duration_s:
+        offsets = [o for o in offsets if o < load.duration_s]
+    return build_sessions(p.workload, seed=load.seed, n_sessions=len(offsets)), offsets
+
+
+def build_plans(spec: RunSpec, p: Point, url: str, model: str, api: str, ids: list[int],
+                api_key: str | None) -> list[GeneratorPlan]:
+    """One plan per generator (``ids``, in order) for point ``p`` against the server at ``url``."""
+    load = spec.load
+    info = PointInfo(run_id=spec.run_id, point=p.point, engine=p.server.engine, workload=p.workload.name,
+                     api=api, steps=p.server.steps, server_config=p.config_id,
+                     server_args=json.dumps(p.server.knobs(), sort_keys=True), load_mode=load.mode,
+                     concurrency=p.concurrency, rate=p.rate, repeat=p.repeat)
+    sessions, offsets = point_sessions(load, p)
+    n_gen = len(ids)
+    # Warm-up content differs from the measured requests (it must not pre-fill the prefix cache for them).
+    warm = [shorten(s) for s in warmup_sessions(p.workload, seed=load.seed, n_sessions=load.warmup_requests)]
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    common = dict(point=info, url=url, model=model, duration_s=load.duration_s, grace_s=load.grace_s,
+                  warmup=tuple(warm),
+                  connect_s=load.timeouts.connect_s, first_token_s=load.timeouts.first_token_s,
+                  total_s=load.timeouts.total_s, slip_threshold_s=load.slip_threshold_s, extra_headers=headers)
+    conc = p.concurrency or 1
+    if offsets is None and load.requests_for(p.concurrency, p.rate) is None:
+        # Bound by duration: no session list crosses Ray; generators build theirs as they go.
+        return [GeneratorPlan(generator=ids[i], sessions=(), slots=slots, lazy=LazySessions(
+                    p.workload, load.seed, conc, n_gen, i, limit=LAZY_SESSION_LIMIT), **common)
+                for i, (_, slots) in enumerate(split_closed([], conc, n_gen))]
+    if offsets is None:
+        return [GeneratorPlan(generator=ids[i], sessions=tuple(mine), slots=slots, **common)
+                for i, (mine, slots) in enumerate(split_closed(sessions, p.concurrency or 1, n_gen))]
+    return [GeneratorPlan(generator=ids[i], sessions=tuple(mine), arrivals=tuple(offs), slots=cap, **common)
+            for i, (mine, offs, cap) in enumerate(split_open(sessions, offsets, n_gen, p.concurrency))]

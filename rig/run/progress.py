@@ -1,0 +1,16 @@
+"""The callbacks a run reports through (the CLI's progress bar); no-ops by default."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+
+@dataclass
+class Progress:
+    """Callbacks the CLI provides to show what is going on (no-ops by default)."""
+
+    status: Callable[[str], None] = lambda msg: None
+    point_start: Callable[[str, int | None], None] = lambda point, total: None
+    point_update: Callable[[int, dict[str, int]], None] = lambda done, counts: None
+    point_end: Callable[[str, dict[str, Any]], None] = lambda point, result: None

@@ -1,0 +1,232 @@
+"""Runs a RunSpec: for each server configuration, launch the server once, run its load points, record everything.
+
+The flow is one-directional: spec -> placement -> server -> load -> records -> (analysis, elsewhere). This module
+only orders the steps; each step lives in its own module of rig.run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator
+
+import ray
+
+from rig.config import RunSpec
+from rig.run.api_key import read_api_key
+from rig.run.errors import RunError
+from rig.run.execute import PointExecutor
+from rig.run.fleet import Fleet
+from rig.run.lifecycle import ServerLifecycle
+from rig.run.manifest_store import ManifestStore
+from rig.run.points import Point, expand_points
+from rig.run.progress import Progress
+from rig.run.rundir import RunDirLock, check_output
+from rig.run.signals import StopControl, install_signal_handlers
+from rig.run.statuses import run_status
+from rig.server.actor import ServerError
+
+
+@dataclass
+class Runner:
+    spec: RunSpec
+    progress: Progress = field(default_factory=Progress)
+    resume: bool = False
+    handle_signals: bool = False  # SIGINT/SIGTERM stop the run cleanly (the CLI turns this on)
+    # Adaptive runs (SLO search, tune): a function of the runner yielding points one at a time; it resumes after the
+    # runner has run (or, resuming, skipped as complete) each one, so it can read that point's results first.
+    planner: Callable[["Runner"], Iterable[Point]] | None = None
+    run_dir: Path | None = None  # default spec.run_dir; a resume works on exactly the directory it is given
+
+    def __post_init__(self) -> None:
+        self.run_dir = Path(self.run_dir) if self.run_dir is not None else self.spec.run_dir
+        self.nothing_to_do = False  # a resumed run whose every point is complete and on disk
+        self.points = [] if self.planner is not None else expand_points(self.spec)
+        self.stop = StopControl(self.progress.status)
+        self.lock = RunDirLock(self.run_dir, self.spec.run_id, self.resume)
+        self.store = ManifestStore(self.run_dir, self.spec.load.mode)
+        self.fleet = Fleet()
+        self.api_key = read_api_key(self.spec)
+        self.server = ServerLifecycle(self.spec, self.run_dir, self.store, self.progress, self.stop, self.fleet,
+                                      self.api_key)
+        self.executor = PointExecutor(self.spec, self.run_dir, self.store, self.progress, self.stop, self.fleet,
+                                      self.server, self.api_key)
+
+    # ---------------------------------------------------------------- what planners and the CLI use
+    @property
+    def manifest(self) -> dict[str, Any]:
+        """The run's manifest (planners keep their own section in it, then call save())."""
+        return self.store.data
+
+    def entry(self, pid: str) -> dict[str, Any]:
+        """The manifest entry of a point (planners read a point's status here)."""
+        return self.store.entry(pid)
+
+    def save(self) -> None:
+        self.store.save()
+
+    def request_stop(self, reason: str) -> None:
+        self.stop.request(reason)
+
+    # ---------------------------------------------------------------- the run
+    def _claim_run_dir(self) -> None:
+        self.lock.claim()
+
+    def _release_lock(self) -> None:
+        self.lock.release()
+
+    def run(self) -> dict[str, Any]:
+        self._claim_run_dir()
+        try:
+            return self._run_claimed()
+        finally:
+            self._release_lock()
+
+    def _setup_cluster(self) -> None:
+        def on_connect() -> None:
+            if self.handle_signals:  # after ray.init, which installs its own SIGTERM handler in the driver
+                install_signal_handlers(self.stop)
+
+        self.store.set_cluster(self.fleet.setup(self.spec, self.run_dir, self.progress, on_connect))
+        self.store.save()
+
+    def _run_claimed(self) -> dict[str, Any]:
+        check_output(self.run_dir)
+        if self.resume and self.store.finished_on_disk(self.points):
+            self.nothing_to_do = True  # leave a finished run exactly as it is (no cluster or clock rewrite)
+            return self.manifest
+        if self.resume:
+            self.store.resume(self.points)
+        else:
+            self.store.create(self.spec, self.points)
+        self.store.save()
+        done_points = {p["point"] for p in self.manifest["points"] if p["status"] == "complete"}
+        todo = [p for p in self.points if p.point not in done_points]
+        try:
+            self._setup_cluster()
+            if self.planner is not None:
+                self._run_planned(iter(self.planner(self)))
+                todo = []
+            by_config: dict[str, list[Point]] = {}
+            for p in todo:
+                by_config.setdefault(p.config_id, []).append(p)
+            for config_id, points in by_config.items():
+                if self.stop.is_set():
+                    break
+                cfg = points[0].server
+                try:
+                    server_entry = self.server.launch(cfg)
+                except (ServerError, ray.exceptions.RayTaskError) as e:
+                    msg = str(e.cause if isinstance(e, ray.exceptions.RayTaskError) and e.cause else e)
+                    first = msg.strip().splitlines()[0] if msg.strip() else type(e).__name__
+                    self.store.update_server_config(config_id, status="failed", error=msg[-2000:])
+                    for p in points:
+                        self.store.update_point(p.point, status="failed", error=f"server did not start: {first}")
+                    self.server.fetch_log(config_id)
+                    self.server.stop_server()
+                    self.store.save()
+                    self.progress.status(f"server {config_id} failed to start: {first}")
+                    if self.spec.fail_fast:
+                        raise RunError(f"server {config_id} failed to start: {first}")
+                    continue
+                try:
+                    for p in points:
+                        if self.stop.is_set():
+                            break
+                        try:
+                            self.executor.run_point(p, server_entry)
+                        except (RunError, KeyboardInterrupt):
+                            raise
+                        except Exception as e:  # a bug or an unexpected fault: fail this point, keep the run
+                            self.executor.internal_error(p.point, e)
+                        if self.entry(p.point)["status"] == "failed":
+                            if self.spec.fail_fast:
+                                raise RunError(f"point {p.point} failed: {self.entry(p.point).get('error')}")
+                            if "server_died" in self.entry(p.point)["flags"]:
+                                for rest in points[points.index(p) + 1:]:
+                                    self.store.update_point(rest.point, status="failed", error="server died earlier")
+                                break
+                finally:
+                    self.server.fetch_log(config_id)
+                    self.server.stop_server()
+                    self.store.update_server_config(config_id, stopped=True)
+                    self.store.save()
+        except KeyboardInterrupt:
+            self.request_stop(self.stop.reason or "interrupted")
+        except RunError as e:  # refused or stopped by --fail-fast: the manifest says why
+            self.store.set_error(str(e))
+            raise
+        finally:
+            self.stop.finalizing = True  # from here on a second Ctrl-C is ignored: the manifest must be finished
+            with contextlib.suppress(Exception, KeyboardInterrupt):
+                self._teardown()
+            if self.handle_signals:  # ray.shutdown() may have put back the default (fatal) SIGINT handler
+                install_signal_handlers(self.stop)
+            status = run_status(self.store.point_statuses(), self.manifest.get("error"), self.stop.is_set())
+            self.store.close_running_points()
+            self.store.finish(status, self.stop.reason or None)
+            self.store.save()
+        return self.manifest
+
+    def _run_planned(self, source: Iterator[Point]) -> None:
+        """Run the planner's points as they come, keeping a configuration's server up while its points follow each
+        other; a point already complete (a resumed run) is not run again."""
+        current: str | None = None
+        server_entry: dict[str, Any] = {}
+
+        def stop_current() -> None:
+            if current is not None:
+                self.server.fetch_log(current)
+                self.server.stop_server()
+                self.store.update_server_config(current, stopped=True)
+                self.store.save()
+
+        try:
+            for p in source:
+                if self.stop.is_set():
+                    break
+                if not any(q.point == p.point for q in self.points):
+                    self.points.append(p)
+                    if not self.store.has_point(p.point):
+                        self.store.add_point(p)
+                        self.store.save()
+                if self.entry(p.point)["status"] == "complete":
+                    continue
+                if current != p.config_id:
+                    stop_current()
+                    current = None
+                    try:
+                        server_entry = self.server.launch(p.server)
+                    except (ServerError, ray.exceptions.RayTaskError) as e:
+                        msg = str(e.cause if isinstance(e, ray.exceptions.RayTaskError) and e.cause else e)
+                        first = msg.strip().splitlines()[0] if msg.strip() else type(e).__name__
+                        self.store.update_server_config(p.config_id, status="failed", error=msg[-2000:])
+                        self.store.update_point(p.point, status="failed", error=f"server did not start: {first}")
+                        self.server.fetch_log(p.config_id)
+                        self.server.stop_server()
+                        self.store.save()
+                        if self.spec.fail_fast:
+                            raise RunError(f"server {p.config_id} failed to start: {first}")
+                        continue
+                    current = p.config_id
+                try:
+                    self.executor.run_point(p, server_entry)
+                except (RunError, KeyboardInterrupt):
+                    raise
+                except Exception as e:  # a bug or an unexpected fault: fail this point, keep the run
+                    self.executor.internal_error(p.point, e)
+                entry = self.entry(p.point)
+                if entry["status"] == "failed" and self.spec.fail_fast:
+                    raise RunError(f"point {p.point} failed: {entry.get('error')}")
+                if "server_died" in entry["flags"]:  # the next point relaunches it
+                    stop_current()
+                    current = None
+        finally:
+            stop_current()
+
+    def _teardown(self) -> None:
+        if self.stop.is_set():
+            self.progress.status("stopping: engine and generators")
+        self.server.stop_server()
+        self.fleet.close()
