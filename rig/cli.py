@@ -265,6 +265,7 @@ def execute(spec, quiet: bool, resume_dir: Path | None = None, planner=None) -> 
     from rig.run.errors import RunError, RunInputError
     from rig.run.runner import Runner
     from rig.run.signals import install_signal_handlers
+    from rig.run.statuses import EXIT_CODES
 
     console = Console(stderr=True)
     progress_ui = _ProgressUI(console, quiet)
@@ -311,7 +312,7 @@ def execute(spec, quiet: bool, resume_dir: Path | None = None, planner=None) -> 
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
     console.print(f"results: {run_dir}  status: {status}"
                   + (f" ({manifest.get('stop_reason')})" if manifest.get("stop_reason") else ""))
-    return {"complete": 0, "partial": 1, "failed": 1, "interrupted": 130}.get(status, 1)
+    return EXIT_CODES.get(status, 1)
 
 
 def _print_table(run_dir: Path) -> None:
