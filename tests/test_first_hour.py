@@ -274,10 +274,10 @@ def test_duration_bounds_a_level_in_flight_requests_get_a_grace_then_are_cancell
     took = time.monotonic() - t0
     assert took < 5.0, took
     t = read_requests(tmp_path).to_pandas()
-    assert summary["scheduled"] == len(t) == summary["rows_written"]
+    assert summary.scheduled == len(t) == summary.rows_written
     cut = t[t.status == "cancelled"]
     assert len(cut) == 2 and set(cut.error) == {"cancelled: in flight 0.5s after the level's duration ended"}
-    assert summary["records"]["cancelled"] == 2 and summary["status"] == "complete"
+    assert summary.records.cancelled == 2 and summary.status == "complete"
 
 
 def test_a_stop_during_think_time_records_the_remaining_turns(tmp_path):
@@ -311,7 +311,7 @@ def test_a_stop_during_think_time_records_the_remaining_turns(tmp_path):
 
     summary = asyncio.run(go())
     t = read_requests(tmp_path).to_pandas()
-    assert summary["scheduled"] == 6 == len(t)
+    assert summary.scheduled == 6 == len(t)
     assert (t.status == "ok").sum() == 2 and (t.status == "cancelled").sum() == 4
 
 
