@@ -1,6 +1,6 @@
 """Ray connection, node discovery, pre-flight checks and placement of the server and load generators.
 
-Placement rules (see ``reference/ray-notes.md``):
+Placement rules:
 - the server asks for its GPUs (that is what sets CUDA_VISIBLE_DEVICES) plus the server label and/or resource;
 - generators get a hard per-host guarantee: either a count resource (each client host advertises ``client: 1`` and
   each generator takes ``1 / per_host`` of it) or a STRICT_SPREAD placement group over the client label;
@@ -24,6 +24,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy, Place
 
 from rig.config import ClusterSpec
 from rig.loadgen import spool
+from rig.results import PART_GLOB, atomic_write
 
 NODE_ID_LABEL = "ray.io/node-id"
 
@@ -49,7 +50,6 @@ class Placement:
     server_nodes: list[str] = field(default_factory=list)
     per_host: int = 1
     allow_on_server: bool = True
-    notes: list[str] = field(default_factory=list)
 
 
 # ---------------------------------------------------------------------------------------------------- connection
@@ -374,7 +374,7 @@ def _remove_files(root: str, rels: list[str]) -> int:
     return n
 
 
-def list_node_files(node_id: str, root: str, rel_dir: str, pattern: str = "part-*.parquet",
+def list_node_files(node_id: str, root: str, rel_dir: str, pattern: str = PART_GLOB,
                     timeout_s: float = 30) -> list[str]:
     """Files under root/rel_dir on a node (works after the actor that wrote them died, while the node lives)."""
     return ray.get(_list_files.options(**_on_node(node_id)).remote(root, rel_dir, pattern), timeout=timeout_s)
@@ -461,7 +461,7 @@ def gather_parts(run_dir: Path, rel_dir: str, info: dict[str, Any], results_uri:
     """
     run_dir = Path(run_dir)
     dest_dir = run_dir / rel_dir
-    have = {p.name for p in dest_dir.glob("part-*.parquet")} if dest_dir.exists() else set()
+    have = {p.name for p in dest_dir.glob(PART_GLOB)} if dest_dir.exists() else set()
     counts = {"from_uri": 0, "from_host": 0, "removed": 0}
     mode = info.get("output_mode", "direct")
     if mode == "direct":
@@ -473,7 +473,7 @@ def gather_parts(run_dir: Path, rel_dir: str, info: dict[str, Any], results_uri:
             src = f"{base}/{run_id}/{rel_dir}"
             for name in spool.list_parts(fs, src):
                 if name not in have:
-                    _write_atomic(dest_dir / name, spool.read(fs, f"{src}/{name}"))
+                    atomic_write(dest_dir / name, spool.read(fs, f"{src}/{name}"))
                     have.add(name)
                     counts["from_uri"] += 1
         except Exception:  # the driver may not reach the URI: fall back to the generator's host
@@ -483,16 +483,10 @@ def gather_parts(run_dir: Path, rel_dir: str, info: dict[str, Any], results_uri:
         listed = list_node_files(node, root, rel_dir)
         missing = [r for r in listed if Path(r).name not in have]
         for rel, data in read_node_files(node, root, missing):
-            _write_atomic(run_dir / rel, data)
+            atomic_write(run_dir / rel, data)
             have.add(Path(rel).name)
             counts["from_host"] += 1
         if mode in ("spool", "ship"):
             counts["removed"] = remove_node_files(node, root, [r for r in listed if Path(r).name in have])
     return counts
 
-
-def _write_atomic(dest: Path, data: bytes) -> None:
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dest.with_name(dest.name + ".tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, dest)

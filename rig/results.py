@@ -1,6 +1,6 @@
 """Results on disk: the per-request Parquet schema, the crash-safe part writer, the manifest and readers.
 
-Layout (see DESIGN.md):
+Layout (README, "Results on disk"):
     results/<run_id>/manifest.json
     results/<run_id>/requests/point=<p>/gen=<g>/part-NNNNN.parquet
     results/<run_id>/server_metrics/point=<p>/part-NNNNN.parquet
@@ -13,6 +13,7 @@ buffered in memory and every few seconds (or rows) a whole part file is written 
 from __future__ import annotations
 
 import contextlib
+import fnmatch
 import json
 import os
 import threading
@@ -30,6 +31,7 @@ MANIFEST = "manifest.json"
 REQUESTS_DIR = "requests"
 SERVER_METRICS_DIR = "server_metrics"
 LOGS_DIR = "logs"
+PART_GLOB = "part-*.parquet"  # rows are written in whole part files, numbered from part-00000.parquet
 
 # One row per request: the schema is generated from rig.contracts.RequestRecord (names, order and types).
 REQUEST_SCHEMA = contracts.REQUEST_SCHEMA
@@ -49,18 +51,32 @@ SERVER_METRICS_SCHEMA = pa.schema(
 empty_record = contracts.empty_record
 
 
-def _atomic_write_table(table: pa.Table, path: Path) -> None:
+def atomic_write(path: Path, content: pa.Table | str | bytes) -> None:
+    """Write ``path`` whole or not at all: the content goes to a ``.tmp`` sibling that is renamed over ``path``."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
-    pq.write_table(table, tmp)
+    if isinstance(content, pa.Table):
+        pq.write_table(content, tmp)
+    elif isinstance(content, str):
+        tmp.write_text(content)
+    else:
+        tmp.write_bytes(content)
     os.replace(tmp, path)
 
 
-def atomic_write_text(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+def part_name(number: int) -> str:
+    """The file name of a directory's part ``number``."""
+    return f"part-{number:05d}.parquet"
+
+
+def is_part_name(name: str) -> bool:
+    """A closed part file (a half-written one ends in ``.tmp`` and is never read)."""
+    return fnmatch.fnmatchcase(name, PART_GLOB)
+
+
+def part_paths(root: Path) -> list[str]:
+    """The closed part files under ``root`` at any depth, as sorted path strings (none if it does not exist)."""
+    return sorted(str(p) for p in root.rglob(PART_GLOB)) if root.exists() else []
 
 
 class PartWriter:
@@ -86,7 +102,7 @@ class PartWriter:
     def _first_free_part(self) -> int:
         if not self.directory.exists():
             return 0
-        taken = [int(p.stem.split("-")[1]) for p in self.directory.glob("part-*.parquet")]
+        taken = [int(p.stem.split("-")[1]) for p in self.directory.glob(PART_GLOB)]
         return max(taken) + 1 if taken else 0
 
     def add(self, row: dict[str, Any]) -> None:
@@ -121,9 +137,9 @@ class PartWriter:
     def write(self, rows: list[dict[str, Any]], batches: list[pa.RecordBatch]) -> None:
         """Write taken rows (already converted to ``batches``) as the next part; on failure they go back."""
         with self._write_lock:  # one part at a time, numbered in order; adding rows meanwhile is not blocked
-            path = self.directory / f"part-{self._next_part:05d}.parquet"
+            path = self.directory / part_name(self._next_part)
             try:
-                _atomic_write_table(pa.Table.from_batches(batches, schema=self.schema), path)
+                atomic_write(path, pa.Table.from_batches(batches, schema=self.schema))
             except OSError:
                 # Disk full or unwritable: keep the rows for the next attempt, drop the half-written temp file.
                 with self._lock:
@@ -156,7 +172,7 @@ def server_log_path(run_dir: Path, config_id: str) -> Path:
 
 
 def _read_parts(root: Path, schema: pa.Schema, columns: Iterable[str] | None) -> pa.Table:
-    files = sorted(str(p) for p in root.rglob("part-*.parquet")) if root.exists() else []
+    files = part_paths(root)
     cols = list(columns) if columns is not None else None
     if not files:
         return schema.empty_table().select(cols) if cols else schema.empty_table()
@@ -178,7 +194,7 @@ def write_manifest(run_dir: Path | str, manifest: contracts.Manifest | dict[str,
     """Write the manifest atomically."""
     text = manifest.to_json() if isinstance(manifest, contracts.Manifest) else \
         json.dumps(manifest, indent=2, sort_keys=False, default=str) + "\n"
-    atomic_write_text(Path(run_dir) / MANIFEST, text)
+    atomic_write(Path(run_dir) / MANIFEST, text)
 
 
 def load_manifest(run_dir: Path | str) -> contracts.Manifest:

@@ -7,7 +7,7 @@ Usage (any Python >= 3.11 with SGLang's light dependencies: `pip install msgspec
 
 SGLang's parser module imports GPU-only packages (torch, triton, flashinfer, ...) at import time. Building the
 parser needs none of them, so every module that cannot be imported is replaced by a permissive stub while the
-parser is built (the same way the contract in shared/reference/sglang-contract.md was checked on a CPU machine).
+parser is built, so a CPU machine can read it.
 The table holds what argparse knows about each option: names, dest, action, type, default, choices, nargs.
 """
 

@@ -124,13 +124,13 @@ def test_unwritable_output_keeps_rows_and_reports(tmp_path):
         if os.geteuid() == 0:  # root ignores permissions: simulate a full disk instead
             import rig.results as results
 
-            orig = results._atomic_write_table
-            results._atomic_write_table = lambda *a: (_ for _ in ()).throw(OSError(28, "No space left on device"))
+            orig = results.atomic_write
+            results.atomic_write = lambda *a: (_ for _ in ()).throw(OSError(28, "No space left on device"))
             try:
                 with pytest.raises(OSError):
                     w.flush()
             finally:
-                results._atomic_write_table = orig
+                results.atomic_write = orig
         else:
             with pytest.raises(OSError):
                 w.flush()

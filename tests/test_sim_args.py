@@ -1,4 +1,4 @@
-"""The sim's launch flags behave like sglang.launch_server's (sglang-contract.md §1.1-1.2)."""
+"""The sim's launch flags behave like sglang.launch_server's (SGLang's server_args.py)."""
 
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ Latency metrics use requests with ``ok`` true; times are seconds.
 - **ITL** = each gap between consecutive non-empty chunks divided over the tokens in the later chunk
   (``chunk_offsets_s``, ``chunk_tokens``): a chunk of k tokens that arrived g seconds after the previous one
   contributes k values of g/k. The first chunk is TTFT, not ITL. Percentiles are over tokens.
-- **Per-request tok/s** = completion_tokens / E2E, averaged over requests (DESIGN.md's and the campaign's
+- **Per-request tok/s** = completion_tokens / E2E, averaged over requests (the campaign's
   "per-request tok/s"). It includes time queued in the server.
 - **Decode tok/s** = (completion_tokens − 1) / (E2E − TTFT) = 1 / TPOT, averaged over requests. It excludes
   queueing and prefill, so it is the speed a user sees once tokens flow; at high concurrency per-request tok/s

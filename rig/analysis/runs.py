@@ -21,6 +21,7 @@ from rig.results import (
     REQUESTS_DIR,
     SERVER_METRICS_DIR,
     SERVER_METRICS_SCHEMA,
+    part_paths,
 )
 
 # Knobs that only change how speculation runs; configurations differing only in these must agree on greedy output.
@@ -135,7 +136,7 @@ def _dict(x: Any) -> dict[str, Any]:
 def point_files(run_dir: Path, point: str, kind: str = REQUESTS_DIR) -> list[str]:
     """Closed part files of one point (``.tmp`` files are half-written and never read)."""
     root = Path(run_dir) / kind / f"point={point}"
-    return sorted(str(p) for p in root.rglob("part-*.parquet")) if root.exists() else []
+    return part_paths(root)
 
 
 def _points_on_disk(run_dir: Path) -> list[str]:

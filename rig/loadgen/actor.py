@@ -143,13 +143,6 @@ class LoadGenerator:
             return {"scheduled": 0, "ok": 0, "failed": 0, "cancelled": 0, "in_flight": 0, "tokens": 0}
         return dict(self._current.counts)
 
-    async def list_parts(self, rel_dir: str) -> list[str]:
-        root = self.spool_root / rel_dir
-        return sorted(str(p.relative_to(self.spool_root)) for p in root.rglob("part-*.parquet")) if root.exists() else []
-
-    async def read_part(self, rel_path: str) -> bytes:
-        return (self.spool_root / rel_path).read_bytes()
-
     async def close(self) -> None:
         if self._http is not None:
             await self._http.close()

@@ -15,8 +15,7 @@ from typing import Any
 
 import pyarrow.fs as pafs
 
-PART_GLOB = "part-*.parquet"
-
+from rig.results import PART_GLOB, is_part_name
 
 def fill(template: str, host: str, node_ip: str, node_id: str | None) -> str:
     """A path template with {host}, {node_ip}, {node_id} filled in for this host."""
@@ -69,7 +68,7 @@ def list_parts(fs: pafs.FileSystem, directory: str) -> list[str]:
     """Names of the closed part files directly in ``directory`` (none if it does not exist)."""
     sel = pafs.FileSelector(directory, allow_not_found=True, recursive=False)
     names = [posixpath.basename(i.path) for i in fs.get_file_info(sel) if i.type == pafs.FileType.File]
-    return sorted(n for n in names if n.startswith("part-") and n.endswith(".parquet"))
+    return sorted(n for n in names if is_part_name(n))
 
 
 class Shipper:

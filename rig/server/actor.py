@@ -19,7 +19,7 @@ import aiohttp
 import psutil
 import ray
 
-from rig.results import SERVER_METRICS_SCHEMA, PartWriter, server_metrics_dir
+from rig.results import SERVER_METRICS_SCHEMA, PartWriter, atomic_write, server_metrics_dir
 from rig.server.engines import engine_for
 from rig.server.scrape import parse_metrics, summed_values
 from rig.server.spec import ServerConfig
@@ -185,9 +185,7 @@ class ServerActor:
         with contextlib.suppress(OSError):
             text = self.log_path.read_text(errors="replace")
             if self.api_key in text:
-                tmp = self.log_path.with_name(self.log_path.name + ".tmp")
-                tmp.write_text(redact(text, self.api_key))
-                os.replace(tmp, self.log_path)
+                atomic_write(self.log_path, redact(text, self.api_key))
 
     async def read_log(self) -> str:
         return self._log_text()

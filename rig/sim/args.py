@@ -1,4 +1,4 @@
-"""SGLang's launch flags, defaults and validation (sglang-contract.md §1.1-1.2), plus the sim's own --sim-* flags."""
+"""SGLang's launch flags, defaults and validation (SGLang's server_args.py), plus the sim's own --sim-* flags."""
 
 from __future__ import annotations
 

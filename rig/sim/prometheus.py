@@ -1,4 +1,4 @@
-"""Prometheus metrics with SGLang's names (sglang-contract.md §3), plus the sim's own lag figures."""
+"""Prometheus metrics with SGLang's names (SGLang's observability/metrics_collector.py), plus the sim's own lag figures."""
 
 from __future__ import annotations
 

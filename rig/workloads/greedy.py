@@ -2,7 +2,7 @@
 
 Request i uses template ``i % 6``. The per-template max_tokens (1000, 1000, 1000, 1000, 875, 625) are chosen so the
 campaign's request counts give its Tokens column: the first 4 requests (C=1) total 4,000 and the first 64 (C=32)
-59,000, both exactly as in reference/campaign.md; 8 requests give 7,500 (campaign 7,441), 32 give 29,500 (29,798),
+59,000, both exactly as in rig/sim/data/campaign.yaml; 8 requests give 7,500 (campaign 7,441), 32 give 29,500 (29,798),
 128 give 117,500 (112,000). The campaign's own script is not available, so this is the closest shape, not a copy.
 """
 
