@@ -1,9 +1,8 @@
-"""The `rig` command line: run, sweep, report, compare, sim, check."""
+"""The `rig` command line: run, sweep, tune, check (and report, compare, sim from their subsystems)."""
 
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -13,198 +12,11 @@ import yaml
 
 from rig.analysis.cli import compare, report
 from rig.config import SpecError, build_spec, load_yaml
+from rig.run_options import csv_ints, resolve_spec, run_options
 from rig.sim.cli import sim
 from rig.tune.cli import parse_slos, resumed_planner, search_settings
 
 EXIT_USAGE = 2
-
-
-def _csv_ints(name: str, text: str | None) -> list[int] | None:
-    if text is None:
-        return None
-    try:
-        values = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise click.BadParameter(f"expected comma-separated integers, got {text!r}", param_hint=name) from None
-    if not values:
-        raise click.BadParameter("expected at least one value", param_hint=name)
-    return values
-
-
-def _csv_floats(name: str, text: str | None) -> list[float] | None:
-    if text is None:
-        return None
-    try:
-        values = [float(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise click.BadParameter(f"expected comma-separated numbers, got {text!r}", param_hint=name) from None
-    return values
-
-
-def _kv(name: str, items: tuple[str, ...]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise click.BadParameter(f"expected KEY=VALUE, got {item!r}", param_hint=name)
-        out[key.strip()] = yaml.safe_load(value) if value else ""
-    return out
-
-
-def _set(d: dict[str, Any], path: str, value: Any) -> None:
-    if value is None:
-        return
-    keys = path.split(".")
-    for k in keys[:-1]:
-        d = d.setdefault(k, {})
-    d[keys[-1]] = value
-
-
-def run_options(f):
-    """Options shared by `rig run` and `rig sweep`."""
-    opts = [
-        click.option("--config", "config_file", type=click.Path(path_type=Path), help="YAML run spec (flags override it)."),
-        click.option("--cluster", "cluster_file", type=click.Path(path_type=Path),
-                     help="Cluster file (clusters/*.yaml). Default: the embedded local Ray."),
-        click.option("--engine", type=click.Choice(["sim", "sglang", "vllm", "external"]), help="Engine (default sim)."),
-        click.option("--model", help="Model path or name passed to the engine."),
-        click.option("--served-model-name", help="Name the engine serves the model as."),
-        click.option("--tp", type=int, help="Tensor parallel size (GPUs the server asks Ray for)."),
-        click.option("--spec-algorithm", help="SGLang --speculative-algorithm (NEXTN, EAGLE, EAGLE3, STANDALONE)."),
-        click.option("--spec-method", help="vLLM speculative method (ngram, mtp, eagle, eagle3)."),
-        click.option("--draft-model", help="Draft model path (EAGLE/STANDALONE)."),
-        click.option("--server-arg", "server_args", multiple=True,
-                     help="Extra engine argument, passed verbatim; repeat for each token (--server-arg=--foo --server-arg=1)."),
-        click.option("--url", help="external engine: root URL of a server you already run (http://HOST:PORT)."),
-        click.option("--unreachable-timeout", type=float,
-                     help="external engine: seconds nothing may answer at --url before the run fails (default 30)."),
-        click.option("--engine-python", help="Interpreter that runs the engine (its own venv)."),
-        click.option("--port", type=int, help="Server port (0 = any free port)."),
-        click.option("--deterministic", is_flag=True, default=None,
-                     help="SGLang/sim: --enable-deterministic-inference, so per-request seeds are honoured."),
-        click.option("--workload", help="greedy, realistic, agentic or dataset (sweep: comma-separated)."),
-        click.option("--dataset", type=click.Path(path_type=Path), help="dataset workload: a ShareGPT JSON or JSONL file."),
-        click.option("--workload-opt", "workload_opts", multiple=True, help="Workload option KEY=VALUE (repeatable)."),
-        click.option("--mode", type=click.Choice(["closed", "poisson", "gamma", "trace"]), help="Load pattern."),
-        click.option("--concurrency", help="Closed-loop levels, e.g. 1,4,16,32,64; open loop: in-flight cap."),
-        click.option("--rate", help="Open-loop arrival rates in requests/s, e.g. 1,2,4."),
-        click.option("--burstiness", type=float, help="gamma: coefficient of variation of inter-arrivals."),
-        click.option("--requests", type=int, help="Sessions per level (default: 4 at C=1, 2xC otherwise)."),
-        click.option("--duration", type=float, help="Seconds per level (instead of a request count)."),
-        click.option("--grace", type=float,
-                     help="With --duration: seconds in-flight requests may run past a level's end before they are "
-                          "cancelled (default 10)."),
-        click.option("--warmup", type=int, help="Warm-up requests per generator, kept out of the results."),
-        click.option("--trace-speed", type=float, help="Trace replay speed factor."),
-        click.option("--api", type=click.Choice(["sglang-native", "openai-completions", "openai-chat"])),
-        click.option("--seed", type=int, help="Workload seed (same seed, same requests on every point)."),
-        click.option("--clients", type=int, help="Load generators (default 1; one per client host)."),
-        click.option("--per-host", type=int, help="Generators per client host."),
-        click.option("--repeat", type=int, help="Repeat every point n times."),
-        click.option("--first-token-timeout", type=float, help="Seconds to wait for a first token."),
-        click.option("--request-timeout", type=float, help="Seconds a whole request may take."),
-        click.option("--metrics-interval", type=float, help="Seconds between /metrics samples."),
-        click.option("--no-flush-cache", is_flag=True, default=None, help="Do not /flush_cache between points."),
-        click.option("--fail-fast", is_flag=True, default=None, help="Stop at the first failed point."),
-        click.option("--api-key-env", help="Environment variable holding the API key (default RIG_API_KEY)."),
-        click.option("--api-key-file", type=click.Path(path_type=Path), help="File holding the API key."),
-        click.option("--out", type=click.Path(path_type=Path), help="Results root (default results/)."),
-        click.option("--run-id", help="Run directory name (default: timestamp)."),
-        click.option("--dry-run", is_flag=True, help="Print the resolved spec, server commands and placement; start nothing."),
-        click.option("-q", "--quiet", is_flag=True, help="No progress bar."),
-    ]
-    for opt in reversed(opts):
-        f = opt(f)
-    return f
-
-
-def overrides_from_flags(kw: dict[str, Any], steps: list[int] | None, workloads: list[str] | None) -> dict[str, Any]:
-    o: dict[str, Any] = {}
-    _set(o, "server.engine", kw["engine"])
-    _set(o, "server.model", kw["model"])
-    _set(o, "server.served_model_name", kw["served_model_name"])
-    _set(o, "server.tp", kw["tp"])
-    _set(o, "server.spec_algorithm", kw["spec_algorithm"])
-    _set(o, "server.spec_method", kw["spec_method"])
-    _set(o, "server.draft_model_path", kw["draft_model"])
-    _set(o, "server.extra_args", list(kw["server_args"]) or None)
-    _set(o, "server.url", kw["url"])
-    _set(o, "server.unreachable_timeout_s", kw["unreachable_timeout"])
-    _set(o, "server.python", kw["engine_python"])
-    _set(o, "server.port", kw["port"])
-    _set(o, "server.deterministic", kw["deterministic"])
-    _set(o, "steps", steps)
-    if workloads is not None or kw["dataset"] or kw["workload_opts"]:
-        opts = _kv("--workload-opt", kw["workload_opts"])
-        if kw["dataset"]:
-            opts["path"] = str(kw["dataset"])
-        names = workloads or (["dataset"] if kw["dataset"] else None)
-        if names is not None:
-            o["workloads"] = [{"name": n, **opts} for n in names]
-        else:
-            o["_workload_opts"] = opts
-    _set(o, "load.mode", kw["mode"])
-    conc = _csv_ints("--concurrency", kw["concurrency"])
-    if conc is not None:
-        if kw["mode"] in ("poisson", "gamma", "trace") or kw["rate"]:
-            _set(o, "load.max_concurrency", conc[0])
-        else:
-            _set(o, "load.concurrency", conc)
-    _set(o, "load.rates", _csv_floats("--rate", kw["rate"]))
-    if kw["rate"] and not kw["mode"]:
-        _set(o, "load.mode", "poisson")
-    _set(o, "load.burstiness", kw["burstiness"])
-    _set(o, "load.requests", kw["requests"])
-    _set(o, "load.duration_s", kw["duration"])
-    _set(o, "load.grace_s", kw["grace"])
-    _set(o, "load.warmup_requests", kw["warmup"])
-    _set(o, "load.trace_speed", kw["trace_speed"])
-    _set(o, "load.api", kw["api"])
-    _set(o, "load.seed", kw["seed"])
-    _set(o, "load.timeouts.first_token_s", kw["first_token_timeout"])
-    _set(o, "load.timeouts.total_s", kw["request_timeout"])
-    _set(o, "clients", kw["clients"])
-    _set(o, "cluster.per_host", kw["per_host"])
-    _set(o, "repeat", kw["repeat"])
-    _set(o, "metrics_interval_s", kw["metrics_interval"])
-    if kw["no_flush_cache"]:
-        o["flush_cache"] = False
-    if kw["fail_fast"]:
-        o["fail_fast"] = True
-    _set(o, "api_key_env", kw["api_key_env"])
-    _set(o, "api_key_file", str(kw["api_key_file"]) if kw["api_key_file"] else None)
-    _set(o, "out", str(kw["out"]) if kw["out"] else None)
-    _set(o, "run_id", kw["run_id"])
-    return o
-
-
-def resolve_spec(kw: dict[str, Any], steps: list[int] | None, workloads: list[str] | None):
-    """YAML (run spec, then cluster file) merged with flags; SpecError -> one line, exit 2."""
-    from rig.config import _deep_merge
-
-    try:
-        data = load_yaml(kw["config_file"]) if kw["config_file"] else {}
-        if kw["cluster_file"]:
-            cluster_doc = load_yaml(kw["cluster_file"])
-            if "cluster" not in cluster_doc:
-                raise SpecError(f"{kw['cluster_file']}: no 'cluster:' mapping")
-            data = _deep_merge(data, {"cluster": cluster_doc["cluster"]})
-            if "server" in cluster_doc:  # a cluster file may carry site defaults for the server (engine, tp)
-                data = _deep_merge({"server": cluster_doc["server"]}, data)
-        over = overrides_from_flags(kw, steps, workloads)
-        extra_wl = over.pop("_workload_opts", None)
-        if extra_wl:
-            base = data.get("workloads") or [{"name": "realistic"}]
-            over["workloads"] = [{**w, **extra_wl} for w in base]
-        spec = build_spec(data, over)
-        if kw["api_key_env"] and not os.environ.get(kw["api_key_env"]):
-            raise SpecError(f"--api-key-env {kw['api_key_env']}: that environment variable is not set (or empty); "
-                            f"export it, or drop the flag to send no key")
-        return spec
-    except SpecError as e:
-        raise click.UsageError(str(e)) from None
-    except click.BadParameter:
-        raise
 
 
 DRY_RUN_PORT = 30000  # SGLang's default --port
@@ -434,7 +246,7 @@ def sweep(steps_csv: str | None, grid: tuple[str, ...], resume_dir: Path | None,
 
         sys.exit(execute(spec, kw["quiet"], resume_dir=resume_dir,
                          planner=resumed_planner(spec, read_manifest(resume_dir))))
-    steps = _csv_ints("--steps", steps_csv)
+    steps = csv_ints("--steps", steps_csv)
     workloads = [w.strip() for w in kw["workload"].split(",")] if kw["workload"] else None
     spec = resolve_spec(kw, steps, workloads)
     if grid:
@@ -549,7 +361,7 @@ def tune(steps_csv: str | None, slo_texts: tuple[str, ...], slo_percentile: floa
     workloads = [kw["workload"]] if kw["workload"] else None
     if kw["workload"] and "," in kw["workload"]:
         raise click.BadParameter("rig tune answers for one workload", param_hint="--workload")
-    spec = resolve_spec(kw, _csv_ints("--steps", steps_csv), workloads)
+    spec = resolve_spec(kw, csv_ints("--steps", steps_csv), workloads)
     settings = TuneSettings(tuple(to_texts(slos)), slo_percentile, str(start_profile) if start_profile else None,
                             confidence, max_rounds, fit_evals)
     try:

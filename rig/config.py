@@ -32,8 +32,8 @@ class Timeouts(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     connect_s: float = Field(10.0, gt=0)
-    first_token_s: float = Field(600.0, gt=0)  # includes server queueing at high load
-    total_s: float = Field(3600.0, gt=0)
+    first_token_s: float = Field(600.0, gt=0, description="Seconds to wait for a first token.")  # queueing counts
+    total_s: float = Field(3600.0, gt=0, description="Seconds a whole request may take.")
 
 
 class LoadSpec(BaseModel):
@@ -41,18 +41,21 @@ class LoadSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    mode: LoadMode = "closed"
-    concurrency: list[int] = Field(default_factory=lambda: [1, 4, 16, 32, 64])
-    rates: list[float] = Field(default_factory=list)  # open loop: requests/s per level
-    burstiness: float = Field(1.0, gt=0)  # gamma: coefficient of variation of inter-arrivals (1 = Poisson)
+    mode: LoadMode = Field("closed", description="Load pattern.")
+    concurrency: list[int] = Field(default_factory=lambda: [1, 4, 16, 32, 64],
+                                   description="Closed-loop levels, e.g. 1,4,16,32,64; open loop: in-flight cap.")
+    rates: list[float] = Field(default_factory=list, description="Open-loop arrival rates in requests/s, e.g. 1,2,4.")
+    burstiness: float = Field(1.0, gt=0, description="gamma: coefficient of variation of inter-arrivals.")  # 1: Poisson
     max_concurrency: int | None = Field(None, ge=1)  # open loop: cap on in-flight requests (whole point)
-    requests: int | None = Field(None, ge=1)  # per level; default: the campaign rule (closed) or rate x duration
-    duration_s: float | None = Field(None, gt=0)  # per level; stops sending new sessions after this
-    grace_s: float = Field(10.0, ge=0)  # with duration_s: requests in flight this long after the end are cancelled
-    warmup_requests: int = Field(1, ge=0)  # per generator, sent before the level and kept out of the results
-    trace_speed: float = Field(1.0, gt=0)  # trace replay: >1 replays faster
+    # open loop: rate x a minute; the closed-loop rule is requests_for()
+    requests: int | None = Field(None, ge=1, description="Sessions per level (default: 4 at C=1, 2xC otherwise).")
+    duration_s: float | None = Field(None, gt=0, description="Seconds per level (instead of a request count).")
+    grace_s: float = Field(10.0, ge=0, description="With --duration: seconds in-flight requests may run past a level's "
+                                                   "end before they are cancelled (default 10).")
+    warmup_requests: int = Field(1, ge=0, description="Warm-up requests per generator, kept out of the results.")
+    trace_speed: float = Field(1.0, gt=0, description="Trace replay speed factor.")  # >1 replays faster
     api: ApiName | None = None  # default: the engine's (sglang-native for sim and sglang)
-    seed: int = 0
+    seed: int = Field(0, description="Workload seed (same seed, same requests on every point).")
     timeouts: Timeouts = Field(default_factory=Timeouts)
     slip_threshold_s: float = Field(0.010, gt=0)  # p99 schedule slip above this flags the point
     loop_lag_threshold_s: float = Field(0.050, gt=0)  # generator event-loop lag p99 above this flags the point
@@ -114,7 +117,7 @@ class ClusterSpec(BaseModel):
     server_resource: str | None = None  # e.g. "blackwell"
     client_label: dict[str, str] = Field(default_factory=dict)  # e.g. {"role": "client"}
     client_resource: str | None = None  # e.g. "client" (one per client host)
-    per_host: int = Field(1, ge=1)  # generators per client host
+    per_host: int = Field(1, ge=1, description="Generators per client host.")
     allow_generators_on_server_node: bool = True  # the embedded default runs everything on one node
     shared_results: bool | None = None  # None: detect (can each generator see the driver's results dir?)
     # Where generators write part files when the driver's results dir is not visible to them: a local directory
@@ -151,21 +154,23 @@ class ClusterSpec(BaseModel):
 class RunSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    run_id: str = Field(default_factory=lambda: time.strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(2))
-    out: Path = Path("results")
+    run_id: str = Field(default_factory=lambda: time.strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(2),
+                        description="Run directory name (default: timestamp).")
+    out: Path = Field(Path("results"), description="Results root (default results/).")
     server: ServerConfig = Field(default_factory=ServerConfig)
     workloads: list[WorkloadSpec] = Field(default_factory=lambda: [WorkloadSpec(name="realistic")])
     steps: list[int] = Field(default_factory=lambda: [4])
     server_grid: dict[str, list[Any]] = Field(default_factory=dict)  # other server knobs to sweep
     load: LoadSpec = Field(default_factory=LoadSpec)
     cluster: ClusterSpec = Field(default_factory=ClusterSpec)
-    clients: int = Field(1, ge=1)
-    repeat: int = Field(1, ge=1)
-    metrics_interval_s: float = Field(1.0, gt=0)
-    flush_cache: bool = True
-    fail_fast: bool = False
-    api_key_env: str = "RIG_API_KEY"  # the key itself never enters the spec, manifest or logs
-    api_key_file: Path | None = None
+    clients: int = Field(1, ge=1, description="Load generators (default 1; one per client host).")
+    repeat: int = Field(1, ge=1, description="Repeat every point n times.")
+    metrics_interval_s: float = Field(1.0, gt=0, description="Seconds between /metrics samples.")
+    flush_cache: bool = Field(True, description="/flush_cache between points.")
+    fail_fast: bool = Field(False, description="Stop at the first failed point.")
+    # the key itself never enters the spec, manifest or logs
+    api_key_env: str = Field("RIG_API_KEY", description="Environment variable holding the API key (default RIG_API_KEY).")
+    api_key_file: Path | None = Field(None, description="File holding the API key.")
 
     @field_validator("run_id")
     @classmethod
@@ -274,16 +279,16 @@ def load_yaml(path: Path | str) -> dict[str, Any]:
     return data
 
 
-def _deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+def deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     out = dict(base)
     for k, v in over.items():
-        out[k] = _deep_merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+        out[k] = deep_merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
     return out
 
 
 def build_spec(yaml_data: dict[str, Any] | None, overrides: dict[str, Any]) -> RunSpec:
     """Merge YAML (lowest) with CLI overrides (highest) and validate into a RunSpec."""
-    data = _deep_merge(yaml_data or {}, overrides)
+    data = deep_merge(yaml_data or {}, overrides)
     try:
         spec = RunSpec.model_validate(data)
     except ValidationError as e:

@@ -14,28 +14,32 @@ EngineName = Literal["sim", "sglang", "vllm", "external"]
 class ServerConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    engine: EngineName = "sim"
-    model: str = "Qwen/Qwen3.5-122B-A10B"
-    served_model_name: str | None = None
-    tp: int = Field(4, ge=1, le=64)
+    engine: EngineName = Field("sim", description="Engine (default sim).")
+    model: str = Field("Qwen/Qwen3.5-122B-A10B", description="Model path or name passed to the engine.")
+    served_model_name: str | None = Field(None, description="Name the engine serves the model as.")
+    tp: int = Field(4, ge=1, le=64, description="Tensor parallel size (GPUs the server asks Ray for).")
     steps: int = Field(0, ge=0, le=32)  # 0: no speculative decoding
-    spec_algorithm: str = "NEXTN"  # sglang/sim: NEXTN (MTP), EAGLE, EAGLE3, STANDALONE
-    spec_method: str = "mtp"  # vllm: ngram, mtp, eagle, eagle3
+    spec_algorithm: str = Field(
+        "NEXTN", description="SGLang --speculative-algorithm (NEXTN, EAGLE, EAGLE3, STANDALONE).")  # NEXTN is MTP
+    spec_method: str = Field("mtp", description="vLLM speculative method (ngram, mtp, eagle, eagle3).")
     eagle_topk: int = Field(1, ge=1)
     num_draft_tokens: int | None = Field(None, ge=1)  # default steps + 1 (chain)
-    draft_model_path: str | None = None
-    deterministic: bool = False  # sglang/sim: --enable-deterministic-inference (per-request seeds are honoured)
-    extra_args: tuple[str, ...] = ()  # passed to the engine verbatim
+    draft_model_path: str | None = Field(None, description="Draft model path (EAGLE/STANDALONE).")
+    deterministic: bool = Field(
+        False, description="SGLang/sim: --enable-deterministic-inference, so per-request seeds are honoured.")
+    extra_args: tuple[str, ...] = Field((), description="Extra engine argument, passed verbatim; repeat for each token "
+                                                     "(--server-arg=--foo --server-arg=1).")
     env: dict[str, str] = Field(default_factory=dict)
     device: Literal["gpu", "cpu"] = "gpu"
-    port: int = Field(0, ge=0, le=65535)  # 0: a free port the kernel picks; set 30000 for SGLang's usual
+    port: int = Field(0, ge=0, le=65535, description="Server port (0 = any free port).")  # 30000 is SGLang's usual
     host: str | None = None  # bind address; default: the node's IP as Ray sees it
-    url: str | None = None  # external engine only
-    python: str | None = None  # interpreter that runs the engine (its own venv); default: the rig's own
+    url: str | None = Field(None, description="external engine: root URL of a server you already run (http://HOST:PORT).")
+    python: str | None = Field(None, description="Interpreter that runs the engine (its own venv).")  # default: rig's
     sim_profile: str | None = None  # sim only: a profile file (default: the shipped reference profile)
     health_timeout_s: float = Field(1800.0, gt=0)  # model loads take minutes
-    # external engine: how long nothing may answer at the URL (refused, no route, no /health) before rig gives up
-    unreachable_timeout_s: float = Field(30.0, gt=0)
+    # nothing answering means: refused, no route, or no /health
+    unreachable_timeout_s: float = Field(30.0, gt=0, description="external engine: seconds nothing may answer at --url "
+                                                                 "before the run fails (default 30).")
 
     @field_validator("spec_algorithm")
     @classmethod

@@ -1,0 +1,260 @@
+"""The options of `rig run`, `rig sweep` and `rig tune`, generated from the spec models, and their merge into a spec.
+
+A spec knob is declared once, on its pydantic field (type, default, constraints, help text as ``description``);
+``SPEC_FLAGS`` only names the flag and where it lands in the spec. The few options that are not one spec field
+(files to read, workload lists, comma-separated levels) are written out in ``run_options``.
+"""
+
+from __future__ import annotations
+
+import os
+import types
+import typing
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import click
+import yaml
+from pydantic import BaseModel
+from pydantic.fields import FieldInfo
+
+from rig.config import RunSpec, SpecError, build_spec, deep_merge, load_yaml
+
+
+@dataclass(frozen=True)
+class SpecFlag:
+    """A command-line option that sets one spec field (``path`` in the spec, dotted)."""
+
+    flag: str
+    path: str
+    name: str | None = None  # the keyword the command receives, when not the flag's own (--server-arg: server_args)
+
+    @property
+    def field(self) -> FieldInfo:
+        return spec_field(self.path)
+
+    @property
+    def param(self) -> str:
+        return self.name or self.flag.lstrip("-").replace("-", "_")
+
+    def option(self):
+        """The click option: type, flag-ness and help text from the field."""
+        field = self.field
+        ann = _unoptional(field.annotation)
+        kw: dict[str, Any] = {"help": field.description}
+        if self.flag.startswith("--no-"):  # a switch that turns a default-on knob off
+            assert ann is bool and field.default is True, self.flag
+            kw.update(is_flag=True, default=None, help=f"Do not {field.description}")
+        elif ann is bool:
+            kw.update(is_flag=True, default=None)
+        elif typing.get_origin(ann) is tuple:
+            kw.update(multiple=True)
+        else:
+            kw["type"] = _click_type(ann)
+        return click.option(self.flag, self.param, **kw)
+
+    def value(self, given: Any) -> Any:
+        """What the flag puts into the spec overrides (None: the flag was not given)."""
+        if given is None or given == () or given is False:
+            return None
+        if self.flag.startswith("--no-"):
+            return False
+        if isinstance(given, tuple):
+            return list(given)
+        if isinstance(given, Path):
+            return str(given)
+        return given
+
+
+# In the order `--help` lists them; each flag's help text is its field's description.
+SPEC_FLAGS: tuple[SpecFlag, ...] = (
+    SpecFlag("--engine", "server.engine"),
+    SpecFlag("--model", "server.model"),
+    SpecFlag("--served-model-name", "server.served_model_name"),
+    SpecFlag("--tp", "server.tp"),
+    SpecFlag("--spec-algorithm", "server.spec_algorithm"),
+    SpecFlag("--spec-method", "server.spec_method"),
+    SpecFlag("--draft-model", "server.draft_model_path"),
+    SpecFlag("--server-arg", "server.extra_args", "server_args"),
+    SpecFlag("--url", "server.url"),
+    SpecFlag("--unreachable-timeout", "server.unreachable_timeout_s"),
+    SpecFlag("--engine-python", "server.python"),
+    SpecFlag("--port", "server.port"),
+    SpecFlag("--deterministic", "server.deterministic"),
+    # --workload, --dataset, --workload-opt: see run_options
+    SpecFlag("--mode", "load.mode"),
+    # --concurrency, --rate: see run_options
+    SpecFlag("--burstiness", "load.burstiness"),
+    SpecFlag("--requests", "load.requests"),
+    SpecFlag("--duration", "load.duration_s"),
+    SpecFlag("--grace", "load.grace_s"),
+    SpecFlag("--warmup", "load.warmup_requests"),
+    SpecFlag("--trace-speed", "load.trace_speed"),
+    SpecFlag("--api", "load.api"),
+    SpecFlag("--seed", "load.seed"),
+    SpecFlag("--clients", "clients"),
+    SpecFlag("--per-host", "cluster.per_host"),
+    SpecFlag("--repeat", "repeat"),
+    SpecFlag("--first-token-timeout", "load.timeouts.first_token_s"),
+    SpecFlag("--request-timeout", "load.timeouts.total_s"),
+    SpecFlag("--metrics-interval", "metrics_interval_s"),
+    SpecFlag("--no-flush-cache", "flush_cache"),
+    SpecFlag("--fail-fast", "fail_fast"),
+    SpecFlag("--api-key-env", "api_key_env"),
+    SpecFlag("--api-key-file", "api_key_file"),
+    SpecFlag("--out", "out"),
+    SpecFlag("--run-id", "run_id"),
+)
+# Spec fields set by a hand-written option of run_options (or by a command's own option such as --steps).
+HAND_WRITTEN = {"workloads": ("--workload", "--dataset", "--workload-opt"), "steps": ("--steps",),
+                "load.concurrency": ("--concurrency",), "load.max_concurrency": ("--concurrency",),
+                "load.rates": ("--rate",), "server_grid": ("--grid",)}
+
+
+def spec_field(path: str) -> FieldInfo:
+    """The pydantic field at a dotted ``path`` of RunSpec (KeyError when there is none)."""
+    model: type[BaseModel] = RunSpec
+    *parents, last = path.split(".")
+    for key in parents:
+        model = _unoptional(model.model_fields[key].annotation)
+    return model.model_fields[last]
+
+
+def _unoptional(ann: Any) -> Any:
+    """``X | None`` -> ``X``."""
+    if typing.get_origin(ann) in (typing.Union, types.UnionType):
+        rest = [a for a in typing.get_args(ann) if a is not type(None)]
+        if len(rest) == 1:
+            return rest[0]
+    return ann
+
+
+def _click_type(ann: Any) -> Any:
+    if typing.get_origin(ann) is Literal:
+        return click.Choice(list(typing.get_args(ann)))
+    if ann is Path:
+        return click.Path(path_type=Path)
+    if ann in (int, float, str):
+        return ann
+    raise TypeError(f"no command-line type for {ann!r}")
+
+
+def csv_ints(name: str, text: str | None) -> list[int] | None:
+    if text is None:
+        return None
+    try:
+        values = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise click.BadParameter(f"expected comma-separated integers, got {text!r}", param_hint=name) from None
+    if not values:
+        raise click.BadParameter("expected at least one value", param_hint=name)
+    return values
+
+
+def csv_floats(name: str, text: str | None) -> list[float] | None:
+    if text is None:
+        return None
+    try:
+        values = [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise click.BadParameter(f"expected comma-separated numbers, got {text!r}", param_hint=name) from None
+    return values
+
+
+def _kv(name: str, items: tuple[str, ...]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"expected KEY=VALUE, got {item!r}", param_hint=name)
+        out[key.strip()] = yaml.safe_load(value) if value else ""
+    return out
+
+
+def _set(d: dict[str, Any], path: str, value: Any) -> None:
+    if value is None:
+        return
+    keys = path.split(".")
+    for k in keys[:-1]:
+        d = d.setdefault(k, {})
+    d[keys[-1]] = value
+
+
+def run_options(f):
+    """Options shared by `rig run`, `rig sweep` and `rig tune`."""
+    by_flag = {s.flag: s.option() for s in SPEC_FLAGS}
+    opts = [
+        click.option("--config", "config_file", type=click.Path(path_type=Path), help="YAML run spec (flags override it)."),
+        click.option("--cluster", "cluster_file", type=click.Path(path_type=Path),
+                     help="Cluster file (clusters/*.yaml). Default: the embedded local Ray."),
+        *[by_flag[s.flag] for s in SPEC_FLAGS[:SPEC_FLAGS.index(_flag("--mode"))]],
+        click.option("--workload", help="greedy, realistic, agentic or dataset (sweep: comma-separated)."),
+        click.option("--dataset", type=click.Path(path_type=Path), help="dataset workload: a ShareGPT JSON or JSONL file."),
+        click.option("--workload-opt", "workload_opts", multiple=True, help="Workload option KEY=VALUE (repeatable)."),
+        by_flag["--mode"],
+        click.option("--concurrency", help=spec_field("load.concurrency").description),
+        click.option("--rate", help=spec_field("load.rates").description),
+        *[by_flag[s.flag] for s in SPEC_FLAGS[SPEC_FLAGS.index(_flag("--mode")) + 1:]],
+        click.option("--dry-run", is_flag=True, help="Print the resolved spec, server commands and placement; start nothing."),
+        click.option("-q", "--quiet", is_flag=True, help="No progress bar."),
+    ]
+    for opt in reversed(opts):
+        f = opt(f)
+    return f
+
+
+def _flag(flag: str) -> SpecFlag:
+    return next(s for s in SPEC_FLAGS if s.flag == flag)
+
+
+def overrides_from_flags(kw: dict[str, Any], steps: list[int] | None, workloads: list[str] | None) -> dict[str, Any]:
+    """The spec overrides the given flags make (flags not given leave the YAML's values alone)."""
+    o: dict[str, Any] = {}
+    for s in SPEC_FLAGS:
+        _set(o, s.path, s.value(kw[s.param]))
+    _set(o, "steps", steps)
+    if workloads is not None or kw["dataset"] or kw["workload_opts"]:
+        opts = _kv("--workload-opt", kw["workload_opts"])
+        if kw["dataset"]:
+            opts["path"] = str(kw["dataset"])
+        names = workloads or (["dataset"] if kw["dataset"] else None)
+        if names is not None:
+            o["workloads"] = [{"name": n, **opts} for n in names]
+        else:
+            o["_workload_opts"] = opts
+    conc = csv_ints("--concurrency", kw["concurrency"])
+    if conc is not None:
+        if kw["mode"] in ("poisson", "gamma", "trace") or kw["rate"]:
+            _set(o, "load.max_concurrency", conc[0])
+        else:
+            _set(o, "load.concurrency", conc)
+    _set(o, "load.rates", csv_floats("--rate", kw["rate"]))
+    if kw["rate"] and not kw["mode"]:
+        _set(o, "load.mode", "poisson")
+    return o
+
+
+def resolve_spec(kw: dict[str, Any], steps: list[int] | None, workloads: list[str] | None) -> RunSpec:
+    """YAML (run spec, then cluster file) merged with flags; SpecError -> one line, exit 2."""
+    try:
+        data = load_yaml(kw["config_file"]) if kw["config_file"] else {}
+        if kw["cluster_file"]:
+            cluster_doc = load_yaml(kw["cluster_file"])
+            if "cluster" not in cluster_doc:
+                raise SpecError(f"{kw['cluster_file']}: no 'cluster:' mapping")
+            data = deep_merge(data, {"cluster": cluster_doc["cluster"]})
+            if "server" in cluster_doc:  # a cluster file may carry site defaults for the server (engine, tp)
+                data = deep_merge({"server": cluster_doc["server"]}, data)
+        over = overrides_from_flags(kw, steps, workloads)
+        extra_wl = over.pop("_workload_opts", None)
+        if extra_wl:
+            base = data.get("workloads") or [{"name": "realistic"}]
+            over["workloads"] = [{**w, **extra_wl} for w in base]
+        spec = build_spec(data, over)
+        if kw["api_key_env"] and not os.environ.get(kw["api_key_env"]):
+            raise SpecError(f"--api-key-env {kw['api_key_env']}: that environment variable is not set (or empty); "
+                            f"export it, or drop the flag to send no key")
+        return spec
+    except SpecError as e:
+        raise click.UsageError(str(e)) from None
