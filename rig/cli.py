@@ -12,7 +12,7 @@ import yaml
 
 from rig.analysis.cli import compare, report
 from rig.config import SpecError, build_spec, load_yaml
-from rig.run_options import csv_ints, resolve_spec, run_options
+from rig.cli_options import csv_ints, resolve_spec, run_options
 from rig.sim.cli import sim
 from rig.tune.cli import parse_slos, resumed_planner, search_settings
 

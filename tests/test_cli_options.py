@@ -15,7 +15,7 @@ from pydantic import BaseModel
 
 from rig.cli import cli
 from rig.config import RunSpec
-from rig.run_options import HAND_WRITTEN, SPEC_FLAGS, _unoptional, resolve_spec, run_options, spec_field
+from rig.cli_options import HAND_WRITTEN, SPEC_FLAGS, _unoptional, resolve_spec, run_options, spec_field
 
 # Knobs set only in YAML (a run spec or a cluster file), each for a reason.
 YAML_ONLY = {
@@ -61,7 +61,7 @@ def test_every_spec_knob_is_a_flag_or_yaml_only():
     assert len(flagged) == len(set(flagged)), "two flags set one field"
     leaves = set(_leaf_paths(RunSpec))
     decided = set(flagged) | set(HAND_WRITTEN) | set(YAML_ONLY)
-    assert leaves - decided == set(), "new spec fields: add a SpecFlag (rig/run_options.py) or a YAML_ONLY reason"
+    assert leaves - decided == set(), "new spec fields: add a SpecFlag (rig/cli_options.py) or a YAML_ONLY reason"
     assert decided - leaves == set(), "flags or reasons for fields the spec no longer has"
 
 
