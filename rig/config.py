@@ -29,6 +29,8 @@ class SpecError(ValueError):
 
 
 class Timeouts(BaseModel):
+    """How long one request may take, by phase: the spec's values, which the load generator's client enforces."""
+
     model_config = ConfigDict(extra="forbid")
 
     connect_s: float = Field(10.0, gt=0)

@@ -7,7 +7,8 @@ import pytest
 from aiohttp.test_utils import TestServer
 
 from rig.loadgen.apis import SGLangNative
-from rig.loadgen.client import ClientTimeouts, request_fields, stream_request
+from rig.config import Timeouts
+from rig.loadgen.client import request_fields, stream_request
 from rig.workloads.base import Turn
 
 from fake_server import make_app
@@ -17,7 +18,7 @@ def turn(mode: str = "ok", n: int = 6) -> Turn:
     return Turn(request_id=f"r-{mode}", messages=({"role": "user", "content": f"hello MODE:{mode}"},), max_tokens=n)
 
 
-async def _send(mode: str, n: int = 6, timeouts: ClientTimeouts = ClientTimeouts()):
+async def _send(mode: str, n: int = 6, timeouts: Timeouts = Timeouts()):
     server = TestServer(make_app())
     await server.start_server()
     try:
@@ -67,26 +68,26 @@ def test_faults_become_failed_records(mode, status, needle):
 
 
 def test_first_token_timeout():
-    out = send("slowfirst", timeouts=ClientTimeouts(first_token_s=0.3, total_s=5))
+    out = send("slowfirst", timeouts=Timeouts(first_token_s=0.3, total_s=5))
     assert out.status == "failed" and "no first token" in out.error and out.end_mono - out.send_mono < 2
 
 
 def test_connect_refused_is_a_failed_record():
     async def go():
         async with aiohttp.ClientSession() as http:
-            return await stream_request(http, "http://127.0.0.1:9", SGLangNative(), turn(), [], "m", ClientTimeouts())
+            return await stream_request(http, "http://127.0.0.1:9", SGLangNative(), turn(), [], "m", Timeouts())
     out = asyncio.run(go())
     assert out.status == "failed" and out.error.startswith("connect")
 
 
 def test_server_that_never_sends_headers_times_out_on_first_token():
-    out = send("hang", timeouts=ClientTimeouts(first_token_s=0.3, total_s=5))
+    out = send("hang", timeouts=Timeouts(first_token_s=0.3, total_s=5))
     assert out.status == "failed" and out.error == "timeout: no first token within 0.3s"
     assert out.end_mono - out.send_mono < 2
 
 
 def test_total_timeout_after_the_first_token():
-    out = send("ok", n=400, timeouts=ClientTimeouts(first_token_s=5, total_s=0.3))
+    out = send("ok", n=400, timeouts=Timeouts(first_token_s=5, total_s=0.3))
     assert out.status == "failed" and out.error == "timeout: stream not finished within 0.3s"
     assert out.first_mono is not None and len(out.chunk_tokens) > 0
 
@@ -96,7 +97,7 @@ def test_total_timeout_after_the_first_token():
 from rig.loadgen import http1  # noqa: E402
 
 
-async def _send_lean(modes: list[str], n: int = 6, timeouts: ClientTimeouts = ClientTimeouts()):
+async def _send_lean(modes: list[str], n: int = 6, timeouts: Timeouts = Timeouts()):
     server = TestServer(make_app())
     await server.start_server()
     try:
@@ -137,14 +138,14 @@ def test_lean_client_drops_a_connection_broken_mid_stream():
 
 
 def test_lean_client_timeouts_and_refused_connection():
-    (o,), _ = asyncio.run(_send_lean(["hang"], timeouts=ClientTimeouts(first_token_s=0.3, total_s=5)))
+    (o,), _ = asyncio.run(_send_lean(["hang"], timeouts=Timeouts(first_token_s=0.3, total_s=5)))
     assert o.status == "failed" and o.error == "timeout: no first token within 0.3s"
-    (o,), _ = asyncio.run(_send_lean(["ok"], n=400, timeouts=ClientTimeouts(first_token_s=5, total_s=0.3)))
+    (o,), _ = asyncio.run(_send_lean(["ok"], n=400, timeouts=Timeouts(first_token_s=5, total_s=0.3)))
     assert o.status == "failed" and o.error == "timeout: stream not finished within 0.3s" and o.chunk_tokens
 
     async def refused():
         async with http1.Pool() as pool:
-            return await stream_request(pool, "http://127.0.0.1:9", SGLangNative(), turn(), [], "m", ClientTimeouts())
+            return await stream_request(pool, "http://127.0.0.1:9", SGLangNative(), turn(), [], "m", Timeouts())
     o = asyncio.run(refused())
     assert o.status == "failed" and o.error.startswith("connect")
 

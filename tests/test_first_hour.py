@@ -267,10 +267,12 @@ def test_a_run_whose_requests_all_fail_names_why_on_screen_and_in_the_report(tmp
 def test_duration_bounds_a_level_in_flight_requests_get_a_grace_then_are_cancelled(tmp_path):
     from test_drive import drive, sessions
 
+    from rig.config import Timeouts
+
     # two hung requests and two quick ones, in a 0.3 s level with a 0.5 s grace: done in about 0.8 s, not never
     t0 = time.monotonic()
     summary = drive(tmp_path, sessions=sessions(4, {0: "hang", 1: "hang"}), slots=4, duration_s=0.3, grace_s=0.5,
-                    first_token_s=60.0)
+                    timeouts=Timeouts(first_token_s=60.0))
     took = time.monotonic() - t0
     assert took < 5.0, took
     t = read_requests(tmp_path).to_pandas()

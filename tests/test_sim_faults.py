@@ -116,7 +116,8 @@ def _sim(*faults: str):
 def test_stream_faults_fire_even_when_the_stream_is_shorter_than_after():
     """after=K past the end of a short stream: the fault falls on the last event, so a selected request still fails."""
     from rig.loadgen.apis import api_for
-    from rig.loadgen.client import ClientTimeouts, stream_request
+    from rig.config import Timeouts
+    from rig.loadgen.client import stream_request
     from rig.workloads.base import Turn
 
     proc, url = _sim("truncate,every=4,offset=1,after=99", "malformed=meta,every=4,offset=2,after=99",
@@ -128,7 +129,7 @@ def test_stream_faults_fire_even_when_the_stream_is_shorter_than_after():
             for i in range(8):
                 turn = Turn(request_id=f"r{i}", messages=({"role": "user", "content": "hello there"},), max_tokens=4)
                 outs.append(await stream_request(http, url, api_for("sglang-native"), turn, [], "m",
-                                                 ClientTimeouts(first_token_s=10, total_s=10)))
+                                                 Timeouts(first_token_s=10, total_s=10)))
             return outs
 
     try:

@@ -13,6 +13,7 @@ from typing import Any
 import aiohttp
 import orjson
 
+from rig.config import Timeouts
 from rig.loadgen import http1
 from rig.loadgen.apis import Api, StreamError, StreamState
 from rig.loadgen.sse import SSEBytesParser
@@ -32,13 +33,6 @@ class Outcome:
     status: str = "ok"  # ok | failed | cancelled
     http_status: int | None = None
     error: str | None = None
-
-
-@dataclass(frozen=True)
-class ClientTimeouts:
-    connect_s: float = 10.0
-    first_token_s: float = 600.0
-    total_s: float = 3600.0
 
 
 def output_hash(text: str) -> str:
@@ -125,7 +119,7 @@ class _Folder:
             out.error = "truncated stream: ended mid-event" if cut else "truncated stream: no finish reason"
 
 
-def _timeout_error(out: Outcome, timeouts: ClientTimeouts) -> None:
+def _timeout_error(out: Outcome, timeouts: Timeouts) -> None:
     if out.first_mono is None and timeouts.first_token_s < timeouts.total_s:
         out.status, out.error = "failed", f"timeout: no first token within {timeouts.first_token_s:g}s"
     else:
@@ -145,7 +139,7 @@ async def stream_request(
     turn: Turn,
     history: list[dict[str, str]],
     model: str,
-    timeouts: ClientTimeouts,
+    timeouts: Timeouts,
     headers: dict[str, str] | None = None,
 ) -> Outcome:
     """Send one streaming request and fold every event; never raises for server or network faults.
@@ -205,7 +199,7 @@ class _LeanSink:
 
 
 async def _stream_lean(pool: http1.Pool, base_url: str, api: Api, turn: Turn, history: list[dict[str, str]],
-                       model: str, timeouts: ClientTimeouts, headers: dict[str, str] | None) -> Outcome:
+                       model: str, timeouts: Timeouts, headers: dict[str, str] | None) -> Outcome:
     body = orjson.dumps(api.payload(turn, history, model))
     host, port, prefix = _split(base_url)
     request = http1.build_request(host, port, prefix + api.path, body, headers)
@@ -280,7 +274,7 @@ async def _stream_aiohttp(
     turn: Turn,
     history: list[dict[str, str]],
     model: str,
-    timeouts: ClientTimeouts,
+    timeouts: Timeouts,
     headers: dict[str, str] | None = None,
 ) -> Outcome:
     """The aiohttp client: the same records, with aiohttp's per-read machinery."""

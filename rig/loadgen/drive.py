@@ -17,7 +17,7 @@ import pyarrow as pa
 
 from rig.loadgen import http1
 from rig.loadgen.apis import api_for
-from rig.loadgen.client import ClientTimeouts, Outcome, request_fields, stream_request
+from rig.loadgen.client import Outcome, request_fields, stream_request
 from rig.loadgen.health import LoopMonitor
 from rig.loadgen.pacer import Pacer, spin_until
 from rig.loadgen.plan import GeneratorPlan
@@ -63,7 +63,7 @@ class PointRun:
         self.host = host
         self.clock_offset_s = clock_offset_s
         self.writer = PartWriter(requests_dir(Path(out_root), plan.point.point, plan.generator), REQUEST_SCHEMA)
-        self.timeouts = ClientTimeouts(plan.connect_s, plan.first_token_s, plan.total_s)
+        self.timeouts = plan.timeouts
         self.headers = dict(plan.extra_headers)
         self.counts = {"scheduled": 0, "ok": 0, "failed": 0, "cancelled": 0, "in_flight": 0, "tokens": 0}
         self.slips: list[float] = []

@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from rig.config import LoadSpec, Timeouts
 from rig.contracts import PointColumns
 from rig.workloads.base import Session
 
@@ -50,12 +51,11 @@ class GeneratorPlan:
     arrivals: tuple[float, ...] | None = None  # open loop: due offset of each session from the level start
     slots: int | None = None  # closed loop: this generator's concurrency; open loop: its in-flight cap (or None)
     duration_s: float | None = None
-    grace_s: float = 10.0  # duration-bound levels: in-flight requests this long past the end are cancelled
+    # duration-bound levels: in-flight requests this long past the end are cancelled
+    grace_s: float = LoadSpec.model_fields["grace_s"].default
     warmup: tuple[Session, ...] = ()
-    connect_s: float = 10.0
-    first_token_s: float = 600.0
-    total_s: float = 3600.0
-    slip_threshold_s: float = 0.010
+    timeouts: Timeouts = field(default_factory=Timeouts)
+    slip_threshold_s: float = LoadSpec.model_fields["slip_threshold_s"].default
     extra_headers: dict[str, str] = field(default_factory=dict)  # never logged
     lazy: LazySessions | None = None  # closed loop by duration: sessions built on the generator instead
 

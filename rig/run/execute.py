@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -16,7 +15,7 @@ import ray
 from rig import cluster
 from rig.config import RunSpec
 from rig.loadgen.plan import GeneratorPlan
-from rig.results import requests_dir
+from rig.results import PART_GLOB, atomic_write, requests_dir
 from rig.run.fleet import Fleet
 from rig.run.lifecycle import ServerLifecycle, served_model
 from rig.run.manifest_store import ManifestStore
@@ -35,13 +34,6 @@ GATHER_THREADS = 16  # client hosts gathered from at once at the end of a point
 def _first_line(e: BaseException) -> str:
     cause = getattr(e, "cause", None) or e
     return ((str(cause).strip().splitlines() or [type(cause).__name__])[0])[:200]
-
-
-def _write_bytes(dest: Path, data: bytes) -> None:
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dest.with_name(dest.name + ".tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, dest)
 
 
 class PointExecutor:
@@ -170,13 +162,13 @@ class PointExecutor:
         gen_dir = requests_dir(self.run_dir, pid, gid)
         if gen_dir.exists():
             statuses: list[str] = []
-            for part in sorted(gen_dir.glob("part-*.parquet")):
+            for part in sorted(gen_dir.glob(PART_GLOB)):
                 with contextlib.suppress(OSError, pa.ArrowException):  # a half-written file has no footer
                     statuses += pq.ParquetFile(part).read(columns=["status"]).column("status").to_pylist()
             if statuses:
                 result.update(status="partial", rows_written=len(statuses), scheduled=len(statuses),
                               records={k: statuses.count(k) for k in ("ok", "failed", "cancelled")},
-                              parts=sorted(p.name for p in gen_dir.glob("part-*.parquet")))
+                              parts=sorted(p.name for p in gen_dir.glob(PART_GLOB)))
         return result
 
     def gather(self, pid: str, results: dict[int, dict[str, Any]], metric_parts: list[str]) -> None:
@@ -207,7 +199,7 @@ class PointExecutor:
         for part in metric_parts:
             dest = self.run_dir / part
             if not dest.exists():
-                _write_bytes(dest, ray.get(self.server.handle.read_file.remote(part)))
+                atomic_write(dest, ray.get(self.server.handle.read_file.remote(part)))
 
     def gather_one(self, pid: str, gid: int) -> dict[str, int]:
         info = self.fleet.info(gid)

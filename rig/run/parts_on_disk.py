@@ -8,12 +8,11 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from rig.results import REQUESTS_DIR
+from rig.results import REQUESTS_DIR, part_paths
 
 
-def _part_files(run_dir: Path, point: str) -> list[Path]:
-    root = Path(run_dir) / REQUESTS_DIR / f"point={point}"
-    return sorted(root.rglob("part-*.parquet")) if root.exists() else []
+def _part_files(run_dir: Path, point: str) -> list[str]:
+    return part_paths(Path(run_dir) / REQUESTS_DIR / f"point={point}")
 
 
 def count_rows_on_disk(run_dir: Path, point: str) -> int:
