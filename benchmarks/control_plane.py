@@ -31,7 +31,7 @@ import ray  # noqa: E402
 from ray.cluster_utils import Cluster  # noqa: E402
 
 from rig.config import build_spec  # noqa: E402
-from rig.results import load_manifest, read_requests  # noqa: E402
+from rig.results import PART_GLOB, load_manifest, read_requests  # noqa: E402
 from rig.run.execute import PointExecutor  # noqa: E402
 from rig.run.runner import Runner  # noqa: E402
 from truth_server import TruthServer  # noqa: E402
@@ -116,7 +116,7 @@ def main() -> None:
         start_wall = point.start_wall
         setup = marks["_setup_cluster"][0]
         gather = marks["gather"][0]
-        parts = len(list(run_dir.rglob("part-*.parquet")))
+        parts = len(list(run_dir.rglob(PART_GLOB)))
         print(f"\n{n_gen} generators ({args.nodes} hosts x {args.per_host}), {args.requests} requests, closed loop "
               f"{args.concurrency}, 16 tokens each; run status {m.status}, {int(t.ok.sum())} ok of {len(t)}")
         print(f"  time to ready (place + start {n_gen} actors, spool checks, clock probes): "

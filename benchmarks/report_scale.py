@@ -23,7 +23,8 @@ import pyarrow.parquet as pq
 
 from rig.contracts import (ClusterInfo, GeneratorHost, GeneratorReport, Manifest, PointEntry, PointIdentity,
                            ServerConfigEntry, Thresholds)
-from rig.results import REQUEST_SCHEMA, SERVER_METRICS_SCHEMA, requests_dir, server_metrics_dir, write_manifest
+from rig.results import (REQUEST_SCHEMA, SERVER_METRICS_SCHEMA, part_name, requests_dir, server_metrics_dir,
+                         write_manifest)
 
 STEPS = (0, 1, 2, 3, 4)
 LEVELS = (1, 4, 16, 32, 64)
@@ -109,7 +110,7 @@ def make_point(rng: np.random.Generator, run_dir: Path, point: str, steps: int, 
                     data[f.name] = pa.nulls(idx.size, f.type)
             out = requests_dir(run_dir, point, g)
             out.mkdir(parents=True, exist_ok=True)
-            pq.write_table(pa.table(data, schema=REQUEST_SCHEMA), out / f"part-{part:05d}.parquet")
+            pq.write_table(pa.table(data, schema=REQUEST_SCHEMA), out / part_name(part))
     end = float(np.max(send + e2e))
     # Scraped every second, but at most an hour of samples per point: the synthetic C=1 points span days of
     # simulated time, which no real point does.
@@ -124,7 +125,7 @@ def make_point(rng: np.random.Generator, run_dir: Path, point: str, steps: int, 
     t = pa.table({"run_id": pa.array(["bench"] * ts.size * 3), "point": pa.array([point] * ts.size * 3),
                   "ts": samples["ts"], "name": samples["name"], "labels": pa.array(["{}"] * ts.size * 3),
                   "value": samples["value"]}, schema=SERVER_METRICS_SCHEMA)
-    pq.write_table(t, m / "part-00000.parquet")
+    pq.write_table(t, m / part_name(0))
     return start, end
 
 

@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from rig.contracts import ContractError  # noqa: E402
-from rig.results import load_manifest, read_requests  # noqa: E402
+from rig.results import PART_GLOB, load_manifest, read_requests  # noqa: E402
 
 
 def parse() -> argparse.Namespace:
@@ -62,7 +62,7 @@ def find_sim(port: int) -> int | None:
 
 def progress_rows(run: Path) -> int:
     n = 0
-    for f in (run / "requests").rglob("part-*.parquet"):
+    for f in (run / "requests").rglob(PART_GLOB):
         try:
             import pyarrow.parquet as pq
 
