@@ -15,6 +15,7 @@ from rig.config import SpecError, build_spec, load_yaml
 from rig.cli_options import csv_ints, resolve_spec, run_options
 from rig.sim.cli import sim
 from rig.tune.cli import parse_slos, resumed_planner, search_settings
+from rig.tune.search import MAX_CONCURRENCY, MAX_RATE
 
 EXIT_USAGE = 2
 
@@ -219,7 +220,7 @@ def run(steps: int | None, **kw: Any) -> None:
 @click.option("--slo-percentile", type=click.FloatRange(0, 100, min_open=True), default=99.0, show_default=True,
               help="--search: the percentile the SLOs apply to.")
 @click.option("--search-max", type=click.FloatRange(min=0, min_open=True),
-              help="--search: the largest value to probe (default 1024 concurrency, 1000 req/s).")
+              help=f"--search: the largest value to probe (default {MAX_CONCURRENCY} concurrency, {MAX_RATE:g} req/s).")
 @click.option("--search-tolerance", type=click.FloatRange(min=0, min_open=True), default=0.1, show_default=True,
               help="--search rate: stop when min failing / max passing <= 1 + this.")
 @run_options

@@ -171,7 +171,8 @@ class RunSpec(BaseModel):
     flush_cache: bool = Field(True, description="/flush_cache between points.")
     fail_fast: bool = Field(False, description="Stop at the first failed point.")
     # the key itself never enters the spec, manifest or logs
-    api_key_env: str = Field("RIG_API_KEY", description="Environment variable holding the API key (default RIG_API_KEY).")
+    api_key_env: str = Field("RIG_API_KEY",
+                             description="Environment variable holding the API key (default RIG_API_KEY).")
     api_key_file: Path | None = Field(None, description="File holding the API key.")
 
     @field_validator("run_id")

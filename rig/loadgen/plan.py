@@ -55,7 +55,6 @@ class GeneratorPlan:
     grace_s: float = LoadSpec.model_fields["grace_s"].default
     warmup: tuple[Session, ...] = ()
     timeouts: Timeouts = field(default_factory=Timeouts)
-    slip_threshold_s: float = LoadSpec.model_fields["slip_threshold_s"].default
     extra_headers: dict[str, str] = field(default_factory=dict)  # never logged
     lazy: LazySessions | None = None  # closed loop by duration: sessions built on the generator instead
 

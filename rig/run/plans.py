@@ -83,8 +83,7 @@ def build_plans(spec: RunSpec, p: Point, url: str, model: str, api: str, ids: li
     warm = [shorten(s) for s in warmup_sessions(p.workload, seed=load.seed, n_sessions=load.warmup_requests)]
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     common = dict(point=info, url=url, model=model, duration_s=load.duration_s, grace_s=load.grace_s,
-                  warmup=tuple(warm), timeouts=load.timeouts, slip_threshold_s=load.slip_threshold_s,
-                  extra_headers=headers)
+                  warmup=tuple(warm), timeouts=load.timeouts, extra_headers=headers)
     conc = p.concurrency or 1
     if offsets is None and load.requests_for(p.concurrency, p.rate) is None:
         # Bound by duration: no session list crosses Ray; generators build theirs as they go.

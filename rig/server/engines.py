@@ -155,12 +155,12 @@ class VLLMEngine(EngineAdapter):
         if cfg.served_model_name:
             argv += ["--served-model-name", cfg.served_model_name]
         if cfg.steps > 0:
-            spec: dict[str, Any] = {"method": cfg.spec_method, "num_speculative_tokens": cfg.steps}
+            speculative_config: dict[str, Any] = {"method": cfg.spec_method, "num_speculative_tokens": cfg.steps}
             if cfg.spec_method == "ngram":
-                spec.update({"prompt_lookup_max": 4, "prompt_lookup_min": 2})
+                speculative_config.update({"prompt_lookup_max": 4, "prompt_lookup_min": 2})
             if cfg.draft_model_path:
-                spec["model"] = cfg.draft_model_path
-            argv += ["--speculative-config", json.dumps(spec, separators=(",", ":"))]
+                speculative_config["model"] = cfg.draft_model_path
+            argv += ["--speculative-config", json.dumps(speculative_config, separators=(",", ":"))]
             # Per-request acceptance on the final usage chunk, under metrics.speculative_decoding (experimental in
             # vLLM 0.32; vLLM refuses the flag without --speculative-config, so only with steps > 0).
             argv += ["--per-request-spec-decode-metrics", "summary"]

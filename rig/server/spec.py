@@ -33,7 +33,8 @@ class ServerConfig(BaseModel):
     device: Literal["gpu", "cpu"] = "gpu"
     port: int = Field(0, ge=0, le=65535, description="Server port (0 = any free port).")  # 30000 is SGLang's usual
     host: str | None = None  # bind address; default: the node's IP as Ray sees it
-    url: str | None = Field(None, description="external engine: root URL of a server you already run (http://HOST:PORT).")
+    url: str | None = Field(None,
+                            description="external engine: root URL of a server you already run (http://HOST:PORT).")
     python: str | None = Field(None, description="Interpreter that runs the engine (its own venv).")  # default: rig's
     sim_profile: str | None = None  # sim only: a profile file (default: the shipped reference profile)
     health_timeout_s: float = Field(1800.0, gt=0)  # model loads take minutes

@@ -7,6 +7,7 @@ from typing import Any
 import click
 
 from rig.analysis.metrics import parse_slo
+from rig.tune.search import MAX_CONCURRENCY, MAX_RATE
 from rig.tune.slo_search import SEARCH_KEY, SearchSettings, search_planner
 
 
@@ -30,7 +31,7 @@ def search_settings(variable: str, slo_texts: tuple[str, ...], percentile: float
         if kw.get("rate") or kw.get("mode") not in (None, "closed"):
             raise click.UsageError("--search concurrency runs a closed loop; drop --rate/--mode (or --search rate)")
         start = float(kw["concurrency"].split(",")[0]) if kw.get("concurrency") else 1.0
-        maximum = maximum or 1024
+        maximum = maximum or MAX_CONCURRENCY
         if start < 1 or start != int(start) or maximum < start:
             raise click.BadParameter(f"the search starts at {start:g} and stops at {maximum:g}", param_hint="--concurrency")
     else:
@@ -42,7 +43,7 @@ def search_settings(variable: str, slo_texts: tuple[str, ...], percentile: float
             start = float(kw["rate"].split(",")[0])
         except ValueError:
             raise click.BadParameter(f"expected a number, got {kw['rate']!r}", param_hint="--rate") from None
-        maximum = maximum or 1000.0
+        maximum = maximum or MAX_RATE
         if start <= 0 or maximum < start:
             raise click.BadParameter(f"the search starts at {start:g} and stops at {maximum:g}", param_hint="--rate")
     return SearchSettings(variable, tuple(to_texts(slos)), percentile, start, maximum, tolerance)

@@ -30,12 +30,16 @@ class Domain:
         raise NotImplementedError
 
 
+MAX_CONCURRENCY = 1024  # the largest value a search probes unless told (--search-max)
+MAX_RATE = 1000.0  # requests/s
+
+
 @dataclass(frozen=True)
 class IntDomain(Domain):
     """Concurrency: integers in [lo, hi]."""
 
     lo: int = 1
-    hi: int = 1024
+    hi: int = MAX_CONCURRENCY
 
     def up(self, v: float) -> int | None:
         return min(int(v) * 2, self.hi) if v < self.hi else None
@@ -57,7 +61,7 @@ class RateDomain(Domain):
     significant digits so point ids stay readable."""
 
     lo: float = 0.05
-    hi: float = 1000.0
+    hi: float = MAX_RATE
     tolerance: float = 0.1
 
     def up(self, v: float) -> float | None:

@@ -13,7 +13,7 @@ from rig.run.points import Point, point_id
 from rig.run.runner import Runner
 from rig.server.spec import ServerConfig
 from rig.tune.probe import read_probe
-from rig.tune.search import Bisection, Domain, IntDomain, RateDomain
+from rig.tune.search import MAX_CONCURRENCY, Bisection, Domain, IntDomain, RateDomain
 from rig.workloads.spec import WorkloadSpec
 
 SEARCH_KEY = "search"  # the manifest section
@@ -27,7 +27,7 @@ class SearchSettings:
     slos: tuple[str, ...]  # parse_slo text
     percentile: float = DEFAULT_PERCENTILE
     start: float = 1
-    maximum: float = 1024
+    maximum: float = MAX_CONCURRENCY
     tolerance: float = 0.1  # rate only: stop when failing / passing <= 1 + tolerance
 
     def domain(self) -> Domain:
