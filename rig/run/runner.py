@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable
 
 import ray
 
@@ -106,52 +106,12 @@ class Runner:
         try:
             self._setup_cluster()
             if self.planner is not None:
-                self._run_planned(iter(self.planner(self)))
-                todo = []
-            by_config: dict[str, list[Point]] = {}
-            for p in todo:
-                by_config.setdefault(p.config_id, []).append(p)
-            for config_id, points in by_config.items():
-                if self.stop.is_set():
-                    break
-                cfg = points[0].server
-                try:
-                    server_entry = self.server.launch(cfg)
-                except (ServerError, ray.exceptions.RayTaskError) as e:
-                    msg = str(e.cause if isinstance(e, ray.exceptions.RayTaskError) and e.cause else e)
-                    first = msg.strip().splitlines()[0] if msg.strip() else type(e).__name__
-                    self.store.update_server_config(config_id, status="failed", error=msg[-2000:])
-                    for p in points:
-                        self.store.update_point(p.point, status="failed", error=f"server did not start: {first}")
-                    self.server.fetch_log(config_id)
-                    self.server.stop_server()
-                    self.store.save()
-                    self.progress.status(f"server {config_id} failed to start: {first}")
-                    if self.spec.fail_fast:
-                        raise RunError(f"server {config_id} failed to start: {first}")
-                    continue
-                try:
-                    for p in points:
-                        if self.stop.is_set():
-                            break
-                        try:
-                            self.executor.run_point(p, server_entry)
-                        except (RunError, KeyboardInterrupt):
-                            raise
-                        except Exception as e:  # a bug or an unexpected fault: fail this point, keep the run
-                            self.executor.internal_error(p.point, e)
-                        if self.entry(p.point)["status"] == "failed":
-                            if self.spec.fail_fast:
-                                raise RunError(f"point {p.point} failed: {self.entry(p.point).get('error')}")
-                            if "server_died" in self.entry(p.point)["flags"]:
-                                for rest in points[points.index(p) + 1:]:
-                                    self.store.update_point(rest.point, status="failed", error="server died earlier")
-                                break
-                finally:
-                    self.server.fetch_log(config_id)
-                    self.server.stop_server()
-                    self.store.update_server_config(config_id, stopped=True)
-                    self.store.save()
+                self._run_points(self.planner(self), grid=False)
+            else:
+                by_config: dict[str, list[Point]] = {}
+                for p in todo:
+                    by_config.setdefault(p.config_id, []).append(p)
+                self._run_points([p for points in by_config.values() for p in points], grid=True)
         except KeyboardInterrupt:
             self.request_stop(self.stop.reason or "interrupted")
         except RunError as e:  # refused or stopped by --fail-fast: the manifest says why
@@ -169,11 +129,17 @@ class Runner:
             self.store.save()
         return self.manifest
 
-    def _run_planned(self, source: Iterator[Point]) -> None:
-        """Run the planner's points as they come, keeping a configuration's server up while its points follow each
-        other; a point already complete (a resumed run) is not run again."""
-        current: str | None = None
+    def _run_points(self, source: Iterable[Point], grid: bool) -> None:
+        """Run points in order, keeping a configuration's server up while its points follow each other; a point
+        already complete (a resumed run) is not run again.
+
+        A grid (``grid``: the run's points, grouped by configuration) knows what comes next: when a configuration's
+        server does not start or dies, the rest of its points fail at once. A planner's points come one at a time
+        (each may depend on the last one's results), so its next point launches the server again."""
+        ahead = list(source) if grid else []
+        current: str | None = None  # the configuration whose server is up
         server_entry: dict[str, Any] = {}
+        given_up: set[str] = set()  # grid: configurations whose remaining points are already failed
 
         def stop_current() -> None:
             if current is not None:
@@ -182,10 +148,18 @@ class Runner:
                 self.store.update_server_config(current, stopped=True)
                 self.store.save()
 
+        def fail_rest(i: int, cid: str, error: str) -> None:
+            for q in ahead[i + 1:]:
+                if q.config_id == cid:
+                    self.store.update_point(q.point, status="failed", error=error)
+            given_up.add(cid)
+
         try:
-            for p in source:
+            for i, p in enumerate(ahead if grid else source):
                 if self.stop.is_set():
                     break
+                if p.config_id in given_up:
+                    continue
                 if not any(q.point == p.point for q in self.points):
                     self.points.append(p)
                     if not self.store.has_point(p.point):
@@ -203,9 +177,13 @@ class Runner:
                         first = msg.strip().splitlines()[0] if msg.strip() else type(e).__name__
                         self.store.update_server_config(p.config_id, status="failed", error=msg[-2000:])
                         self.store.update_point(p.point, status="failed", error=f"server did not start: {first}")
+                        if grid:
+                            fail_rest(i, p.config_id, f"server did not start: {first}")
                         self.server.fetch_log(p.config_id)
                         self.server.stop_server()
                         self.store.save()
+                        if grid:
+                            self.progress.status(f"server {p.config_id} failed to start: {first}")
                         if self.spec.fail_fast:
                             raise RunError(f"server {p.config_id} failed to start: {first}")
                         continue
@@ -219,7 +197,10 @@ class Runner:
                 entry = self.entry(p.point)
                 if entry["status"] == "failed" and self.spec.fail_fast:
                     raise RunError(f"point {p.point} failed: {entry.get('error')}")
-                if "server_died" in entry["flags"]:  # the next point relaunches it
+                # A grid asks only of a failed point (the flag of an earlier attempt stays on a resumed point).
+                if "server_died" in entry["flags"] and (not grid or entry["status"] == "failed"):
+                    if grid:
+                        fail_rest(i, p.config_id, "server died earlier")
                     stop_current()
                     current = None
         finally:
