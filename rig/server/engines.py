@@ -59,7 +59,7 @@ class EngineAdapter:
         return cfg.tp if self.uses_gpus else 0
 
 
-class SGLangEngine(EngineAdapter):
+class SGLangAdapter(EngineAdapter):
     name = "sglang"
     default_api = "sglang-native"  # /generate carries per-request spec_verify_ct and accept length
 
@@ -114,7 +114,7 @@ class SGLangEngine(EngineAdapter):
         return {"generation_tokens": gen, "verify_calls": ver, "accept_length": gen / ver}
 
 
-class SimEngine(SGLangEngine):
+class SimAdapter(SGLangAdapter):
     """The built-in simulated server: started exactly like sglang.launch_server, with the same flags."""
 
     name = "sim"
@@ -130,7 +130,7 @@ class SimEngine(SGLangEngine):
         return argv
 
 
-class VLLMEngine(EngineAdapter):
+class VLLMAdapter(EngineAdapter):
     name = "vllm"
     default_api = "openai-completions"
     # KV-capacity lines (v1/core/kv_cache_utils.py, v1/engine/core.py). 0.32.0 on CPU prints, e.g.
@@ -221,7 +221,7 @@ class VLLMEngine(EngineAdapter):
         return 0 if cfg.device == "cpu" else cfg.tp
 
 
-class ExternalEngine(EngineAdapter):
+class ExternalAdapter(EngineAdapter):
     """A server the user already runs: nothing is launched; steps are recorded, not applied."""
 
     name = "external"
@@ -236,7 +236,8 @@ class ExternalEngine(EngineAdapter):
         return ["/v1/models"]
 
 
-ENGINES: dict[str, EngineAdapter] = {e.name: e for e in (SGLangEngine(), SimEngine(), VLLMEngine(), ExternalEngine())}
+ENGINES: dict[str, EngineAdapter] = {
+    e.name: e for e in (SGLangAdapter(), SimAdapter(), VLLMAdapter(), ExternalAdapter())}
 
 
 def engine_for(name: str) -> EngineAdapter:
