@@ -1,4 +1,5 @@
-"""OpenAI-compatible /v1/completions and /v1/chat/completions with SGLang's shapes and SSE order (contract §2.4)."""
+"""OpenAI-compatible /v1/completions and /v1/chat/completions with SGLang's shapes and SSE order (SGLang's
+entrypoints/openai/serving_completions.py and serving_chat.py)."""
 
 from __future__ import annotations
 
