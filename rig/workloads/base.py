@@ -44,6 +44,8 @@ class Session:
     session_id: str
     turns: tuple[Turn, ...]
     arrival_s: float | None = None
+    # How the workload made the session (source file or entry, planned turns, estimates): never sent or recorded;
+    # the workload tests check generated content against it.
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
