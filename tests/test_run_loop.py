@@ -126,7 +126,7 @@ def test_a_grid_fails_the_rest_of_a_configuration_whose_server_died(tmp_path):
 
 
 def test_fail_fast_stops_at_the_first_failed_point(tmp_path):
-    (a1, a2, b1, b2), (a, b) = ids(tmp_path)
+    (a1, a2, b1, b2), _ = ids(tmp_path)
     runner = make_runner(tmp_path, "ff", fail_fast=True, die={a1})
     with pytest.raises(RunError, match=f"point {a1} failed: server exited with code -9"):
         runner.run()

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import ray
 
@@ -23,7 +24,8 @@ def corpus_mismatch(seen: dict[str, dict[str, Any]]) -> str | None:
         for wl, mine in here.items():
             theirs = fp.get(wl) or {}
             if fp.get("error") or theirs.get("sha256") != mine["sha256"]:
-                got = fp.get("error") or f"{theirs.get('root')} ({theirs.get('files')} files, sha256 {theirs.get('sha256')})"
+                got = fp.get("error") or (f"{theirs.get('root')} ({theirs.get('files')} files, "
+                                          f"sha256 {theirs.get('sha256')})")
                 return (f"{who} would build different {wl} prompts for one seed: its code corpus is {got}, the "
                         f"driver's {mine['root']} ({mine['files']} files, sha256 {mine['sha256']}); pin one tree "
                         f"present on every host with --workload-opt code_dir=PATH")

@@ -109,8 +109,8 @@ class ServerLifecycle:
         clear that spool (the actor itself is killed by stop_server)."""
         if self.handle is None:
             return
-        with contextlib.suppress(Exception):
-            ray.get(self.handle.stop.remote(self.grace()), timeout=60)  # the log is complete (and scrubbed) once stopped
+        with contextlib.suppress(Exception):  # the log is complete (and scrubbed) once the engine has stopped
+            ray.get(self.handle.stop.remote(self.grace()), timeout=60)
         if not self.spooled or not engine_for(self.spec.server.engine).launches_process:
             return
         dest = server_log_path(self.run_dir, config_id)

@@ -7,9 +7,10 @@ only orders the steps; each step lives in its own module of rig.run.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any
 
 import ray
 
@@ -36,7 +37,7 @@ class Runner:
     handle_signals: bool = False  # SIGINT/SIGTERM stop the run cleanly (the CLI turns this on)
     # Adaptive runs (SLO search, tune): a function of the runner yielding points one at a time; it resumes after the
     # runner has run (or, resuming, skipped as complete) each one, so it can read that point's results first.
-    planner: Callable[["Runner"], Iterable[Point]] | None = None
+    planner: Callable[[Runner], Iterable[Point]] | None = None
     run_dir: Path | None = None  # default spec.run_dir; a resume works on exactly the directory it is given
 
     def __post_init__(self) -> None:
