@@ -20,6 +20,7 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
 from rig.config import RunSpec, SpecError, build_spec, deep_merge, load_yaml
+from rig.workloads.spec import WorkloadName
 
 
 @dataclass(frozen=True)
@@ -189,7 +190,7 @@ def run_options(f):
         click.option("--cluster", "cluster_file", type=click.Path(path_type=Path),
                      help="Cluster file (clusters/*.yaml). Default: the embedded local Ray."),
         *[by_flag[s.flag] for s in SPEC_FLAGS[:SPEC_FLAGS.index(_flag("--mode"))]],
-        click.option("--workload", help="greedy, realistic, agentic or dataset (sweep: comma-separated)."),
+        click.option("--workload", help=f"{_either(typing.get_args(WorkloadName))} (sweep: comma-separated)."),
         click.option("--dataset", type=click.Path(path_type=Path), help="dataset workload: a ShareGPT JSON or JSONL file."),
         click.option("--workload-opt", "workload_opts", multiple=True, help="Workload option KEY=VALUE (repeatable)."),
         by_flag["--mode"],
@@ -202,6 +203,11 @@ def run_options(f):
     for opt in reversed(opts):
         f = opt(f)
     return f
+
+
+def _either(names: tuple[str, ...]) -> str:
+    """'a, b or c'."""
+    return f"{', '.join(names[:-1])} or {names[-1]}" if len(names) > 1 else names[0]
 
 
 def _flag(flag: str) -> SpecFlag:
