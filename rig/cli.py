@@ -60,8 +60,10 @@ def print_dry_run(spec) -> None:
                    f"generator(s) on one node")
     else:
         gpus = max(engine_for(x.engine).num_gpus(x) for x in spec.server_configs())
-        sel = " ".join([f"{k}={v}" for k, v in c.server_label.items()] + ([f"resource:{c.server_resource}"] if c.server_resource else []))
-        csel = " ".join([f"{k}={v}" for k, v in c.client_label.items()] + ([f"resource:{c.client_resource}"] if c.client_resource else []))
+        sel = " ".join([f"{k}={v}" for k, v in c.server_label.items()]
+                       + ([f"resource:{c.server_resource}"] if c.server_resource else []))
+        csel = " ".join([f"{k}={v}" for k, v in c.client_label.items()]
+                        + ([f"resource:{c.client_resource}"] if c.client_resource else []))
         click.echo(f"Ray at {c.address}: server actor on [{sel or 'any'}] with num_gpus={gpus}; "
                    f"{spec.clients} generator(s) on [{csel or 'any'}], {c.per_host} per host")
     points = expand_points(spec)
@@ -175,7 +177,8 @@ class _ProgressUI:
 
         def point_update(done: int, counts: dict[str, int]) -> None:
             if self.task is not None:
-                detail = f"ok {counts.get('ok', 0)} failed {counts.get('failed', 0)} in flight {counts.get('in_flight', 0)}"
+                detail = (f"ok {counts.get('ok', 0)} failed {counts.get('failed', 0)} "
+                          f"in flight {counts.get('in_flight', 0)}")
                 self.progress.update(self.task, completed=done, detail=detail)
 
         def point_end(point: str, entry: dict[str, Any]) -> None:

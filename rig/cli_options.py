@@ -186,18 +186,21 @@ def run_options(f):
     """Options shared by `rig run`, `rig sweep` and `rig tune`."""
     by_flag = {s.flag: s.option() for s in SPEC_FLAGS}
     opts = [
-        click.option("--config", "config_file", type=click.Path(path_type=Path), help="YAML run spec (flags override it)."),
+        click.option("--config", "config_file", type=click.Path(path_type=Path),
+                     help="YAML run spec (flags override it)."),
         click.option("--cluster", "cluster_file", type=click.Path(path_type=Path),
                      help="Cluster file (clusters/*.yaml). Default: the embedded local Ray."),
         *[by_flag[s.flag] for s in SPEC_FLAGS[:SPEC_FLAGS.index(_flag("--mode"))]],
         click.option("--workload", help=f"{_either(typing.get_args(WorkloadName))} (sweep: comma-separated)."),
-        click.option("--dataset", type=click.Path(path_type=Path), help="dataset workload: a ShareGPT JSON or JSONL file."),
+        click.option("--dataset", type=click.Path(path_type=Path),
+                     help="dataset workload: a ShareGPT JSON or JSONL file."),
         click.option("--workload-opt", "workload_opts", multiple=True, help="Workload option KEY=VALUE (repeatable)."),
         by_flag["--mode"],
         click.option("--concurrency", help=spec_field("load.concurrency").description),
         click.option("--rate", help=spec_field("load.rates").description),
         *[by_flag[s.flag] for s in SPEC_FLAGS[SPEC_FLAGS.index(_flag("--mode")) + 1:]],
-        click.option("--dry-run", is_flag=True, help="Print the resolved spec, server commands and placement; start nothing."),
+        click.option("--dry-run", is_flag=True,
+                     help="Print the resolved spec, server commands and placement; start nothing."),
         click.option("-q", "--quiet", is_flag=True, help="No progress bar."),
     ]
     for opt in reversed(opts):

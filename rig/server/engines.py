@@ -52,7 +52,7 @@ class EngineAdapter:
         return {}
 
     def window_acceptance(self, before: dict[str, float], after: dict[str, float]) -> dict[str, float] | None:
-        """Acceptance over a point's window from counter deltas; ``before``/``after`` map metric name -> summed value."""
+        """Acceptance over a point's window from counter deltas (``before``/``after``: metric name -> summed value)."""
         return None
 
     def num_gpus(self, cfg: ServerConfig) -> int:

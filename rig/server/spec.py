@@ -76,7 +76,8 @@ class ServerConfig(BaseModel):
         if port == 0:
             raise ValueError("port must be a number from 1 to 65535")
         if parts.path not in ("", "/") or parts.query or parts.fragment:
-            raise ValueError(f"give the server's root URL without {parts.path + (('?' + parts.query) if parts.query else '')!r}"
+            tail = parts.path + (("?" + parts.query) if parts.query else "")
+            raise ValueError(f"give the server's root URL without {tail!r}"
                              f" (rig adds /health, /v1/... itself; {example})")
         return v.strip().rstrip("/")
 

@@ -1,4 +1,5 @@
-"""The HTTP server's state and SGLang's native endpoints (SGLang's entrypoints/http_server.py) over the real-time engine."""
+"""The HTTP server's state and SGLang's native endpoints (SGLang's entrypoints/http_server.py) over the real-time
+engine."""
 
 from __future__ import annotations
 

@@ -33,7 +33,8 @@ def search_settings(variable: str, slo_texts: tuple[str, ...], percentile: float
         start = float(kw["concurrency"].split(",")[0]) if kw.get("concurrency") else 1.0
         maximum = maximum or MAX_CONCURRENCY
         if start < 1 or start != int(start) or maximum < start:
-            raise click.BadParameter(f"the search starts at {start:g} and stops at {maximum:g}", param_hint="--concurrency")
+            raise click.BadParameter(f"the search starts at {start:g} and stops at {maximum:g}",
+                                     param_hint="--concurrency")
     else:
         if kw.get("mode") in ("closed", "trace"):
             raise click.UsageError("--search rate needs an open loop (--mode poisson or gamma)")
