@@ -13,6 +13,7 @@ import yaml
 from rig.analysis.cli import compare, report
 from rig.config import SpecError, build_spec, load_yaml
 from rig.cli_options import csv_ints, resolve_spec, run_options
+from rig.contracts import PointEntry
 from rig.sim.cli import sim
 from rig.tune.cli import parse_slos, resumed_planner, search_settings
 from rig.tune.search import MAX_CONCURRENCY, MAX_RATE
@@ -116,17 +117,17 @@ def execute(spec, quiet: bool, resume_dir: Path | None = None, planner=None) -> 
         from rig.analysis.adaptive import print_adaptive
 
         print_adaptive(run_dir)
-    for cfg_entry in (manifest.get("server_configs") or {}).values():
-        for w in cfg_entry.get("warnings") or []:  # requested values the server changed (manifest: effective)
+    for cfg_entry in manifest.server_configs.values():
+        for w in cfg_entry.warnings or []:  # requested values the server changed (manifest: effective)
             console.print(f"[yellow]! {w}[/yellow]")
-    status = manifest["status"]
+    status = str(manifest.status)
     if status == "interrupted":  # the manifest is final: further Ctrl-C (an impatient user) must not kill the exit
         import signal
 
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
     console.print(f"results: {run_dir}  status: {status}"
-                  + (f" ({manifest.get('stop_reason')})" if manifest.get("stop_reason") else ""))
+                  + (f" ({manifest.stop_reason})" if manifest.stop_reason else ""))
     return EXIT_CODES.get(status, 1)
 
 
@@ -181,10 +182,10 @@ class _ProgressUI:
                           f"in flight {counts.get('in_flight', 0)}")
                 self.progress.update(self.task, completed=done, detail=detail)
 
-        def point_end(point: str, entry: dict[str, Any]) -> None:
+        def point_end(point: str, entry: PointEntry) -> None:
             if self.task is not None:
-                flags = ",".join(entry.get("flags") or [])
-                self.progress.update(self.task, detail=f"{entry['status']}" + (f" [{flags}]" if flags else ""))
+                flags = ",".join(entry.flags)
+                self.progress.update(self.task, detail=f"{entry.status}" + (f" [{flags}]" if flags else ""))
             self.task = None
 
         return Callbacks(status=status, point_start=point_start, point_update=point_update, point_end=point_end)
@@ -246,10 +247,10 @@ def sweep(steps_csv: str | None, grid: tuple[str, ...], resume_dir: Path | None,
         if kw["dry_run"]:
             print_dry_run(spec)
             return
-        from rig.results import read_manifest
+        from rig.results import load_manifest
 
         sys.exit(execute(spec, kw["quiet"], resume_dir=resume_dir,
-                         planner=resumed_planner(spec, read_manifest(resume_dir))))
+                         planner=resumed_planner(spec, load_manifest(resume_dir))))
     steps = csv_ints("--steps", steps_csv)
     workloads = [w.strip() for w in kw["workload"].split(",")] if kw["workload"] else None
     spec = resolve_spec(kw, steps, workloads)
@@ -279,19 +280,19 @@ def resume_spec(run_dir: Path):
     from pydantic import ValidationError
 
     from rig.config import RunSpec, _one_line
-    from rig.results import read_manifest
+    from rig.results import load_manifest
 
     try:
-        old = read_manifest(run_dir)
+        old = load_manifest(run_dir)
     except FileNotFoundError as e:
         raise click.UsageError(f"cannot resume: {e}") from None
-    except (ValueError, OSError) as e:  # cut short (a full disk, a copy interrupted) or unreadable
+    except (ValueError, OSError) as e:  # cut short (a full disk, a copy interrupted), unreadable or not a manifest
         raise click.UsageError(f"cannot resume {run_dir}: its manifest.json is unreadable "
                                f"({str(e).splitlines()[0][:120]}); start a new run instead") from None
-    if not isinstance(old, dict) or not isinstance(old.get("spec"), dict):
+    if not isinstance(old.spec, dict):
         raise click.UsageError(f"cannot resume {run_dir}: its manifest.json holds no run spec")
     try:
-        return RunSpec.model_validate(old["spec"])
+        return RunSpec.model_validate(old.spec)
     except ValidationError as e:
         raise click.UsageError(f"cannot resume {run_dir}: its spec is not valid for this rig "
                                f"({_one_line(e)})") from None

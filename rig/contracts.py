@@ -330,7 +330,7 @@ class PointEntry(BaseModel):
     fills them from the point's rows); the runner always writes them all.
     """
 
-    model_config = ConfigDict(extra="forbid", validate_assignment=False)
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)  # the runner updates entries field by field
 
     point: str
     server_config: str | None = None
@@ -378,7 +378,7 @@ class PointEntry(BaseModel):
 class ServerConfigEntry(BaseModel):
     """One server configuration (several points share one launch): what was asked, what ran, how it went."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
     engine: str | None = None
     knobs: dict[str, Any] = Field(default_factory=dict)  # as requested
@@ -452,7 +452,8 @@ class Manifest(BaseModel):
         return {g.generator: g.clock_offset_s for g in self.cluster.generators if g.clock_offset_s is not None}
 
     def to_json(self) -> str:
-        return json.dumps(self.model_dump(mode="json"), indent=2) + "\n"
+        # fallback=str: the engines' own JSON answers are recorded as they came (as the manifest always did)
+        return json.dumps(self.model_dump(mode="json", fallback=str), indent=2) + "\n"
 
 
 def thresholds_of_spec(spec: dict[str, Any] | None) -> Thresholds:

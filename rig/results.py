@@ -190,11 +190,9 @@ def read_server_metrics(run_dir: Path | str, columns: Iterable[str] | None = Non
     return _read_parts(Path(run_dir) / SERVER_METRICS_DIR, SERVER_METRICS_SCHEMA, columns)
 
 
-def write_manifest(run_dir: Path | str, manifest: contracts.Manifest | dict[str, Any]) -> None:
+def write_manifest(run_dir: Path | str, manifest: contracts.Manifest) -> None:
     """Write the manifest atomically."""
-    text = manifest.to_json() if isinstance(manifest, contracts.Manifest) else \
-        json.dumps(manifest, indent=2, sort_keys=False, default=str) + "\n"
-    atomic_write(Path(run_dir) / MANIFEST, text)
+    atomic_write(Path(run_dir) / MANIFEST, manifest.to_json())
 
 
 def load_manifest(run_dir: Path | str) -> contracts.Manifest:
@@ -206,6 +204,8 @@ def load_manifest(run_dir: Path | str) -> contracts.Manifest:
 
 
 def read_manifest(run_dir: Path | str) -> dict[str, Any]:
+    """The manifest's JSON as written, unvalidated (for tests and tools that inspect the file); rig reads it with
+    ``load_manifest``."""
     path = Path(run_dir) / MANIFEST
     if not path.exists():
         raise FileNotFoundError(f"{run_dir} is not a rig run directory (no {MANIFEST})")

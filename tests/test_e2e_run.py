@@ -46,6 +46,21 @@ def test_one_ok_row_per_request_with_server_token_counts(run):
     assert (t.spec_accept_length - t.completion_tokens / t.spec_verify_ct).abs().max() < 1e-9
 
 
+def test_the_manifest_is_the_current_version_with_the_runs_thresholds_and_verdict(run):
+    from rig.contracts import MANIFEST_VERSION, Thresholds, judge_point
+    from rig.results import load_manifest
+
+    run_dir, _ = run
+    raw = read_manifest(run_dir)
+    assert raw["version"] == MANIFEST_VERSION and raw["thresholds"] == Thresholds().model_dump()
+    m = load_manifest(run_dir)  # validates
+    for p in m.points:
+        assert p.identity() is not None and len(p.generators) == 1 and p.generators[0].window_s > 0
+        # the verdict recorded is judge_point's over the generators' reports, with the recorded thresholds
+        assert p.flag_reasons == judge_point(p.load_mode, p.generators, m.thresholds)
+        assert p.flags == sorted(p.flag_reasons)
+
+
 def test_client_timings_agree_with_the_servers_own(run):
     run_dir, _ = run
     t = read_requests(run_dir).to_pandas()

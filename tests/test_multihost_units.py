@@ -17,14 +17,15 @@ from rig.loadgen import actor as actor_mod
 from rig.loadgen import drive as drive_mod
 from rig.loadgen import spool
 from rig.loadgen.actor import LoadGenerator
-from rig.loadgen.plan import GeneratorPlan, PointInfo
+from rig.contracts import PointColumns
+from rig.loadgen.plan import GeneratorPlan
 from rig.results import read_requests
 from rig.workloads.base import Session, Turn
 
 from fake_server import make_app
 
-INFO = PointInfo(run_id="r", point="p0", engine="external", workload="t", api="sglang-native", steps=0,
-                 server_config="x", server_args="{}", load_mode="poisson", concurrency=None, rate=10.0, repeat=0)
+INFO = PointColumns(run_id="r", point="p0", engine="external", workload="t", api="sglang-native", steps=0,
+                    server_config="x", server_args="{}", load_mode="poisson", concurrency=None, rate=10.0, repeat=0)
 
 
 def sessions(n: int) -> tuple[Session, ...]:
@@ -89,7 +90,7 @@ def test_records_carry_the_offset_with_the_sign_analysis_subtracts(tmp_path, mon
 
     offset, start_wall, result = asyncio.run(go())
     assert offset == pytest.approx(5.0, abs=0.005)
-    assert result["records"]["ok"] == 4
+    assert result.records.ok == 4
     t = read_requests(tmp_path).to_pandas().sort_values("intended_send_ts")
     assert (t.clock_offset_s == offset).all()
     driver_intended = (t.intended_send_ts - t.clock_offset_s).tolist()
@@ -185,7 +186,7 @@ def test_generator_ships_its_parts_while_and_after_it_runs(tmp_path):
     gen, result = asyncio.run(go())
     rel = "requests/point=p0/gen=0"
     spooled = sorted(p.name for p in (tmp_path / "spool" / rel).glob("part-*.parquet"))
-    assert spooled and result["shipped_parts"] == len(spooled) and result["ship_errors"] == []
+    assert spooled and result.shipped_parts == len(spooled) and result.ship_errors == []
     assert spool.list_parts(gen.shipper.fs, f"{gen.shipper.base}/{rel}") == spooled
     assert not (tmp_path / "res").exists()  # nothing went to the driver's path
 

@@ -12,6 +12,7 @@ from typing import Any
 
 import ray
 
+from rig.contracts import GeneratorReport
 from rig.loadgen import spool
 from rig.loadgen.drive import PointRun, make_session
 from rig.loadgen.plan import GeneratorPlan
@@ -97,7 +98,7 @@ class LoadGenerator:
         self._current = PointRun(plan, self.spool_root, self.host, self.clock_offset_s)
         return await self._current.warmup(self._http)
 
-    async def run_point(self, start_wall: float) -> dict[str, Any]:
+    async def run_point(self, start_wall: float) -> GeneratorReport:
         """Start at the common wall-clock time ``start_wall`` (driver clock) and drive the prepared point."""
         assert self._current is not None, "prepare() first"
         start_mono = time.perf_counter() + (start_wall + self.clock_offset_s - time.time())
@@ -113,7 +114,7 @@ class LoadGenerator:
         if self.shipper is not None:
             await asyncio.to_thread(self.shipper.ship, self._rel_dir())  # the last parts, closed by run()
             result = result.model_copy(update=self.shipper.summary())
-        return result.model_dump()  # the runner still reads a dict until it moves to rig.contracts
+        return result
 
     def _rel_dir(self) -> str:
         assert self._current is not None

@@ -10,8 +10,6 @@ from rig.config import LoadSpec, Timeouts
 from rig.contracts import PointColumns
 from rig.workloads.base import Session
 
-PointInfo = PointColumns  # the name the runner still uses until it moves to rig.contracts
-
 
 @dataclass(frozen=True)
 class LazySessions:

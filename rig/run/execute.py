@@ -14,6 +14,7 @@ import ray
 
 from rig import cluster
 from rig.config import RunSpec
+from rig.contracts import GeneratorReport, RecordCounts, ServerConfigEntry, Thresholds
 from rig.loadgen.plan import GeneratorPlan
 from rig.results import PART_GLOB, atomic_write, requests_dir
 from rig.run.fleet import Fleet
@@ -50,7 +51,7 @@ class PointExecutor:
         self.server = server
         self.api_key = api_key
 
-    def run_point(self, p: Point, server_entry: dict[str, Any]) -> None:
+    def run_point(self, p: Point, server_entry: ServerConfigEntry) -> None:
         pid = p.point
         store = self.store
         if not self.fleet.active:
@@ -59,7 +60,7 @@ class PointExecutor:
             return
         cfg = p.server
         api = self.spec.api_for(engine_for(cfg.engine).default_api)
-        plans = build_plans(self.spec, p, server_entry["url"], served_model(cfg, server_entry), api,
+        plans = build_plans(self.spec, p, str(server_entry.url), served_model(cfg, server_entry), api,
                             [g for g, _ in self.fleet.active], self.api_key)
         planned = [pl.n_requests for pl in plans]
         total = None if None in planned else sum(planned)  # None: bound by duration (an open-ended bar)
@@ -84,7 +85,7 @@ class PointExecutor:
         refs = [g.run_point.remote(start_wall) for g in handles]
         exit_ref = server.wait_exit.remote()
         self.progress.point_start(pid, total)
-        results: dict[int, dict[str, Any]] = {}
+        results: dict[int, GeneratorReport] = {}
         server_died: int | None = None
         pending = list(refs)
         stop_since: float | None = None
@@ -118,7 +119,7 @@ class PointExecutor:
                             ray.kill(handle)
                         results[gid] = self.salvage(pid, gid, f"killed: still running {STOP_GRACE_S:g}s after "
                                                     f"the stop request")
-                        results[gid]["status"] = "interrupted"  # stopped, by force: not a fault of the point
+                        results[gid].status = "interrupted"  # stopped, by force: not a fault of the point
                     pending = []
                     break
             if stop_since is not None:
@@ -150,11 +151,10 @@ class PointExecutor:
         self.store.save()
         self.progress.status(f"{pid}: internal error ({type(err).__name__}); traceback in {log}")
 
-    def salvage(self, pid: str, gid: int, why: str) -> dict[str, Any]:
+    def salvage(self, pid: str, gid: int, why: str) -> GeneratorReport:
         """A generator died mid-point: keep what its closed part files hold, count it, and stop using it."""
         self.fleet.drop(gid)
-        result: dict[str, Any] = {"generator": gid, "status": "failed", "error": why, "rows_written": 0,
-                                  "records": {"ok": 0, "failed": 0, "cancelled": 0}, "scheduled": 0}
+        result = GeneratorReport(generator=gid, status="failed", error=why)
         try:
             self.gather_one(pid, gid)  # its parts may still be on its host (the node outlives the actor)
         except Exception:
@@ -166,12 +166,13 @@ class PointExecutor:
                 with contextlib.suppress(OSError, pa.ArrowException):  # a half-written file has no footer
                     statuses += pq.ParquetFile(part).read(columns=["status"]).column("status").to_pylist()
             if statuses:
-                result.update(status="partial", rows_written=len(statuses), scheduled=len(statuses),
-                              records={k: statuses.count(k) for k in ("ok", "failed", "cancelled")},
-                              parts=sorted(p.name for p in gen_dir.glob(PART_GLOB)))
+                result = result.model_copy(update=dict(
+                    status="partial", rows_written=len(statuses), scheduled=len(statuses),
+                    records=RecordCounts(**{k: statuses.count(k) for k in ("ok", "failed", "cancelled")}),
+                    parts=sorted(p.name for p in gen_dir.glob(PART_GLOB))))
         return result
 
-    def gather(self, pid: str, results: dict[int, dict[str, Any]], metric_parts: list[str]) -> None:
+    def gather(self, pid: str, results: dict[int, GeneratorReport], metric_parts: list[str]) -> None:
         """Bring part files written on other hosts into the run directory (no-op when they are already here)."""
         def host(gens: list[int]) -> list[tuple[int, dict[str, int] | None, str | None]]:
             out = []
@@ -191,11 +192,11 @@ class PointExecutor:
         with ThreadPoolExecutor(max_workers=GATHER_THREADS) as pool:
             for done in pool.map(host, list(by_node.values())):
                 for g, counts, why in done:
+                    report = results.setdefault(g, GeneratorReport(generator=g))
                     if why is None:
-                        results.setdefault(g, {})["gathered"] = counts
-                    else:
-                        results.setdefault(g, {}).setdefault(
-                            "error", f"could not gather part files from this generator: {why}")
+                        report.gathered = counts
+                    elif report.error is None:
+                        report.error = f"could not gather part files from this generator: {why}"
         for part in metric_parts:
             dest = self.run_dir / part
             if not dest.exists():
@@ -208,24 +209,20 @@ class PointExecutor:
         rel = str(requests_dir(Path("."), pid, gid))
         return cluster.gather_parts(self.run_dir, rel, info, self.spec.cluster.results_uri, self.spec.run_id)
 
-    def finish_point(self, pid: str, plans: list[GeneratorPlan], results: dict[int, dict[str, Any]],
+    def finish_point(self, pid: str, plans: list[GeneratorPlan], results: dict[int, GeneratorReport],
                      server_died: int | None) -> None:
         """Sum the generators' results into the point's entry and judge it (flags, status)."""
-        gens = [results.get(pl.generator, {"generator": pl.generator, "status": "failed", "error": "no result"})
+        gens = [results.get(pl.generator) or GeneratorReport(generator=pl.generator, status="failed", error="no result")
                 for pl in plans]
-        records = {"ok": 0, "failed": 0, "cancelled": 0}
-        scheduled = 0
-        for r in gens:
-            for k in records:
-                records[k] += (r.get("records") or {}).get(k, 0)
-            scheduled += r.get("scheduled", 0)
+        records = RecordCounts(**{k: sum(getattr(r.records, k) for r in gens) for k in ("ok", "failed", "cancelled")})
         planned = [pl.n_requests for pl in plans]
-        flags, status, error = point_verdict(gens, records, self.spec.load, server_died, self.stop.is_set(),
-                                             self.store.entry(pid).get("flags"))
-        fields: dict[str, Any] = dict(generators=gens, records=records, requests_scheduled=scheduled,
-                                      requests_planned=None if None in planned else sum(planned), flags=flags,
-                                      status=status)
+        entry = self.store.entry(pid)
+        thresholds = self.store.data.thresholds or Thresholds()
+        flags, status, error = point_verdict(gens, records, self.spec.load.mode, thresholds, server_died,
+                                             self.stop.is_set(), entry.flag_reasons)
+        self.store.update_point(pid, generators=gens, records=records, requests_scheduled=sum(r.scheduled for r in gens),
+                                requests_planned=None if None in planned else sum(planned), status=status)
+        entry.set_verdict(flags)
         if error is not None:
-            fields["error"] = error
-        self.store.update_point(pid, **fields)
+            entry.error = error
         self.store.save()

@@ -10,6 +10,7 @@ from typing import Any
 import ray
 
 from rig.config import RunSpec
+from rig.contracts import ServerConfigEntry
 from rig.results import server_log_path
 from rig.run.fleet import Fleet
 from rig.run.manifest_store import ManifestStore
@@ -21,11 +22,11 @@ from rig.server.engines import engine_for
 from rig.server.spec import ServerConfig
 
 
-def served_model(cfg: ServerConfig, entry: dict[str, Any]) -> str:
+def served_model(cfg: ServerConfig, entry: ServerConfigEntry) -> str:
     """The model name requests must carry: the configured one, else what /v1/models reported, else the path."""
     if cfg.served_model_name:
         return cfg.served_model_name
-    models = (entry.get("info") or {}).get("/v1/models") or {}
+    models = (entry.info or {}).get("/v1/models") or {}
     try:
         return models["data"][0]["id"]
     except (KeyError, IndexError, TypeError):
@@ -47,7 +48,7 @@ class ServerLifecycle:
         self.handle: Any = None  # the server actor
         self.spooled = False  # the server node writes to a local spool the driver copies from
 
-    def launch(self, cfg: ServerConfig) -> dict[str, Any]:
+    def launch(self, cfg: ServerConfig) -> ServerConfigEntry:
         """Start the engine of ``cfg`` and wait until it is healthy; return its manifest entry."""
         Server = server_class()
         log_rel = str(server_log_path(Path("."), cfg.config_id()))
@@ -64,8 +65,7 @@ class ServerLifecycle:
             cfg = cfg.model_copy(update={"host": "127.0.0.1"})
         self.handle = Server.options(**placement.server_options).remote(cfg, root, log_rel, self.api_key)
         cid = cfg.config_id()
-        self.store.set_server_config(cid, {"engine": cfg.engine, "knobs": cfg.knobs(), "status": "starting",
-                                           "error": None})
+        self.store.set_server_config(cid, ServerConfigEntry(engine=cfg.engine, knobs=cfg.knobs(), status="starting"))
         started = ray.get(self.handle.start.remote())
         self.store.update_server_config(cid, command=started["command"], url=started["url"],
                                         node_ip=started.get("node_ip"), gpu_ids=started.get("gpu_ids"))

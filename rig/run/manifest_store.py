@@ -12,7 +12,9 @@ import ray
 
 import rig
 from rig.config import RunSpec
-from rig.results import read_manifest, write_manifest
+from rig.contracts import (ClusterInfo, ContractError, Manifest, PointEntry, RecordCounts, ServerConfigEntry,
+                           thresholds_of_spec)
+from rig.results import load_manifest, write_manifest
 from rig.run.parts_on_disk import count_rows_on_disk, rows_by_status
 from rig.run.points import Point
 
@@ -25,14 +27,9 @@ def versions() -> dict[str, str]:
             "aiohttp": aiohttp.__version__, "pyarrow": pyarrow.__version__, "platform": platform.platform()}
 
 
-def point_entry(p: Point, load_mode: str) -> dict[str, Any]:
+def point_entry(p: Point, load_mode: str) -> PointEntry:
     """A pending point's manifest entry."""
-    return {"point": p.point, "server_config": p.config_id, "engine": p.server.engine,
-            "workload": p.workload.name, "steps": p.server.steps, "load_mode": load_mode,
-            "concurrency": p.concurrency, "rate": p.rate, "repeat": p.repeat, "status": "pending",
-            "started_ts": None, "ended_ts": None, "requests_scheduled": 0,
-            "records": {"ok": 0, "failed": 0, "cancelled": 0}, "window_acceptance": None,
-            "flush_cache": None, "flags": [], "generators": []}
+    return PointEntry.new(p.identity(load_mode))
 
 
 class ManifestStore:
@@ -41,102 +38,108 @@ class ManifestStore:
     def __init__(self, run_dir: Path, load_mode: str):
         self.run_dir = run_dir
         self.load_mode = load_mode
-        self.data: dict[str, Any] = {}
+        self.data = Manifest()
 
     def save(self) -> None:
         write_manifest(self.run_dir, self.data)
 
     # ---------------------------------------------------------------- a run's start
     def create(self, spec: RunSpec, points: list[Point]) -> None:
-        self.data = {
-            "run_id": spec.run_id,
-            "status": "running",
-            "created": time.time(),
-            "spec": json.loads(spec.model_dump_json()),
-            "versions": versions(),
-            "cluster": {},
-            "server_configs": {},
-            "points": [point_entry(p, self.load_mode) for p in points],
-        }
+        spec_json = json.loads(spec.model_dump_json())
+        self.data = Manifest(
+            run_id=spec.run_id,
+            status="running",
+            created=time.time(),
+            spec=spec_json,
+            versions=versions(),
+            thresholds=thresholds_of_spec(spec_json),  # what judge_point holds every point to
+            points=[point_entry(p, self.load_mode) for p in points],
+        )
 
     def resume(self, points: list[Point]) -> None:
-        self.data = read_manifest(self.run_dir)
+        self.data = load_manifest(self.run_dir)  # an older version is migrated, and saved as the current one
         self._recheck_complete_points()
-        self.data.pop("error", None)  # the earlier attempt's; this one records its own
-        self.data["status"] = "running"
-        self.data.setdefault("resumed", []).append(time.time())
-        known = {p["point"] for p in self.data["points"]}
+        self.data.error = None  # the earlier attempt's; this one records its own
+        self.data.status = "running"
+        self.data.resumed = [*(self.data.resumed or []), time.time()]
+        known = {p.point for p in self.data.points}
         for p in points:
             if p.point not in known:
-                self.data["points"].append(point_entry(p, self.load_mode))
+                self.data.points.append(point_entry(p, self.load_mode))
 
     def _recheck_complete_points(self) -> None:
         """A point marked complete whose records are no longer all on disk (a part file deleted or cut short) is
         run again: its remaining rows are moved aside by rundir.supersede before it runs."""
-        for entry in self.data.get("points") or []:
-            if entry.get("status") != "complete":
+        for entry in self.data.points:
+            if entry.status != "complete":
                 continue
-            want = sum((entry.get("records") or {}).values())
-            have = count_rows_on_disk(self.run_dir, entry["point"])
+            want = entry.records.total
+            have = count_rows_on_disk(self.run_dir, entry.point)
             if have != want:
-                entry.update(status="pending", error=f"re-run on resume: {have} of {want} records found on disk")
+                entry.status = "pending"
+                entry.error = f"re-run on resume: {have} of {want} records found on disk"
 
     def finished_on_disk(self, points: list[Point]) -> bool:
         """A resume with nothing left: the run completed and every point's records are on disk."""
         try:
-            m = read_manifest(self.run_dir)
-        except (FileNotFoundError, ValueError):
+            m = load_manifest(self.run_dir)
+        except (FileNotFoundError, ContractError, OSError):
             return False
-        entries = {p["point"]: p for p in m.get("points") or []}
-        if m.get("status") != "complete" or any(p.point not in entries for p in points):
+        entries = {p.point: p for p in m.points}
+        if m.status != "complete" or any(p.point not in entries for p in points):
             return False
         self.data = m
-        return all(e["status"] == "complete" and count_rows_on_disk(self.run_dir, e["point"])
-                   == sum((e.get("records") or {}).values()) for e in entries.values())
+        return all(e.status == "complete" and count_rows_on_disk(self.run_dir, e.point) == e.records.total
+                   for e in entries.values())
 
     # ---------------------------------------------------------------- points
-    def entry(self, pid: str) -> dict[str, Any]:
-        return next(p for p in self.data["points"] if p["point"] == pid)
+    def entry(self, pid: str) -> PointEntry:
+        return self.data.entry(pid)
 
     def has_point(self, pid: str) -> bool:
-        return any(e["point"] == pid for e in self.data["points"])
+        return any(e.point == pid for e in self.data.points)
 
     def add_point(self, p: Point) -> None:
-        self.data["points"].append(point_entry(p, self.load_mode))
+        self.data.points.append(point_entry(p, self.load_mode))
 
     def update_point(self, pid: str, **fields: Any) -> None:
-        self.entry(pid).update(fields)
+        """Set fields of a point's entry (each validated: a misspelled name or a wrong type raises)."""
+        entry = self.entry(pid)
+        for name, value in fields.items():
+            setattr(entry, name, value)
 
     def point_statuses(self) -> list[str]:
-        return [p["status"] for p in self.data["points"]]
+        return [str(p.status) for p in self.data.points]
 
     # ---------------------------------------------------------------- cluster and servers
     def set_cluster(self, section: dict[str, Any]) -> None:
-        self.data["cluster"] = section
+        self.data.cluster = ClusterInfo.model_validate(section)
 
-    def server_config(self, config_id: str) -> dict[str, Any]:
-        return self.data["server_configs"][config_id]
+    def server_config(self, config_id: str) -> ServerConfigEntry:
+        return self.data.server_configs[config_id]
 
-    def set_server_config(self, config_id: str, entry: dict[str, Any]) -> None:
-        self.data["server_configs"][config_id] = entry
+    def set_server_config(self, config_id: str, entry: ServerConfigEntry) -> None:
+        self.data.server_configs[config_id] = entry
 
     def update_server_config(self, config_id: str, **fields: Any) -> None:
-        self.data["server_configs"][config_id].update(fields)
+        entry = self.data.server_configs[config_id]
+        for name, value in fields.items():
+            setattr(entry, name, value)
 
     # ---------------------------------------------------------------- a run's end
     def set_error(self, message: str) -> None:
-        self.data["error"] = message
+        self.data.error = message
 
     def close_running_points(self) -> None:
         """Points cut off before their generators reported: count what reached the disk (the generators are dead
         now, so nothing is written after this count)."""
-        for p in self.data["points"]:
-            if p["status"] == "running":
-                records = rows_by_status(self.run_dir, p["point"])
-                p.update(status="interrupted", records=records, requests_scheduled=sum(records.values()),
-                         ended_ts=p.get("ended_ts") or time.time())
+        for p in self.data.points:
+            if p.status == "running":
+                records = RecordCounts(**rows_by_status(self.run_dir, p.point))
+                self.update_point(p.point, status="interrupted", records=records, requests_scheduled=records.total,
+                                  ended_ts=p.ended_ts or time.time())
 
     def finish(self, status: str, stop_reason: str | None) -> None:
-        self.data["status"] = status
-        self.data["stop_reason"] = stop_reason
-        self.data["finished"] = time.time()
+        self.data.status = status
+        self.data.stop_reason = stop_reason
+        self.data.finished = time.time()

@@ -6,7 +6,8 @@ import json
 from dataclasses import replace
 
 from rig.config import LoadSpec, RunSpec
-from rig.loadgen.plan import GeneratorPlan, LazySessions, PointInfo
+from rig.contracts import PointColumns
+from rig.loadgen.plan import GeneratorPlan, LazySessions
 from rig.run.errors import RunError
 from rig.run.points import Point
 from rig.workloads import build_sessions, dataset_size, warmup_sessions
@@ -73,10 +74,8 @@ def build_plans(spec: RunSpec, p: Point, url: str, model: str, api: str, ids: li
                 api_key: str | None) -> list[GeneratorPlan]:
     """One plan per generator (``ids``, in order) for point ``p`` against the server at ``url``."""
     load = spec.load
-    info = PointInfo(run_id=spec.run_id, point=p.point, engine=p.server.engine, workload=p.workload.name,
-                     api=api, steps=p.server.steps, server_config=p.config_id,
-                     server_args=json.dumps(p.server.knobs(), sort_keys=True), load_mode=load.mode,
-                     concurrency=p.concurrency, rate=p.rate, repeat=p.repeat)
+    info = PointColumns(**p.identity(load.mode).model_dump(), run_id=spec.run_id, api=api,
+                        server_args=json.dumps(p.server.knobs(), sort_keys=True))
     sessions, offsets = point_sessions(load, p)
     n_gen = len(ids)
     # Warm-up content differs from the measured requests (it must not pre-fill the prefix cache for them).

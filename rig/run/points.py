@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rig.config import RunSpec
+from rig.contracts import PointIdentity, point_name
 from rig.server.spec import ServerConfig
 from rig.workloads.spec import WorkloadSpec
 
@@ -22,15 +23,17 @@ class Point:
     def config_id(self) -> str:
         return self.server.config_id()
 
+    def identity(self, load_mode: str) -> PointIdentity:
+        """The point's identity as every package sees it (manifest entry, record columns, analysis)."""
+        return PointIdentity(point=self.point, server_config=self.config_id, engine=self.server.engine,
+                             workload=self.workload.name, steps=self.server.steps, load_mode=load_mode,
+                             concurrency=self.concurrency, rate=self.rate, repeat=self.repeat)
+
 
 def point_id(cfg: ServerConfig, workload: WorkloadSpec, concurrency: int | None, rate: float | None,
              mode: str, repeat: int) -> str:
-    """Readable and deterministic, so a resumed sweep finds the same points."""
-    level = f"c{concurrency}" if rate is None else f"r{rate:g}" + (f"c{concurrency}" if concurrency else "")
-    if mode == "trace":
-        level = "trace" + (f"c{concurrency}" if concurrency else "")
-    rep = f"-rep{repeat}" if repeat else ""
-    return f"{cfg.config_id()}-{workload.name}-{level}{rep}"
+    """Readable and deterministic, so a resumed sweep finds the same points (rig.contracts.point_name)."""
+    return point_name(cfg.config_id(), workload.name, concurrency, rate, mode, repeat)
 
 
 def expand_points(spec: RunSpec) -> list[Point]:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+
+from rig.contracts import PointEntry
 
 
 @dataclass
@@ -14,4 +15,4 @@ class Progress:
     status: Callable[[str], None] = lambda msg: None
     point_start: Callable[[str, int | None], None] = lambda point, total: None
     point_update: Callable[[int, dict[str, int]], None] = lambda done, counts: None
-    point_end: Callable[[str, dict[str, Any]], None] = lambda point, result: None
+    point_end: Callable[[str, PointEntry], None] = lambda point, entry: None

@@ -10,11 +10,11 @@ import contextlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import ray
 
 from rig.config import RunSpec
+from rig.contracts import Manifest, PointEntry, ServerConfigEntry
 from rig.run.api_key import read_api_key
 from rig.run.errors import RunError
 from rig.run.execute import PointExecutor
@@ -56,11 +56,11 @@ class Runner:
 
     # ---------------------------------------------------------------- what planners and the CLI use
     @property
-    def manifest(self) -> dict[str, Any]:
+    def manifest(self) -> Manifest:
         """The run's manifest (planners keep their own section in it, then call save())."""
         return self.store.data
 
-    def entry(self, pid: str) -> dict[str, Any]:
+    def entry(self, pid: str) -> PointEntry:
         """The manifest entry of a point (planners read a point's status here)."""
         return self.store.entry(pid)
 
@@ -77,7 +77,7 @@ class Runner:
     def _release_lock(self) -> None:
         self.lock.release()
 
-    def run(self) -> dict[str, Any]:
+    def run(self) -> Manifest:
         self._claim_run_dir()
         try:
             return self._run_claimed()
@@ -92,7 +92,7 @@ class Runner:
         self.store.set_cluster(self.fleet.setup(self.spec, self.run_dir, self.progress, on_connect))
         self.store.save()
 
-    def _run_claimed(self) -> dict[str, Any]:
+    def _run_claimed(self) -> Manifest:
         check_output(self.run_dir)
         if self.resume and self.store.finished_on_disk(self.points):
             self.nothing_to_do = True  # leave a finished run exactly as it is (no cluster or clock rewrite)
@@ -102,7 +102,7 @@ class Runner:
         else:
             self.store.create(self.spec, self.points)
         self.store.save()
-        done_points = {p["point"] for p in self.manifest["points"] if p["status"] == "complete"}
+        done_points = {p.point for p in self.manifest.points if p.status == "complete"}
         todo = [p for p in self.points if p.point not in done_points]
         try:
             self._setup_cluster()
@@ -124,7 +124,7 @@ class Runner:
                 self._teardown()
             if self.handle_signals:  # ray.shutdown() may have put back the default (fatal) SIGINT handler
                 install_signal_handlers(self.stop)
-            status = run_status(self.store.point_statuses(), self.manifest.get("error"), self.stop.is_set())
+            status = run_status(self.store.point_statuses(), self.manifest.error, self.stop.is_set())
             self.store.close_running_points()
             self.store.finish(status, self.stop.reason or None)
             self.store.save()
@@ -139,7 +139,7 @@ class Runner:
         (each may depend on the last one's results), so its next point launches the server again."""
         ahead = list(source) if grid else []
         current: str | None = None  # the configuration whose server is up
-        server_entry: dict[str, Any] = {}
+        server_entry = ServerConfigEntry()
         given_up: set[str] = set()  # grid: configurations whose remaining points are already failed
 
         def stop_current() -> None:
@@ -166,7 +166,7 @@ class Runner:
                     if not self.store.has_point(p.point):
                         self.store.add_point(p)
                         self.store.save()
-                if self.entry(p.point)["status"] == "complete":
+                if self.entry(p.point).status == "complete":
                     continue
                 if current != p.config_id:
                     stop_current()
@@ -196,10 +196,10 @@ class Runner:
                 except Exception as e:  # a bug or an unexpected fault: fail this point, keep the run
                     self.executor.internal_error(p.point, e)
                 entry = self.entry(p.point)
-                if entry["status"] == "failed" and self.spec.fail_fast:
-                    raise RunError(f"point {p.point} failed: {entry.get('error')}")
+                if entry.status == "failed" and self.spec.fail_fast:
+                    raise RunError(f"point {p.point} failed: {entry.error}")
                 # A grid asks only of a failed point (the flag of an earlier attempt stays on a resumed point).
-                if "server_died" in entry["flags"] and (not grid or entry["status"] == "failed"):
+                if "server_died" in entry.flags and (not grid or entry.status == "failed"):
                     if grid:
                         fail_rest(i, p.config_id, "server died earlier")
                     stop_current()

@@ -7,8 +7,9 @@ from typing import Any
 import click
 
 from rig.analysis.metrics import parse_slo
+from rig.contracts import Manifest
 from rig.tune.search import MAX_CONCURRENCY, MAX_RATE
-from rig.tune.slo_search import SEARCH_KEY, SearchSettings, search_planner
+from rig.tune.slo_search import SearchSettings, search_planner
 
 
 def parse_slos(texts: tuple[str, ...]) -> list:
@@ -50,12 +51,12 @@ def search_settings(variable: str, slo_texts: tuple[str, ...], percentile: float
     return SearchSettings(variable, tuple(to_texts(slos)), percentile, start, maximum, tolerance)
 
 
-def resumed_planner(spec, manifest: dict[str, Any]):
+def resumed_planner(spec, manifest: Manifest):
     """The planner a resumed run continues with: the recorded search or tune, or None for a grid sweep."""
-    if SEARCH_KEY in manifest and (manifest[SEARCH_KEY] or {}).get("settings"):
-        return search_planner(spec, SearchSettings.from_manifest(manifest[SEARCH_KEY]["settings"]))
-    if "tune" in manifest and (manifest["tune"] or {}).get("settings"):
+    if (manifest.search or {}).get("settings"):
+        return search_planner(spec, SearchSettings.from_manifest(manifest.search["settings"]))
+    if (manifest.tune or {}).get("settings"):
         from rig.tune.tune import TuneSettings, tune_planner
 
-        return tune_planner(spec, TuneSettings.from_manifest(manifest["tune"]["settings"]))
+        return tune_planner(spec, TuneSettings.from_manifest(manifest.tune["settings"]))
     return None

@@ -16,7 +16,6 @@ from rig.tune.probe import read_probe
 from rig.tune.search import MAX_CONCURRENCY, Bisection, Domain, IntDomain, RateDomain
 from rig.workloads.spec import WorkloadSpec
 
-SEARCH_KEY = "search"  # the manifest section
 
 
 @dataclass(frozen=True)
@@ -64,7 +63,7 @@ def search_planner(spec: RunSpec, settings: SearchSettings) -> Callable[[Runner]
     slos = settings.parsed_slos()
 
     def plan(runner: Runner) -> Iterator[Point]:
-        section = runner.manifest.setdefault(SEARCH_KEY, {})
+        section = runner.manifest.search = runner.manifest.search or {}
         section["settings"] = asdict(settings) | {"slos": list(settings.slos)}
         section["describe"] = describe(slos, settings.percentile)
         results: list[dict[str, Any]] = []
@@ -83,7 +82,7 @@ def search_planner(spec: RunSpec, settings: SearchSettings) -> Callable[[Runner]
                     yield p
                     probe = read_probe(runner.run_dir, p.point, slos, settings.percentile)
                     if probe is None:
-                        res.update(status="error", error=runner.entry(p.point).get("error") or "no rows")
+                        res.update(status="error", error=runner.entry(p.point).error or "no rows")
                         break
                     probes[v] = probe
                     b.record(v, probe["meets"])

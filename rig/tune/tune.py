@@ -32,7 +32,6 @@ from rig.tune.predict import Replay, predict, refit
 from rig.tune.probe import output_lengths, read_probe
 from rig.tune.slo_search import make_point
 
-TUNE_KEY = "tune"  # the manifest section
 
 
 @dataclass(frozen=True)
@@ -126,8 +125,8 @@ class Knowledge:
 
 def _observed_caps(runner: Runner, cid: str) -> dict[str, int]:
     """max_running_requests and max_total_num_tokens the server reported at startup (the rig records them)."""
-    entry = (runner.manifest.get("server_configs") or {}).get(cid) or {}
-    startup = entry.get("startup") or {}
+    entry = runner.manifest.server_configs.get(cid)
+    startup = (entry.startup if entry is not None else None) or {}
     return {k: int(startup[k]) for k in ("max_running_requests", "max_total_num_tokens") if startup.get(k)}
 
 
@@ -147,7 +146,7 @@ def tune_planner(spec: RunSpec, settings: TuneSettings) -> Callable[[Runner], It
     seed = spec.load.seed
 
     def plan(runner: Runner) -> Iterator[Point]:
-        section = runner.manifest.setdefault(TUNE_KEY, {})
+        section = runner.manifest.tune = runner.manifest.tune or {}
         section.update(settings=asdict(settings) | {"slos": list(settings.slos)},
                        describe=describe(slos, settings.percentile), ladder=ladder, workload=wl.name,
                        configs={cid: c.steps for cid, c in by_id.items()}, probes=[], rounds=[], recommendation=None)
@@ -188,7 +187,7 @@ def tune_planner(spec: RunSpec, settings: TuneSettings) -> Callable[[Runner], It
                 yield p
                 probe = read_probe(runner.run_dir, p.point, slos, settings.percentile)
                 if probe is None:
-                    entry["error"] = runner.entry(p.point).get("error") or "no rows"
+                    entry["error"] = runner.entry(p.point).error or "no rows"
                     runner.save()
                     continue
                 entry.update(meets=probe["meets"], margin=probe["margin"], aggregate_tok_s=probe["aggregate_tok_s"],
