@@ -12,7 +12,7 @@ import yaml
 
 from rig.analysis.cli import compare, report
 from rig.config import SpecError, build_spec, load_yaml
-from rig.cli_options import csv_ints, resolve_spec, run_options
+from rig.cli_options import csv_ints, resolve_spec, run_options, spec_field
 from rig.contracts import PointEntry
 from rig.sim.cli import sim
 from rig.tune.cli import parse_slos, resumed_planner, search_settings
@@ -198,7 +198,8 @@ def cli() -> None:
 
 
 @cli.command()
-@click.option("--steps", type=int, help="Speculative steps (0 = no speculation). Default 4.")
+@click.option("--steps", type=int,
+              help=f"Speculative steps (0 = no speculation). Default {spec_field('steps').default_factory()[0]}.")
 @run_options
 def run(steps: int | None, **kw: Any) -> None:
     """Run one server configuration over its concurrency levels (or rates) and record every request."""
