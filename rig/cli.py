@@ -11,8 +11,8 @@ import click
 import yaml
 
 from rig.analysis.cli import compare, report
-from rig.config import SpecError, build_spec, load_yaml
 from rig.cli_options import csv_ints, resolve_spec, run_options, spec_field
+from rig.config import SpecError, build_spec, load_yaml
 from rig.contracts import PointEntry
 from rig.sim.cli import sim
 from rig.tune.cli import parse_slos, resumed_planner, search_settings
