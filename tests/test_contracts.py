@@ -204,3 +204,34 @@ def test_report_reads_the_verdict_and_rejudges_only_on_request(tmp_path):
     assert "validity judged again with loop_lag_p99_ms=20" in r.stderr
     r = CliRunner().invoke(report, [str(d), "--thresholds", "lag=3"])
     assert r.exit_code == 2 and "NAME=VALUE" in r.output and "Traceback" not in r.output
+
+
+# ------------------------------------------------------------------------------------------------ the runner's store
+def test_the_manifest_store_keeps_typed_entries_and_resumes_an_old_manifest(tmp_path):
+    from rig.config import RunSpec
+    from rig.run.manifest_store import ManifestStore
+    from rig.run.points import expand_points
+
+    spec = RunSpec.model_validate({"run_id": "s", "out": str(tmp_path), "load": {"concurrency": [2],
+                                   "requests": 4, "slip_threshold_s": 0.02}})
+    points = expand_points(spec)
+    store = ManifestStore(tmp_path, spec.load.mode)
+    store.create(spec, points)
+    assert store.data.thresholds == Thresholds(slip_p99_ms=20.0)
+    pid = points[0].point
+    store.update_point(pid, status="running", records={"ok": 1, "failed": 0, "cancelled": 0})
+    assert store.entry(pid).records.ok == 1
+    with pytest.raises(ValueError):
+        store.update_point(pid, stauts="complete")  # a misspelled field is refused, not stored
+    with pytest.raises(ValueError):
+        store.update_point(pid, status="done")  # and so is a status the contract does not know
+    store.save()
+    assert parse_manifest((tmp_path / "manifest.json").read_text()) == store.data
+
+    old = _v1([dict(_v1_point(), point=pid, status="complete")])
+    old["spec"] = json.loads(spec.model_dump_json())
+    (tmp_path / "manifest.json").write_text(json.dumps(old))
+    again = ManifestStore(tmp_path, spec.load.mode)
+    again.resume(points)  # its records are not on disk: the point is run again
+    assert again.data.version == MANIFEST_VERSION and again.data.status == "running"
+    assert again.entry(pid).status == "pending" and "0 of 4 records" in again.entry(pid).error
