@@ -11,8 +11,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
+from pydantic import Field, ValidationError
 
-from rig.contracts import (IDENTITY_FIELDS, JUDGED_FLAGS, ContractError, GeneratorReport, Manifest, ServerConfigEntry,
+from rig.contracts import (IDENTITY_FIELDS, JUDGED_FLAGS, ContractError, Manifest, PointEntry, ServerConfigEntry,
                            Thresholds, judge_point, parse_manifest)
 from rig.server.effective import change_lines, label_knobs
 from rig.results import (
@@ -35,34 +36,16 @@ class AnalysisInputError(Exception):
     """A user-facing problem with a run directory (one line, no traceback)."""
 
 
-@dataclass
-class PointInfo:
-    """What the analysis needs to know about one point: its manifest entry (rig.contracts.PointEntry) with the server
-    knobs it ran, or, for a point the manifest lacks (or a sparse entry), its identity from its rows."""
+class PointInfo(PointEntry):
+    """A point as analysis sees it: its manifest entry (rig.contracts.PointEntry: identity, status, generators, the
+    run's verdict) with the server knobs it ran, and what analysis found on disk. A point the manifest lacks (or a
+    sparse entry) gets its identity from its rows."""
 
-    point: str
-    server_config: str | None = None
-    engine: str | None = None
-    workload: str | None = None
-    steps: int | None = None
-    load_mode: str | None = None
-    concurrency: int | None = None
-    rate: float | None = None
-    repeat: int | None = None
-    status: str | None = None
-    started_ts: float | None = None
-    ended_ts: float | None = None
-    requests_scheduled: int | None = None
-    error: str | None = None
-    flags: list[str] = field(default_factory=list)  # the run's verdict (rig.contracts.judge_point)
-    flag_reasons: dict[str, str] = field(default_factory=dict)
-    generators: list[GeneratorReport] = field(default_factory=list)
-    window_acceptance: dict[str, Any] | None = None
-    knobs: dict[str, Any] = field(default_factory=dict)  # as the server ran them (effective values)
+    knobs: dict[str, Any] = Field(default_factory=dict)  # as the server ran them (effective values)
     seeds_honoured: bool | None = None  # does the server use per-request sampling seeds (None: unknown)
     in_manifest: bool = True
-    unreadable_parts: list[str] = field(default_factory=list)  # part files on disk that could not be read
-    missing_parts: list[str] = field(default_factory=list)  # part files the manifest lists but the disk lacks
+    unreadable_parts: list[str] = Field(default_factory=list)  # part files on disk that could not be read
+    missing_parts: list[str] = Field(default_factory=list)  # part files the manifest lists but the disk lacks
 
     @property
     def open_loop(self) -> bool:
@@ -201,28 +184,13 @@ def load_run(run_dir: Path | str, thresholds: str | None = None) -> Run:
         cfg = manifest.server_configs.get(entry.server_config or "") or ServerConfigEntry()
         eff = cfg.effective or {}
         knobs = label_knobs(cfg.knobs, eff)  # a value the server changed is labelled as it ran
-        p = PointInfo(
-            point=name,
-            server_config=entry.server_config,
-            engine=entry.engine or cfg.engine,
-            workload=entry.workload,
-            steps=entry.steps if entry.steps is not None else knobs.get("steps"),
-            load_mode=entry.load_mode,
-            concurrency=entry.concurrency,
-            rate=entry.rate,
-            repeat=entry.repeat,
-            status=entry.status,
-            started_ts=entry.started_ts,
-            ended_ts=entry.ended_ts,
-            requests_scheduled=entry.requests_scheduled,
-            error=entry.error or None,
-            flags=list(entry.flags),
-            flag_reasons=dict(entry.flag_reasons),
-            generators=list(entry.generators),
-            window_acceptance=entry.window_acceptance,
-            knobs=knobs,
-            seeds_honoured=eff.get("seeds_honoured"),
-        )
+        try:
+            p = PointInfo(**{**entry.model_dump(), "engine": entry.engine or cfg.engine,
+                             "steps": entry.steps if entry.steps is not None else knobs.get("steps"),
+                             "error": entry.error or None},
+                          knobs=knobs, seeds_honoured=eff.get("seeds_honoured"))
+        except ValidationError as e:
+            raise AnalysisInputError(f"{mpath}: point {name}: {e.errors()[0]['msg']}") from None
         points.append(p)
     warnings += effective_warnings(manifest)
     for name in _points_on_disk(run_dir):
