@@ -16,8 +16,11 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from rig.contracts import Thresholds
 from rig.server.spec import ServerConfig
 from rig.workloads.spec import WorkloadSpec
+
+_LIMITS = Thresholds()
 
 ApiName = Literal["sglang-native", "openai-completions", "openai-chat"]
 LoadMode = Literal["closed", "poisson", "gamma", "trace"]
@@ -59,8 +62,9 @@ class LoadSpec(BaseModel):
     api: ApiName | None = None  # default: the engine's (sglang-native for sim and sglang)
     seed: int = Field(0, description="Workload seed (same seed, same requests on every point).")
     timeouts: Timeouts = Field(default_factory=Timeouts)
-    slip_threshold_s: float = Field(0.010, gt=0)  # p99 schedule slip above this flags the point
-    loop_lag_threshold_s: float = Field(0.050, gt=0)  # generator event-loop lag p99 above this flags the point
+    # the validity limits (rig.contracts.Thresholds) a run may set; its defaults are the contract's
+    slip_threshold_s: float = Field(_LIMITS.slip_p99_ms / 1e3, gt=0)  # p99 schedule slip above this flags the point
+    loop_lag_threshold_s: float = Field(_LIMITS.loop_lag_p99_ms / 1e3, gt=0)  # generator loop lag p99 above this
 
     @field_validator("concurrency")
     @classmethod
