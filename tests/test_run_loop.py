@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from rig.config import build_spec
+from rig.contracts import ServerConfigEntry
 from rig.results import read_manifest
 from rig.run.errors import RunError
 from rig.run.points import expand_points
@@ -26,13 +27,13 @@ class FakeServer:
     def launch(self, cfg):
         cid = cfg.config_id()
         self.launches.append(cid)
-        self.store.set_server_config(cid, {"status": "starting"})  # as the real launch, before the engine answers
+        self.store.set_server_config(cid, ServerConfigEntry(status="starting"))  # as the real launch, before it answers
         if cid in self.refuse or cid in self.refuse_once:
             self.refuse_once.discard(cid)
             raise ServerError("engine exited with code 1 before it was healthy\nlast log lines ...")
         self.up = cid
         self.store.update_server_config(cid, status="ready")
-        return {"url": f"http://127.0.0.1:1/{cid}"}
+        return self.store.server_config(cid).model_copy(update={"url": f"http://127.0.0.1:1/{cid}"})
 
     def fetch_log(self, config_id: str) -> None:
         pass
@@ -49,7 +50,7 @@ class FakeExecutor:
         self.ran: list[str] = []
 
     def run_point(self, p, server_entry) -> None:
-        assert self.server.up == p.config_id and server_entry["url"].endswith(p.config_id)
+        assert self.server.up == p.config_id and server_entry.url.endswith(p.config_id)
         self.ran.append(p.point)
         store = self.runner.store
         if p.point in self.die:
@@ -83,6 +84,11 @@ def ids(tmp_path):
     return [p.point for p in points], [points[0].config_id, points[2].config_id]
 
 
+def set_fields(entry: ServerConfigEntry) -> dict:
+    """What the run recorded for a server configuration (fields left at their defaults are not shown)."""
+    return entry.model_dump(exclude_defaults=True)
+
+
 def statuses(runner: Runner) -> dict[str, tuple[str, str | None]]:
     return {e["point"]: (e["status"], e.get("error")) for e in read_manifest(runner.run_dir)["points"]}
 
@@ -93,8 +99,8 @@ def test_a_grid_launches_each_configuration_once_and_runs_its_points_in_order(tm
     m = runner.run()
     assert runner.server.launches == [a, b]
     assert runner.executor.ran == [a1, a2, b1, b2]
-    assert m["status"] == "complete"
-    assert [m["server_configs"][c] for c in (a, b)] == [{"status": "ready", "stopped": True}] * 2
+    assert m.status == "complete"
+    assert [set_fields(m.server_configs[c]) for c in (a, b)] == [{"status": "ready", "stopped": True}] * 2
 
 
 def test_a_grid_fails_the_rest_of_a_configuration_whose_server_did_not_start(tmp_path):
@@ -107,8 +113,8 @@ def test_a_grid_fails_the_rest_of_a_configuration_whose_server_did_not_start(tmp
     why = "server did not start: engine exited with code 1 before it was healthy"
     assert statuses(runner) == {a1: ("failed", why), a2: ("failed", why), b1: ("complete", None),
                                 b2: ("complete", None)}
-    assert m["status"] == "partial"
-    assert m["server_configs"][a] == {"status": "failed", "error": "engine exited with code 1 before it was healthy\n"
+    assert m.status == "partial"
+    assert set_fields(m.server_configs[a]) == {"status": "failed", "error": "engine exited with code 1 before it was healthy\n"
                                                                   "last log lines ..."}  # not "stopped": it never ran
     assert f"server {a} failed to start: engine exited with code 1 before it was healthy" in messages
 
@@ -122,7 +128,7 @@ def test_a_grid_fails_the_rest_of_a_configuration_whose_server_died(tmp_path):
     assert statuses(runner) == {a1: ("failed", "server exited with code -9 during the point"),
                                 a2: ("failed", "server died earlier"), b1: ("complete", None),
                                 b2: ("complete", None)}
-    assert m["status"] == "partial" and m["server_configs"][a] == {"status": "ready", "stopped": True}
+    assert m.status == "partial" and set_fields(m.server_configs[a]) == {"status": "ready", "stopped": True}
 
 
 def test_fail_fast_stops_at_the_first_failed_point(tmp_path):
@@ -142,8 +148,8 @@ def test_a_planner_relaunches_a_server_that_died_for_its_next_point(tmp_path):
     m = runner.run()
     assert runner.server.launches == [a, a, b]
     assert runner.executor.ran == [a1, a2, b1, b2]
-    assert [e["point"] for e in m["points"]] == [a1, a2, b1, b2]  # entries added as the planner yields them
-    assert statuses(runner)[a2] == ("complete", None) and m["status"] == "partial"
+    assert [e.point for e in m.points] == [a1, a2, b1, b2]  # entries added as the planner yields them
+    assert statuses(runner)[a2] == ("complete", None) and m.status == "partial"
 
 
 def test_a_planner_tries_the_launch_again_for_its_next_point(tmp_path):
@@ -153,4 +159,4 @@ def test_a_planner_tries_the_launch_again_for_its_next_point(tmp_path):
     assert runner.server.launches == [a, a, b]
     assert runner.executor.ran == [a2, b1, b2]
     assert statuses(runner)[a1] == ("failed", "server did not start: engine exited with code 1 before it was healthy")
-    assert m["status"] == "partial"
+    assert m.status == "partial"
