@@ -253,11 +253,11 @@ class Thresholds(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    slip_p99_ms: float = Field(10.0, gt=0)  # open loop: a generator's p99 send slip above this
-    loop_lag_p99_ms: float = Field(50.0, gt=0)  # a generator's event-loop lag p99 above this
-    cpu_pct: float = Field(90.0, gt=0)  # a generator's CPU share at or above this
-    rate_ratio: float = Field(0.99, gt=0)  # open loop: achieved / scheduled send rate below this
-    min_window_s: float = Field(2.0, ge=0)  # lag or CPU over a shorter generator window is not evidence
+    slip_p99_ms: float = Field(default=10.0, gt=0)  # open loop: a generator's p99 send slip above this
+    loop_lag_p99_ms: float = Field(default=50.0, gt=0)  # a generator's event-loop lag p99 above this
+    cpu_pct: float = Field(default=90.0, gt=0)  # a generator's CPU share at or above this
+    rate_ratio: float = Field(default=0.99, gt=0)  # open loop: achieved / scheduled send rate below this
+    min_window_s: float = Field(default=2.0, ge=0)  # lag or CPU over a shorter generator window is not evidence
 
     def with_overrides(self, text: str) -> "Thresholds":
         """These thresholds with ``name=value[,name=value...]`` applied; ContractError on a bad one."""

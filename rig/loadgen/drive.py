@@ -21,7 +21,7 @@ from rig.loadgen.client import Outcome, request_fields, stream_request
 from rig.loadgen.health import LoopMonitor
 from rig.loadgen.pacer import Pacer, spin_until
 from rig.loadgen.plan import GeneratorPlan
-from rig.contracts import GeneratorReport, RecordCounts, achieved_rate, check_record
+from rig.contracts import GeneratorReport, GeneratorStatus, RecordCounts, achieved_rate, check_record
 from rig.results import REQUEST_SCHEMA, PartWriter, empty_record, requests_dir
 from rig.workloads.base import Session, Turn
 
@@ -270,7 +270,8 @@ class PointRun:
         """Wait for the common start, drive the level, flush everything; returns the generator's summary."""
         monitor = LoopMonitor()
         flusher = asyncio.get_running_loop().create_task(self._flusher())
-        status, error = "complete", None
+        status: GeneratorStatus = "complete"
+        error: str | None = None
         try:
             delay = start_mono - time.perf_counter()
             if delay > 0:
@@ -306,7 +307,7 @@ class PointRun:
         planned, achieved = max(intended) - min(intended), max(actual) - min(intended)
         return planned / achieved if planned > 0 and achieved > 0 else None
 
-    def summary(self, status: str, error: str | None, health: dict[str, Any]) -> GeneratorReport:
+    def summary(self, status: GeneratorStatus, error: str | None, health: dict[str, Any]) -> GeneratorReport:
         slips = np.asarray(self.slips) if self.slips else np.zeros(1)
         window = (self.ended_mono or 0) - (self.started_mono or 0)
         return GeneratorReport(
