@@ -14,7 +14,7 @@ from dataclasses import dataclass, fields
 from typing import Annotated, Any, Literal, Sequence
 
 import pyarrow as pa  # type: ignore[import-untyped]
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 MANIFEST_VERSION = 2
 
@@ -439,10 +439,10 @@ class Manifest(BaseModel):
     search: dict[str, Any] | None = None  # rig sweep --search: its settings and steps (rig.tune owns the shape)
     tune: dict[str, Any] | None = None  # rig tune: likewise
 
-    @model_validator(mode="before")
     @classmethod
-    def _migrate(cls, data: Any) -> Any:
-        return migrate(data) if isinstance(data, dict) else data
+    def from_data(cls, data: dict[str, Any]) -> "Manifest":
+        """A manifest from its JSON object as read from disk: an older version is migrated, then validated."""
+        return cls.model_validate(migrate(data))
 
     def entry(self, point: str) -> PointEntry:
         return next(p for p in self.points if p.point == point)
@@ -516,8 +516,10 @@ def parse_manifest(text: str, where: str = "manifest.json") -> Manifest:
     if not isinstance(data, dict):
         raise ContractError(f"{where} is not a JSON object")
     try:
-        return Manifest.model_validate(data)
+        return Manifest.from_data(data)
     except ValidationError as e:
         err = e.errors()[0]
         loc = ".".join(str(x) for x in err["loc"]) or "(top level)"
         raise ContractError(f"{where}: {loc}: {err['msg']}") from None
+    except ValueError as e:  # a version this rig does not know
+        raise ContractError(f"{where}: {e}") from None

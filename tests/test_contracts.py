@@ -133,6 +133,8 @@ def test_a_version_1_manifest_loads_migrated():
     assert m.points[0].generators[0].cpu_pct == 3.6 and m.points[0].flags == []
     again = parse_manifest(m.to_json())  # the current version round-trips unchanged
     assert again == m
+    # only what is read from disk is migrated: a manifest built in code keeps what it is given
+    assert Manifest(thresholds=Thresholds(cpu_pct=80)).thresholds.cpu_pct == 80
 
 
 def test_migration_judges_old_points_with_the_one_rule_set():

@@ -46,5 +46,5 @@ def write_server_metrics(run_dir: Path, point: str, samples: Iterable[dict[str, 
 def write_run(run_dir: Path, manifest: Manifest | dict[str, Any]) -> Path:
     """Create the directory and its manifest (a dict is read as a manifest would be: validated, migrated)."""
     run_dir.mkdir(parents=True, exist_ok=True)
-    write_manifest(run_dir, manifest if isinstance(manifest, Manifest) else Manifest.model_validate(manifest))
+    write_manifest(run_dir, manifest if isinstance(manifest, Manifest) else Manifest.from_data(manifest))
     return run_dir
