@@ -247,6 +247,23 @@ def achieved_rate(n_sends: int, first_send: float, last_send: float) -> float | 
     return (n_sends - 1) / span if n_sends > 1 and span > 0 else None
 
 
+class WindowAcceptance(BaseModel):
+    """Speculative acceptance over a point's window from the engine's own counters (deltas; warm-up excluded).
+
+    SGLang counts tokens per verify call; vLLM counts drafts, draft tokens and accepted tokens."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    accept_length: float | None = None  # mean tokens committed per step that verified a draft (None: no drafts)
+    generation_tokens: float | None = None
+    verify_calls: float | None = None  # SGLang
+    drafts: float | None = None  # vLLM: steps with a draft
+    draft_tokens: float | None = None  # vLLM: tokens proposed
+    accepted_tokens: float | None = None  # vLLM: tokens accepted
+    accept_rate: float | None = None  # vLLM: accepted / proposed
+    tokens_per_step: float | None = None  # vLLM: generated tokens per decode step over all steps
+
+
 # ---------------------------------------------------------------------------------------------------- validity
 class Thresholds(BaseModel):
     """The limits a point's validity is judged by; recorded in the manifest with every run."""
@@ -351,7 +368,7 @@ class PointEntry(BaseModel):
     requests_scheduled: int | None = None
     records: RecordCounts = Field(default_factory=RecordCounts)
     warmup_ok: int | None = None
-    window_acceptance: dict[str, Any] | None = None  # engine counters over the point's window
+    window_acceptance: WindowAcceptance | None = None  # engine counters over the point's window
     server_counters_delta: dict[str, float] | None = None
     flush_cache: Any = None  # the server's answer to /flush_cache, when asked
     flags: list[str] = Field(default_factory=list)  # judge_point's verdict (sorted)

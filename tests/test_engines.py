@@ -65,14 +65,14 @@ def test_window_acceptance_from_counter_deltas():
     sg = engine_for("sglang").window_acceptance(
         {"sglang:generation_tokens_total": 100, "sglang:spec_verify_calls_total": 50},
         {"sglang:generation_tokens_total": 1100, "sglang:spec_verify_calls_total": 350})
-    assert sg["accept_length"] == pytest.approx(1000 / 300)
+    assert sg.accept_length == pytest.approx(1000 / 300)
     vl = engine_for("vllm").window_acceptance(
         {"vllm:spec_decode_num_drafts_total": 10, "vllm:spec_decode_num_accepted_tokens_total": 5,
          "vllm:spec_decode_num_draft_tokens_total": 40},
         {"vllm:spec_decode_num_drafts_total": 54, "vllm:spec_decode_num_accepted_tokens_total": 158,
          "vllm:spec_decode_num_draft_tokens_total": 196})
-    assert vl["accept_length"] == pytest.approx(1 + 153 / 44)
-    assert vl["accept_rate"] == pytest.approx(153 / 156)
+    assert vl.accept_length == pytest.approx(1 + 153 / 44)
+    assert vl.accept_rate == pytest.approx(153 / 156)
     assert engine_for("sglang").window_acceptance({}, {}) is None
 
 

@@ -62,11 +62,11 @@ def test_window_acceptance_on_observed_counters():
              "vllm:spec_decode_num_accepted_tokens_total": 80.0, "vllm:generation_tokens_total": 320.0}
     w = ENGINE.window_acceptance(before, after)
     assert w is not None
-    assert w["accept_length"] == pytest.approx(1 + 80 / 42)
-    assert w["accept_rate"] == pytest.approx(1.0)
-    assert w["tokens_per_step"] == pytest.approx(320 / 240)
+    assert w.accept_length == pytest.approx(1 + 80 / 42)
+    assert w.accept_rate == pytest.approx(1.0)
+    assert w.tokens_per_step == pytest.approx(320 / 240)
     idle = ENGINE.window_acceptance(after, after)  # speculation on, nothing drafted in the window
-    assert idle["drafts"] == 0 and idle["accept_length"] is None and idle["accept_rate"] is None
+    assert idle.drafts == 0 and idle.accept_length is None and idle.accept_rate is None
     assert ENGINE.window_acceptance({}, {"vllm:generation_tokens_total": 5.0}) is None  # no speculation
 
 
@@ -261,17 +261,17 @@ def test_streams_usage_and_generation_counter(server, record_property):
 
     print(f"steps={steps}: window {window}")
     assert window is not None
-    assert window["drafts"] > 0
-    assert 0 < window["accepted_tokens"] <= window["draft_tokens"] <= steps * window["drafts"]
-    assert 1.0 < window["accept_length"] <= 1 + steps
-    assert 1.0 < window["tokens_per_step"] <= window["accept_length"]
-    assert delta["vllm:spec_decode_num_accepted_tokens_per_pos_total"] == window["accepted_tokens"]
+    assert window.drafts > 0
+    assert 0 < window.accepted_tokens <= window.draft_tokens <= steps * window.drafts
+    assert 1.0 < window.accept_length <= 1 + steps
+    assert 1.0 < window.tokens_per_step <= window.accept_length
+    assert delta["vllm:spec_decode_num_accepted_tokens_per_pos_total"] == window.accepted_tokens
     # The repeating greedy output is what ngram drafts well: several tokens per chunk.
     assert greedy_alone.chunks < MAX_TOKENS
     # Per-request acceptance rides on the usage chunk (--per-request-spec-decode-metrics summary), and adds up.
     per_req = [r.metrics["speculative_decoding"] for r in results]
-    assert sum(m["num_accepted_draft_tokens"] for m in per_req) == window["accepted_tokens"]
-    assert sum(m["num_draft_tokens"] for m in per_req) == window["draft_tokens"]
+    assert sum(m["num_accepted_draft_tokens"] for m in per_req) == window.accepted_tokens
+    assert sum(m["num_draft_tokens"] for m in per_req) == window.draft_tokens
     for m in per_req:
         assert m["num_spec_tokens"] == steps and len(m["acceptance_histogram"]) == steps + 1
         assert sum(m["acceptance_histogram"]) == m["num_spec_steps"]

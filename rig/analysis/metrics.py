@@ -195,8 +195,8 @@ def acceptance_from_counters(engine: str | None, before: dict[str, float], after
     order += [e for e in ("sglang", "vllm") if e not in order]
     for name in order:
         got = ENGINES[name].window_acceptance(before, after)
-        if got and got.get("accept_length") is not None:
-            return float(got["accept_length"])
+        if got is not None and got.accept_length is not None:
+            return float(got.accept_length)
     return None
 
 

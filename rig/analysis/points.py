@@ -47,9 +47,9 @@ def acceptance(run: Run, p: PointInfo, r: m.Requests, series: dict[str, Series] 
     per_req = m.acceptance_from_requests(r)
     if per_req is not None:
         return per_req, "requests"
-    wa = p.window_acceptance or {}
-    if wa.get("accept_length") is not None:
-        return float(wa["accept_length"]), "manifest_window"
+    wa = p.window_acceptance
+    if wa is not None and wa.accept_length is not None:
+        return float(wa.accept_length), "manifest_window"
     s = series if series is not None else point_series(run, p.point)
     got = counter_window_acceptance(p.engine, s)
     return (got, "server_counters") if got is not None else (None, None)

@@ -97,7 +97,7 @@ def build_report(run_dir: Path | str | Run, slos: list[m.Slo] | None = None, cdf
             "itl": cdf_points(*itl, n=cdf_resolution, presorted=True),
             "e2e": cdf_points(r.e2e[ok], n=cdf_resolution),
         }
-        wa = (p.window_acceptance or {}).get("accept_length")
+        wa = p.window_acceptance.accept_length if p.window_acceptance is not None else None
         gauge = series["accept_length_gauge"]
         accept_rows.append(
             {

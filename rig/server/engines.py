@@ -12,6 +12,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from rig.contracts import WindowAcceptance
 from rig.server.spec import ServerConfig
 
 # SGLang's key startup line (scheduler.py; identical 0.5.9..0.5.23); the sim prints the same line.
@@ -51,7 +52,7 @@ class EngineAdapter:
     def parse_startup_log(self, text: str) -> dict[str, Any]:
         return {}
 
-    def window_acceptance(self, before: dict[str, float], after: dict[str, float]) -> dict[str, float] | None:
+    def window_acceptance(self, before: dict[str, float], after: dict[str, float]) -> WindowAcceptance | None:
         """Acceptance over a point's window from counter deltas (``before``/``after``: metric name -> summed value)."""
         return None
 
@@ -106,12 +107,12 @@ class SGLangAdapter(EngineAdapter):
         out["available_mem_gb"] = float(found["available_mem_gb"])
         return out
 
-    def window_acceptance(self, before: dict[str, float], after: dict[str, float]) -> dict[str, float] | None:
+    def window_acceptance(self, before: dict[str, float], after: dict[str, float]) -> WindowAcceptance | None:
         gen = after.get("sglang:generation_tokens_total", 0.0) - before.get("sglang:generation_tokens_total", 0.0)
         ver = after.get("sglang:spec_verify_calls_total", 0.0) - before.get("sglang:spec_verify_calls_total", 0.0)
         if ver <= 0:
             return None
-        return {"generation_tokens": gen, "verify_calls": ver, "accept_length": gen / ver}
+        return WindowAcceptance(generation_tokens=gen, verify_calls=ver, accept_length=gen / ver)
 
 
 class SimAdapter(SGLangAdapter):
@@ -189,7 +190,7 @@ class VLLMAdapter(EngineAdapter):
                         out[k] = int(v.replace(",", ""))
         return out
 
-    def window_acceptance(self, before: dict[str, float], after: dict[str, float]) -> dict[str, float] | None:
+    def window_acceptance(self, before: dict[str, float], after: dict[str, float]) -> WindowAcceptance | None:
         """Counter deltas over a window. ``accept_length`` = 1 + accepted/drafts counts only the steps that had a
         draft (ngram proposes nothing when the context has no match); ``tokens_per_step`` = generated tokens per
         decode step over all steps, = generation / (generation - accepted), which is what SGLang's
@@ -206,16 +207,15 @@ class VLLMAdapter(EngineAdapter):
         generated = delta("vllm:generation_tokens_total")
         # Speculation on but nothing drafted (e.g. ngram finds no match in sampled text): the acceptance length
         # is undefined, and every step committed one token.
-        out: dict[str, Any] = {
-            "drafts": drafts,
-            "draft_tokens": proposed,
-            "accepted_tokens": accepted,
-            "accept_length": 1.0 + accepted / drafts if drafts > 0 else None,
-            "accept_rate": accepted / proposed if proposed > 0 else None,
-            "generation_tokens": generated,
-            "tokens_per_step": generated / (generated - accepted) if generated > accepted else 1.0,
-        }
-        return out
+        return WindowAcceptance(
+            drafts=drafts,
+            draft_tokens=proposed,
+            accepted_tokens=accepted,
+            accept_length=1.0 + accepted / drafts if drafts > 0 else None,
+            accept_rate=accepted / proposed if proposed > 0 else None,
+            generation_tokens=generated,
+            tokens_per_step=generated / (generated - accepted) if generated > accepted else 1.0,
+        )
 
     def num_gpus(self, cfg: ServerConfig) -> int:
         return 0 if cfg.device == "cpu" else cfg.tp
