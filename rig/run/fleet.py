@@ -10,6 +10,7 @@ import ray
 
 from rig import cluster
 from rig.config import RunSpec
+from rig.contracts import ClusterInfo
 from rig.loadgen.actor import remote_class as generator_class
 from rig.run.errors import RunError, RunInputError
 from rig.run.progress import Progress
@@ -43,7 +44,7 @@ class Fleet:
         self.started_ray = False
 
     def setup(self, spec: RunSpec, run_dir: Path, progress: Progress, on_connect: Callable[[], None]
-              ) -> dict[str, Any]:
+              ) -> ClusterInfo:
         """Connect Ray, place and start the generators, check them; return the manifest's cluster section."""
         n = spec.clients
         self.started_ray = not ray.is_initialized()
@@ -70,9 +71,10 @@ class Fleet:
             offset, rtt = cluster.measure_clock_offset(g)
             info["clock_offset_s"], info["clock_rtt_s"] = offset, rtt
             ray.get(g.set_clock_offset.remote(offset))
-        return {**layout, "local": self.placement.local, "generators": self.gen_info,
-                "hosts": cluster.host_clocks(self.gen_info), "server_node": self.placement.server_node,
-                "results_uri": spec.cluster.results_uri, "corpus": corpus}
+        return ClusterInfo.model_validate({
+            **layout, "local": self.placement.local, "generators": self.gen_info,
+            "hosts": cluster.host_clocks(self.gen_info), "server_node": self.placement.server_node,
+            "results_uri": spec.cluster.results_uri, "corpus": corpus})
 
     def _check_corpus(self, spec: RunSpec) -> dict[str, Any] | None:
         """Record the prompt corpus each host would quote; refuse to start when they differ (the driver builds

@@ -112,8 +112,8 @@ class ManifestStore:
         return [str(p.status) for p in self.data.points]
 
     # ---------------------------------------------------------------- cluster and servers
-    def set_cluster(self, section: dict[str, Any]) -> None:
-        self.data.cluster = ClusterInfo.model_validate(section)
+    def set_cluster(self, section: ClusterInfo) -> None:
+        self.data.cluster = section
 
     def server_config(self, config_id: str) -> ServerConfigEntry:
         return self.data.server_configs[config_id]
