@@ -263,7 +263,8 @@ def figure_b(args, tmp: Path) -> None:
                   f"{runs(v_rows, 'kept', '.3f')}), ok {[x['ok'] for x in v_rows]}")
             print(f"      rig rate kept measured as for vLLM (sends / span of actual sends / target): "
                   f"{med([x['span_kept'] for x in rig_rows]):.3f} (runs {runs(rig_rows, 'span_kept', '.3f')})")
-            print(f"      rig client CPU per request {med([x['cpu_ms'] for x in rig_rows]):.3f} ms, CPU% of its core {runs(rig_rows, 'cpu_pct', '.0f')}")
+            print(f"      rig client CPU per request {med([x['cpu_ms'] for x in rig_rows]):.3f} ms, "
+                  f"CPU% of its core {runs(rig_rows, 'cpu_pct', '.0f')}")
             for x in rig_rows:
                 if x["flags"]:
                     print(f"      rig flagged client_saturated: {'; '.join(x['flags'])}")

@@ -82,7 +82,8 @@ def make_point(rng: np.random.Generator, run_dir: Path, point: str, steps: int, 
         "slip_s": np.zeros(n), "e2e_from_intended_s": e2e, "prompt_tokens": rng.integers(50, 4000, n),
         "completion_tokens": tokens.astype(np.int64), "cached_tokens": np.zeros(n, np.int64),
         "status": np.where(ok, "ok", "failed"), "ok": ok, "http_status": np.where(ok, 200, 500).astype(np.int32),
-        "spec_verify_ct": np.where(verify > 0, verify, 0), "spec_accept_length": np.where(verify > 0, tokens / np.maximum(verify, 1), np.nan),
+        "spec_verify_ct": np.where(verify > 0, verify, 0),
+        "spec_accept_length": np.where(verify > 0, tokens / np.maximum(verify, 1), np.nan),
         "output_hash": hashes, "output_chars": tokens * 4, "seed": np.arange(n, dtype=np.int64),
     }
     n_sample = int(n * sample)
@@ -117,7 +118,8 @@ def make_point(rng: np.random.Generator, run_dir: Path, point: str, steps: int, 
     ts = np.arange(start, end, max(1.0, (end - start) / 3600))
     running = np.minimum(conc, 26 - 3 * steps) * np.ones(ts.size)
     samples = {
-        "ts": np.repeat(ts, 3), "name": np.tile(["sglang:num_running_reqs", "sglang:num_queue_reqs", "sglang:token_usage"], ts.size),
+        "ts": np.repeat(ts, 3),
+        "name": np.tile(["sglang:num_running_reqs", "sglang:num_queue_reqs", "sglang:token_usage"], ts.size),
         "value": np.column_stack([running, np.maximum(0, conc - running), running / 30]).ravel(),
     }
     m = server_metrics_dir(run_dir, point)

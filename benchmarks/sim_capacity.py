@@ -1,7 +1,7 @@
 """How much load the simulated server sustains on this machine while staying on its schedule.
 
-Starts `python -m rig.sim` (default without speculation, so up to 133 streams decode at once) and, for rising numbers of concurrent
-streams, runs a closed loop of long greedy /generate streams from this process (the load generator shares the
+Starts `python -m rig.sim` (default without speculation, so up to 133 streams decode at once) and, for rising numbers of
+concurrent streams, runs a closed loop of long greedy /generate streams from this process (the load generator shares the
 machine, as it does in `rig run`). For each level it reads the sim's own lag histogram from /metrics and counts
 chunks/s at the client. Prints one row per level and the highest load whose p99 lag stayed under 1 ms. It measures;
 it asserts nothing.

@@ -52,7 +52,8 @@ def make_run(d: Path) -> Path:
     """The hand-built run: four points (steps 0, 2, 3, 4) of the same three requests on two generators."""
     manifest = {
         "run_id": "r1", "status": "complete",
-        "cluster": {"generators": [{"generator": 0, "clock_offset_s": 0.0}, {"generator": 1, "clock_offset_s": OFFSET_G1}]},
+        "cluster": {"generators": [{"generator": 0, "clock_offset_s": 0.0},
+                                   {"generator": 1, "clock_offset_s": OFFSET_G1}]},
         "server_configs": {f"cfg{s}": _config(s) for s in (0, 2, 3, 4)},
         "points": [
             _point("p-s0", 0),

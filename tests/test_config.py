@@ -73,7 +73,7 @@ def test_bad_yaml_names_file_and_line(tmp_path):
 def test_cli_errors_exit_2_with_one_line(args, needle):
     proc = subprocess.run([sys.executable, "-m", "rig.cli", *args, "--dry-run"], capture_output=True, text=True)
     assert proc.returncode == 2, proc.stderr
-    lines = [l for l in proc.stderr.strip().splitlines() if l.strip()]
+    lines = [line for line in proc.stderr.strip().splitlines() if line.strip()]
     assert len(lines) == 1 and needle in lines[0], proc.stderr
     assert "Traceback" not in proc.stderr
 

@@ -32,8 +32,8 @@ def test_the_parquet_schema_is_generated_from_the_record_dataclass():
 def test_every_key_the_client_and_apis_write_is_a_column():
     st = apis.StreamState(prompt_tokens=3, completion_tokens=5, finish_reason="stop", text_parts=["x"])
     # every speculative and server-time field the APIs can report, from the richest inputs they read
-    st.speculative.update(apis._speculative_fields({"spec_verify_ct": 2, "spec_accept_length": 2.5, "spec_accepted_drafts": 3,
-                                      "spec_proposed_drafts": 4}))
+    st.speculative.update(apis._speculative_fields({"spec_verify_ct": 2, "spec_accept_length": 2.5,
+                                                    "spec_accepted_drafts": 3, "spec_proposed_drafts": 4}))
     st.speculative.update(apis._vllm_speculative_fields({"num_spec_steps": 2, "num_accepted_draft_tokens": 3,
                                            "num_draft_tokens": 4}))
     st.server_ts.update(apis._server_timestamps({"request_received_ts": 1.0, "first_token_latency": 0.5,
@@ -142,7 +142,8 @@ def test_migration_judges_old_points_with_the_one_rule_set():
     hot = _v1_point(cpu_pct=97.0)
     hot["point"] = "hot"
     died = _v1_point()
-    died.update(point="died", flags=["server_died"], status="failed", error="server exited with code 9 during the point")
+    died.update(point="died", flags=["server_died"], status="failed",
+                error="server exited with code 9 during the point")
     m = parse_manifest(json.dumps(_v1([hot, died])))
     assert m.entry("hot").flag_reasons == {"client_saturated": "generator 0 used 97% CPU (limit 90%) over 8s"}
     assert m.entry("died").flag_reasons == {"server_died": "server exited with code 9 during the point"}

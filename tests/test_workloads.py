@@ -69,7 +69,8 @@ def test_greedy_matches_the_campaign() -> None:
     totals = {n: sum(t.max_tokens for t in turns[:n]) for n in (4, 8, 32, 64, 128)}
     # The campaign's Tokens column: 4,000 / 7,441 / 29,798 / 59,000 / 112,000.
     assert totals == {4: 4000, 8: 7500, 32: 29500, 64: 59000, 128: 117500}
-    assert build_sessions(WorkloadSpec(name="greedy", max_tokens=300), seed=0, n_sessions=3)[2].turns[0].max_tokens == 300
+    capped = build_sessions(WorkloadSpec(name="greedy", max_tokens=300), seed=0, n_sessions=3)
+    assert capped[2].turns[0].max_tokens == 300
 
 
 def _realistic(n: int, **kw) -> list:

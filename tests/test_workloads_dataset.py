@@ -45,7 +45,8 @@ def test_jsonl_trace_timestamps_and_max_tokens() -> None:
     assert [s.turns[0].max_tokens for s in sessions] == [120, 512, 64, 512, 200]
     assert sessions[1].turns[0].messages[0] == {"role": "system", "content": "Answer in French."}
     assert sessions[2].extra["source"].endswith("trace_small.jsonl:4")
-    assert build_sessions(_spec(DATA / "trace_small.jsonl", max_tokens=9), seed=0, n_sessions=1)[0].turns[0].max_tokens == 9
+    capped = build_sessions(_spec(DATA / "trace_small.jsonl", max_tokens=9), seed=0, n_sessions=1)
+    assert capped[0].turns[0].max_tokens == 9
     assert build_sessions(_spec(DATA / "trace_small.jsonl", use_timestamps=False), seed=0,
                           n_sessions=2)[1].arrival_s is None
 
@@ -113,7 +114,8 @@ def test_jsonl_errors_name_file_line_and_problem(tmp_path: Path, lines: str, whe
     ('[{"conversations": {"from": "human"}}]', "entry [0]: 'conversations' must be a list"),
     ('[{"conversations": [{"from": "human", "value": "a"}]}, {"conversations": [{"from": "alien", "value": "b"}]}]',
      "entry [1]: conversations[0].from must be human, gpt or system (got 'alien')"),
-    ('[{"conversations": [{"from": "human", "value": 3}]}]', "entry [0]: conversations[0] must be an object with a string 'value'"),
+    ('[{"conversations": [{"from": "human", "value": 3}]}]',
+     "entry [0]: conversations[0] must be an object with a string 'value'"),
     ('[{"conversations": []}, {"conversations": [{"from": "gpt", "value": "hi"}]}]',
      "no usable entries (need at least one prompt)"),
     ('[{"prompt": "a"}, {"prompt": ""}]', "entry [1]: 'prompt' must be a non-empty string"),

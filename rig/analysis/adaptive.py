@@ -37,7 +37,8 @@ def search_table(section: dict[str, Any]) -> Table:
 
 def frontier_table(rows: list[dict[str, Any]]) -> Table:
     """The Pareto points: per-user decode speed against per-GPU throughput."""
-    t = Table(title="Pareto frontier (decode tok/s per request vs aggregate tok/s per GPU; no point beats these on both)",
+    t = Table(title="Pareto frontier (decode tok/s per request vs aggregate tok/s per GPU; "
+                    "no point beats these on both)",
               title_justify="left", header_style="bold")
     for c in ("Workload", "Point", "Steps", "Level", "Tok/s per GPU", "Decode tok/s", "Agg tok/s"):
         t.add_column(c, justify="left" if c in ("Workload", "Point") else "right")
@@ -99,8 +100,9 @@ def tune_tables(section: dict[str, Any]) -> list[Table]:
     r = Table(title="rig tune: recommendation", title_justify="left", header_style="bold", show_header=False)
     r.add_column("", justify="left")
     r.add_column("", justify="left")
-    for k, label in (("answer", "Answer"), ("evidence", "Evidence"), ("stable", "Stable"), ("measured_points", "Measured points"),
-                     ("grid_points", "Grid would measure"), ("stop_reason", "Stopped because")):
+    for k, label in (("answer", "Answer"), ("evidence", "Evidence"), ("stable", "Stable"),
+                     ("measured_points", "Measured points"), ("grid_points", "Grid would measure"),
+                     ("stop_reason", "Stopped because")):
         if rec.get(k) is not None:
             r.add_row(label, str(rec[k]))
     out.append(r)

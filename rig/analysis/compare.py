@@ -127,7 +127,7 @@ def unseeded_pairs(pairs: list[tuple[Side, Side]]) -> list[str]:
 
 
 def pair_runs(a: Run, b: Run, label_a: str, label_b: str) -> list[tuple[Side, Side]]:
-    """Each point of B with the point of A at the same workload and level: same steps if A has one, else A's only one."""
+    """Each point of B with A's point at the same workload and level: same steps if A has one, else A's only one."""
     by_level: dict[tuple, list[PointInfo]] = defaultdict(list)
     for p in a.points:
         by_level[p.level_key()].append(p)
@@ -275,7 +275,8 @@ def compare(a: str, b: str | None = None, baseline_steps: int | None = None, res
             mode = f"{sa.label} vs {sb.label}"
         else:
             pairs = pair_runs(ra, rb, la, lb)
-            sides = [Side(ra, p, f"{la}:{p.point}") for p in ra.points] + [Side(rb, p, f"{lb}:{p.point}") for p in rb.points]
+            sides = ([Side(ra, p, f"{la}:{p.point}") for p in ra.points]
+                     + [Side(rb, p, f"{lb}:{p.point}") for p in rb.points])
             mode = f"{la} (baseline) vs {lb}"
     if not pairs and b is None:
         have = sorted({p.steps for p in run.points if p.steps is not None})

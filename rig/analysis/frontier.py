@@ -48,7 +48,8 @@ def mark_frontier(run: Run, rows: list[dict[str, Any]]) -> None:
         for r in pts:
             x, y = r["tok_s_per_gpu"], r["decode_tok_s"]
             r["on_frontier"] = not any(
-                (o["tok_s_per_gpu"] >= x and o["decode_tok_s"] >= y) and (o["tok_s_per_gpu"] > x or o["decode_tok_s"] > y)
+                (o["tok_s_per_gpu"] >= x and o["decode_tok_s"] >= y)
+                and (o["tok_s_per_gpu"] > x or o["decode_tok_s"] > y)
                 for o in pts if o is not r)
 
 

@@ -49,7 +49,8 @@ def table_html(rows: list[dict[str, Any]], cols: list[Col], caption: str = "") -
 CAMPAIGN_COLS: list[Col] = [
     ("concurrency", "Concurrency", _num("d")), ("rate", "Rate (req/s)", _num(",.2f")), ("repeat", "Repeat", _num("d")),
     ("aggregate_tok_s", "Aggregate tok/s", _num(",.1f")), ("per_request_tok_s", "Per-request tok/s", _num(",.1f")),
-    ("decode_tok_s", "Decode tok/s", _num(",.1f")), ("tokens", "Tokens", _num(",d")), ("wall_s", "Wall time (s)", _num(",.1f")),
+    ("decode_tok_s", "Decode tok/s", _num(",.1f")), ("tokens", "Tokens", _num(",d")),
+    ("wall_s", "Wall time (s)", _num(",.1f")),
     ("ok", "OK", _num("d")), ("failed", "Failed", _num("d")), ("accept_length", "Accept len", _num(".2f")),
     ("flags", "Flags", _text),
 ]
@@ -92,15 +93,17 @@ def _pct(v: Any) -> str:
 
 FRONTIER_COLS: list[Col] = [("workload", "Workload", _text), ("point", "Point", _text), ("steps", "Steps", _num("d")),
                             ("concurrency", "Concurrency", _text), ("rate", "Rate", _text),
-                            ("tok_s_per_gpu", "Tok/s per GPU", _num(",.1f")), ("decode_tok_s", "Decode tok/s", _num(",.1f")),
+                            ("tok_s_per_gpu", "Tok/s per GPU", _num(",.1f")),
+                            ("decode_tok_s", "Decode tok/s", _num(",.1f")),
                             ("aggregate_tok_s", "Agg tok/s", _num(",.1f"))]
 BEST_LEVEL_COLS: list[Col] = [("workload", "Workload", _text), ("level", "Level", _text), ("best", "Best", _text),
                               ("best_aggregate_tok_s", "Agg tok/s", _num(",.1f")), ("runner_up", "Runner-up", _text),
                               ("margin", "Margin", _pct), ("ci_low", "CI low", _pct), ("ci_high", "CI high", _pct),
                               ("paired_decode_speedup", "Paired decode ratio", _num(".3f")),
                               ("paired_ci_low", "CI low ", _num(".3f")), ("paired_ci_high", "CI high ", _num(".3f"))]
-BEST_SLO_COLS: list[Col] = [("workload", "Workload", _text), ("best", "Best", _text), ("max_passing", "Max passing", _text),
-                            ("min_failing", "Min failing", _text), ("best_aggregate_tok_s", "Agg tok/s", _num(",.1f")),
+BEST_SLO_COLS: list[Col] = [("workload", "Workload", _text), ("best", "Best", _text),
+                            ("max_passing", "Max passing", _text), ("min_failing", "Min failing", _text),
+                            ("best_aggregate_tok_s", "Agg tok/s", _num(",.1f")),
                             ("runner_up", "Runner-up", _text), ("runner_up_max_passing", "Its max passing", _text),
                             ("capacity_margin", "Capacity margin", _pct), ("throughput_margin", "Tok/s margin", _pct),
                             ("ci_low", "CI low", _pct), ("ci_high", "CI high", _pct)]
@@ -116,14 +119,17 @@ def _flat_search(section: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
-SEARCH_COLS: list[Col] = [("server_config", "Config", _text), ("steps", "Steps", _num("d")), ("workload", "Workload", _text),
-                          ("status", "Outcome", _text), ("max_passing", "Max passing", _text), ("mp_margin", "Margin", _pct),
-                          ("min_failing", "Min failing", _text), ("mf_margin", "Margin ", _pct), ("probes", "Probes", _text)]
+SEARCH_COLS: list[Col] = [("server_config", "Config", _text), ("steps", "Steps", _num("d")),
+                          ("workload", "Workload", _text), ("status", "Outcome", _text),
+                          ("max_passing", "Max passing", _text), ("mp_margin", "Margin", _pct),
+                          ("min_failing", "Min failing", _text), ("mf_margin", "Margin ", _pct),
+                          ("probes", "Probes", _text)]
 TUNE_COLS: list[Col] = [("round", "Round", _text), ("point", "Point", _text), ("steps", "Steps", _num("d")),
-                        ("level", "Level", _text), ("why", "Why", _text), ("predicted_margin", "Predicted margin", _pct),
-                        ("margin", "Measured margin", _pct), ("predicted_aggregate_tok_s", "Predicted agg tok/s", _num(",.1f")),
-                        ("aggregate_tok_s", "Measured agg tok/s", _num(",.1f")), ("predicted_meets", "Predicted meets", _text),
-                        ("meets", "Meets", _text)]
+                        ("level", "Level", _text), ("why", "Why", _text),
+                        ("predicted_margin", "Predicted margin", _pct), ("margin", "Measured margin", _pct),
+                        ("predicted_aggregate_tok_s", "Predicted agg tok/s", _num(",.1f")),
+                        ("aggregate_tok_s", "Measured agg tok/s", _num(",.1f")),
+                        ("predicted_meets", "Predicted meets", _text), ("meets", "Meets", _text)]
 
 
 def decision_html(report: Report) -> list[str]:
@@ -135,7 +141,8 @@ def decision_html(report: Report) -> list[str]:
         parts += ["<h2>Pareto frontier</h2><p>decode tok/s per request against aggregate tok/s per GPU; no point of "
                   "the run is better on both.</p>", table_html(report.frontier, FRONTIER_COLS)]
     if report.best_per_level:
-        among = f"among points meeting {describe(report.slos, report.slo_percentile)}" if report.slos else "among valid points"
+        among = (f"among points meeting {describe(report.slos, report.slo_percentile)}" if report.slos
+                 else "among valid points")
         parts += [f"<h2>Best configuration per load level</h2><p>{html.escape(among)}; margin over the runner-up with "
                   "its bootstrap 95% interval, and the paired per-request decode-speed ratio best/runner-up.</p>",
                   table_html(report.best_per_level, BEST_LEVEL_COLS)]
@@ -172,11 +179,13 @@ def render_html(report: Report, plots: list[Path] | None = None) -> str:
     problems = render_problems(report.campaign)
     if problems is not None:  # the same text as the terminal's: errors, each flag's figure, top error messages
         parts.append(f"<h2>What went wrong</h2><pre>{html.escape(problems.plain.split(chr(10), 1)[1])}</pre>")
-    parts += ["<h2>Latency</h2><p>milliseconds; ITL percentiles are over tokens.</p>", table_html(report.latency, LATENCY_COLS)]
+    parts += ["<h2>Latency</h2><p>milliseconds; ITL percentiles are over tokens.</p>",
+              table_html(report.latency, LATENCY_COLS)]
     parts += ["<h2>Acceptance length</h2>", table_html(report.acceptance, ACCEPT_COLS)]
     parts += ["<h2>Server vs client</h2>", table_html(report.server, SERVER_COLS)]
     if report.goodput:
-        parts += [f"<h2>Goodput ({html.escape(report.goodput[0]['slos'])})</h2>", table_html(report.goodput, GOODPUT_COLS)]
+        parts += [f"<h2>Goodput ({html.escape(report.goodput[0]['slos'])})</h2>",
+                  table_html(report.goodput, GOODPUT_COLS)]
     parts += decision_html(report)
     ll = report.lossless
     parts.append("<h2>Greedy losslessness</h2>")

@@ -200,7 +200,8 @@ def acceptance_from_counters(engine: str | None, before: dict[str, float], after
     return None
 
 
-def itl_values(offsets: pa.ChunkedArray | pa.Array, tokens: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, np.ndarray]:
+def itl_values(offsets: pa.ChunkedArray | pa.Array,
+               tokens: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, np.ndarray]:
     """ITL values and their token weights from chunk offset and chunk token lists (one entry per later chunk)."""
     if isinstance(offsets, pa.ChunkedArray):
         offsets = offsets.combine_chunks() if offsets.num_chunks else pa.array([], offsets.type)
@@ -258,7 +259,8 @@ def weighted_percentiles(
         v = np.asarray(values, dtype=float)
         v = v[np.isfinite(v)]
         return [float(x) for x in np.percentile(v, q)] if v.size else [None] * q.size
-    v, w = (np.asarray(values, dtype=float), np.asarray(weights, dtype=float)) if presorted else sort_weighted(values, weights)
+    v, w = ((np.asarray(values, dtype=float), np.asarray(weights, dtype=float)) if presorted
+            else sort_weighted(values, weights))
     if not v.size:
         return [None] * q.size
     cw = np.cumsum(w)

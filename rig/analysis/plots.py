@@ -168,7 +168,8 @@ def _server_panel(ax: plt.Axes, report: Report, point: str) -> bool:
 
 def plot_server(report: Report, rows: list[dict[str, Any]], path: Path) -> Path | None:
     """Server running/queued requests over time, one panel per point of a (configuration, workload) group."""
-    points = [r["point"] for r in rows if report.series.get(r["point"]) and not report.series[r["point"]]["running"].empty]
+    points = [r["point"] for r in rows
+              if report.series.get(r["point"]) and not report.series[r["point"]]["running"].empty]
     if not points:
         return None
     cols = min(3, len(points))

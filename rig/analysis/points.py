@@ -42,7 +42,8 @@ def load_requests(run: Run, p: PointInfo) -> m.Requests:
     return m.requests_from_table(table, generator_offsets(run.manifest))
 
 
-def acceptance(run: Run, p: PointInfo, r: m.Requests, series: dict[str, Series] | None = None) -> tuple[float | None, str | None]:
+def acceptance(run: Run, p: PointInfo, r: m.Requests,
+               series: dict[str, Series] | None = None) -> tuple[float | None, str | None]:
     """(acceptance length, source): per-request fields, else the manifest's counter window, else scraped counters."""
     per_req = m.acceptance_from_requests(r)
     if per_req is not None:

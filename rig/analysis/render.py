@@ -68,7 +68,8 @@ def render_server(rows: list[dict[str, Any]]) -> Table:
             f"{fmt(r['running_mean'])} / {fmt(r['running_max'], ',.0f')}",
             f"{fmt(r['queued_mean'])} / {fmt(r['queued_max'], ',.0f')}",
             f"{fmt(r['token_usage_mean'], '.1%')} / {fmt(r['token_usage_max'], '.1%')}",
-            fmt(r["max_running_requests"], ",d") if isinstance(r["max_running_requests"], int) else fmt(r["max_running_requests"]),
+            (fmt(r["max_running_requests"], ",d") if isinstance(r["max_running_requests"], int)
+             else fmt(r["max_running_requests"])),
             fmt(r["samples"], ",d"), note,
         )
     return t
@@ -83,7 +84,8 @@ def render_goodput(rows: list[dict[str, Any]]) -> Table:
     for r in rows:
         t.add_row(
             r["point"], fmt(r["steps"], "d"), _level(r), fmt(r["good"], ",d"), fmt(r["counted"], ",d"),
-            fmt(r["fraction"] * 100 if r["fraction"] is not None else None, ".1f") + ("%" if r["fraction"] is not None else ""),
+            fmt(r["fraction"] * 100 if r["fraction"] is not None else None, ".1f")
+            + ("%" if r["fraction"] is not None else ""),
             fmt(r["goodput_req_s"], ",.2f"), fmt(r["goodput_tok_s"]),
         )
     return t

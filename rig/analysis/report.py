@@ -123,7 +123,8 @@ def build_report(run_dir: Path | str | Run, slos: list[m.Slo] | None = None, cdf
             g = m.goodput(r, slos, row["wall_s"])
             g.update(point=p.point, steps=p.steps, workload=p.workload, level=p.level)
             good.append(g)
-            row.update(goodput_fraction=g["fraction"], goodput_req_s=g["goodput_req_s"], goodput_tok_s=g["goodput_tok_s"])
+            row.update(goodput_fraction=g["fraction"], goodput_req_s=g["goodput_req_s"],
+                       goodput_tok_s=g["goodput_tok_s"])
             verdict = evaluate_slos(r, slos, pct)
             row.update(slo_meets=verdict["meets"], slo_margin=verdict["margin"])
             meets[p.point] = verdict["meets"]

@@ -126,7 +126,8 @@ def summarize_point(run: Run, p: PointInfo, series: dict[str, Series] | None = N
     cap = limits["max_running_requests"]
     # The campaign's C=64 regression: the running batch pinned at the (speculation-lowered) cap while requests queue.
     row["at_running_cap"] = bool(
-        cap is not None and row["running_max"] is not None and row["running_max"] >= cap and (row["queued_max"] or 0) > 0
+        cap is not None and row["running_max"] is not None and row["running_max"] >= cap
+        and (row["queued_max"] or 0) > 0
     )
     return row
 

@@ -60,7 +60,8 @@ def _level_header(rows: list[dict[str, Any]]) -> tuple[str, Callable[[dict[str, 
     if all(r.get("load_mode") in (None, "closed") for r in rows):
         return "Concurrency", lambda r: fmt(r.get("concurrency"), "d")
     return "Rate (req/s)", lambda r: (
-        fmt(r.get("concurrency"), "d") + " (C)" if r.get("load_mode") in (None, "closed") else fmt(r.get("rate"), ",.2f")
+        fmt(r.get("concurrency"), "d") + " (C)" if r.get("load_mode") in (None, "closed")
+        else fmt(r.get("rate"), ",.2f")
     )
 
 

@@ -220,7 +220,8 @@ class PointExecutor:
         thresholds = self.store.data.thresholds or Thresholds()
         flags, status, error = point_verdict(gens, records, self.spec.load.mode, thresholds, server_died,
                                              self.stop.is_set(), entry.flag_reasons)
-        self.store.update_point(pid, generators=gens, records=records, requests_scheduled=sum(r.scheduled for r in gens),
+        self.store.update_point(pid, generators=gens, records=records,
+                                requests_scheduled=sum(r.scheduled for r in gens),
                                 requests_planned=None if None in planned else sum(planned), status=status)
         entry.set_verdict(flags)
         if error is not None:

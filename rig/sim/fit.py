@@ -43,7 +43,8 @@ RUN_DIR_FREE = (
     "acc_logit_temperature_slope",
     "acc_logit_loop",
 )
-_LINEAR = {"acc_logit_loop", "acc_logit_greedy", "acc_logit_temperature_slope"}  # logits are searched linearly; the rest in log space
+# logits are searched linearly; the rest in log space
+_LINEAR = {"acc_logit_loop", "acc_logit_greedy", "acc_logit_temperature_slope"}
 
 
 @dataclass(frozen=True)

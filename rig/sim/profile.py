@@ -38,7 +38,8 @@ SPECS: tuple[ParamSpec, ...] = (
        "mem_fraction_static when the flag is unset: share of GPU memory for weights, KV pool and request state."),
     _p("graph_reserve_gb", "GB", 1.5, 0, 50, "Memory kept back per GPU for CUDA graphs and activations."),
     _p("state_pool_share", "fraction", 0.5, 0.01, 0.99,
-       "Share of the memory left after weights that holds per-request recurrent (GDN/Mamba) state; the rest is the KV pool."),
+       "Share of the memory left after weights that holds per-request recurrent (GDN/Mamba) state; "
+       "the rest is the KV pool."),
     _p("kv_bytes_per_token", "bytes/token/GPU", 12288, 64, 1e7,
        "KV-cache bytes one token occupies per GPU (full-attention layers only in a hybrid model)."),
     _p("context_length", "tokens", 262144, 1024, 1e7, "Model's maximum context length (config.json)."),
@@ -72,7 +73,8 @@ SPECS: tuple[ParamSpec, ...] = (
     _p("acc_logit_position_decay", "logit/position", 0.35, 0, 5,
        "Logit drop per later draft position: the draft head compounds its own errors (assumption)."),
     _p("acc_logit_temperature_slope", "logit/unit temperature", 0.9, -2, 10,
-       "Logit drop per unit of sampling temperature (capped at 2): a flatter target distribution rejects more drafts (assumption)."),
+       "Logit drop per unit of sampling temperature (capped at 2): a flatter target distribution rejects more drafts "
+       "(assumption)."),
     _p("acc_logit_loop", "logit", 4.5, -5, 12,
        "Logit of accepting any draft position while greedy output repeats itself (no decay: a loop is "
        "equally predictable at every depth); fitted to the campaign, whose greedy output was repetitive."),
@@ -80,10 +82,13 @@ SPECS: tuple[ParamSpec, ...] = (
        "Output position after which greedy decoding falls into repetition (degeneration of greedy search); "
        "sampling escapes it. Fitted to the campaign."),
     # --- output lengths ---
-    _p("eos_median_tokens", "tokens", 400, 1, 1e5, "Median natural answer length (where EOS falls) for content score 0.5."),
-    _p("eos_content_slope", "ln(tokens)/unit score", 0.5, -5, 5, "Log-length change of the natural length per unit content score."),
+    _p("eos_median_tokens", "tokens", 400, 1, 1e5,
+       "Median natural answer length (where EOS falls) for content score 0.5."),
+    _p("eos_content_slope", "ln(tokens)/unit score", 0.5, -5, 5,
+       "Log-length change of the natural length per unit content score."),
     _p("eos_sigma", "ln(tokens)", 0.8, 0.0, 3, "Log-normal spread of the natural length across prompts and seeds."),
-    _p("loop_period_tokens", "tokens", 24, 2, 1000, "Period of the repetition greedy output falls into past its natural end."),
+    _p("loop_period_tokens", "tokens", 24, 2, 1000,
+       "Period of the repetition greedy output falls into past its natural end."),
 )
 SPEC_BY_NAME: dict[str, ParamSpec] = {s.name: s for s in SPECS}
 

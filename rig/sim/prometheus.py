@@ -1,4 +1,4 @@
-"""Prometheus metrics with SGLang's names (SGLang's observability/metrics_collector.py), plus the sim's own lag figures."""
+"""Prometheus metrics with SGLang's names (SGLang's observability/metrics_collector.py), plus the sim's lag figures."""
 
 from __future__ import annotations
 
@@ -49,8 +49,10 @@ class SimMetrics:
         self.max_total_num_tokens = g("max_total_num_tokens", "Size of the KV pool in tokens.")
         self.max_running_requests_g = g("max_running_requests", "Effective maximum of running requests.")
         self.context_len = g("context_len", "Context length.")
-        self.sim_lag = g("sim_lag_seconds", "Simulator: how late (s) the latest iteration ended after its simulated deadline.")
-        self.sim_lag_max = g("sim_lag_max_seconds", "Simulator: largest lag (s) since startup or the last /flush_cache.")
+        self.sim_lag = g("sim_lag_seconds",
+                         "Simulator: how late (s) the latest iteration ended after its simulated deadline.")
+        self.sim_lag_max = g("sim_lag_max_seconds",
+                             "Simulator: largest lag (s) since startup or the last /flush_cache.")
         self.sim_iteration_lag = Histogram("sglang:sim_iteration_lag_seconds", "Simulator: lag per iteration (s).",
                                            sched, buckets=LAG_BUCKETS, registry=r).labels(**self._sched_labels)
 

@@ -126,7 +126,7 @@ def _result(r: Req) -> RequestResult:
 
 
 def summarize(level: LevelResult) -> dict[str, float]:
-    """The rig's figures for a level (definitions as in rig/analysis/metrics.py and the calibration note in rig/sim/README.md)."""
+    """The rig's figures for a level (defined as in rig/analysis/metrics.py; calibration note: rig/sim/README.md)."""
     rs = level.requests
     tokens = sum(r.completion_tokens for r in rs)
     wall = max(r.end for r in rs) - min(r.send for r in rs)

@@ -131,7 +131,7 @@ def _observed_caps(runner: Runner, cid: str) -> dict[str, int]:
 
 
 def _design_level(ladder: list[int], predicted: dict[int, dict[str, Any]]) -> int:
-    """Where the prior model puts the configuration's boundary: its highest predicted passing level (else the lowest)."""
+    """Where the prior model puts the configuration's boundary: its highest predicted passing level, else the lowest."""
     passing = [lv for lv in ladder if predicted.get(lv, {}).get("meets")]
     return max(passing) if passing else ladder[0]
 
