@@ -13,7 +13,7 @@ import typing
 from dataclasses import dataclass, fields
 from typing import Annotated, Any, Literal, Sequence
 
-import pyarrow as pa  # type: ignore[import-untyped]
+import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 MANIFEST_VERSION = 2

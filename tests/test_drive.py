@@ -94,7 +94,9 @@ def test_open_loop_sends_on_schedule(tmp_path):
     gaps = t.intended_send_ts.diff().dropna()
     assert gaps.sub(0.02).abs().max() < 1e-6  # intended times are the schedule, exactly
     assert summary.slip_p99_s < 0.010  # an idle generator keeps up
-    assert 0.99 <= summary.rate_ratio <= 1.01
+    # the rate follows from the slip: a last send late by up to the 10 ms allowed above, over this 0.38 s schedule,
+    # is up to 2.6 % of rate (a shared CI machine does delay a send by a few ms; 0.989 was seen under load)
+    assert 1 - 0.010 / offs[-1] <= summary.rate_ratio <= 1.01
     assert (t.e2e_from_intended_s >= t.e2e_s - 1e-9).all()
 
 

@@ -9,7 +9,10 @@ deterministic: the same inputs give the same profile.
 from __future__ import annotations
 
 import math
+import multiprocessing
+import os
 import shlex
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable
@@ -157,10 +160,38 @@ def run_dir_targets(run_dir: Path | str) -> list[Target]:
     return out
 
 
-def evaluate(profile: Profile, targets: Iterable[Target]) -> list[dict]:
+def _simulate(job: tuple[Profile, list[Scenario]]) -> list[dict[str, float]]:
+    """Some scenarios' figures (a module-level function, so worker processes can run it)."""
+    profile, scenarios = job
+    return [summarize(run_closed_loop(profile, sc)) for sc in scenarios]
+
+
+def simulate_scenarios(profile: Profile, scenarios: Iterable[Scenario],
+                       pool: ProcessPoolExecutor | None = None) -> dict[Scenario, dict[str, float]]:
+    """Every distinct scenario simulated once, split across ``pool``'s workers when given (each run is deterministic,
+    so the figures do not depend on where it ran). One batch per worker, balanced by cost: a task per scenario would
+    spend more on pickling than the small scenarios take to simulate."""
+    todo = sorted(set(scenarios), key=lambda sc: sc.n_requests * sc.concurrency, reverse=True)
+    workers = pool._max_workers if pool is not None else 1  # noqa: SLF001  (the pool's size is not public)
+    if workers < 2 or len(todo) < 2:
+        return dict(zip(todo, _simulate((profile, todo))))
+    bins: list[list[Scenario]] = [[] for _ in range(min(workers, len(todo)))]
+    load = [0] * len(bins)
+    for sc in todo:  # longest first, each to the least-loaded batch
+        i = load.index(min(load))
+        bins[i].append(sc)
+        load[i] += sc.n_requests * sc.concurrency
+    out: dict[Scenario, dict[str, float]] = {}
+    for batch, figures in zip(bins, pool.map(_simulate, [(profile, b) for b in bins])):
+        out.update(zip(batch, figures))
+    return out
+
+
+def evaluate(profile: Profile, targets: Iterable[Target], pool: ProcessPoolExecutor | None = None) -> list[dict]:
     """Simulate every scenario once and compare each target with the simulated figure."""
     targets = list(targets)
-    cache: dict[Scenario, dict[str, float]] = {}
+    cache = simulate_scenarios(profile, [t.scenario for t in targets
+                                         if t.metric not in ("ratio", "max_running") and t.scenario is not None], pool)
     sims: dict[str, float] = {}
     rows = []
     for t in targets:
@@ -170,8 +201,6 @@ def evaluate(profile: Profile, targets: Iterable[Target]) -> list[dict]:
             sim = float(engine_config(profile, t.steps).max_running)
         else:
             assert t.scenario is not None
-            if t.scenario not in cache:
-                cache[t.scenario] = summarize(run_closed_loop(profile, t.scenario))
             sim = cache[t.scenario][t.metric]
         sims[t.label] = sim
         rows.append(_row(t, sim))
@@ -180,6 +209,14 @@ def evaluate(profile: Profile, targets: Iterable[Target]) -> list[dict]:
             a, b = t.ratio_of
             rows.append(_row(t, sims[a] / sims[b] if sims.get(b) else float("nan")))
     return rows
+
+
+def fit_workers() -> int:
+    """Processes a fit simulates scenarios on: the CPUs this process may use (RIG_FIT_WORKERS overrides)."""
+    env = os.environ.get("RIG_FIT_WORKERS")
+    if env:
+        return max(1, int(env))
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
 def _row(t: Target, sim: float) -> dict:
@@ -223,20 +260,28 @@ def fit(
     bounds = [(s.lo, s.hi) if s.name in _LINEAR else (math.log(max(s.lo, 1e-9)), math.log(s.hi)) for s in specs]
     n_evals = 0
 
+    workers = fit_workers()
+    # Worker processes are started fresh (spawn): the fit may run inside a process that already has threads.
+    pool = (ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) if workers > 1 else None)
+
     def f(x: np.ndarray) -> float:
         nonlocal n_evals
         n_evals += 1
-        val = objective(evaluate(from_x(x), targets))
+        val = objective(evaluate(from_x(x), targets, pool))
         if progress and n_evals % 50 == 0:
             progress(n_evals, val)
         return val
 
     x0 = to_x(base)
-    best = minimize(f, x0, method="Nelder-Mead", bounds=bounds,
-                    options={"maxfev": max_evals, "xatol": 1e-4, "fatol": 1e-7, "adaptive": True})
-    # A restart from the optimum escapes a collapsed simplex (common with piecewise-constant terms).
-    best = minimize(f, best.x, method="Nelder-Mead", bounds=bounds,
-                    options={"maxfev": max_evals, "xatol": 1e-5, "fatol": 1e-8, "adaptive": True})
+    try:
+        best = minimize(f, x0, method="Nelder-Mead", bounds=bounds,
+                        options={"maxfev": max_evals, "xatol": 1e-4, "fatol": 1e-7, "adaptive": True})
+        # A restart from the optimum escapes a collapsed simplex (common with piecewise-constant terms).
+        best = minimize(f, best.x, method="Nelder-Mead", bounds=bounds,
+                        options={"maxfev": max_evals, "xatol": 1e-5, "fatol": 1e-8, "adaptive": True})
+    finally:
+        if pool is not None:
+            pool.shutdown(cancel_futures=True)
     prof = from_x(best.x)
     rows = evaluate(prof, targets)
     return FitResult(prof, rows, objective(rows), n_evals, tuple(free))

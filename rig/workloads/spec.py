@@ -124,7 +124,7 @@ class WorkloadSpec(BaseModel):
             raise WorkloadError(_one_line(e)) from None
 
     @classmethod
-    def model_validate(cls, obj: Any, *args: Any, **kwargs: Any) -> "WorkloadSpec":  # type: ignore[override]
+    def model_validate(cls, obj: Any, *args: Any, **kwargs: Any) -> "WorkloadSpec":
         """Like pydantic's, but errors are one-line WorkloadErrors."""
         if not isinstance(obj, dict):
             raise WorkloadError(f"workload: expected a mapping of options, got {type(obj).__name__}")
