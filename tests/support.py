@@ -17,23 +17,25 @@ DOUBLES = str(Path(__file__).parent / "doubles")
 OWNER_VAR = "RIG_TEST_OWNER"
 
 
-def rig(*args: str, timeout: float = 240, env: dict[str, str] | None = None,
-        owner: str | os.PathLike[str] | None = None) -> subprocess.CompletedProcess:
-    """Run `rig ARGS` in a fresh interpreter (what a user runs), wide output, no usage stats."""
+def _env(env: dict[str, str] | None, owner: str | os.PathLike[str] | None) -> dict[str, str]:
+    """The environment of a rig process a test starts: wide output, no usage stats, the owner mark when given."""
     full = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "COLUMNS": "200", **(env or {})}
     if owner is not None:
         full[OWNER_VAR] = str(owner)
+    return full
+
+
+def rig(*args: str, timeout: float = 240, env: dict[str, str] | None = None,
+        owner: str | os.PathLike[str] | None = None) -> subprocess.CompletedProcess:
+    """Run `rig ARGS` in a fresh interpreter (what a user runs) and wait for it."""
     return subprocess.run([sys.executable, "-m", "rig.cli", *args], capture_output=True, text=True, timeout=timeout,
-                          env=full)
+                          env=_env(env, owner))
 
 
 def start_rig(*args: str, owner: str | os.PathLike[str] | None = None) -> subprocess.Popen:
     """Start `rig ARGS` without waiting (for tests that signal or kill it)."""
-    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "COLUMNS": "200"}
-    if owner is not None:
-        env[OWNER_VAR] = str(owner)
     return subprocess.Popen([sys.executable, "-m", "rig.cli", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=env)
+                            text=True, env=_env(None, owner))
 
 
 def spec_file(tmp_path: Path, **env: str) -> Path:

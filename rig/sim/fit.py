@@ -166,14 +166,13 @@ def _simulate(job: tuple[Profile, list[Scenario]]) -> list[dict[str, float]]:
     return [summarize(run_closed_loop(profile, sc)) for sc in scenarios]
 
 
-def simulate_scenarios(profile: Profile, scenarios: Iterable[Scenario],
-                       pool: ProcessPoolExecutor | None = None) -> dict[Scenario, dict[str, float]]:
-    """Every distinct scenario simulated once, split across ``pool``'s workers when given (each run is deterministic,
-    so the figures do not depend on where it ran). One batch per worker, balanced by cost: a task per scenario would
-    spend more on pickling than the small scenarios take to simulate."""
+def simulate_scenarios(profile: Profile, scenarios: Iterable[Scenario], pool: ProcessPoolExecutor | None = None,
+                       workers: int = 1) -> dict[Scenario, dict[str, float]]:
+    """Every distinct scenario simulated once, split over ``workers`` processes of ``pool`` when given (each run is
+    deterministic, so the figures do not depend on where it ran). One batch per worker, balanced by cost: a task
+    per scenario would spend more on pickling than the small scenarios take to simulate."""
     todo = sorted(set(scenarios), key=lambda sc: sc.n_requests * sc.concurrency, reverse=True)
-    workers = pool._max_workers if pool is not None else 1  # noqa: SLF001  (the pool's size is not public)
-    if workers < 2 or len(todo) < 2:
+    if pool is None or workers < 2 or len(todo) < 2:
         return dict(zip(todo, _simulate((profile, todo))))
     bins: list[list[Scenario]] = [[] for _ in range(min(workers, len(todo)))]
     load = [0] * len(bins)
@@ -187,11 +186,13 @@ def simulate_scenarios(profile: Profile, scenarios: Iterable[Scenario],
     return out
 
 
-def evaluate(profile: Profile, targets: Iterable[Target], pool: ProcessPoolExecutor | None = None) -> list[dict]:
-    """Simulate every scenario once and compare each target with the simulated figure."""
+def evaluate(profile: Profile, targets: Iterable[Target], pool: ProcessPoolExecutor | None = None,
+             workers: int = 1) -> list[dict]:
+    """Simulate every scenario once (over ``pool``'s ``workers`` when given) and compare each target with it."""
     targets = list(targets)
     cache = simulate_scenarios(profile, [t.scenario for t in targets
-                                         if t.metric not in ("ratio", "max_running") and t.scenario is not None], pool)
+                                         if t.metric not in ("ratio", "max_running") and t.scenario is not None],
+                               pool, workers)
     sims: dict[str, float] = {}
     rows = []
     for t in targets:
@@ -267,7 +268,7 @@ def fit(
     def f(x: np.ndarray) -> float:
         nonlocal n_evals
         n_evals += 1
-        val = objective(evaluate(from_x(x), targets, pool))
+        val = objective(evaluate(from_x(x), targets, pool, workers))
         if progress and n_evals % 50 == 0:
             progress(n_evals, val)
         return val
