@@ -19,25 +19,28 @@ pytestmark = [pytest.mark.ray, pytest.mark.slow]
 STEPS = "0,2,4"
 LEVELS = "1,2,4,8,16"
 GRID_POINTS = 15
-# The question: the most users at a median TPOT of 20 ms. Every point that decides it is about 10 % from the SLO on
-# this server, so the real-time noise of a shared 2-core machine cannot flip it between the grid and tune. (An
-# "interactive" question, a tight TPOT at low load, was dropped: there steps 2 and 4 are within a few per cent of each
-# other and of the limit, so the grid itself answered differently from run to run.)
+# The question: the most users at a median TPOT of 20 ms. On the hidden server below the answer holds with a margin
+# the real-time noise of a loaded 2-core machine cannot take away, whichever way that noise moves the boundary: steps
+# 0 meets the SLO at 16 by ~10 %, and if noise pushes it over, it still leads at 8 by ~28 % aggregate tok/s while
+# steps 2 misses at 8 and steps 4 at 4-8. (A milder hidden server, 20x draft cost and -0.7 acceptance, left steps 0
+# and 2 within 2 % of each other at 8; when a loaded CI machine pushed every configuration over at 16 the grid itself
+# flipped to steps 2. An "interactive" question, a tight TPOT at low load, was dropped for the same reason.)
 SLO_SETS = {"throughput": ["tpot=20ms", "ttft=2000ms"]}
 PERCENTILE = "50"  # medians: a handful of requests per point gives a steady median, not a steady p90
+# --deterministic: the server honours per-request seeds, so the grid and tune see the same output lengths.
 COMMON = ["--steps", STEPS, "--workload", "realistic", "--workload-opt", "max_tokens=32", "--warmup", "0",
-          "--concurrency", LEVELS, "-q"]
+          "--concurrency", LEVELS, "--deterministic", "-q"]
 
 
 @pytest.fixture(scope="module")
 def hidden_server(tmp_path_factory):
     """A spec file pointing the sim at the hidden profile, and the exhaustive grid measured on it."""
     d = tmp_path_factory.mktemp("tune")
-    # The server's hidden truth: draft forwards 20x slower, acceptance logit 0.7 lower, 40 % less room for request
+    # The server's hidden truth: draft forwards 60x slower, acceptance logit 1.0 lower, 40 % less room for request
     # state (so fewer running requests at every steps value). Tune starts from the reference profile and is never
     # told; the rig only sees what any server shows: its measured requests and its startup limits.
     ref = load_profile()
-    hidden = ref.with_values(d_fixed_ms=ref.d_fixed_ms * 20, acc_logit_greedy=ref.acc_logit_greedy - 0.7,
+    hidden = ref.with_values(d_fixed_ms=ref.d_fixed_ms * 60, acc_logit_greedy=ref.acc_logit_greedy - 1.0,
                              state_pool_share=0.3)
     hidden.save(d / "hidden.yaml")
     spec = d / "spec.yaml"
