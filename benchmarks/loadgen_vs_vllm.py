@@ -7,16 +7,21 @@ The anchor is vLLM's `bench serve` from the vLLM CPU venv ($RIG_CACHE/vllm-venv,
 rig's side is benchmarks/rig_generator.py: the real PointRun (lean client, records, Parquet parts) in a process.
 The truth server (benchmarks/truth_server.py) records when it wrote every token; it is the clock both are held to.
 
-(a) streamed tok/s, 64 streams, unpaced, 1 token per event: client pinned to CPU 0 and server to CPU 1
-    (taskset), then unpinned; tok/s counted by the server (tokens / first arrival to last write), client CPU
-    seconds in that window (psutil samples of the client process), events/s per client core, CPU s per 1k events.
+(a) streamed tok/s, 64 streams, 1 token per event, measured where the client is the bottleneck: the truth server
+    unpaced with --burst k tokens per write (default 32; still one SSE event and one HTTP chunk per token), so it
+    spends a fraction of a client's CPU per event. Client pinned to CPU 0 and server to CPU 1 (taskset), then
+    unpinned. tok/s = tokens written by the server / (first request arrival at the server to the later of its last
+    write and the client's last read); client and server CPU seconds in that window (psutil samples), each as a
+    share of one core, and whether the client was saturated (>= 90 % of a core); events/s per client core and
+    client CPU s per 1,000 events.
 (b) open loop, Poisson, 16-token requests at each --rates: rate kept (rig's own rate_ratio: scheduled span over
     first intended to last actual send; and, measured as for vLLM, sends over the span of actual sends) and rig's p99
     schedule slip (vLLM records no intended send time, so only its rate kept is shown) and rig's saturation flags.
 (c) one token every 10 ms per stream, 64 and 256 streams: for every token, the client's gap to the previous token
     minus the server's gap between writing them (requests matched exactly: the first token's text names the
     request); p99 of |error|.
-(d) rig only: 1 vs 2 generator processes (the per_host model), 64 streams in total, unpinned.
+(d) rig only: 1 vs 2 generator processes (the per_host model), 64 streams in total, against the same cheap
+    (burst) server, unpinned and with generator process i pinned to CPU i (server unpinned); growth = tok/s ratio.
 
 Every figure is repeated --repeats times, rig and vLLM alternating; medians and ratios are printed. The machine
 is shared: only the ratios within one invocation mean much.
@@ -53,40 +58,66 @@ VLLM_MAIN = ("import sys\nfrom vllm.utils.argparse_utils import FlexibleArgument
 
 
 class CpuSampler:
-    """CPU seconds of a process tree over time, so a window's CPU can be read off (start-up excluded)."""
+    """CPU seconds of process trees over time, so a window's CPU can be read off (start-up excluded).
+
+    Besides the CPU of each whole tree it reads the kernel's schedstat of each process's main thread (the event
+    loop): seconds on a CPU and seconds runnable but waiting for one. On shared cores a client can be the
+    bottleneck without using its whole core: it is whenever its loop is either running or waiting to run."""
 
     def __init__(self, pids: list[int]) -> None:
+        self.pids = pids
         self.procs = [psutil.Process(p) for p in pids]
-        self.samples: list[tuple[float, float]] = []
+        self.tree: list[psutil.Process] = list(self.procs)
+        self.samples: list[tuple[float, float, float, float]] = []  # (perf_counter, tree CPU, loop run, loop wait)
         self._stop = threading.Event()
         self._t = threading.Thread(target=self._run, daemon=True)
         self._t.start()
 
-    def _cpu(self) -> float:
-        total = 0.0
+    def _refresh_tree(self) -> None:
+        tree = []
         for p in self.procs:
             try:
-                for q in [p, *p.children(recursive=True)]:
-                    c = q.cpu_times()
-                    total += c.user + c.system
+                tree += [p, *p.children(recursive=True)]
             except psutil.Error:
                 pass
-        return total
+        self.tree = tree
+
+    def _read(self) -> tuple[float, float, float]:
+        cpu = run = wait = 0.0
+        for q in self.tree:
+            try:
+                c = q.cpu_times()
+                cpu += c.user + c.system
+            except psutil.Error:
+                pass
+        for pid in self.pids:
+            try:
+                with open(f"/proc/{pid}/task/{pid}/schedstat") as f:
+                    on_cpu_ns, waiting_ns, _ = f.read().split()
+                run += int(on_cpu_ns) / 1e9
+                wait += int(waiting_ns) / 1e9
+            except (OSError, ValueError):
+                pass
+        return cpu, run, wait
 
     def _run(self) -> None:
+        n = 0
         while not self._stop.is_set():
-            c = self._cpu()
-            self.samples.append((time.perf_counter(), c))
+            if n % 25 == 0:  # children are few and long-lived: walking /proc for them every sample costs CPU
+                self._refresh_tree()
+            n += 1
+            self.samples.append((time.perf_counter(), *self._read()))
             self._stop.wait(0.02)
 
     def stop(self) -> None:
         self._stop.set()
         self._t.join()
 
-    def between(self, t0: float, t1: float) -> float:
-        """CPU seconds used between two perf_counter times (linear between samples)."""
+    def between(self, t0: float, t1: float, what: int = 1) -> float:
+        """Seconds used between two perf_counter times (linear between samples): what = 1 CPU of the trees, 2 the
+        main threads on a CPU, 3 the main threads waiting for a CPU."""
         t = np.array([s[0] for s in self.samples])
-        c = np.array([s[1] for s in self.samples])
+        c = np.array([s[what] for s in self.samples])
         return float(np.interp(t1, t, c) - np.interp(t0, t, c))
 
 
@@ -94,14 +125,17 @@ def taskset(cpus: str | None) -> list[str]:
     return ["taskset", "-c", cpus] if cpus else []
 
 
-def run_rig(url: str, out: Path, cpus: str | None, procs: int = 1, **kw) -> dict:
-    """One level with `procs` rig generator processes sharing the load; their summaries and records."""
+def run_rig(url: str, out: Path, cpus: str | list[str | None] | None, procs: int = 1, **kw) -> dict:
+    """One level with `procs` rig generator processes sharing the load; their summaries and records.
+
+    `cpus`: one taskset CPU list for every process, or one per process."""
+    per_proc = cpus if isinstance(cpus, list) else [cpus] * procs
     shutil.rmtree(out, ignore_errors=True)
     start = time.perf_counter() + 2.0  # all processes start at this common moment (imports take ~1 s)
     args = []
     for k, v in kw.items():
         args += [f"--{k.replace('_', '-')}", str(v)]
-    ps = [subprocess.Popen([*taskset(cpus), sys.executable, str(HERE / "rig_generator.py"), "--url", url,
+    ps = [subprocess.Popen([*taskset(per_proc[i]), sys.executable, str(HERE / "rig_generator.py"), "--url", url,
                             "--out", str(out), "--index", str(i), "--of", str(procs), "--start-at", str(start),
                             *args], stdout=subprocess.PIPE, text=True) for i in range(procs)]
     sampler = CpuSampler([p.pid for p in ps])
@@ -151,32 +185,73 @@ def med(xs: list[float]) -> float:
 
 # ---------------------------------------------------------------- (a) and (d) throughput
 
-def throughput(tool: str, srv: TruthServer, tmp: Path, cpus: str | None, requests: int, max_tokens: int,
-               procs: int = 1) -> dict:
+SATURATED_PCT = 90  # a client whose event loop runs or waits to run this share of the time is the bottleneck
+
+
+def throughput(tool: str, srv: TruthServer, tmp: Path, cpus: str | list[str | None] | None, requests: int,
+               max_tokens: int, procs: int = 1) -> dict:
     server_cpu = CpuSampler([p.pid for p in srv.procs])
     if tool == "rig":
         r = run_rig(srv.url, tmp / "rig", cpus, procs, mode="closed", concurrency=64, requests=requests,
                     max_tokens=max_tokens)
         ok = sum(1 for x in r["records"] if x["ok"])
+        last_read = max(x["ended_mono"] for x in r["summaries"])  # after the last response's last byte
+        lost = sum(x["scheduled"] for x in r["summaries"]) - len(r["records"])  # requests sent but not on disk
     else:
         r = run_vllm(srv.url, tmp / "vllm", cpus, concurrency=64, requests=requests, max_tokens=max_tokens)
-        ok = r["result"]["completed"]
+        res = r["result"]
+        ok = res["completed"]
+        lost = 0
+        # vLLM's start_times and latencies are perf_counter values and spans: the same clock as the server's.
+        last_read = max(s + d for s, d in zip(res["start_times"], res["latencies"]) if d)
     server_cpu.stop()
     truth = srv.collect()
     t0, t1 = server_window(truth)
+    # With bursts the server can be ahead of the client by what the socket buffers hold: the window ends at the
+    # later of its last write and the client's last read, so tok/s is what the client actually streamed.
+    t1 = max(t1, last_read)
     cpu = r["sampler"].between(t0, t1)
     events = truth["tokens"]
-    return {"tok_s": events / (t1 - t0), "cpu_s": cpu, "events_per_core_s": events / cpu if cpu > 0 else float("nan"),
-            "cpu_per_1k": 1e3 * cpu / events, "ok": ok, "server_cpu_pct": 100 * server_cpu.between(t0, t1) / (t1 - t0),
-            "client_cpu_pct": 100 * cpu / (t1 - t0)}
+    span = t1 - t0
+    busy = r["sampler"].between(t0, t1, 2) + r["sampler"].between(t0, t1, 3)  # the loop ran or waited to run
+    return {"tok_s": events / span, "cpu_s": cpu, "events_per_core_s": events / cpu if cpu > 0 else float("nan"),
+            "cpu_per_1k": 1e3 * cpu / events, "ok": ok, "server_cpu_pct": 100 * server_cpu.between(t0, t1) / span,
+            "client_cpu_pct": 100 * cpu / span, "span_s": span, "events": events,
+            "loop_busy_pct": 100 * busy / span, "loop_wait_pct": 100 * r["sampler"].between(t0, t1, 3) / span,
+            "lost": lost}
+
+
+def verdict(x: dict, procs: int = 1) -> str:
+    """Which side set the pace of one run: a client whose event loop was running or waiting for a CPU nearly all
+    the window was the bottleneck (on a shared core it may hold only part of it)."""
+    busy = x["loop_busy_pct"] / procs
+    v = (f"client {'SATURATED' if busy >= SATURATED_PCT else 'not saturated'} (its loop ran or waited to run "
+         f"{busy:.0f} % of the window, {x['loop_wait_pct'] / procs:.0f} % waiting for a CPU)")
+    if x["server_cpu_pct"] >= SATURATED_PCT:
+        v += "; server saturated"
+    return v + (f"; {x['lost']} RECORDS LOST (sent, not in the part files)" if x["lost"] else "")
+
+
+def loadavg() -> str:
+    return "load average " + ", ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def print_runs(tool: str, rr: list[dict], procs: int = 1) -> None:
+    print(f"    {tool:5} tok/s {med([x['tok_s'] for x in rr]):>9.0f}  events/s per client core "
+          f"{med([x['events_per_core_s'] for x in rr]):>9.0f}  client CPU s per 1k events "
+          f"{med([x['cpu_per_1k'] for x in rr]):.4f}")
+    for i, x in enumerate(rr):
+        print(f"      run {i + 1}: tok/s {x['tok_s']:.0f} over {x['span_s']:.2f} s; client CPU "
+              f"{x['client_cpu_pct']:.0f} %, server CPU {x['server_cpu_pct']:.0f} % of a core; {verdict(x, procs)}; "
+              f"ok {x['ok']}")
 
 
 def figure_a(args, tmp: Path) -> None:
-    print(f"(a) streamed tok/s, 64 streams, unpaced, 1 token per event, {args.requests} requests x "
-          f"{args.max_tokens} tokens")
+    print(f"(a) streamed tok/s, 64 streams, 1 token per event, {args.requests} requests x {args.max_tokens} tokens; "
+          f"truth server unpaced, {args.burst} tokens per write")
     for pinned in (True, False):
         cpus_c, cpus_s = ("0", "1") if pinned else (None, None)
-        srv = TruthServer(tmp / "truth-a", itl_ms=0, workers=1, cpus=cpus_s)
+        srv = TruthServer(tmp / "truth-a", itl_ms=0, workers=1, cpus=cpus_s, burst=args.burst)
         rows: dict[str, list[dict]] = {"rig": [], "vllm": []}
         try:
             for rep in range(args.repeats):
@@ -187,12 +262,7 @@ def figure_a(args, tmp: Path) -> None:
         label = "pinned (client CPU 0, server CPU 1)" if pinned else "unpinned"
         print(f"  {label}:")
         for tool in ("rig", "vllm"):
-            rr = rows[tool]
-            print(f"    {tool:5} tok/s {med([x['tok_s'] for x in rr]):>9.0f}  events/s per client core "
-                  f"{med([x['events_per_core_s'] for x in rr]):>9.0f}  client CPU s per 1k events "
-                  f"{med([x['cpu_per_1k'] for x in rr]):.4f}  (runs: "
-                  f"{runs(rr, 'tok_s', '.0f')}; client CPU% {runs(rr, 'client_cpu_pct', '.0f')}; server CPU% "
-                  f"{runs(rr, 'server_cpu_pct', '.0f')})")
+            print_runs(tool, rows[tool])
         ratios = [a["tok_s"] / b["tok_s"] for a, b in zip(rows["rig"], rows["vllm"])]
         eff = [b["cpu_per_1k"] / a["cpu_per_1k"] for a, b in zip(rows["rig"], rows["vllm"])]
         print(f"    rig / vLLM: tok/s x{med(ratios):.2f} (runs {runs(ratios, None, '.2f')}); "
@@ -200,22 +270,23 @@ def figure_a(args, tmp: Path) -> None:
 
 
 def figure_d(args, tmp: Path) -> None:
-    print("(d) rig only: 1 vs 2 generator processes, 64 streams in total, unpinned, server 2 processes")
-    srv = TruthServer(tmp / "truth-d", itl_ms=0, workers=2)
-    res: dict[int, list[dict]] = {1: [], 2: []}
+    print(f"(d) rig only: 1 vs 2 generator processes, 64 streams in total, {args.requests} requests x "
+          f"{args.max_tokens} tokens; truth server unpaced, {args.burst} tokens per write, 1 process, unpinned")
+    srv = TruthServer(tmp / "truth-d", itl_ms=0, workers=1, burst=args.burst)
     try:
-        for rep in range(args.repeats):
-            for procs in ((1, 2) if rep % 2 == 0 else (2, 1)):
-                res[procs].append(throughput("rig", srv, tmp, None, args.requests, args.max_tokens, procs))
+        for pinned in (False, True):
+            res: dict[int, list[dict]] = {1: [], 2: []}
+            for rep in range(args.repeats):
+                for procs in ((1, 2) if rep % 2 == 0 else (2, 1)):
+                    cpus = [str(i) for i in range(procs)] if pinned else None
+                    res[procs].append(throughput("rig", srv, tmp, cpus, args.requests, args.max_tokens, procs))
+            print("  generator process i pinned to CPU i:" if pinned else "  unpinned:")
+            for procs in (1, 2):
+                print_runs(f"{procs}p", res[procs], procs)
+            g = [b["tok_s"] / a["tok_s"] for a, b in zip(res[1], res[2])]
+            print(f"    2 / 1 processes: tok/s x{med(g):.2f} (runs {runs(g, None, '.2f')})")
     finally:
         srv.stop()
-    for procs in (1, 2):
-        rr = res[procs]
-        print(f"    {procs} process(es): tok/s {med([x['tok_s'] for x in rr]):.0f} (runs "
-              f"{runs(rr, 'tok_s', '.0f')}), client CPU s per 1k events "
-              f"{med([x['cpu_per_1k'] for x in rr]):.4f}")
-    g = [b["tok_s"] / a["tok_s"] for a, b in zip(res[1], res[2])]
-    print(f"    2 / 1 processes: x{med(g):.2f} (runs {runs(g, None, '.2f')})")
 
 
 # ---------------------------------------------------------------- (b) open loop
@@ -340,8 +411,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--only", default="a,b,c,d")
-    ap.add_argument("--requests", type=int, default=640, help="(a, d) requests per run")
+    ap.add_argument("--requests", type=int, default=5120, help="(a, d) requests per run")
     ap.add_argument("--max-tokens", type=int, default=256, help="(a, d) tokens per request")
+    ap.add_argument("--burst", type=int, default=32, help="(a, d) tokens per server write (unpaced truth server)")
     ap.add_argument("--rates", default="250,1000,2000")
     ap.add_argument("--level-s", type=float, default=4.0)
     ap.add_argument("--itl-tokens", type=int, default=100)
@@ -350,9 +422,10 @@ def main() -> None:
         print(f"needs the vLLM CPU venv at {VLLM_PY} (scripts/vllm-env.sh) and the tiny model at {TOKENIZER}")
         sys.exit(2)
     tmp = Path(tempfile.mkdtemp(prefix="rig-vs-vllm-"))
-    print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}; repeats {args.repeats}\n")
+    print(f"machine: {os.cpu_count()} cores, {loadavg()}; repeats {args.repeats}\n")
     try:
         for part in args.only.split(","):
+            print(f"[{part.strip()}] {time.strftime('%H:%M:%S', time.gmtime())} UTC, {loadavg()}")
             {"a": figure_a, "b": figure_b, "c": figure_c, "d": figure_d}[part.strip()](args, tmp)
             print(flush=True)
     finally:

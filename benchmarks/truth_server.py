@@ -1,17 +1,23 @@
 """The truth server: an OpenAI-style streaming server that paces tokens and records when it wrote each one.
 
-    python benchmarks/truth_server.py --port 8100 [--itl-ms 10 | --itl-ms 0 (unpaced)] [--stats-dir DIR]
+    python benchmarks/truth_server.py --port 8100 [--itl-ms 10 | --itl-ms 0 [--burst 32]] [--stats-dir DIR]
 
-POST /v1/completions (and /v1/chat/completions) with ``"stream": true`` answers with one SSE event per token
-(chunked transfer encoding, keep-alive), then a usage chunk and ``data: [DONE]`` -- the shape vLLM and SGLang send.
-``max_tokens`` tokens are written per request. Paced (``--itl-ms`` > 0): token i of a stream is due at
-``arrival + ttft + i * itl`` on that stream's own schedule. Unpaced (0): every stream writes its next token as soon
-as the event loop comes round to it (one write per token, streams interleaved) -- for throughput runs.
+POST /v1/completions (and /v1/chat/completions) with ``"stream": true`` answers with one SSE event per token, each
+event its own HTTP chunk (chunked transfer encoding, keep-alive), then a usage chunk and ``data: [DONE]`` -- the
+shape vLLM and SGLang send, which a client has to parse event by event. ``max_tokens`` tokens are written per
+request. Paced (``--itl-ms`` > 0): token i of a stream is due at ``arrival + ttft + i * itl`` on that stream's own
+schedule, one write per token. Unpaced (0), for throughput runs: the whole response body is rendered once when the
+request arrives, and every stream writes its next ``--burst`` k tokens (k events, k chunks) in one ``write()`` as
+soon as the event loop comes round to it, streams interleaved. k = 1 is one write per token; k = 32 makes the
+server's cost per event a small fraction of what any client spends parsing it, so the client is the bottleneck.
 
 The server records the monotonic time of every token write (``time.perf_counter``, the same clock as the
-clients on this host) and, on SIGUSR1, dumps them to ``DIR/dump-NNN-PID.npz`` and starts afresh; SIGTERM dumps
-and exits. Several processes can serve one port (SO_REUSEPORT), each pinned where the benchmark wants it, so the
-server is not the bottleneck. ``TruthServer`` starts, dumps and stops a set of them from a benchmark.
+clients on this host): the moment the write() that carried the token returned, i.e. the bytes were handed to the
+kernel. In a burst the k tokens went in one write, so they share that one time (the gaps inside a burst are 0 on
+the server's side: use k = 1 or the paced mode for timing figures). On SIGUSR1 it dumps them to
+``DIR/dump-NNN-PID.npz`` and starts afresh; SIGTERM dumps and exits. Several processes can serve one port
+(SO_REUSEPORT), each pinned where the benchmark wants it, so the server is not the bottleneck. ``TruthServer``
+starts, dumps and stops a set of them from a benchmark.
 
 Raw asyncio Protocol on uvloop, no web framework: the server must be cheaper per event than any client it judges.
 """
@@ -77,7 +83,7 @@ class Stream:
     """One streaming response on one connection."""
 
     __slots__ = ("conn", "n", "i", "due", "rid", "tag", "model", "chat", "prompt_tokens", "writes", "arrival", "itl",
-                 "mid")
+                 "mid", "body", "pos", "ends")
 
     def __init__(self, conn: "Conn", body: dict, chat: bool, itl: float, ttft: float, rid: str) -> None:
         self.conn = conn
@@ -94,6 +100,9 @@ class Stream:
         self.prompt_tokens = max(1, len(str(prompt)) // 4)
         self.writes: list[float] = []
         self.mid: bytes | None = None
+        self.body: memoryview | None = None  # unpaced: the whole response body, rendered once
+        self.pos = 0  # unpaced: how much of the body is written
+        self.ends = (0, 0)  # unpaced: the byte lengths of the first and of a middle token's event
 
     def piece(self, i: int) -> str:
         """Token i's text; the first names the request, so a client's text (or its hash) finds it here."""
@@ -101,18 +110,37 @@ class Stream:
 
     def text_hash(self) -> str:
         """sha256[:32] of the whole text, as rig's records keep it (output_hash)."""
-        return hashlib.sha256("".join(self.piece(i) for i in range(self.n)).encode()).hexdigest()[:32]
+        return hashlib.sha256((self.piece(0) + self.piece(1) * (self.n - 1)).encode()).hexdigest()[:32]
 
     def event(self) -> bytes:
         if 0 < self.i < self.n - 1:  # the middle tokens are all alike: render once per stream
             if self.mid is None:
-                self.mid = self._render()
+                self.mid = self._render(self.i)
             return self.mid
-        return self._render()
+        return self._render(self.i)
 
-    def _render(self) -> bytes:
-        last = self.i == self.n - 1
-        text = self.piece(self.i)
+    def render_body(self) -> None:
+        """Unpaced: every token's event, then the usage chunk and [DONE], as one buffer to be written in slices."""
+        first = self._render(0)
+        if self.n == 1:
+            self.ends = (len(first), 0)
+            self.body = memoryview(first + self.tail())
+            return
+        mid = self._render(1) if self.n > 2 else b""
+        last = self._render(self.n - 1)
+        self.ends = (len(first), len(mid))
+        self.body = memoryview(first + mid * (self.n - 2) + last + self.tail())
+
+    def end_of(self, j: int) -> int:
+        """Unpaced: the byte offset in the body where the first j tokens' events end (j = n: the whole body)."""
+        if j >= self.n:
+            return len(self.body)  # type: ignore[arg-type]
+        first, mid = self.ends
+        return first + (j - 1) * mid
+
+    def _render(self, i: int) -> bytes:
+        last = i == self.n - 1
+        text = self.piece(i)
         if self.chat:
             choice = {"index": 0, "delta": {"content": text}, "finish_reason": "length" if last else None}
             obj = {"id": self.rid, "object": "chat.completion.chunk", "model": self.model, "choices": [choice]}
@@ -194,6 +222,7 @@ class Conn(asyncio.Protocol):
         self.transport.write(HEAD_OK)
         srv.recorder.arrivals.append(st.arrival)
         if srv.itl == 0:
+            st.render_body()
             srv.loop.call_soon(srv.step_unpaced, st)
         else:
             srv.loop.call_at(srv.loop.time() + (st.due - time.perf_counter()), srv.step_paced, st)
@@ -205,9 +234,10 @@ class Conn(asyncio.Protocol):
 
 
 class Server:
-    def __init__(self, itl_s: float, ttft_s: float) -> None:
+    def __init__(self, itl_s: float, ttft_s: float, burst: int = 1) -> None:
         self.itl = itl_s
         self.ttft = ttft_s
+        self.burst = burst
         self.seq = 0
         self.recorder = Recorder()
         self.loop = asyncio.get_running_loop()
@@ -223,18 +253,33 @@ class Server:
         st.i += 1
         if st.i >= st.n:
             tr.write(st.tail())
-            rec = self.recorder
-            rec.writes.append(st.writes)
-            rec.tags.append(st.tag)
-            rec.hashes.append(st.text_hash())
-            st.conn.finish()
+            self._finished(st)
             return True
         return False
 
+    def _finished(self, st: Stream) -> None:
+        rec = self.recorder
+        rec.writes.append(st.writes)
+        rec.tags.append(st.tag)
+        rec.hashes.append(st.text_hash())
+        st.conn.finish()
+
     def step_unpaced(self, st: Stream) -> None:
+        """Write the stream's next `burst` tokens (their events, already rendered) in one write."""
         if st.conn.stream is not st or st.conn.paused:
             return  # resumed by resume_writing
-        if not self._write_token(st):
+        tr = st.conn.transport
+        if tr is None:  # the client went away
+            return
+        j = min(st.i + self.burst, st.n)
+        end = st.end_of(j)  # the last burst carries the usage chunk and [DONE] too
+        tr.write(st.body[st.pos:end])  # type: ignore[index]
+        t = time.perf_counter()  # the moment the burst went to the kernel: the write time of each of its tokens
+        st.writes.extend([t] * (j - st.i))
+        st.i, st.pos = j, end
+        if j >= st.n:
+            self._finished(st)
+        elif not st.conn.paused:  # paused: resume_writing schedules the next burst (never two chains per stream)
             self.loop.call_soon(self.step_unpaced, st)
 
     def step_paced(self, st: Stream) -> None:
@@ -246,8 +291,8 @@ class Server:
             self.loop.call_at(self.loop.time() + (st.due - time.perf_counter()), self.step_paced, st)
 
 
-async def serve(port: int, itl_s: float, ttft_s: float, stats_dir: Path) -> None:
-    server = Server(itl_s, ttft_s)
+async def serve(port: int, itl_s: float, ttft_s: float, stats_dir: Path, burst: int = 1) -> None:
+    server = Server(itl_s, ttft_s, burst)
     loop = asyncio.get_running_loop()
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -274,12 +319,15 @@ def main() -> None:
     ap.add_argument("--port", type=int, required=True)
     ap.add_argument("--itl-ms", type=float, default=0.0, help="gap between a stream's tokens; 0 = unpaced")
     ap.add_argument("--ttft-ms", type=float, default=None, help="time to the first token (default: one ITL)")
+    ap.add_argument("--burst", type=int, default=1, help="unpaced: tokens (events) per write; default 1")
     ap.add_argument("--stats-dir", type=Path, default=Path("."))
     a = ap.parse_args()
+    if a.burst < 1 or (a.burst > 1 and a.itl_ms > 0):
+        ap.error("--burst must be >= 1, and > 1 only unpaced (--itl-ms 0)")
     import uvloop
     a.stats_dir.mkdir(parents=True, exist_ok=True)
     ttft = (a.ttft_ms if a.ttft_ms is not None else a.itl_ms) / 1e3
-    uvloop.run(serve(a.port, a.itl_ms / 1e3, ttft, a.stats_dir))
+    uvloop.run(serve(a.port, a.itl_ms / 1e3, ttft, a.stats_dir, a.burst))
 
 
 # ---------------------------------------------------------------- used by the benchmarks
@@ -294,12 +342,12 @@ class TruthServer:
     """Start ``workers`` truth-server processes on one port (optionally pinned to ``cpus``), dump, stop."""
 
     def __init__(self, stats_dir: Path, itl_ms: float = 0.0, workers: int = 1, cpus: str | None = None,
-                 ttft_ms: float | None = None) -> None:
+                 ttft_ms: float | None = None, burst: int = 1) -> None:
         self.port = free_port()
         self.dir = Path(stats_dir)
         self.dir.mkdir(parents=True, exist_ok=True)
         cmd = [sys.executable, str(Path(__file__).resolve()), "--port", str(self.port), "--itl-ms", str(itl_ms),
-               "--stats-dir", str(self.dir)]
+               "--stats-dir", str(self.dir), "--burst", str(burst)]
         if ttft_ms is not None:
             cmd += ["--ttft-ms", str(ttft_ms)]
         if cpus:
