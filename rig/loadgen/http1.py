@@ -2,8 +2,12 @@
 
 Why not aiohttp on the hot path: its per-read machinery (StreamReader, a task wake-up per read, header objects)
 costs more CPU than everything else the generator does per streamed event. Here the body bytes go straight from
-``data_received`` into a caller-supplied sink on the event loop's own callback -- no task wake-up per read -- and
-the arrival time is taken at that read. Keep-alive connections are pooled per (host, port).
+the socket's read callback into a caller-supplied sink on the event loop's own callback -- no task wake-up per
+read. Keep-alive connections are pooled per (host, port).
+
+Arrival times come from the kernel, not from the moment the loop got round to the read: the socket has
+SO_TIMESTAMPNS on and is read with ``recvmsg``, whose control message says when the last packet of that read
+arrived. A client waiting for a core, or busy with other reads, still stamps each read when its bytes came in.
 
 The caller gets: the status line, the headers (lower-cased names), body bytes as they arrive (chunked framing
 removed) with their arrival ``perf_counter``, and the end of the message (or why it broke off).
@@ -12,13 +16,26 @@ removed) with their arrival ``perf_counter``, and the end of the message (or why
 from __future__ import annotations
 
 import asyncio
+import platform
 import socket
+import struct
+import sys
 import time
 from collections import deque
 from typing import Protocol
 from urllib.parse import urlsplit
 
 MAX_HEAD = 64 * 1024  # a response head larger than this is not one the rig can accept
+READ_SIZE = 256 * 1024  # one read takes at most this much (asyncio's transports read the same)
+
+# Linux's SO_TIMESTAMPNS_OLD = 35, and SCM_TIMESTAMPNS = SO_TIMESTAMPNS (include/uapi/asm-generic/socket.h; glibc's
+# bits/socket-constants.h makes SO_TIMESTAMPNS this one wherever time_t is a long): the control message is a struct
+# timespec of two native longs, CLOCK_REALTIME. Python's socket module does not export the name. alpha, mips,
+# parisc and sparc number their socket options differently, so stamps are asked for only where the generic value holds.
+SO_TIMESTAMPNS_OLD = 35
+KERNEL_STAMPS = sys.platform == "linux" and platform.machine() in ("x86_64", "aarch64", "riscv64", "ppc64le")
+_TIMESPEC = struct.Struct("@ll")
+_CMSG_SPACE = socket.CMSG_SPACE(_TIMESPEC.size) if hasattr(socket, "CMSG_SPACE") else 0
 
 
 class HTTPError(Exception):
@@ -37,12 +54,129 @@ class Sink(Protocol):
     def body(self, data: bytes, at: float) -> None: ...
 
 
-class _Conn(asyncio.Protocol):
+class _Socket:
+    """A non-blocking TCP socket watched with ``loop.add_reader``: feeds a ``_Conn`` each read with its arrival time.
+
+    It calls the connection's ``connection_made`` / ``data_received`` / ``connection_lost`` as an asyncio
+    transport would (``connection_lost`` on the loop's next turn after a close, an EOF or an error) and offers
+    the transport calls the connection uses: ``write`` and ``close``.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, sock: socket.socket, conn: "_Conn",
+                 bufs: list[memoryview]) -> None:
+        self.loop, self.sock, self.conn, self.bufs = loop, sock, conn, bufs  # bufs: the pool's read buffer, shared
+        self.fd = sock.fileno()
+        self.out: bytes | memoryview = b""  # the part of a write the kernel has not taken yet
+        self.closed = False
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # a request is one write: no wait for an ACK
+        if KERNEL_STAMPS:
+            try:
+                sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS_OLD, 1)
+            except OSError:  # no stamps: every read is stamped when it is made
+                pass
+        conn.connection_made(self)
+        loop.add_reader(self.fd, self._readable)
+
+    @classmethod
+    async def open(cls, host: str, port: int, conn: "_Conn", bufs: list[memoryview]) -> "_Socket":
+        """Connect to the first address of host:port that answers (raises OSError as ``create_connection`` does)."""
+        loop = asyncio.get_running_loop()
+        try:  # a numeric address needs no resolver thread
+            infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_NUMERICHOST)
+        except socket.gaierror:
+            infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        errors: list[OSError] = []
+        for family, kind, proto, _, addr in infos:
+            sock = socket.socket(family, kind, proto)
+            try:
+                sock.setblocking(False)
+                await loop.sock_connect(sock, addr)
+            except BaseException as e:  # a timeout cancels us here too: never leak the socket
+                sock.close()
+                if not isinstance(e, OSError):
+                    raise
+                errors.append(e)
+                continue
+            return cls(loop, sock, conn, bufs)
+        if len({str(e) for e in errors}) == 1:
+            raise errors[0]
+        raise OSError(f"Multiple exceptions: {', '.join(map(str, errors))}")
+
+    def _readable(self) -> None:
+        try:
+            n, ancillary, _, _ = self.sock.recvmsg_into(self.bufs, _CMSG_SPACE)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as e:
+            self._lose(e)
+            return
+        now = time.perf_counter_ns()
+        if n == 0:  # the server closed its side
+            self._lose(None)
+            return
+        at = now
+        for level, kind, data in ancillary:
+            if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS_OLD and len(data) >= _TIMESPEC.size:
+                sec, nsec = _TIMESPEC.unpack_from(data)
+                # The kernel's clock is CLOCK_REALTIME; the records' is perf_counter: carry the lag across.
+                at = now - max(time.time_ns() - (sec * 1_000_000_000 + nsec), 0)
+        self.conn.data_received(bytes(self.bufs[0][:n]), at / 1e9)
+
+    def write(self, data: bytes) -> None:
+        """Send now; whatever the kernel does not take goes out when the socket is writable again."""
+        if self.closed:
+            return
+        if self.out:
+            self.out = bytes(self.out) + data
+            return
+        try:
+            sent = self.sock.send(data)
+        except (BlockingIOError, InterruptedError):
+            sent = 0
+        except OSError as e:
+            self._lose(e)
+            return
+        if sent < len(data):
+            self.out = memoryview(data)[sent:]
+            self.loop.add_writer(self.fd, self._writable)
+
+    def _writable(self) -> None:
+        try:
+            sent = self.sock.send(self.out)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as e:
+            self._lose(e)
+            return
+        self.out = self.out[sent:]
+        if not self.out:
+            self.loop.remove_writer(self.fd)
+
+    def close(self) -> None:
+        """Stop reading now (unsent bytes are dropped: the connection is being abandoned)."""
+        self._lose(None)
+
+    def _lose(self, exc: Exception | None) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        self.loop.remove_reader(self.fd)
+        if self.out:
+            self.loop.remove_writer(self.fd)
+            self.out = b""
+        self.loop.call_soon(self._lost, exc)
+
+    def _lost(self, exc: Exception | None) -> None:
+        self.sock.close()
+        self.conn.connection_lost(exc)
+
+
+class _Conn:
     """One keep-alive connection; parses the response head and chunked / sized / close-delimited bodies."""
 
     def __init__(self, pool: "Pool") -> None:
         self.pool = pool
-        self.transport: asyncio.Transport | None = None
+        self.transport: _Socket | None = None
         self.sink: Sink | None = None
         self.done: asyncio.Future | None = None  # resolves with True (message complete) or an exception
         self.broken = False
@@ -51,12 +185,9 @@ class _Conn(asyncio.Protocol):
         self._left = 0
         self._keep = True
 
-    # ---------------------------------------------------------------- asyncio.Protocol
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
-        sock = transport.get_extra_info("socket")
-        if sock is not None:  # a request is one write: never hold it back for an ACK (Nagle)
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    # ---------------------------------------------------------------- called by the socket
+    def connection_made(self, transport: _Socket) -> None:
+        self.transport = transport
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.broken = True
@@ -69,8 +200,10 @@ class _Conn(asyncio.Protocol):
             self.done.set_exception(HTTPError(why))
         self._state = "idle"
 
-    def data_received(self, data: bytes) -> None:
-        at = time.perf_counter()  # arrival time, taken at the read
+    def data_received(self, data: bytes, at: float | None = None) -> None:
+        """One read's bytes and their arrival ``perf_counter`` (the kernel's stamp; the time of the read without one)."""
+        if at is None:
+            at = time.perf_counter()
         if self.sink is None:  # bytes nobody asked for: the connection is not reusable
             self._fail(HTTPError("unexpected bytes on an idle connection"))
             return
@@ -251,6 +384,7 @@ class Pool:
         self._all: set[_Conn] = set()
         self.closed = False
         self.opened = 0  # connections made (a keep-alive check for tests and benchmarks)
+        self._bufs = [memoryview(bytearray(READ_SIZE))]  # every read lands here first: one loop, one read at a time
 
     async def acquire(self, host: str, port: int, connect_s: float) -> _Conn:
         idle = self._idle.get((host, port))
@@ -258,9 +392,9 @@ class Pool:
             conn = idle.pop()
             if not conn.broken:
                 return conn
-        loop = asyncio.get_running_loop()
+        conn = _Conn(self)
         try:
-            _, conn = await asyncio.wait_for(loop.create_connection(lambda: _Conn(self), host, port), connect_s)
+            await asyncio.wait_for(_Socket.open(host, port, conn, self._bufs), connect_s)
         except TimeoutError:
             raise ConnectError(f"timed out after {connect_s:g}s connecting to {host}:{port}") from None
         except OSError as e:

@@ -1,0 +1,151 @@
+"""The lean client's socket: arrival times from the kernel (SO_TIMESTAMPNS), the fallback, and large writes."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+import time
+
+import pytest
+import uvloop
+
+from rig.loadgen import http1
+
+LOOPS = {"asyncio": asyncio.new_event_loop, "uvloop": uvloop.new_event_loop}
+HEAD = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+
+
+class _Server:
+    """A raw socket server on a thread: answers one request with a chunked head, then one chunk when told to."""
+
+    def __init__(self) -> None:
+        self.lsock = socket.create_server(("127.0.0.1", 0))
+        self.port = self.lsock.getsockname()[1]
+        self.go, self.sent = threading.Event(), threading.Event()
+        self.got = 0  # request bytes read (head and body)
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        conn, _ = self.lsock.accept()
+        with conn:
+            data = b""
+            while b"\r\n\r\n" not in data:
+                data += conn.recv(65536)
+            head, _, body = data.partition(b"\r\n\r\n")
+            length = int(next(v for k, _, v in (line.partition(b":") for line in head.split(b"\r\n"))
+                              if k.lower() == b"content-length"))
+            got = len(body)
+            while got < length:
+                got += len(conn.recv(1 << 20))
+            self.got = len(head) + 4 + got
+            conn.sendall(HEAD)
+            self.go.wait(10)
+            conn.sendall(b"5\r\nhello\r\n")
+            self.sent.set()
+            conn.sendall(b"0\r\n\r\n")
+            conn.recv(1)  # until the client closes
+
+    def close(self) -> None:
+        self.go.set()
+        self.lsock.close()
+        self.thread.join(5)
+
+
+class _Sink:
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.headed = loop.create_future()
+        self.bodies: list[tuple[bytes, float, float]] = []  # (bytes, arrival time given, time the sink ran)
+
+    def head(self, status, headers, at):
+        self.headed.set_result(status)
+
+    def body(self, data, at):
+        self.bodies.append((data, at, time.perf_counter()))
+
+
+def _exchange(loop_kind: str, body: bytes = b"{}", block_s: float = 0.05):
+    """One request; the chunk arrives while the loop is blocked for block_s. Returns (sink, times, server)."""
+    server = _Server()
+
+    async def go():
+        loop = asyncio.get_running_loop()
+        async with http1.Pool() as pool:
+            conn = await pool.acquire("127.0.0.1", server.port, 5)
+            sink = _Sink(loop)
+            done = conn.send(http1.build_request("127.0.0.1", server.port, "/", body, None), sink)
+            assert await asyncio.wait_for(sink.headed, 10) == 200
+            times = {}
+
+            def block():  # the chunk is on the wire before the loop can read it
+                times["go"] = time.perf_counter()
+                server.go.set()
+                assert server.sent.wait(5)
+                time.sleep(block_s)
+                times["resumed"] = time.perf_counter()
+            loop.call_soon(block)
+            assert await asyncio.wait_for(done, 10) is True
+            return sink, times
+
+    try:
+        with asyncio.Runner(loop_factory=LOOPS[loop_kind]) as runner:
+            sink, times = runner.run(go())
+    finally:
+        server.close()
+    return sink, times, server
+
+
+@pytest.mark.skipif(not http1.KERNEL_STAMPS, reason="kernel receive stamps are read on Linux only")
+@pytest.mark.parametrize("loop_kind", list(LOOPS))
+def test_arrival_time_is_the_kernels_not_the_reads(loop_kind):
+    sink, times, _ = _exchange(loop_kind)
+    (data, at, ran), = [b for b in sink.bodies if b[0]]
+    assert data == b"hello"
+    assert times["go"] - 0.002 <= at  # not before the server was told to write it
+    assert ran - at >= 0.04  # the loop read it ~50 ms after it came in, and the stamp says so
+    assert at <= times["resumed"] - 0.04
+
+
+@pytest.mark.parametrize("loop_kind", list(LOOPS))
+def test_without_a_control_message_the_read_is_stamped(loop_kind, monkeypatch):
+    monkeypatch.setattr(http1, "KERNEL_STAMPS", False)  # the socket asks for no stamps: the kernel sends none
+    sink, times, _ = _exchange(loop_kind)
+    (data, at, ran), = [b for b in sink.bodies if b[0]]
+    assert data == b"hello"
+    assert times["resumed"] <= at <= ran  # stamped when the loop read it, after the block
+
+
+@pytest.mark.parametrize("loop_kind", list(LOOPS))
+def test_a_request_larger_than_the_socket_buffer_goes_out_whole(loop_kind):
+    body = b'{"prompt": "' + b"x" * (24 << 20) + b'"}'  # more than the kernel takes in one send
+    sink, _, server = _exchange(loop_kind, body=body, block_s=0)
+    assert b"".join(b[0] for b in sink.bodies) == b"hello"
+    assert server.got == len(http1.build_request("127.0.0.1", server.port, "/", body, None))
+
+
+def test_a_connection_reset_mid_response_is_reported():
+    lsock = socket.create_server(("127.0.0.1", 0))
+    port = lsock.getsockname()[1]
+
+    def serve():
+        conn, _ = lsock.accept()
+        conn.recv(65536)
+        conn.sendall(HEAD + b"5\r\nhel")
+        conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")  # RST on close
+        conn.close()
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+
+    async def go():
+        async with http1.Pool() as pool:
+            conn = await pool.acquire("127.0.0.1", port, 5)
+            sink = _Sink(asyncio.get_running_loop())
+            with pytest.raises(http1.HTTPError, match="connection lost: .*reset|server closed the connection"):
+                await asyncio.wait_for(conn.send(http1.build_request("127.0.0.1", port, "/", b"{}", None), sink), 10)
+            return conn, pool
+    conn, pool = asyncio.run(go())
+    t.join(5)
+    lsock.close()
+    assert conn.broken and conn not in pool._all
+
