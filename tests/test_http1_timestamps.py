@@ -96,9 +96,33 @@ def _exchange(loop_kind: str, body: bytes = b"{}", block_s: float = 0.05):
     return sink, times, server
 
 
+@pytest.fixture(scope="module")
+def stamping():
+    """Hold the kernel's receive stamping on, and wait until packets carry stamps.
+
+    The first socket that asks switches it on through a deferred work item (net_enable_timestamp in
+    net/core/dev.c), and the last one to close switches it off the same way: until that item runs, reads come
+    without a stamp and the client stamps them itself. Here each test opens one connection, so hold it on.
+    """
+    holder = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    holder.bind(("127.0.0.1", 0))
+    holder.setsockopt(socket.SOL_SOCKET, http1.SO_TIMESTAMPNS_OLD, 1)
+    holder.settimeout(1)
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        for _ in range(500):
+            probe.sendto(b"x", holder.getsockname())
+            if holder.recvmsg(1, http1._CMSG_SPACE)[1]:
+                break
+            time.sleep(0.01)
+        else:
+            pytest.fail("the kernel stamped no packet within 5 s of SO_TIMESTAMPNS")
+    yield
+    holder.close()
+
+
 @pytest.mark.skipif(not http1.KERNEL_STAMPS, reason="kernel receive stamps are read on Linux only")
 @pytest.mark.parametrize("loop_kind", list(LOOPS))
-def test_arrival_time_is_the_kernels_not_the_reads(loop_kind):
+def test_arrival_time_is_the_kernels_not_the_reads(loop_kind, stamping):
     sink, times, _ = _exchange(loop_kind)
     (data, at, ran), = [b for b in sink.bodies if b[0]]
     assert data == b"hello"
@@ -149,3 +173,18 @@ def test_a_connection_reset_mid_response_is_reported():
     lsock.close()
     assert conn.broken and conn not in pool._all
 
+
+
+@pytest.mark.parametrize("loop_kind", list(LOOPS))
+def test_a_refused_connection_says_so_on_either_loop(loop_kind):
+    lsock = socket.create_server(("127.0.0.1", 0))
+    port = lsock.getsockname()[1]
+    lsock.close()  # nothing listens there now
+
+    async def go():
+        async with http1.Pool() as pool:
+            with pytest.raises(http1.ConnectError, match=r"^\[Errno \d+\] Connection refused$"):
+                await pool.acquire("127.0.0.1", port, 5)
+            return pool
+    with asyncio.Runner(loop_factory=LOOPS[loop_kind]) as runner:
+        assert runner.run(go()).opened == 0

@@ -16,6 +16,7 @@ removed) with their arrival ``perf_counter``, and the end of the message (or why
 from __future__ import annotations
 
 import asyncio
+import os
 import platform
 import socket
 import struct
@@ -95,7 +96,9 @@ class _Socket:
                 sock.close()
                 if not isinstance(e, OSError):
                     raise
-                errors.append(e)
+                # "[Errno 111] Connection refused", as uvloop's create_connection said (asyncio's sock_connect says
+                # "Connect call failed (addr)"): records keep one text whatever the loop
+                errors.append(OSError(e.errno, os.strerror(e.errno)) if e.errno else e)
                 continue
             return cls(loop, sock, conn, bufs)
         if len({str(e) for e in errors}) == 1:
