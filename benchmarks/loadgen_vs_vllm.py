@@ -69,6 +69,8 @@ class CpuSampler:
         self.procs = [psutil.Process(p) for p in pids]
         self.tree: list[psutil.Process] = list(self.procs)
         self.samples: list[tuple[float, float, float, float]] = []  # (perf_counter, tree CPU, loop run, loop wait)
+        self._cpu: dict[int, float] = {}  # last CPU seconds read per process of the trees
+        self._sched: dict[int, tuple[float, float]] = {}  # last (on a CPU, waiting for one) per main thread
         self._stop = threading.Event()
         self._t = threading.Thread(target=self._run, daemon=True)
         self._t.start()
@@ -83,22 +85,23 @@ class CpuSampler:
         self.tree = tree
 
     def _read(self) -> tuple[float, float, float]:
-        cpu = run = wait = 0.0
+        # A process that has exited keeps its last reading: with two generators one ends first, and dropping its
+        # seconds would make the window's CPU come out short.
         for q in self.tree:
             try:
                 c = q.cpu_times()
-                cpu += c.user + c.system
+                self._cpu[q.pid] = c.user + c.system
             except psutil.Error:
                 pass
         for pid in self.pids:
             try:
                 with open(f"/proc/{pid}/task/{pid}/schedstat") as f:
                     on_cpu_ns, waiting_ns, _ = f.read().split()
-                run += int(on_cpu_ns) / 1e9
-                wait += int(waiting_ns) / 1e9
+                self._sched[pid] = (int(on_cpu_ns) / 1e9, int(waiting_ns) / 1e9)
             except (OSError, ValueError):
                 pass
-        return cpu, run, wait
+        sched = self._sched.values()
+        return sum(self._cpu.values()), sum(x[0] for x in sched), sum(x[1] for x in sched)
 
     def _run(self) -> None:
         n = 0
