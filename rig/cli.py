@@ -150,14 +150,14 @@ class _ProgressUI:
     """One rich progress bar for the current point, fed by the driver's polling of the generators."""
 
     def __init__(self, console, quiet: bool):
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
         self.console = console
         self.quiet = quiet
         self.progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                                  TextColumn("{task.fields[detail]}"), TimeElapsedColumn(), console=console,
                                  disable=quiet, transient=False)
-        self.task = None
+        self.task: TaskID | None = None
 
     def __enter__(self):
         self.progress.__enter__()
@@ -199,7 +199,8 @@ def cli() -> None:
 
 @cli.command()
 @click.option("--steps", type=int,
-              help=f"Speculative steps (0 = no speculation). Default {spec_field('steps').default_factory()[0]}.")
+              help="Speculative steps (0 = no speculation). "
+                   f"Default {spec_field('steps').get_default(call_default_factory=True)[0]}.")
 @run_options
 def run(steps: int | None, **kw: Any) -> None:
     """Run one server configuration over its concurrency levels (or rates) and record every request."""

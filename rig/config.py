@@ -314,6 +314,8 @@ def notices(spec: RunSpec) -> list[str]:
         from rig.workloads.datafile import skipped_entries
         from rig.workloads.dataset import size
 
+        if wl.path is None:  # WorkloadSpec's validator requires it for the dataset workload
+            raise ValueError("the dataset workload needs a path")
         n = size(wl)
         if skipped_entries(wl.path):
             out.append(f"{wl.path}: {skipped_entries(wl.path)} ShareGPT conversation(s) without a human turn skipped; "

@@ -194,13 +194,14 @@ def best_per_level(sides: list[Side], resamples: int = RESAMPLES, seed: int = SE
     at_level: dict[tuple, list[Side]] = defaultdict(list)
     for s in sides:
         r = load_requests(s.run, s.point)
-        row = campaign_row(s.run, s.point, r)
+        point_row = campaign_row(s.run, s.point, r)
         why[id(s)] = incomplete(s, r)
         p = s.point
         at_level[(p.workload, p.load_mode, p.concurrency, p.rate)].append(s)  # with or without rows
-        if row["aggregate_tok_s"] is None:
+        if point_row["aggregate_tok_s"] is None:
             continue
-        levels[(p.workload, p.load_mode, p.concurrency, p.rate)][config_label(s)].append((s, row["aggregate_tok_s"]))
+        levels[(p.workload, p.load_mode, p.concurrency, p.rate)][config_label(s)].append(
+            (s, point_row["aggregate_tok_s"]))
     out = []
     for (workload, mode, conc, rate), configs in levels.items():
         ranked = sorted(configs.items(), key=lambda kv: -np.mean([v for _, v in kv[1]]))
@@ -267,7 +268,7 @@ def compare(a: str, b: str | None = None, baseline_steps: int | None = None, res
         if (pa_ is None) != (pb is None):
             raise AnalysisInputError("give two runs (A B) or two points (RUN:POINT RUN:POINT), not one of each")
         la, lb = (ra.run_id, rb.run_id) if ra.run_id != rb.run_id else ("A", "B")
-        if pa_ is not None:
+        if pa_ is not None and pb is not None:  # both or neither (checked above)
             # Two points of one run need no run prefix.
             na, nb = (pa_, pb) if ra is rb else (f"{la}:{pa_}", f"{lb}:{pb}")
             sa, sb = Side(ra, ra.point(pa_), na), Side(rb, rb.point(pb), nb)

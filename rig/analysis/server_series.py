@@ -51,7 +51,8 @@ def _series(table: pa.Table, names: tuple[str, ...], how: str, present: dict[str
             ts, values = ts[keep], values[keep]
             # Several label sets (DP ranks, is_streaming) per scrape: requests add up, fractions average.
             uniq, inv = np.unique(ts, return_inverse=True)
-            total = np.bincount(inv, weights=values, minlength=uniq.size)
+            # bincount with weights gives floats (numpy's stubs type every bincount as integers)
+            total: np.ndarray = np.bincount(inv, weights=values, minlength=uniq.size)
             if how == "mean":
                 total = total / np.bincount(inv, minlength=uniq.size)
             return Series(uniq, total)

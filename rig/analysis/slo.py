@@ -33,14 +33,14 @@ def slo_values(r: m.Requests, metric: str) -> np.ndarray:
 
 def evaluate_slos(r: m.Requests, slos: list[m.Slo], percentile: float = DEFAULT_PERCENTILE) -> dict[str, Any]:
     """{meets, margin, per_slo: [{slo, value_s, limit_s, margin, meets}], requests} for one point's requests."""
-    per = []
+    per: list[dict[str, Any]] = []
     for s in slos:
         v = slo_values(r, s.metric)
         value = float(np.percentile(v, percentile)) if v.size else None
         margin = (s.limit_s - value) / s.limit_s if value is not None else None
         per.append({"slo": str(s), "metric": s.metric, "limit_s": s.limit_s,
                     "value_s": value if value is None or value < _FAILED else None,
-                    "margin": margin if margin is None or value < _FAILED else -1.0,
+                    "margin": margin if value is None or value < _FAILED else -1.0,  # margin is None iff value is
                     "meets": value is not None and value <= s.limit_s})
     margins = [p["margin"] for p in per if p["margin"] is not None]
     return {

@@ -63,7 +63,7 @@ class PointExecutor:
         plans = build_plans(self.spec, p, str(server_entry.url), served_model(cfg, server_entry), api,
                             [g for g, _ in self.fleet.active], self.api_key)
         planned = [pl.n_requests for pl in plans]
-        total = None if None in planned else sum(planned)  # None: bound by duration (an open-ended bar)
+        total = None if None in planned else sum(n or 0 for n in planned)  # None: bound by duration (an open-ended bar)
         store.update_point(pid, status="running", requests_scheduled=0, started_ts=time.time(), api=api)
         supersede(self.run_dir, pid)
         store.save()
@@ -175,7 +175,7 @@ class PointExecutor:
     def gather(self, pid: str, results: dict[int, GeneratorReport], metric_parts: list[str]) -> None:
         """Bring part files written on other hosts into the run directory (no-op when they are already here)."""
         def host(gens: list[int]) -> list[tuple[int, dict[str, int] | None, str | None]]:
-            out = []
+            out: list[tuple[int, dict[str, int] | None, str | None]] = []
             for g in gens:  # one host's generators one after another: its tasks reuse one worker process
                 try:
                     out.append((g, self.gather_one(pid, g), None))

@@ -54,6 +54,8 @@ class ServerLifecycle:
         log_rel = str(server_log_path(Path("."), cfg.config_id()))
         c = self.spec.cluster
         placement = self.fleet.placement
+        if placement is None:
+            raise RuntimeError("server launch before the fleet is placed (Fleet.setup runs first)")
         # The server node writes where it can: the run directory on one machine or a shared filesystem, else a
         # local spool; the driver fetches the log and metrics parts through Ray (fetch_log, execute's gather).
         self.spooled = not (placement.local or c.shared_results)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import ray
@@ -29,19 +28,19 @@ from rig.run.statuses import run_status
 from rig.server.actor import ServerError
 
 
-@dataclass
 class Runner:
-    spec: RunSpec
-    progress: Progress = field(default_factory=Progress)
-    resume: bool = False
-    handle_signals: bool = False  # SIGINT/SIGTERM stop the run cleanly (the CLI turns this on)
-    # Adaptive runs (SLO search, tune): a function of the runner yielding points one at a time; it resumes after the
-    # runner has run (or, resuming, skipped as complete) each one, so it can read that point's results first.
-    planner: Callable[[Runner], Iterable[Point]] | None = None
-    run_dir: Path | None = None  # default spec.run_dir; a resume works on exactly the directory it is given
-
-    def __post_init__(self) -> None:
-        self.run_dir = Path(self.run_dir) if self.run_dir is not None else self.spec.run_dir
+    def __init__(self, spec: RunSpec, progress: Progress | None = None, resume: bool = False,
+                 handle_signals: bool = False, planner: Callable[[Runner], Iterable[Point]] | None = None,
+                 run_dir: Path | str | None = None) -> None:
+        self.spec = spec
+        self.progress = progress if progress is not None else Progress()
+        self.resume = resume
+        self.handle_signals = handle_signals  # SIGINT/SIGTERM stop the run cleanly (the CLI turns this on)
+        # Adaptive runs (SLO search, tune): a function of the runner yielding points one at a time; it resumes after
+        # the runner has run (or, resuming, skipped as complete) each one, so it can read that point's results first.
+        self.planner = planner
+        # default spec.run_dir; a resume works on exactly the directory it is given
+        self.run_dir: Path = Path(run_dir) if run_dir is not None else spec.run_dir
         self.nothing_to_do = False  # a resumed run whose every point is complete and on disk
         self.points = [] if self.planner is not None else expand_points(self.spec)
         self.stop = StopControl(self.progress.status)

@@ -46,8 +46,9 @@ def fit_cmd(run_dir: Path | None, campaign: bool, output: Path | None, start: Pa
 
     if campaign == (run_dir is not None):
         raise click.UsageError("give either --campaign or RUN_DIR")
+    free: tuple[str, ...]
     try:
-        if campaign:
+        if run_dir is None:  # --campaign (checked above: exactly one of the two)
             targets = fitmod.campaign_targets()
             base = load_profile(start) if start else Profile.defaults()
             free = fitmod.CAMPAIGN_FREE

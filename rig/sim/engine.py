@@ -219,7 +219,7 @@ class Engine:
     def _apply_stops(self, st: Stream, req: Req, ids: list[int], text: str, t_end: float):
         """Cut the output at the first stop string; the tokens after it are dropped."""
         full = st.text + text
-        hit = min(((full.find(s, max(0, len(st.text) - len(s))), s) for s in st.stops if s), default=(-1, None),
+        hit = min(((full.find(s, max(0, len(st.text) - len(s))), s) for s in st.stops if s), default=(-1, ""),
                   key=lambda x: (x[0] < 0, x[0]))
         pos, s = hit
         if pos < 0:

@@ -218,12 +218,12 @@ async def _rid(request: web.Request) -> str | None:
     return rid if isinstance(rid, str) else None
 
 
-def _gone(request: web.Request, srv: Any) -> bool:
+def _gone(request: web.BaseRequest, srv: Any) -> bool:
     t = request.transport
     return t is None or t.is_closing() or bool(getattr(srv, "shutting_down", False))
 
 
-async def _wait_gone(request: web.Request, srv: Any) -> None:
+async def _wait_gone(request: web.BaseRequest, srv: Any) -> None:
     while not _gone(request, srv):
         await asyncio.sleep(0.1)
 
@@ -246,7 +246,7 @@ class FaultyStream(web.StreamResponse):
             headers = {**headers, "Content-Type": "application/json"}
         super().__init__(status=200, headers=headers)
 
-    async def prepare(self, request: web.BaseRequest):  # type: ignore[override]
+    async def prepare(self, request: web.BaseRequest):
         out = await super().prepare(request)
         self._request = request
         if self.fault.kind == "hang_headers" and self._payload_writer is not None:
@@ -256,7 +256,7 @@ class FaultyStream(web.StreamResponse):
                 await self._payload_writer.drain()
         return out
 
-    async def write(self, data: bytes | bytearray | memoryview) -> None:  # type: ignore[override]
+    async def write(self, data: bytes | bytearray | memoryview) -> None:
         if self.ended:
             raise FaultInjected("sim fault: response already ended")
         if self.fault.kind == "hang_headers":  # the first token never leaves the server
@@ -308,7 +308,7 @@ class FaultyStream(web.StreamResponse):
         await super().write_eof()
         raise FaultInjected(f"sim fault: {self.fault.kind}")
 
-    async def write_eof(self, data: bytes = b"") -> None:  # type: ignore[override]
+    async def write_eof(self, data: bytes = b"") -> None:
         if self.ended:
             return
         await super().write_eof(data)

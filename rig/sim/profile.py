@@ -210,6 +210,8 @@ def load_profile(path: Path | str | None = None) -> Profile:
     for name, entry in params.items():
         value = entry.get("value") if isinstance(entry, dict) else entry
         try:
+            if value is None:  # float(None) is a TypeError too: the same message below
+                raise TypeError(name)
             values[name] = float(value)
         except (TypeError, ValueError):
             raise ProfileError(f"sim profile {p}: parameter {name} has no numeric value") from None

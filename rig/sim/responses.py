@@ -39,6 +39,8 @@ def timing_fields(st: Stream, engine: Engine) -> dict[str, Any]:
     r = st.req
     out: dict[str, Any] = {"request_received_ts": st.received_wall, "api_server_dispatch_finish_ts": st.received_wall}
     if r.admit_t is not None:
+        if r.arrival is None:  # Scheduler.add sets it before any admission
+            raise RuntimeError(f"sim: request {r.rid} admitted without an arrival time")
         out["forward_entry_time"] = engine.wall(r.admit_t)
         out["queue_time"] = r.admit_t - r.arrival
     if r.prefill_done_t is not None:

@@ -61,7 +61,12 @@ class Req:
         self.acc = acc
         self.rng = random.Random(seed)
         self.user = user  # the driver's handle (stream state); opaque here
-        self.arrival = self.admit_t = self.prefill_done_t = self.first_token_t = self.finish_t = None
+        # times on the simulation's clock, set as the request goes through
+        self.arrival: float | None = None
+        self.admit_t: float | None = None
+        self.prefill_done_t: float | None = None
+        self.first_token_t: float | None = None
+        self.finish_t: float | None = None
         self.prefilled = 0
         self.generated = 0
         self.verify_ct = 0
@@ -249,7 +254,7 @@ class Scheduler:
         c.decode_iterations += 1
         steps = self.cfg.steps
         out: list[Req] = []
-        finished: list[Req] = []
+        finished: list[tuple[Req, str]] = []
         committed = 0
         for r in it.reqs:
             if r.done:
@@ -280,13 +285,13 @@ class Scheduler:
             committed += n
             out.append(r)
             if stop or r.generated >= r.max_new:
-                finished.append(r)
                 r.finish_reason = "stop" if stop else "length"
+                finished.append((r, r.finish_reason))
         self.ctx_sum += committed
         c.generated_tokens += committed
-        for r in finished:
+        for r, reason in finished:
             self._leave(r)
-            self._finish(r, r.finish_reason, t_end)
+            self._finish(r, reason, t_end)
         return out
 
     def _leave(self, r: Req) -> None:

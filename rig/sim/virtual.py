@@ -121,6 +121,8 @@ def run_closed_loop(profile: Profile, sc: Scenario) -> LevelResult:
 
 
 def _result(r: Req) -> RequestResult:
+    if r.arrival is None or r.finish_t is None:
+        raise RuntimeError(f"sim: request {r.rid} finished without an arrival or finish time")
     return RequestResult(r.arrival, r.first_token_t if r.first_token_t is not None else r.finish_t, r.finish_t,
                          r.prompt_len, r.generated, r.verify_ct)
 

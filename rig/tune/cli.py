@@ -53,10 +53,11 @@ def search_settings(variable: str, slo_texts: tuple[str, ...], percentile: float
 
 def resumed_planner(spec, manifest: Manifest):
     """The planner a resumed run continues with: the recorded search or tune, or None for a grid sweep."""
-    if (manifest.search or {}).get("settings"):
-        return search_planner(spec, SearchSettings.from_manifest(manifest.search["settings"]))
-    if (manifest.tune or {}).get("settings"):
+    search, tune = manifest.search or {}, manifest.tune or {}
+    if search.get("settings"):
+        return search_planner(spec, SearchSettings.from_manifest(search["settings"]))
+    if tune.get("settings"):
         from rig.tune.tune import TuneSettings, tune_planner
 
-        return tune_planner(spec, TuneSettings.from_manifest(manifest.tune["settings"]))
+        return tune_planner(spec, TuneSettings.from_manifest(tune["settings"]))
     return None

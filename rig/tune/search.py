@@ -119,12 +119,10 @@ class Bisection:
 
     def next(self) -> float | None:
         """The next value to probe, or None when the boundary is found (or cannot be)."""
-        if self.max_passing is None and self.min_failing is None:
-            return self.start
+        if self.max_passing is None:
+            return self.start if self.min_failing is None else self.domain.down(self.min_failing)
         if self.min_failing is None:
             return self.domain.up(self.max_passing)
-        if self.max_passing is None:
-            return self.domain.down(self.min_failing)
         return self.domain.mid(self.max_passing, self.min_failing)
 
     def record(self, value: float, meets: bool) -> None:

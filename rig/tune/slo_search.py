@@ -51,6 +51,11 @@ def make_point(spec: RunSpec, cfg: ServerConfig, wl: WorkloadSpec, variable: str
     return Point(point_id(cfg, wl, cap, float(value), spec.load.mode, 0), cfg, wl, cap, float(value), 0)
 
 
+def _probe_at(probes: dict[float, dict[str, Any]], value: float | None) -> dict[str, Any] | None:
+    """The probe taken at ``value`` (None when the search has no such bound yet)."""
+    return probes.get(value) if value is not None else None
+
+
 def summary_probe(probe: dict[str, Any] | None) -> dict[str, Any] | None:
     if probe is None:
         return None
@@ -89,8 +94,8 @@ def search_planner(spec: RunSpec, settings: SearchSettings) -> Callable[[Runner]
                     res["probes"] += 1
                     res["probe_points"].append({"value": v, "point": p.point, "meets": probe["meets"],
                                                 "margin": probe["margin"]})
-                    res.update(max_passing=summary_probe(probes.get(b.max_passing)),
-                               min_failing=summary_probe(probes.get(b.min_failing)))
+                    res.update(max_passing=summary_probe(_probe_at(probes, b.max_passing)),
+                               min_failing=summary_probe(_probe_at(probes, b.min_failing)))
                     runner.save()
                 if res["status"] != "error":
                     res["status"] = b.outcome

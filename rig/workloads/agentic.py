@@ -43,6 +43,7 @@ def build(spec: WorkloadSpec, seed: int, indices: range, id_prefix: str, stream:
             # Scalars first, in a fixed order per turn.
             req_seed = request_seed(rng)
             max_tokens = spec.max_tokens or draw_int(spec.agent_output_tokens, rng)
+            messages: tuple[dict[str, str], ...]  # what this turn adds (Turn.messages)
             if j == 0:
                 messages = ({"role": "system", "content": system}, {"role": "user", "content": task})
                 think = 0.0
