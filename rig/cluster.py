@@ -16,7 +16,7 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, TypedDict
 
 import ray
 from ray.util.placement_group import placement_group, remove_placement_group
@@ -53,6 +53,15 @@ class Placement:
 
 
 # ---------------------------------------------------------------------------------------------------- connection
+class _RayInitOptions(TypedDict):
+    """ray.init's keywords shared by a local start and a join."""
+
+    include_dashboard: bool
+    logging_level: int
+    log_to_driver: bool
+    configure_logging: bool
+
+
 def connect(spec: ClusterSpec, n_generators: int) -> dict[str, Any]:
     """Start local Ray (embedded default) or join the cluster at spec.address. Returns a description.
 
@@ -61,7 +70,7 @@ def connect(spec: ClusterSpec, n_generators: int) -> dict[str, Any]:
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     if ray.is_initialized():
         return describe_nodes()
-    common = dict(include_dashboard=False, logging_level=logging.ERROR, log_to_driver=False,
+    common = _RayInitOptions(include_dashboard=False, logging_level=logging.ERROR, log_to_driver=False,
                   configure_logging=True)
     if spec.address is None:
         # Logical CPUs are just numbers: enough for the server actor and every generator on one machine.
@@ -278,7 +287,7 @@ def verify_generators(placement: Placement, gen_info: list[dict[str, Any]]) -> N
     """After the generators started: each is on an allowed client host, at most per_host per host."""
     if placement.local:
         return
-    per_node: dict[str, int] = {}
+    per_node: dict[str | None, int] = {}  # a generator outside Ray reports no node id
     for info in gen_info:
         node = info.get("node_id")
         per_node[node] = per_node.get(node, 0) + 1

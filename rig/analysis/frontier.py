@@ -16,7 +16,7 @@ configuration per load level and per SLO, each with its margin over the runner-u
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any
+from typing import Any, TypedDict
 
 from rig.analysis import compare as cmp
 from rig.analysis.points import INVALIDATING
@@ -63,6 +63,24 @@ def frontier_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def _level(r: dict[str, Any]) -> float | None:
     return r.get("rate") if r.get("load_mode") not in (None, "closed") else r.get("concurrency")
+
+
+def _known_level(r: dict[str, Any]) -> float:
+    """The level of a row best_per_slo kept (it keeps only rows that have one)."""
+    level = _level(r)
+    if level is None:
+        raise ValueError(f"point {r.get('point')} has no load level")
+    return level
+
+
+class _Capacity(TypedDict):
+    """One configuration at one workload: its best row meeting the SLOs and the lowest failing level above it."""
+
+    config: str
+    top: dict[str, Any] | None
+    min_failing: float | None
+    steps: Any
+    server_config: Any
 
 
 def _sides(run: Run, rows: list[dict[str, Any]]) -> list[cmp.Side]:
@@ -123,16 +141,16 @@ def best_per_slo(run: Run, rows: list[dict[str, Any]], meets: dict[str, bool], s
             groups[(r.get("workload"), r.get("load_mode"))][labels[r["point"]]].append(r)
     out = []
     for (workload, mode), configs in sorted(groups.items(), key=lambda kv: (str(kv[0][0]), str(kv[0][1]))):
-        caps = []
+        caps: list[_Capacity] = []
         for label, pts in configs.items():
             passing = [r for r in pts if meets.get(r["point"])]
             failing = [r for r in pts if not meets.get(r["point"])]
-            top = max(passing, key=lambda r: (_level(r), r["aggregate_tok_s"])) if passing else None
-            above = [r for r in failing if top is None or _level(r) > _level(top)]
+            top = max(passing, key=lambda r: (_known_level(r), r["aggregate_tok_s"])) if passing else None
+            above = [r for r in failing if top is None or _known_level(r) > _known_level(top)]
             caps.append({"config": label, "top": top,
-                         "min_failing": min((_level(r) for r in above), default=None),
+                         "min_failing": min((_known_level(r) for r in above), default=None),
                          "steps": pts[0].get("steps"), "server_config": pts[0].get("server_config")})
-        caps.sort(key=lambda c: (-_level(c["top"]) if c["top"] else float("inf"),
+        caps.sort(key=lambda c: (-_known_level(c["top"]) if c["top"] else float("inf"),
                                  -(c["top"]["aggregate_tok_s"] if c["top"] else 0)))
         best = caps[0]
         runner = caps[1] if len(caps) > 1 else None
@@ -147,7 +165,7 @@ def best_per_slo(run: Run, rows: list[dict[str, Any]], meets: dict[str, bool], s
             "capacity_margin": None, "throughput_margin": None, "ci_low": None, "ci_high": None,
         }
         if best["top"] and runner and runner["top"]:
-            row["capacity_margin"] = _level(best["top"]) / _level(runner["top"]) - 1
+            row["capacity_margin"] = _known_level(best["top"]) / _known_level(runner["top"]) - 1
             same = [r for r in configs[runner["config"]] if _level(r) == _level(best["top"]) and meets.get(r["point"])]
             if same:
                 [b] = cmp.best_per_level(_sides(run, [best["top"], same[0]]), resamples)

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
+from typing import TypedDict
 
-from rig.config import LoadSpec, RunSpec
+from rig.config import LoadSpec, RunSpec, Timeouts
 from rig.contracts import PointColumns
 from rig.loadgen.plan import GeneratorPlan, LazySessions
 from rig.run.errors import RunError
@@ -14,6 +15,19 @@ from rig.workloads import build_sessions, dataset_size, warmup_sessions
 from rig.workloads.base import Session
 
 LAZY_SESSION_LIMIT = 10_000_000  # global sessions a duration-bound closed-loop level may draw
+
+
+class PlanCommon(TypedDict):
+    """The GeneratorPlan fields every generator of one point shares."""
+
+    point: PointColumns
+    url: str
+    model: str
+    duration_s: float | None
+    grace_s: float
+    warmup: tuple[Session, ...]
+    timeouts: Timeouts
+    extra_headers: dict[str, str]
 
 
 def split_closed(sessions: list[Session], concurrency: int, n_gen: int) -> list[tuple[list[Session], int]]:
@@ -56,13 +70,15 @@ def point_sessions(load: LoadSpec, p: Point) -> tuple[list[Session], list[float]
         if p.workload.name != "dataset":
             raise RunError("trace replay needs the dataset workload (a file whose records carry 'timestamp')")
         sessions = build_sessions(p.workload, seed=load.seed, n_sessions=n or dataset_size(p.workload) or 0)
-        stamps = [s.arrival_s for s in sessions]
-        if any(t is None for t in stamps):
+        stamps = [s.arrival_s for s in sessions if s.arrival_s is not None]
+        if len(stamps) != len(sessions):
             raise RunError("trace replay needs a dataset whose records carry 'timestamp'")
         offsets = list(arrivals.trace_offsets(stamps, speed=load.trace_speed))
         return sessions, offsets
     if n is None:
         n = max(1, int((p.rate or 1) * (load.duration_s or 60) * 1.5) + 16)
+    if p.rate is None:  # LoadSpec requires rates for the open-loop modes
+        raise RunError(f"mode {load.mode} needs a rate (--rate)")
     offsets = list(arrivals.arrival_offsets(load.mode, rate=p.rate, n=n, seed=load.seed,
                                             burstiness=load.burstiness))
     if load.duration_s:
@@ -81,8 +97,8 @@ def build_plans(spec: RunSpec, p: Point, url: str, model: str, api: str, ids: li
     # Warm-up content differs from the measured requests (it must not pre-fill the prefix cache for them).
     warm = [shorten(s) for s in warmup_sessions(p.workload, seed=load.seed, n_sessions=load.warmup_requests)]
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-    common = dict(point=info, url=url, model=model, duration_s=load.duration_s, grace_s=load.grace_s,
-                  warmup=tuple(warm), timeouts=load.timeouts, extra_headers=headers)
+    common = PlanCommon(point=info, url=url, model=model, duration_s=load.duration_s, grace_s=load.grace_s,
+                        warmup=tuple(warm), timeouts=load.timeouts, extra_headers=headers)
     conc = p.concurrency or 1
     if offsets is None and load.requests_for(p.concurrency, p.rate) is None:
         # Bound by duration: no session list crosses Ray; generators build theirs as they go.

@@ -55,6 +55,7 @@ class ServerActor:
         self.cfg = cfg
         self.engine = engine_for(cfg.engine)
         self.api_key = api_key
+        self.node_id: str | None  # None outside Ray
         try:
             if not ray.is_initialized():  # outside Ray (tests): asking Ray would start a local instance
                 raise RuntimeError("not in Ray")
@@ -103,6 +104,12 @@ class ServerActor:
             hide = a == "--api-key"
         return out
 
+    def _base_url(self) -> str:
+        """The server's URL: given for a server rig did not launch, else known once start() has run."""
+        if self.url is None:
+            raise RuntimeError(f"{self.cfg.engine}: the server has no URL yet (start() sets it)")
+        return self.url
+
     def _session(self) -> aiohttp.ClientSession:
         if self._http is None or self._http.closed:
             self._http = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
@@ -128,7 +135,7 @@ class ServerActor:
                                   f"\n{self.log_tail()}")
             answered = True
             try:
-                async with self._session().get(self.url + self.engine.health_path(), headers=self._headers(),
+                async with self._session().get(self._base_url() + self.engine.health_path(), headers=self._headers(),
                                                timeout=aiohttp.ClientTimeout(total=2)) as r:
                     if r.status == 200:
                         await asyncio.sleep(0.2)
@@ -163,7 +170,7 @@ class ServerActor:
         info: dict[str, Any] = {}
         for path in self.engine.info_paths():
             try:
-                async with self._session().get(self.url + path, headers=self._headers(),
+                async with self._session().get(self._base_url() + path, headers=self._headers(),
                                                timeout=aiohttp.ClientTimeout(total=10)) as r:
                     info[path] = await r.json(content_type=None) if r.status == 200 else {"http_status": r.status}
             except (aiohttp.ClientError, asyncio.TimeoutError, ValueError) as e:
@@ -197,7 +204,8 @@ class ServerActor:
         if self.cfg.engine not in ("sglang", "sim"):
             return {"status": None, "body": "not supported by this engine"}
         try:
-            async with self._session().post(self.url + f"/flush_cache?timeout={timeout_s:g}", headers=self._headers(),
+            async with self._session().post(self._base_url() + f"/flush_cache?timeout={timeout_s:g}",
+                                            headers=self._headers(),
                                             timeout=aiohttp.ClientTimeout(total=timeout_s + 30)) as r:
                 return {"status": r.status, "body": (await r.text())[:200]}
         except (aiohttp.ClientError, asyncio.TimeoutError) as e:
@@ -208,16 +216,18 @@ class ServerActor:
 
     async def wait_exit(self) -> int | None:
         """Resolves when the engine process exits (the driver watches this to detect a dead server)."""
-        if self.proc is None:
+        proc = self.proc
+        if proc is None:  # nothing of ours to watch: never resolves (the driver cancels it)
             await asyncio.Event().wait()
-        while self.proc.poll() is None:
+            return None
+        while proc.poll() is None:
             await asyncio.sleep(0.5)
-        return self.proc.returncode
+        return proc.returncode
 
     # ------------------------------------------------------------------ metrics
-    async def _scrape(self) -> dict[str, Any] | None:
+    async def _scrape(self) -> list[tuple[str, str, float]] | None:
         try:
-            async with self._session().get(self.url + "/metrics", headers=self._headers(),
+            async with self._session().get(self._base_url() + "/metrics", headers=self._headers(),
                                            timeout=aiohttp.ClientTimeout(total=5)) as r:
                 if r.status != 200:
                     return None

@@ -103,7 +103,7 @@ class Knowledge:
         """(config, level, why) of every point that decides the answer and is not known yet."""
         best, top = self.leader()
         out: list[tuple[str, int, str]] = []
-        if best is None:  # nothing meets the SLOs anywhere, as far as is known: look at the lowest level
+        if best is None or top is None:  # nothing meets the SLOs anywhere, as far as is known: the lowest level
             low = self.ladder[0]
             return [(c, low, "does anything meet the SLOs at the lowest level?") for c in self.configs
                     if self.known(c, low) is None]
@@ -120,7 +120,12 @@ class Knowledge:
             if up is not None and self.verdict(c, top) and self.unsure(c, up, confidence):
                 out.append((c, up, f"tied at {top}: does it miss at {up}?"))
         seen: set[tuple[str, int]] = set()
-        return [x for x in out if not ((x[0], x[1]) in seen or seen.add((x[0], x[1])))]
+        unique: list[tuple[str, int, str]] = []
+        for cid, level, why in out:  # the first reason for each (config, level) stays
+            if (cid, level) not in seen:
+                seen.add((cid, level))
+                unique.append((cid, level, why))
+        return unique
 
 
 def _observed_caps(runner: Runner, cid: str) -> dict[str, int]:
