@@ -198,68 +198,132 @@ class _LeanSink:
             self.fin.set_result(True)
 
 
+class LeanRequest:
+    """One lean-client request built ahead of its send (body, head), so that sending it is one synchronous write.
+
+    ``send_now()`` writes it on an idle keep-alive connection from the timer's own callback (the open loop's
+    sender); ``run()`` then reads the response into an Outcome -- or, when nothing was sent yet, connects and
+    writes first, as a request built on the spot does.
+    """
+
+    __slots__ = ("pool", "api", "timeouts", "host", "port", "request", "out", "conn", "sink", "fin", "reused",
+                 "first_at", "total_at", "deadline")
+
+    def __init__(self, pool: http1.Pool, base_url: str, api: Api, turn: Turn, history: list[dict[str, str]],
+                 model: str, timeouts: Timeouts, headers: dict[str, str] | None) -> None:
+        body = orjson.dumps(api.payload(turn, history, model))
+        self.host, self.port, prefix = _split(base_url)
+        self.request = http1.build_request(self.host, self.port, prefix + api.path, body, headers)
+        self.pool, self.api, self.timeouts = pool, api, timeouts
+        self.out: Outcome | None = None
+        self.conn: http1._Conn | None = None
+        self.sink: _LeanSink | None = None
+        self.fin: asyncio.Future | None = None
+        self.reused = False
+        self.deadline: asyncio.Timeout | None = None
+
+    @property
+    def sent(self) -> bool:
+        return self.out is not None
+
+    def send_now(self) -> bool:
+        """Write the request on an idle keep-alive connection now (no await); False when there is none."""
+        conn = self.pool.take_idle(self.host, self.port)
+        if conn is None:
+            return False
+        self._begin()  # the send time is this write
+        self._write(conn, reused=True)
+        return True
+
+    def _begin(self) -> None:
+        send = time.perf_counter()
+        self.out = Outcome(send_mono=send, end_mono=send)
+        now = asyncio.get_running_loop().time()
+        self.first_at = now + min(self.timeouts.first_token_s, self.timeouts.total_s)
+        self.total_at = now + self.timeouts.total_s
+
+    def _write(self, conn: http1._Conn, reused: bool) -> None:
+        out = self.out
+        assert out is not None
+        self.conn, self.reused = conn, reused
+        self.fin = asyncio.get_running_loop().create_future()
+        t = self.timeouts
+        folder = _Folder(self.api, out, self._first if t.first_token_s < t.total_s else None)
+        self.sink = _LeanSink(folder, out, self.fin)
+        conn.send(self.request, self.sink).add_done_callback(self.sink.ended)
+
+    def _first(self) -> None:
+        """The first token came: the total limit replaces the first-token one (run() may not have started yet)."""
+        if self.deadline is not None:
+            self.deadline.reschedule(self.total_at)
+
+    async def run(self) -> Outcome:
+        """Send (unless ``send_now`` did) and read the response; never raises for server or network faults."""
+        if self.out is None:
+            self._begin()  # the send time is taken before the connection, as the slip and TTFT always were
+        out = self.out
+        assert out is not None
+        send = out.send_mono
+        pool = self.pool
+        try:
+            async with asyncio.timeout_at(self.first_at if out.first_mono is None else self.total_at) as deadline:
+                self.deadline = deadline
+                for attempt in (0, 1):
+                    if attempt or self.conn is None:
+                        opened = pool.opened
+                        conn = await pool.acquire(self.host, self.port, self.timeouts.connect_s)
+                        self._write(conn, reused=pool.opened == opened)  # reused: an idle keep-alive one
+                    try:
+                        complete = await self.fin  # type: ignore[misc]
+                        break
+                    except http1.HTTPError:
+                        # A keep-alive connection the server had just closed: nothing was answered, so send again once.
+                        if attempt == 0 and self.reused and out.http_status is None:
+                            continue
+                        raise
+                sink = self.sink
+                assert sink is not None
+                if not sink.ok_stream:
+                    text = sink.err_body.decode("utf-8", errors="replace").replace("\n", " ")
+                    if sink.err_kind == "status":
+                        out.status, out.error = "failed", f"HTTP {out.http_status}: {text[:300]}"
+                    else:
+                        out.status = "failed"
+                        out.error = f"wrong content type {sink.ctype!r} for a stream: {text[:200]}"
+                    return out
+                if complete:
+                    sink.folder.close(out.end_mono)
+        except StreamError as e:
+            out.status, out.error = "failed", str(e)[:300]
+        except http1.ConnectError as e:
+            out.status, out.error = "failed", f"connect: {e}"[:300]
+        except http1.HTTPError as e:
+            out.status, out.error = "failed", f"HTTPError: {e}"[:300]
+        except TimeoutError:
+            _timeout_error(out, self.timeouts)
+        except OSError as e:
+            out.status, out.error = "failed", f"{type(e).__name__}: {e}"[:300]
+        except asyncio.CancelledError:
+            out.status, out.error = "cancelled", "cancelled: the run was stopped"
+            out.end_mono = time.perf_counter()
+            raise
+        finally:
+            self.deadline = None
+            self.abandon()
+            if out.end_mono == send:
+                out.end_mono = time.perf_counter()
+        return _no_usage(out)
+
+    def abandon(self) -> None:
+        """Stop listening: a connection still mid-response cannot carry another request, so it is closed."""
+        conn, sink = self.conn, self.sink
+        if conn is not None and sink is not None and conn.sink is sink and not sink.out.state.done:
+            conn.detach()
+
+
 async def _stream_lean(pool: http1.Pool, base_url: str, api: Api, turn: Turn, history: list[dict[str, str]],
                        model: str, timeouts: Timeouts, headers: dict[str, str] | None) -> Outcome:
-    body = orjson.dumps(api.payload(turn, history, model))
-    host, port, prefix = _split(base_url)
-    request = http1.build_request(host, port, prefix + api.path, body, headers)
-    loop = asyncio.get_running_loop()
-    send = time.perf_counter()
-    out = Outcome(send_mono=send, end_mono=send)
-    first_at = loop.time() + min(timeouts.first_token_s, timeouts.total_s)
-    total_at = loop.time() + timeouts.total_s
-    conn = sink = None
-    try:
-        async with asyncio.timeout_at(first_at) as deadline:
-            for attempt in (0, 1):
-                reused = pool.opened
-                conn = await pool.acquire(host, port, timeouts.connect_s)
-                reused = pool.opened == reused  # True when an idle keep-alive connection was taken
-                fin = loop.create_future()
-
-                def first(d=deadline) -> None:
-                    d.reschedule(total_at)
-
-                folder = _Folder(api, out, first if timeouts.first_token_s < timeouts.total_s else None)
-                sink = _LeanSink(folder, out, fin)
-                conn.send(request, sink).add_done_callback(sink.ended)
-                try:
-                    complete = await fin
-                    break
-                except http1.HTTPError:
-                    # A keep-alive connection the server had just closed: nothing was answered, so send again once.
-                    if attempt == 0 and reused and out.http_status is None:
-                        continue
-                    raise
-            if not sink.ok_stream:
-                text = sink.err_body.decode("utf-8", errors="replace").replace("\n", " ")
-                if sink.err_kind == "status":
-                    out.status, out.error = "failed", f"HTTP {out.http_status}: {text[:300]}"
-                else:
-                    out.status, out.error = "failed", f"wrong content type {sink.ctype!r} for a stream: {text[:200]}"
-                return out
-            if complete:
-                folder.close(out.end_mono)
-    except StreamError as e:
-        out.status, out.error = "failed", str(e)[:300]
-    except http1.ConnectError as e:
-        out.status, out.error = "failed", f"connect: {e}"[:300]
-    except http1.HTTPError as e:
-        out.status, out.error = "failed", f"HTTPError: {e}"[:300]
-    except TimeoutError:
-        _timeout_error(out, timeouts)
-    except OSError as e:
-        out.status, out.error = "failed", f"{type(e).__name__}: {e}"[:300]
-    except asyncio.CancelledError:
-        out.status, out.error = "cancelled", "cancelled: the run was stopped"
-        out.end_mono = time.perf_counter()
-        raise
-    finally:
-        if conn is not None and sink is not None and conn.sink is sink and not out.state.done:
-            conn.detach()  # abandoned mid-response: that connection cannot carry another request
-        if out.end_mono == send:
-            out.end_mono = time.perf_counter()
-    return _no_usage(out)
+    return await LeanRequest(pool, base_url, api, turn, history, model, timeouts, headers).run()
 
 
 @functools.lru_cache(maxsize=64)

@@ -8,6 +8,8 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+from collections import deque
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +19,7 @@ import pyarrow as pa
 
 from rig.loadgen import http1
 from rig.loadgen.apis import api_for
-from rig.loadgen.client import Outcome, request_fields, stream_request
+from rig.loadgen.client import LeanRequest, Outcome, request_fields, stream_request
 from rig.loadgen.health import LoopMonitor
 from rig.loadgen.pacer import Pacer, spin_until
 from rig.loadgen.plan import GeneratorPlan
@@ -29,6 +31,9 @@ from rig.workloads.base import Session, Turn
 Http = "http1.Pool | aiohttp.ClientSession"
 UNREACHABLE_AFTER = 3  # consecutive refused connections after which a generator stops starting sessions
 FLUSH_SLICE = 32  # rows converted to Arrow per step of the loop (~0.3 ms each)
+LOOKAHEAD_S = 0.002  # open loop: requests due this soon are built before the timer fires
+MAX_AHEAD = 64  # ... but never more than this many at once
+WARM_MAX = 32  # open loop, lean client: idle connections opened before the level starts
 
 
 async def sleep_until(due: float) -> None:
@@ -52,6 +57,15 @@ def make_session(kind: str | None = None) -> "http1.Pool | aiohttp.ClientSession
     connector = aiohttp.TCPConnector(limit=0, limit_per_host=0, ttl_dns_cache=300, force_close=False)
     # A large read buffer: a 64 KiB buffer throttles long streamed responses (vLLM #39963).
     return aiohttp.ClientSession(connector=connector, read_bufsize=2**20)
+
+
+@dataclass(eq=False)
+class _Due:
+    """One session of the open loop, its first request built ahead of its due time (None: aiohttp)."""
+
+    session: Session
+    due: float
+    request: LeanRequest | None = field(default=None)
 
 
 class PointRun:
@@ -125,7 +139,8 @@ class PointRun:
 
     # ---------------------------------------------------------------- sending
     async def _run_session(self, http: Http, session: Session, intended: float,
-                           deadline: float | None) -> None:
+                           deadline: float | None, first: LeanRequest | None = None) -> None:
+        """Every turn of one session, each a record; ``first``: the first turn, built ahead (and maybe sent)."""
         history: list[dict[str, str]] = []
         self.counts["scheduled"] += session.n_requests
         for j, turn in enumerate(session.turns):
@@ -144,8 +159,11 @@ class PointRun:
                 intended = time.perf_counter()
             self.counts["in_flight"] += 1
             try:
-                out = await stream_request(http, self.plan.url, self.api, turn, history, self.plan.model,
-                                           self.timeouts, self.headers)
+                if j == 0 and first is not None:
+                    out = await first.run()
+                else:
+                    out = await stream_request(http, self.plan.url, self.api, turn, history, self.plan.model,
+                                               self.timeouts, self.headers)
             except asyncio.CancelledError:
                 now = time.perf_counter()
                 self._record(session, j, turn, intended,
@@ -178,39 +196,98 @@ class PointRun:
         await asyncio.gather(*(slot() for _ in range(max(1, self.plan.slots or 1))))
 
     async def _open_loop(self, http: Http, start: float) -> None:
+        """Send each session's first turn at its arrival time, from the timer's own callback.
+
+        The requests due in the next ``LOOKAHEAD_S`` are built ahead (lean client: body and head as bytes). When
+        the timerfd fires, its callback sends every one already due: it takes an idle keep-alive connection and
+        writes (the send time is that write), then a task reads the response and makes the record. A request that
+        finds no idle connection, and every request of the aiohttp client, is sent by its task (connect, write).
+        With the concurrency cap full a due send waits for a slot, and the wait shows up as slip.
+        """
         assert self.plan.arrivals is not None
-        cap = asyncio.Semaphore(self.plan.slots) if self.plan.slots else None
+        slots = self.plan.slots or 0
         deadline = start + self.plan.duration_s if self.plan.duration_s else None
+        loop = asyncio.get_running_loop()
+        lean = isinstance(http, http1.Pool)
         tasks: set[asyncio.Task] = set()
+        unstarted: set[_Due] = set()  # launched, task not yet running: recorded here if cancelled before it runs
+        ahead: deque[_Due] = deque()  # built, not yet due
+        busy = 0  # sessions holding a slot
+        freed: asyncio.Future | None = None  # resolves when a slot frees up while the sender waits for one
         pacer = Pacer()
 
-        async def fire(session: Session, due: float) -> None:
+        async def fire(item: _Due) -> None:
+            nonlocal busy, freed
+            unstarted.discard(item)
             try:
-                await self._run_session(http, session, due, deadline)
+                await self._run_session(http, item.session, item.due, deadline, item.request)
             finally:
-                if cap:
-                    cap.release()
+                busy -= 1
+                if freed is not None and not freed.done():
+                    freed.set_result(None)
 
-        try:
-            for session, offset in zip(self.plan.sessions, self.plan.arrivals):
-                due = start + offset
-                if (deadline is not None and due >= deadline) or self.unreachable:
-                    break
-                await pacer.sleep_until(due)
-                if cap:
-                    await cap.acquire()  # waiting here shows up as slip: the schedule stays honest
-                task = asyncio.get_running_loop().create_task(fire(session, due))
+        def send_due() -> None:
+            """Every built request already due, sent now (the timer's callback: no await in here)."""
+            nonlocal busy
+            while ahead and ahead[0].due <= time.perf_counter():
+                if slots and busy >= slots:
+                    return  # the cap is full: the sender waits for a slot
+                item = ahead.popleft()
+                if item.request is not None:
+                    item.request.send_now()  # no idle connection: its task connects and writes
+                busy += 1
+                task = loop.create_task(fire(item))
+                unstarted.add(item)
                 tasks.add(task)
                 task.add_done_callback(tasks.discard)
+
+        arrivals = zip(self.plan.sessions, self.plan.arrivals)
+        more = True
+        try:
+            while True:
+                now = time.perf_counter()
+                while more and (not ahead or ahead[-1].due <= now + LOOKAHEAD_S) and len(ahead) < MAX_AHEAD:
+                    nxt = next(arrivals, None)
+                    due = start + nxt[1] if nxt is not None else 0.0
+                    if nxt is None or (deadline is not None and due >= deadline):
+                        more = False
+                        break
+                    turn = nxt[0].turns[0]
+                    request = LeanRequest(http, self.plan.url, self.api, turn, [], self.plan.model, self.timeouts,
+                                          self.headers) if lean else None
+                    ahead.append(_Due(nxt[0], due, request))
+                if self.unreachable or not ahead:
+                    break
+                if slots and busy >= slots:
+                    freed = loop.create_future()
+                    await freed  # waiting here shows up as slip: the schedule stays honest
+                    freed = None
+                    send_due()
+                    continue
+                await pacer.call_at(ahead[0].due, send_due)
             if tasks:
                 await asyncio.gather(*tasks)
         except asyncio.CancelledError:
             for t in tasks:
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+            for item in unstarted:  # sent (or due) but cancelled before its task ran: still a record
+                self._cancelled_before_start(item)
             raise
         finally:
             pacer.close()
+
+    def _cancelled_before_start(self, item: "_Due") -> None:
+        session, now = item.session, time.perf_counter()
+        self.counts["scheduled"] += session.n_requests
+        send = item.request.out.send_mono if item.request is not None and item.request.out is not None \
+            else min(item.due, now)
+        if item.request is not None:
+            item.request.abandon()
+        self._record(session, 0, session.turns[0], item.due,
+                     Outcome(send_mono=send, end_mono=now, status="cancelled", error=self.cancel_reason))
+        for k in range(1, session.n_requests):
+            self._skip(session, k, session.turns[k], f"not sent: {self.cancel_reason}")
 
     async def _bounded(self, level: Any, start: float) -> None:
         """--duration bounds the level: requests still in flight ``grace_s`` after its end are cancelled and
@@ -266,6 +343,23 @@ class PointRun:
                 ok += out.status == "ok"
         return ok
 
+    async def _warm(self, http: http1.Pool, start_mono: float) -> None:
+        """Open loop: open idle keep-alive connections before the common start, so the first sends find one.
+
+        Bounded by the time left before the start; a connection that fails is left to the request (its record)."""
+        budget = min(self.timeouts.connect_s, start_mono - time.perf_counter() - 0.005)
+        if budget <= 0:
+            return
+        try:
+            host, port, _ = http1.split_url(self.plan.url)
+        except ValueError:
+            return  # not a URL the lean client speaks: each request records why
+        try:
+            async with asyncio.timeout(budget):
+                await http.warm(host, port, min(self.plan.slots or WARM_MAX, WARM_MAX), self.timeouts.connect_s)
+        except TimeoutError:
+            pass
+
     async def run(self, http: Http, start_mono: float) -> GeneratorReport:
         """Wait for the common start, drive the level, flush everything; returns the generator's summary."""
         monitor = LoopMonitor()
@@ -273,6 +367,8 @@ class PointRun:
         status: GeneratorStatus = "complete"
         error: str | None = None
         try:
+            if self.plan.arrivals is not None and isinstance(http, http1.Pool):
+                await self._warm(http, start_mono)
             delay = start_mono - time.perf_counter()
             if delay > 0:
                 await asyncio.sleep(delay)

@@ -389,12 +389,22 @@ class Pool:
         self.opened = 0  # connections made (a keep-alive check for tests and benchmarks)
         self._bufs = [memoryview(bytearray(READ_SIZE))]  # every read lands here first: one loop, one read at a time
 
-    async def acquire(self, host: str, port: int, connect_s: float) -> _Conn:
+    def take_idle(self, host: str, port: int) -> _Conn | None:
+        """An idle keep-alive connection to (host, port), without waiting; None when there is none."""
         idle = self._idle.get((host, port))
         while idle:
             conn = idle.pop()
             if not conn.broken:
                 return conn
+        return None
+
+    async def acquire(self, host: str, port: int, connect_s: float) -> _Conn:
+        conn = self.take_idle(host, port)
+        if conn is not None:
+            return conn
+        return await self._connect(host, port, connect_s)
+
+    async def _connect(self, host: str, port: int, connect_s: float) -> _Conn:
         conn = _Conn(self)
         try:
             await asyncio.wait_for(_Socket.open(host, port, conn, self._bufs), connect_s)
@@ -406,6 +416,20 @@ class Pool:
         self._all.add(conn)
         self.opened += 1
         return conn
+
+    async def warm(self, host: str, port: int, n: int, connect_s: float) -> int:
+        """Open idle connections until (host, port) has ``n``, so that sends find one; returns how many it has.
+
+        A connection that cannot be made is left to the request that would have used it (and its record)."""
+        idle = self._idle.setdefault((host, port), deque())
+        want = n - sum(not c.broken for c in idle)
+        if want > 0:
+            got = await asyncio.gather(*(self._connect(host, port, connect_s) for _ in range(want)),
+                                       return_exceptions=True)
+            for conn in got:
+                if isinstance(conn, _Conn):
+                    self._release(conn)
+        return sum(not c.broken for c in idle)
 
     def _release(self, conn: _Conn) -> None:
         if self.closed:

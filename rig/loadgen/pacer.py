@@ -15,6 +15,7 @@ import ctypes.util
 import os
 import sys
 import time
+from typing import Callable
 
 SPIN_S = 0.0015  # fallback: sleep until this close, then yield until due
 _CLOCK_MONOTONIC = 1
@@ -45,7 +46,8 @@ def _libc():
 
 
 class Pacer:
-    """``await pacer.sleep_until(due)`` returns at or just after ``time.perf_counter() >= due``. One waiter."""
+    """``await pacer.sleep_until(due)`` returns at or just after ``time.perf_counter() >= due``;
+    ``await pacer.call_at(due, fn)`` runs ``fn`` on the timer's callback first. One waiter."""
 
     def __init__(self) -> None:
         self._libc = _libc()
@@ -54,44 +56,79 @@ class Pacer:
             fd = self._libc.timerfd_create(_CLOCK_MONOTONIC, _TFD_NONBLOCK | _TFD_CLOEXEC)
             self.fd = fd if fd >= 0 else -1
         self._spec = _Itimerspec()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._waiter: asyncio.Future | None = None
+        self._fn: Callable[[], None] | None = None
 
     @property
     def precise(self) -> bool:
         return self.fd >= 0
 
     async def sleep_until(self, due: float) -> None:
+        await self.call_at(due, _nothing)
+        while time.perf_counter() < due:  # never expected; a guard against a clock mismatch
+            await asyncio.sleep(0)
+
+    async def call_at(self, due: float, fn: Callable[[], None]) -> None:
+        """Run ``fn()`` on the timer's own callback at ``due`` (at once if it is past), then return.
+
+        The callback runs in the event loop turn that the timerfd wakes, before any task resumes: the open loop
+        sends from it. ``fn`` must not block; it is called once, and should itself check that its time has come
+        (a guard against a clock mismatch, never expected).
+        """
         if self.fd < 0:
             await spin_until(due)
+            fn()
             return
         if due <= time.perf_counter():
+            fn()
             return
         sec = int(due)
         self._spec.it_value.tv_sec, self._spec.it_value.tv_nsec = sec, int((due - sec) * 1e9)
         if self._libc.timerfd_settime(self.fd, _TFD_TIMER_ABSTIME, ctypes.byref(self._spec), None) != 0:
             await spin_until(due)
+            fn()
             return
         loop = asyncio.get_running_loop()
-        fut = loop.create_future()
-        loop.add_reader(self.fd, self._fired, fut)
+        if self._loop is not loop:  # one registration for the pacer's life: no epoll change per send
+            if self._loop is not None:
+                self._loop.remove_reader(self.fd)
+            loop.add_reader(self.fd, self._fired)
+            self._loop = loop
+        fut = self._waiter = loop.create_future()
+        self._fn = fn
         try:
             await fut
         finally:
-            loop.remove_reader(self.fd)
-        while time.perf_counter() < due:  # never expected; a guard against a clock mismatch
-            await asyncio.sleep(0)
+            self._waiter = self._fn = None
 
-    def _fired(self, fut: asyncio.Future) -> None:
+    def _fired(self) -> None:
         try:
             os.read(self.fd, 8)
         except BlockingIOError:
             return  # a spurious wake-up: keep waiting
-        if not fut.done():
+        fut, fn = self._waiter, self._fn
+        if fut is None or fut.done() or fn is None:
+            return  # nobody waits (cancelled meanwhile)
+        self._fn = None
+        try:
+            fn()
+        except BaseException as e:  # handed to the waiter, never lost in the loop's exception handler
+            fut.set_exception(e)
+        else:
             fut.set_result(None)
 
     def close(self) -> None:
+        if self._loop is not None and not self._loop.is_closed():
+            self._loop.remove_reader(self.fd)
+        self._loop = None
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1
+
+
+def _nothing() -> None:
+    pass
 
 
 async def spin_until(due: float) -> None:
