@@ -134,6 +134,11 @@ class PartWriter:
             rows, self._rows = self._rows, []
             return rows
 
+    def untake(self, rows: list[dict[str, Any]]) -> None:
+        """Taken rows that were not written go back to the front of the buffer (a failed or stopped write)."""
+        with self._lock:
+            self._rows = rows + self._rows
+
     def write(self, rows: list[dict[str, Any]], batches: list[pa.RecordBatch]) -> None:
         """Write taken rows (already converted to ``batches``) as the next part; on failure they go back."""
         with self._write_lock:  # one part at a time, numbered in order; adding rows meanwhile is not blocked
@@ -142,8 +147,7 @@ class PartWriter:
                 atomic_write(path, pa.Table.from_batches(batches, schema=self.schema))
             except OSError:
                 # Disk full or unwritable: keep the rows for the next attempt, drop the half-written temp file.
-                with self._lock:
-                    self._rows = rows + self._rows
+                self.untake(rows)
                 with contextlib.suppress(OSError):
                     path.with_name(path.name + ".tmp").unlink()
                 raise

@@ -33,6 +33,7 @@ UNREACHABLE_AFTER = 3  # consecutive refused connections after which a generator
 FLUSH_SLICE = 32  # rows converted to Arrow per step of the loop (~0.3 ms each)
 LOOKAHEAD_S = 0.002  # open loop: requests due this soon are built before the timer fires
 MAX_AHEAD = 64  # ... but never more than this many at once
+MAX_BURST = 16  # open loop behind schedule: sends in a row before the reads get a turn
 WARM_MAX = 32  # open loop, lean client: idle connections opened before the level starts
 
 
@@ -242,7 +243,7 @@ class PointRun:
                 task.add_done_callback(tasks.discard)
 
         arrivals = zip(self.plan.sessions, self.plan.arrivals)
-        more = True
+        more, burst = True, 0
         try:
             while True:
                 now = time.perf_counter()
@@ -264,7 +265,13 @@ class PointRun:
                     freed = None
                     send_due()
                     continue
-                await pacer.call_at(ahead[0].due, send_due)
+                if await pacer.call_at(ahead[0].due, send_due):
+                    burst = 0
+                else:  # behind schedule: every due send goes at once, but reads get a turn now and then
+                    burst += 1
+                    if burst >= MAX_BURST:
+                        burst = 0
+                        await asyncio.sleep(0)
             if tasks:
                 await asyncio.gather(*tasks)
         except asyncio.CancelledError:
@@ -327,9 +334,14 @@ class PointRun:
         if not rows:
             return
         batches = []
-        for i in range(0, len(rows), FLUSH_SLICE):
-            batches.append(pa.RecordBatch.from_pylist(rows[i:i + FLUSH_SLICE], schema=self.writer.schema))
-            await asyncio.sleep(0)  # let due sends and reads go between slices
+        try:
+            for i in range(0, len(rows), FLUSH_SLICE):
+                batches.append(pa.RecordBatch.from_pylist(rows[i:i + FLUSH_SLICE], schema=self.writer.schema))
+                await asyncio.sleep(0)  # let due sends and reads go between slices
+        except asyncio.CancelledError:  # the level ended mid-flush: the rows go back for the final write
+            self.writer.untake(rows)
+            raise
+        # Cancelled from here on, the thread still writes these rows, and the final write waits for it.
         await asyncio.to_thread(self.writer.write, rows, batches)
 
     async def warmup(self, http: Http) -> int:

@@ -69,26 +69,26 @@ class Pacer:
         while time.perf_counter() < due:  # never expected; a guard against a clock mismatch
             await asyncio.sleep(0)
 
-    async def call_at(self, due: float, fn: Callable[[], None]) -> None:
-        """Run ``fn()`` on the timer's own callback at ``due`` (at once if it is past), then return.
+    async def call_at(self, due: float, fn: Callable[[], None]) -> bool:
+        """Run ``fn()`` on the timer's own callback at ``due`` (at once if it is past, returning False), then return.
 
         The callback runs in the event loop turn that the timerfd wakes, before any task resumes: the open loop
         sends from it. ``fn`` must not block; it is called once, and should itself check that its time has come
         (a guard against a clock mismatch, never expected).
         """
+        if due <= time.perf_counter():
+            fn()
+            return False
         if self.fd < 0:
             await spin_until(due)
             fn()
-            return
-        if due <= time.perf_counter():
-            fn()
-            return
+            return True
         sec = int(due)
         self._spec.it_value.tv_sec, self._spec.it_value.tv_nsec = sec, int((due - sec) * 1e9)
         if self._libc.timerfd_settime(self.fd, _TFD_TIMER_ABSTIME, ctypes.byref(self._spec), None) != 0:
             await spin_until(due)
             fn()
-            return
+            return True
         loop = asyncio.get_running_loop()
         if self._loop is not loop:  # one registration for the pacer's life: no epoll change per send
             if self._loop is not None:
@@ -101,6 +101,7 @@ class Pacer:
             await fut
         finally:
             self._waiter = self._fn = None
+        return True
 
     def _fired(self) -> None:
         try:
