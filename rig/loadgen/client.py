@@ -310,6 +310,7 @@ class LeanRequest:
         finally:
             self.deadline = None
             self.abandon()
+            self.conn = self.sink = self.fin = None  # the sink's fold refers back here: no cycle left for the GC
             if out.end_mono == send:
                 out.end_mono = time.perf_counter()
         return _no_usage(out)
