@@ -209,3 +209,37 @@ def test_sized_body_and_bad_framing():
     _, fut, _, _ = _exchange(b"garbage\r\n\r\n", 100)
     with pytest.raises(http1.HTTPError, match="bad status line"):
         fut.result()
+
+
+async def _built_ahead(warm: int):
+    """A request built ahead, then sent with send_now (an idle connection) or by run() (none: it connects)."""
+    from rig.loadgen.client import LeanRequest
+
+    server = TestServer(make_app())
+    await server.start_server()
+    try:
+        async with http1.Pool() as pool:
+            url = str(server.make_url("")).rstrip("/")
+            host, port, _ = http1.split_url(url)
+            assert await pool.warm(host, port, warm, 5.0) == warm
+            assert await pool.warm(host, port, warm, 5.0) == warm and pool.opened == warm  # none opened again
+            req = LeanRequest(pool, url, SGLangNative(), turn(), [], "m", Timeouts(), None)
+            sent = req.send_now()
+            sent_at = req.out.send_mono if req.out else None
+            out = await req.run()
+            return sent, sent_at, out, pool.opened
+    finally:
+        await server.close()
+
+
+def test_request_built_ahead_is_written_at_once_on_an_idle_connection():
+    sent, sent_at, out, opened = asyncio.run(_built_ahead(warm=2))
+    assert sent and out.send_mono == sent_at and opened == 2  # the send time is that write; no new connection
+    (ref,), _ = asyncio.run(_send_lean(["ok"]))
+    assert _comparable(request_fields(turn(), out)) == _comparable(request_fields(turn(), ref))
+
+
+def test_request_built_ahead_without_an_idle_connection_connects_when_run():
+    sent, sent_at, out, opened = asyncio.run(_built_ahead(warm=0))
+    assert not sent and sent_at is None
+    assert out.status == "ok" and opened == 1

@@ -187,3 +187,86 @@ def test_pacer_never_wakes_before_the_due_time():
     assert not any(early)
     if os.uname().sysname == "Linux":
         assert precise  # the timerfd path, not the fallback
+
+
+def test_open_loop_with_the_cap_full_waits_and_the_wait_is_slip(tmp_path):
+    offs = tuple(0.001 * i for i in range(5))  # five arrivals 1 ms apart, one slot, each request ~20 ms
+    summary = drive(tmp_path, sessions=sessions(5), arrivals=offs, slots=1)
+    t = read_requests(tmp_path).to_pandas().sort_values("intended_send_ts")
+    assert len(t) == 5 == summary.scheduled and t.ok.all()
+    assert (t.send_ts.iloc[1:].to_numpy() >= t.end_ts.iloc[:-1].to_numpy() - 1e-6).all()  # one at a time
+    assert (t.slip_s.diff().dropna() > 0).all()  # each waited for the one before: its slip says so
+    assert ((t.send_ts - t.intended_send_ts) - t.slip_s).abs().max() < 1e-6
+
+
+def test_open_loop_sends_on_connections_opened_before_the_start(tmp_path):
+    offs = tuple(0.01 * i for i in range(10))
+
+    async def go():
+        server = TestServer(make_app())
+        await server.start_server()
+        url = str(server.make_url("")).rstrip("/")
+        plan = GeneratorPlan(point=INFO, generator=0, url=url, model="m", sessions=sessions(10), arrivals=offs)
+        run = PointRun(plan, tmp_path, "hostA", clock_offset_s=0.0)
+        async with make_session() as http:
+            summary = await run.run(http, time.perf_counter() + 0.3)
+            opened = http.opened
+        await server.close()
+        return summary, opened
+
+    summary, opened = asyncio.run(go())
+    assert summary.records.ok == 10
+    assert opened == 32  # the warm pool (no slots: 32); sends 10 ms apart never needed another connection
+
+
+def test_a_session_cancelled_before_its_task_ran_is_still_recorded(tmp_path):
+    from rig.loadgen import http1
+    from rig.loadgen.apis import api_for
+    from rig.loadgen.client import LeanRequest
+    from rig.loadgen.drive import _Due
+
+    async def go():
+        server = TestServer(make_app())
+        await server.start_server()
+        url = str(server.make_url("")).rstrip("/")
+        s = sessions(1, turns=2)[0]
+        plan = GeneratorPlan(point=INFO, generator=0, url=url, model="m", sessions=(s,), arrivals=(0.0,))
+        run = PointRun(plan, tmp_path, "hostA", clock_offset_s=0.0)
+        async with http1.Pool() as pool:
+            host, port, _ = http1.split_url(url)
+            await pool.warm(host, port, 1, 5.0)
+            req = LeanRequest(pool, url, api_for(INFO.api), s.turns[0], [], "m", run.timeouts, None)
+            due = time.perf_counter()
+            assert req.send_now()
+            run._cancelled_before_start(_Due(s, due, req))
+        run.writer.close()
+        await server.close()
+        return run, req.out.send_mono, due
+
+    run, sent, due = asyncio.run(go())
+    t = read_requests(tmp_path).to_pandas().sort_values("turn")
+    assert run.counts["scheduled"] == 2 == len(t) and (t.status == "cancelled").all()
+    assert abs(t.slip_s.iloc[0] - (sent - due)) < 1e-9  # its send was the write that happened
+    assert "not sent" in t.error.iloc[1]
+
+
+def test_a_flush_stopped_mid_conversion_gives_its_rows_back(tmp_path):
+    from rig.results import empty_record
+
+    plan = GeneratorPlan(point=INFO, generator=0, url="http://127.0.0.1:9", model="m", sessions=sessions(1))
+    run = PointRun(plan, tmp_path, "hostA", clock_offset_s=0.0)
+
+    async def go():
+        for i in range(100):  # > one slice: the conversion yields between slices
+            run.writer.add({**empty_record(), "request_id": f"r{i}", "status": "ok"})
+        task = asyncio.get_running_loop().create_task(run._flush_due())
+        run.writer._oldest = 0.0  # a part is due now
+        await asyncio.sleep(0)  # the flush has taken the rows and converted a first slice
+        assert run.writer.pending == 0
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+    asyncio.run(go())
+    assert run.writer.pending == 100  # back in the buffer, not lost
+    run.writer.close()
+    assert run.writer.rows_written == 100
