@@ -117,13 +117,15 @@ class _Socket:
         if n == 0:  # the server closed its side
             self._lose(None)
             return
-        at = now
-        for level, kind, data in ancillary:
-            if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS_OLD and len(data) >= _TIMESPEC.size:
+        if ancillary:  # the one control message asked for: when the last packet of this read came in
+            level, kind, data = ancillary[0]
+            if kind == SO_TIMESTAMPNS_OLD and level == socket.SOL_SOCKET and len(data) >= _TIMESPEC.size:
                 sec, nsec = _TIMESPEC.unpack_from(data)
-                # The kernel's clock is CLOCK_REALTIME; the records' is perf_counter: carry the lag across.
-                at = now - max(time.time_ns() - (sec * 1_000_000_000 + nsec), 0)
-        self.conn.data_received(bytes(self.bufs[0][:n]), at / 1e9)
+                # The kernel's clock is CLOCK_REALTIME, the records' perf_counter: carry the lag across.
+                lag = time.time_ns() - sec * 1_000_000_000 - nsec
+                if lag > 0:
+                    now -= lag
+        self.conn.data_received(bytes(self.bufs[0][:n]), now / 1e9)
 
     def write(self, data: bytes) -> None:
         """Send now; whatever the kernel does not take goes out when the socket is writable again."""
