@@ -86,6 +86,7 @@ def _exchange(loop_kind: str, body: bytes = b"{}", block_s: float = 0.05):
                 times["resumed"] = time.perf_counter()
             loop.call_soon(block)
             assert await asyncio.wait_for(done, 10) is True
+            times["unstamped"] = pool.unstamped
             return sink, times
 
     try:
@@ -129,6 +130,7 @@ def test_arrival_time_is_the_kernels_not_the_reads(loop_kind, stamping):
     assert times["go"] - 0.002 <= at  # not before the server was told to write it
     assert ran - at >= 0.04  # the loop read it ~50 ms after it came in, and the stamp says so
     assert at <= times["resumed"] - 0.04
+    assert times["unstamped"] == 0
 
 
 @pytest.mark.parametrize("loop_kind", list(LOOPS))
@@ -138,6 +140,7 @@ def test_without_a_control_message_the_read_is_stamped(loop_kind, monkeypatch):
     (data, at, ran), = [b for b in sink.bodies if b[0]]
     assert data == b"hello"
     assert times["resumed"] <= at <= ran  # stamped when the loop read it, after the block
+    assert times["unstamped"] >= 2  # the head and the chunk (and the end, if it came in its own read)
 
 
 @pytest.mark.parametrize("loop_kind", list(LOOPS))

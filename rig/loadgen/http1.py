@@ -23,7 +23,7 @@ import struct
 import sys
 import time
 from collections import deque
-from typing import Protocol
+from typing import Protocol, Sequence
 from urllib.parse import urlsplit
 
 MAX_HEAD = 64 * 1024  # a response head larger than this is not one the rig can accept
@@ -36,6 +36,7 @@ READ_SIZE = 256 * 1024  # one read takes at most this much (asyncio's transports
 SO_TIMESTAMPNS_OLD = 35
 KERNEL_STAMPS = sys.platform == "linux" and platform.machine() in ("x86_64", "aarch64", "riscv64", "ppc64le")
 _TIMESPEC = struct.Struct("@ll")
+_NO_STAMP = (0, 0, b"")
 _CMSG_SPACE = socket.CMSG_SPACE(_TIMESPEC.size) if hasattr(socket, "CMSG_SPACE") else 0
 
 
@@ -82,6 +83,7 @@ class _Socket:
     async def open(cls, host: str, port: int, conn: "_Conn", bufs: list[memoryview]) -> "_Socket":
         """Connect to the first address of host:port that answers (raises OSError as ``create_connection`` does)."""
         loop = asyncio.get_running_loop()
+        infos: Sequence[tuple]
         try:  # a numeric address needs no resolver thread
             infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_NUMERICHOST)
         except socket.gaierror:
@@ -117,14 +119,16 @@ class _Socket:
         if n == 0:  # the server closed its side
             self._lose(None)
             return
-        if ancillary:  # the one control message asked for: when the last packet of this read came in
-            level, kind, data = ancillary[0]
-            if kind == SO_TIMESTAMPNS_OLD and level == socket.SOL_SOCKET and len(data) >= _TIMESPEC.size:
-                sec, nsec = _TIMESPEC.unpack_from(data)
-                # The kernel's clock is CLOCK_REALTIME, the records' perf_counter: carry the lag across.
-                lag = time.time_ns() - sec * 1_000_000_000 - nsec
-                if lag > 0:
-                    now -= lag
+        # The one control message asked for: when the last packet of this read came in.
+        level, kind, data = ancillary[0] if ancillary else _NO_STAMP
+        if kind == SO_TIMESTAMPNS_OLD and level == socket.SOL_SOCKET and len(data) >= _TIMESPEC.size:
+            sec, nsec = _TIMESPEC.unpack_from(data)
+            # The kernel's clock is CLOCK_REALTIME, the records' perf_counter: carry the lag across.
+            lag = time.time_ns() - sec * 1_000_000_000 - nsec
+            if lag > 0:
+                now -= lag
+        else:
+            self.conn.pool.unstamped += 1
         self.conn.data_received(bytes(self.bufs[0][:n]), now / 1e9)
 
     def write(self, data: bytes) -> None:
@@ -206,7 +210,7 @@ class _Conn:
         self._state = "idle"
 
     def data_received(self, data: bytes, at: float | None = None) -> None:
-        """One read's bytes and their arrival ``perf_counter`` (the kernel's stamp; the time of the read without one)."""
+        """One read's bytes and their arrival ``perf_counter`` (the kernel's stamp, else the time of the read)."""
         if at is None:
             at = time.perf_counter()
         if self.sink is None:  # bytes nobody asked for: the connection is not reusable
@@ -389,6 +393,7 @@ class Pool:
         self._all: set[_Conn] = set()
         self.closed = False
         self.opened = 0  # connections made (a keep-alive check for tests and benchmarks)
+        self.unstamped = 0  # reads the kernel gave no arrival stamp for (stamped at the read instead)
         self._bufs = [memoryview(bytearray(READ_SIZE))]  # every read lands here first: one loop, one read at a time
 
     def take_idle(self, host: str, port: int) -> _Conn | None:
