@@ -321,7 +321,11 @@ def figure_b(args, tmp: Path) -> None:
                         rig_rows.append({"span_kept": (len(st) - 1) / (st[-1] - st[0]) / rate,
                                          "kept": s["rate_ratio"], "slip_p99_ms": s["slip_p99_s"] * 1e3,
                                          "ok": ok, "flags": flags, "cpu_ms": 1e3 * s["cpu_s"] / max(1, n),
-                                         "cpu_pct": 100 * s["cpu_s"] / max(1e-9, s["window_s"])})
+                                         "cpu_pct": 100 * s["cpu_s"] / max(1e-9, s["window_s"]),
+                                         "slip_p50_ms": s["slip_p50_s"] * 1e3,
+                                         # the loop runnable but not on its core: what a late wake-up waits for
+                                         "wait_pct": 100 * r["sampler"].between(s["started_mono"], s["ended_mono"], 3)
+                                         / max(1e-9, s["ended_mono"] - s["started_mono"])})
                     else:
                         r = run_vllm(srv.url, tmp / "vllm", "0", concurrency=None, requests=n, max_tokens=16,
                                      rate=rate)
@@ -338,7 +342,9 @@ def figure_b(args, tmp: Path) -> None:
             print(f"      rig rate kept measured as for vLLM (sends / span of actual sends / target): "
                   f"{med([x['span_kept'] for x in rig_rows]):.3f} (runs {runs(rig_rows, 'span_kept', '.3f')})")
             print(f"      rig client CPU per request {med([x['cpu_ms'] for x in rig_rows]):.3f} ms, "
-                  f"CPU% of its core {runs(rig_rows, 'cpu_pct', '.0f')}")
+                  f"CPU% of its core {runs(rig_rows, 'cpu_pct', '.0f')}; p50 slip "
+                  f"{runs(rig_rows, 'slip_p50_ms', '.3f')} ms; its loop waited for its core "
+                  f"{runs(rig_rows, 'wait_pct', '.1f')} % of the level")
             for x in rig_rows:
                 if x["flags"]:
                     print(f"      rig flagged client_saturated: {'; '.join(x['flags'])}")
