@@ -366,6 +366,11 @@ def itl_errors_rig(records: list[dict], truth: dict) -> tuple[np.ndarray, int]:
     return (np.abs(np.concatenate(errs)) if errs else np.zeros(0)), unmatched
 
 
+def tokens_sharing_a_read(records: list[dict]) -> int:
+    """Tokens that came in the same read as the one before (client gap exactly 0): one arrival stamp for both."""
+    return int(sum((np.diff(np.asarray(rec["chunk_offsets_s"])) == 0).sum() for rec in records))
+
+
 def itl_errors_vllm(result: dict, truth: dict) -> tuple[np.ndarray, int]:
     errs, unmatched = [], 0
     for text, itl in zip(result["generated_texts"], result["itls"]):
@@ -393,6 +398,8 @@ def figure_c(args, tmp: Path) -> None:
                                     max_tokens=args.itl_tokens)
                         truth = srv.collect()
                         e, un = itl_errors_rig(r["records"], truth)
+                        shared = tokens_sharing_a_read(r["records"])
+                        unstamped = sum(x.get("unstamped_reads") or 0 for x in r["summaries"])
                     else:
                         r = run_vllm(srv.url, tmp / "vllm", "0", concurrency=streams, requests=n,
                                      max_tokens=args.itl_tokens)
@@ -402,6 +409,8 @@ def figure_c(args, tmp: Path) -> None:
                     rows[tool].append({"p99": np.percentile(e, 99) * 1e3 if len(e) else float("nan"),
                                        "p50": np.percentile(e, 50) * 1e3 if len(e) else float("nan"),
                                        "unmatched": un, "tokens": len(e),
+                                       "shared": shared if tool == "rig" else None,
+                                       "unstamped": unstamped if tool == "rig" else None,
                                        "server_gap_p99": np.percentile(sg, 99) * 1e3 if len(sg) else float("nan")})
             for tool in ("rig", "vllm"):
                 rr = rows[tool]
@@ -410,6 +419,9 @@ def figure_c(args, tmp: Path) -> None:
                       f"p50 {med([x['p50'] for x in rr]):.3f} ms; {rr[0]['tokens']} gaps matched, "
                       f"{sum(x['unmatched'] for x in rr)} requests unmatched; server's own gap p99 "
                       f"{med([x['server_gap_p99'] for x in rr]):.2f} ms")
+                if tool == "rig":  # what is left of rig's error: a read late by more than one token interval
+                    print(f"      tokens that shared a read with the one before (one kernel stamp for both): runs "
+                          f"{runs(rr, 'shared', 'd')}; reads without a kernel stamp: runs {runs(rr, 'unstamped', 'd')}")
             d = [a["p99"] - b["p99"] for a, b in zip(rows["rig"], rows["vllm"])]
             print(f"  {streams} streams: rig - vLLM error p99 {med(d):+.2f} ms")
     finally:

@@ -66,6 +66,7 @@ async def main_async(a: argparse.Namespace) -> dict:
     summary["cpu_user_s"], summary["cpu_sys_s"] = t1[0] - t0[0], t1[1] - t0[1]
     summary["started_mono"] = run.started_mono
     summary["ended_mono"] = run.ended_mono
+    summary["unstamped_reads"] = getattr(http, "unstamped", None)  # lean client: reads without a kernel stamp
     return summary
 
 
