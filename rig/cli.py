@@ -5,18 +5,25 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 import click
 import yaml
 
 from rig.analysis.cli import compare, report
 from rig.cli_options import csv_ints, resolve_spec, run_options, spec_field
-from rig.config import SpecError, build_spec, load_yaml
+from rig.config import RunSpec, SpecError, build_spec, load_yaml
 from rig.contracts import PointEntry
 from rig.sim.cli import sim
 from rig.tune.cli import parse_slos, resumed_planner, search_settings
 from rig.tune.search import MAX_CONCURRENCY, MAX_RATE
+
+if TYPE_CHECKING:  # imported when used: a command loads only what it needs
+    from rich.console import Console
+
+    from rig.run.points import Point
+    from rig.run.progress import Progress as Callbacks
+    from rig.run.runner import Runner
 
 EXIT_USAGE = 2
 
@@ -24,7 +31,7 @@ EXIT_USAGE = 2
 DRY_RUN_PORT = 30000  # SGLang's default --port
 
 
-def print_notices(spec) -> None:
+def print_notices(spec: RunSpec) -> None:
     """One 'note:' line on stderr per surprise the spec holds (see rig.config.notices)."""
     from rig.config import notices
 
@@ -32,7 +39,7 @@ def print_notices(spec) -> None:
         click.echo(f"rig: note: {n}", err=True)
 
 
-def print_dry_run(spec) -> None:
+def print_dry_run(spec: RunSpec) -> None:
     from rig.run.points import expand_points
     from rig.server.engines import engine_for
 
@@ -73,7 +80,8 @@ def print_dry_run(spec) -> None:
         click.echo(f"{p.point}")
 
 
-def execute(spec, quiet: bool, resume_dir: Path | None = None, planner=None) -> int:
+def execute(spec: RunSpec, quiet: bool, resume_dir: Path | None = None,
+            planner: Callable[[Runner], Iterable[Point]] | None = None) -> int:
     """Run the spec (or a planner's adaptive points) with a progress bar, print the campaign table, return the exit
     code."""
     from rich.console import Console
@@ -149,7 +157,7 @@ def _print_table(run_dir: Path) -> None:
 class _ProgressUI:
     """One rich progress bar for the current point, fed by the driver's polling of the generators."""
 
-    def __init__(self, console, quiet: bool):
+    def __init__(self, console: Console, quiet: bool) -> None:
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
         self.console = console
@@ -159,14 +167,14 @@ class _ProgressUI:
                                  disable=quiet, transient=False)
         self.task: TaskID | None = None
 
-    def __enter__(self):
+    def __enter__(self) -> _ProgressUI:
         self.progress.__enter__()
         return self
 
-    def __exit__(self, *exc):
-        return self.progress.__exit__(*exc)
+    def __exit__(self, *exc: Any) -> None:
+        self.progress.__exit__(*exc)
 
-    def callbacks(self):
+    def callbacks(self) -> Callbacks:
         from rig.run.progress import Progress as Callbacks
 
         def status(msg: str) -> None:
@@ -277,7 +285,7 @@ def sweep(steps_csv: str | None, grid: tuple[str, ...], resume_dir: Path | None,
     sys.exit(execute(spec, kw["quiet"]))
 
 
-def resume_spec(run_dir: Path):
+def resume_spec(run_dir: Path) -> RunSpec:
     """The spec of the run in ``run_dir``, or a one-line UsageError saying why that run cannot be resumed."""
     from pydantic import ValidationError
 

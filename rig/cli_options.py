@@ -12,7 +12,7 @@ import types
 import typing
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Callable, Literal, TypeVar
 
 import click
 import yaml
@@ -21,6 +21,8 @@ from pydantic.fields import FieldInfo
 
 from rig.config import RunSpec, SpecError, build_spec, deep_merge, load_yaml
 from rig.workloads.spec import WorkloadName
+
+_Command = TypeVar("_Command", bound=Callable[..., Any])  # a click command function under its decorators
 
 
 @dataclass(frozen=True)
@@ -39,7 +41,7 @@ class SpecFlag:
     def param(self) -> str:
         return self.name or self.flag.lstrip("-").replace("-", "_")
 
-    def option(self):
+    def option(self) -> Callable[[_Command], _Command]:
         """The click option: type, flag-ness and help text from the field."""
         field = self.field
         ann = _unoptional(field.annotation)
@@ -182,7 +184,7 @@ def _set(d: dict[str, Any], path: str, value: Any) -> None:
     d[keys[-1]] = value
 
 
-def run_options(f):
+def run_options(f: _Command) -> _Command:
     """Options shared by `rig run`, `rig sweep` and `rig tune`."""
     by_flag = {s.flag: s.option() for s in SPEC_FLAGS}
     opts = [

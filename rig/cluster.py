@@ -16,7 +16,7 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, TypedDict
+from typing import Any, Iterable, Iterator, TypedDict
 
 import ray
 from ray.util.placement_group import placement_group, remove_placement_group
@@ -90,7 +90,7 @@ def connect(spec: ClusterSpec, n_generators: int) -> dict[str, Any]:
 
 
 @contextlib.contextmanager
-def _loopback_only():
+def _loopback_only() -> Iterator[None]:
     """One machine: Ray's single-host mode (its default on macOS), where every node address is 127.0.0.1, so the
     processes Ray starts and the engine advertise loopback and nothing of the run is offered to the LAN. The
     environment variable reaches the raylet and its workers; the constant is what this driver already imported."""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Group, RenderableType
 from rich.table import Table
@@ -11,6 +11,9 @@ from rich.text import Text
 from rig.analysis.lossless import mismatch_rows
 from rig.analysis.report import Report
 from rig.analysis.tables import fmt, render_campaign_table, render_problems
+
+if TYPE_CHECKING:
+    from rig.analysis.runs import PointInfo
 
 MAX_MISMATCH_ROWS = 50  # the terminal shows this many; CSV and JSON carry all
 
@@ -134,7 +137,7 @@ def decision_tables(report: Report) -> list[RenderableType]:
     return out
 
 
-def seeds_line(points) -> str:
+def seeds_line(points: list[PointInfo]) -> str:
     """Whether the servers of the run honoured per-request sampling seeds (from the manifest's effective config)."""
     seen = {p.seeds_honoured for p in points}
     if seen == {True}:

@@ -330,7 +330,7 @@ def redact(obj: Any, secret: str | None) -> Any:
     return obj
 
 
-def remote_class(**options: Any):
+def remote_class(**options: Any) -> Any:  # a Ray actor class (Ray ships no types)
     """Never restarted: a restarted server would silently change the system under test."""
     return ray.remote(max_restarts=0, max_task_retries=0, **options)(ServerActor)
 

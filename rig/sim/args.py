@@ -11,7 +11,10 @@ import sys
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
+
+if TYPE_CHECKING:
+    from rig.sim.faults import Fault
 
 PROG = "rig.sim"
 SGLANG_VERSION = "0.5.23"  # the release whose parser the flag table was generated from
@@ -156,7 +159,7 @@ def build_parser(cls: type[argparse.ArgumentParser] = _Parser) -> argparse.Argum
     return p
 
 
-def _fault(spec: str):
+def _fault(spec: str) -> Fault:
     from rig.sim.faults import argparse_type
 
     return argparse_type(spec)

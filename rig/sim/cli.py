@@ -5,10 +5,14 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from rig.sim.profile import REFERENCE_PROFILE, Profile, ProfileError, load_profile
+
+if TYPE_CHECKING:
+    from rig.sim.fit import FitResult
 
 
 @click.command(
@@ -75,7 +79,7 @@ def fit_cmd(run_dir: Path | None, campaign: bool, output: Path | None, start: Pa
         click.echo(f"wrote {output}", err=True)
 
 
-def _print_table(result, elapsed: float) -> None:
+def _print_table(result: FitResult, elapsed: float) -> None:
     from rich.console import Console
     from rich.table import Table
 

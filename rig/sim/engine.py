@@ -216,7 +216,8 @@ class Engine:
                 st.signalled = st.n_tokens
                 st.event.set()
 
-    def _apply_stops(self, st: Stream, req: Req, ids: list[int], text: str, t_end: float):
+    def _apply_stops(self, st: Stream, req: Req, ids: list[int], text: str, t_end: float
+                     ) -> tuple[int, list[int], str]:
         """Cut the output at the first stop string; the tokens after it are dropped."""
         full = st.text + text
         hit = min(((full.find(s, max(0, len(st.text) - len(s))), s) for s in st.stops if s), default=(-1, ""),

@@ -40,9 +40,12 @@ import logging
 import os
 import signal
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 from aiohttp import web
+
+if TYPE_CHECKING:
+    from aiohttp.abc import AbstractStreamWriter
 
 log = logging.getLogger("rig.sim")
 GENERATION_PATHS = ("/generate", "/v1/completions", "/v1/chat/completions")
@@ -246,7 +249,7 @@ class FaultyStream(web.StreamResponse):
             headers = {**headers, "Content-Type": "application/json"}
         super().__init__(status=200, headers=headers)
 
-    async def prepare(self, request: web.BaseRequest):
+    async def prepare(self, request: web.BaseRequest) -> AbstractStreamWriter | None:
         out = await super().prepare(request)
         self._request = request
         if self.fault.kind == "hang_headers" and self._payload_writer is not None:
@@ -328,7 +331,8 @@ def middleware(plan: FaultPlan) -> Callable:
     """Counts generation requests, crashes on schedule, and applies per-request faults."""
 
     @web.middleware
-    async def inject(request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]):
+    async def inject(request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+                     ) -> web.StreamResponse:
         if request.method != "POST" or request.path not in GENERATION_PATHS:
             return await handler(request)
         srv = request.app["srv"]

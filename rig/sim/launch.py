@@ -10,10 +10,10 @@ import sys
 from aiohttp import web
 
 from rig.sim.args import SGLANG_VERSION, ServerArgs, context_length_allowed, main_error, resolve
-from rig.sim.capacity import CapacityError, compute_capacity
+from rig.sim.capacity import Capacity, CapacityError, compute_capacity
 from rig.sim.engine import Engine
 from rig.sim.prometheus import SimMetrics
-from rig.sim.profile import REFERENCE_PROFILE, ProfileError, load_profile
+from rig.sim.profile import REFERENCE_PROFILE, Profile, ProfileError, load_profile
 from rig.sim.requests import Sampling
 from rig.sim.scheduler import EngineConfig
 from rig.sim.app import create_app
@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> None:
         pass
 
 
-def _startup_lines(args: ServerArgs, cap, profile) -> None:
+def _startup_lines(args: ServerArgs, cap: Capacity, profile: Profile) -> None:
     mem = profile.gpu_mem_gb
     after_w = mem - cap.weight_gb_per_gpu
     log.info("Load weight begin. avail mem=%.2f GB", mem - 0.5)
@@ -80,7 +80,7 @@ def _startup_lines(args: ServerArgs, cap, profile) -> None:
                     args.speculative_num_draft_tokens or 0)
 
 
-def build_server(args: ServerArgs, profile, cap, context_len: int, profile_path: str) -> SimServer:
+def build_server(args: ServerArgs, profile: Profile, cap: Capacity, context_len: int, profile_path: str) -> SimServer:
     """Metrics, engine (started) and handler state; must be called inside the event loop."""
     metrics = SimMetrics(args.served_model_name, args.bucket_time_to_first_token, args.bucket_inter_token_latency,
                          args.bucket_e2e_request_latency)
@@ -104,7 +104,7 @@ def build_server(args: ServerArgs, profile, cap, context_len: int, profile_path:
     return SimServer(args, profile, cap, engine, metrics, context_len, profile_path)
 
 
-def prepare(argv: list[str] | None = None):
+def prepare(argv: list[str] | None = None) -> tuple[ServerArgs, Profile, Capacity, int, str]:
     """Resolve flags, load the profile, size memory: (args, profile, capacity, context_len, profile_path)."""
     args = resolve(argv)
     try:
@@ -132,7 +132,7 @@ def prepare(argv: list[str] | None = None):
     return args, profile, cap, context_len, str(args.sim_profile or REFERENCE_PROFILE)
 
 
-async def serve(args: ServerArgs, profile, cap, context_len: int, profile_path: str) -> None:
+async def serve(args: ServerArgs, profile: Profile, cap: Capacity, context_len: int, profile_path: str) -> None:
     _startup_lines(args, cap, profile)
     srv = build_server(args, profile, cap, context_len, profile_path)
     engine = srv.engine

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
@@ -19,7 +21,8 @@ disable_created_metrics()  # SGLang serves multiprocess-mode metrics, which have
 class SimMetrics:
     """One registry; scheduler gauges are set by the engine, tokenizer counters and histograms per request."""
 
-    def __init__(self, model_name: str, ttft_buckets=None, itl_buckets=None, e2e_buckets=None):
+    def __init__(self, model_name: str, ttft_buckets: Sequence[float] | None = None,
+                 itl_buckets: Sequence[float] | None = None, e2e_buckets: Sequence[float] | None = None) -> None:
         self.registry = r = CollectorRegistry(auto_describe=True)
         sched = ["model_name", "engine_type", "tp_rank", "pp_rank", "moe_ep_rank"]
         tok = ["model_name", "engine_type"]
@@ -33,7 +36,7 @@ class SimMetrics:
         def c(name: str, doc: str) -> Counter:
             return Counter(f"sglang:{name}", doc, tok, registry=r).labels(**self._tok_labels)
 
-        def h(name: str, doc: str, buckets) -> Histogram:
+        def h(name: str, doc: str, buckets: Sequence[float]) -> Histogram:
             return Histogram(f"sglang:{name}", doc, tok, buckets=buckets, registry=r).labels(**self._tok_labels)
 
         self.num_running_reqs = g("num_running_reqs", "The number of running requests.")

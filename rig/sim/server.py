@@ -9,7 +9,7 @@ import json
 import os
 import logging
 import time
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, Awaitable, Callable
 
 from aiohttp import web
 
@@ -146,14 +146,15 @@ DONE = b"data: [DONE]\n\n"
 # ---------------------------------------------------------------- middleware
 def make_middlewares(srv: SimServer) -> list:
     @web.middleware
-    async def auth_and_log(request: web.Request, handler):
+    async def auth_and_log(request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+                           ) -> web.StreamResponse:
         path = request.path
         key = srv.args.api_key
         if path.startswith(ADMIN_PATHS) and srv.args.admin_api_key:
             key = srv.args.admin_api_key
         if key and not path.startswith(ALWAYS_ALLOWED):
             if request.headers.get("Authorization", "") != f"Bearer {key}":
-                resp = web.json_response({"error": "Unauthorized"}, status=401)
+                resp: web.StreamResponse = web.json_response({"error": "Unauthorized"}, status=401)
                 _access(request, resp.status)
                 return resp
         try:

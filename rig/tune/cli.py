@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import click
 
@@ -10,6 +10,11 @@ from rig.analysis.metrics import parse_slo
 from rig.contracts import Manifest
 from rig.tune.search import MAX_CONCURRENCY, MAX_RATE
 from rig.tune.slo_search import SearchSettings, search_planner
+
+if TYPE_CHECKING:
+    from rig.config import RunSpec
+    from rig.run.points import Point
+    from rig.run.runner import Runner
 
 
 def parse_slos(texts: tuple[str, ...]) -> list:
@@ -51,7 +56,7 @@ def search_settings(variable: str, slo_texts: tuple[str, ...], percentile: float
     return SearchSettings(variable, tuple(to_texts(slos)), percentile, start, maximum, tolerance)
 
 
-def resumed_planner(spec, manifest: Manifest):
+def resumed_planner(spec: RunSpec, manifest: Manifest) -> Callable[[Runner], Iterator[Point]] | None:
     """The planner a resumed run continues with: the recorded search or tune, or None for a grid sweep."""
     search, tune = manifest.search or {}, manifest.tune or {}
     if search.get("settings"):

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any, Callable, Iterator
 
-from rig.analysis.metrics import parse_slo
+from rig.analysis.metrics import Slo, parse_slo
 from rig.analysis.slo import DEFAULT_PERCENTILE, describe
 from rig.config import RunSpec
 from rig.run.points import Point, point_id
@@ -34,7 +34,7 @@ class SearchSettings:
             return IntDomain(1, int(self.maximum))
         return RateDomain(min(0.05, self.start), float(self.maximum), self.tolerance)
 
-    def parsed_slos(self):
+    def parsed_slos(self) -> list[Slo]:
         return [parse_slo(s) for s in self.slos]
 
     @classmethod

@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any, Callable, Iterator
 
-from rig.analysis.metrics import parse_slo
+from rig.analysis.metrics import Slo, parse_slo
 from rig.analysis.slo import DEFAULT_PERCENTILE, describe
 from rig.config import RunSpec
 from rig.run.points import Point
@@ -233,7 +233,7 @@ def tune_planner(spec: RunSpec, settings: TuneSettings) -> Callable[[Runner], It
     return plan
 
 
-def recommend(runner: Runner, section: dict[str, Any], slos, percentile: float, stop_reason: str,
+def recommend(runner: Runner, section: dict[str, Any], slos: list[Slo], percentile: float, stop_reason: str,
               grid_points: int) -> dict[str, Any]:
     """The answer from the measured points alone (report's rule), with its evidence."""
     from rig.analysis.frontier import best_per_slo
