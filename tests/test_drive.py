@@ -208,7 +208,7 @@ def test_open_loop_sends_on_connections_opened_before_the_start(tmp_path):
         url = str(server.make_url("")).rstrip("/")
         plan = GeneratorPlan(point=INFO, generator=0, url=url, model="m", sessions=sessions(10), arrivals=offs)
         run = PointRun(plan, tmp_path, "hostA", clock_offset_s=0.0)
-        async with make_session() as http:
+        async with make_session("lean") as http:  # the warm pool is the lean client's
             summary = await run.run(http, time.perf_counter() + 0.3)
             opened = http.opened
         await server.close()
