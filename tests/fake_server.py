@@ -50,6 +50,8 @@ async def generate(request: web.Request) -> web.StreamResponse:
                 "cached_tokens": 0, "finish_reason": {"type": "length", "length": n} if done else None}
         if done:
             meta.update(spec_verify_ct=n, spec_accept_length=len(out.split()) / n)
+            if mode == "badspec":  # a field of the wrong type: no mapped error covers it
+                meta["spec_accept_length"] = "n/a"
         await resp.write(f"data: {json.dumps({'text': out, 'meta_info': meta})}\n\n".encode())
     if mode != "nodone":
         await resp.write(b"data: [DONE]\n\n")

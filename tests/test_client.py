@@ -55,6 +55,7 @@ def test_ok_stream_counts_tokens_from_server():
     ("malformed", 200, "malformed event"),
     ("error_event", 200, "scheduler crashed"),
     ("nodone", 200, None),
+    ("badspec", 200, "internal error: ValueError: could not convert string to float: 'n/a'"),
 ])
 def test_faults_become_failed_records(mode, status, needle):
     out = send(mode)
@@ -114,7 +115,7 @@ def _comparable(rec: dict) -> dict:
 
 
 @pytest.mark.parametrize("mode", ["ok", "http500", "http400", "json", "truncate", "malformed", "error_event",
-                                  "nodone"])
+                                  "nodone", "badspec"])
 def test_lean_client_records_match_aiohttp(mode):
     (lean,), _ = asyncio.run(_send_lean([mode]))
     ref = send(mode)

@@ -4,6 +4,7 @@ import asyncio
 import os
 import time
 
+import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 from aiohttp.test_utils import TestServer
@@ -31,12 +32,14 @@ def sessions(n: int, modes: dict[int, str] | None = None, turns: int = 1) -> tup
     return tuple(out)
 
 
-async def _drive(tmp_path, plan_kw: dict, hog_s: float = 0.0):
+async def _drive(tmp_path, plan_kw: dict, hog_s: float = 0.0, patch=None, client: str | None = None):
     server = TestServer(make_app())
     await server.start_server()
     url = str(server.make_url("")).rstrip("/")
     plan = GeneratorPlan(point=INFO, generator=0, url=url, model="m", **plan_kw)
     run = PointRun(plan, tmp_path, "hostA", clock_offset_s=0.25)
+    if patch is not None:
+        patch(run)
 
     async def hog():  # a starved generator: the event loop is blocked for hog_s at a time
         while True:
@@ -44,7 +47,7 @@ async def _drive(tmp_path, plan_kw: dict, hog_s: float = 0.0):
             await asyncio.sleep(0.001)
 
     hogger = asyncio.get_running_loop().create_task(hog()) if hog_s else None
-    async with make_session() as http:
+    async with make_session(client) as http:
         summary = await run.run(http, time.perf_counter() + 0.05)
     if hogger:
         hogger.cancel()
@@ -52,8 +55,8 @@ async def _drive(tmp_path, plan_kw: dict, hog_s: float = 0.0):
     return summary
 
 
-def drive(tmp_path, hog_s: float = 0.0, **plan_kw):
-    return asyncio.run(_drive(tmp_path, plan_kw, hog_s))
+def drive(tmp_path, hog_s: float = 0.0, patch=None, client: str | None = None, **plan_kw):
+    return asyncio.run(_drive(tmp_path, plan_kw, hog_s, patch, client))
 
 
 def test_closed_loop_writes_one_record_per_request(tmp_path):
@@ -270,3 +273,70 @@ def test_a_flush_stopped_mid_conversion_gives_its_rows_back(tmp_path):
     assert run.writer.pending == 100  # back in the buffer, not lost
     run.writer.close()
     assert run.writer.rows_written == 100
+
+
+# ---------------------------------------------------------------- unexpected exceptions: recorded, never a crash
+
+
+def _fold_raising_on_request(n: int):
+    """A patch: the API's fold raises on the first event of the n-th request (a bug, or an answer nobody mapped)."""
+    def patch(run):
+        fold, seen = run.api.fold, []
+
+        def bad_fold(obj, state):
+            if not any(s is state for s in seen):
+                seen.append(state)
+            if seen[n - 1:n] and seen[n - 1] is state:
+                raise RuntimeError("boom\nsecond line")
+            return fold(obj, state)
+        run.api = type(run.api)()
+        run.api.fold = bad_fold
+    return patch
+
+
+@pytest.mark.parametrize("client", ["lean", "aiohttp"])
+@pytest.mark.parametrize("load", [{"slots": 1}, {"arrivals": tuple(0.03 * i for i in range(6))}])
+def test_an_exception_inside_a_request_is_that_requests_error_and_the_level_goes_on(tmp_path, client, load):
+    summary = drive(tmp_path, patch=_fold_raising_on_request(3), client=client, sessions=sessions(6), **load)
+    t = read_requests(tmp_path).to_pandas().sort_values("intended_send_ts")
+    assert summary.status == "complete" and summary.error is None
+    assert len(t) == 6 == summary.rows_written and summary.records.model_dump() == {"ok": 5, "failed": 1,
+                                                                                     "cancelled": 0}
+    bad = t.iloc[2]
+    assert bad.request_id == "s2-t0" and bad.status == "failed" and bad.http_status == 200
+    assert bad.error == "internal error: RuntimeError: boom second line"  # the kind, then one line
+    assert pd.isna(bad.output_hash) and bad.e2e_s >= 0
+    assert t.iloc[3:].ok.all()  # the requests after it went on
+
+
+def _session_raising(session_id: str):
+    """A patch: the level's own machinery raises when it comes to ``session_id`` (before sending anything)."""
+    def patch(run):
+        real = run._run_session
+
+        async def run_session(http, session, *a, **kw):
+            if session.session_id == session_id:
+                raise KeyError("no such slot")
+            return await real(http, session, *a, **kw)
+        run._run_session = run_session
+    return patch
+
+
+@pytest.mark.parametrize("load", [{"slots": 2}, {"arrivals": (0.0, 0.0, 0.05, 0.1, 0.15, 0.2)}])
+def test_an_exception_in_the_level_ends_the_point_with_one_line_and_keeps_every_record(tmp_path, load, caplog):
+    from rig.loadgen.drive import LEVEL_FAILED
+
+    # s2 hangs (in flight when s3's turn breaks the level): it must be recorded as cancelled, not lost
+    s = sessions(6, {2: "hang"})
+    summary = drive(tmp_path, patch=_session_raising("s3"), sessions=s, **load)
+    assert summary.status == "failed"
+    assert summary.error == "level stopped: internal error: KeyError: 'no such slot'"
+    t = read_requests(tmp_path).to_pandas().set_index("request_id")
+    assert len(t) == summary.rows_written == summary.records.total == summary.scheduled
+    assert summary.rows_unwritten == 0
+    assert list(t.loc[["s0-t0", "s1-t0"], "status"]) == ["ok", "ok"]
+    assert t.loc["s2-t0", "status"] == "cancelled" and t.loc["s2-t0", "error"] == LEVEL_FAILED
+    assert "s3-t0" not in t.index  # never sent, never scheduled
+    # the full traceback goes to the generator's log, not to the user
+    (logged,) = [r for r in caplog.records if r.name == "rig.loadgen.drive"]
+    assert logged.exc_info[0] is KeyError and "p0" in logged.getMessage()

@@ -6,6 +6,7 @@ import asyncio
 import functools
 import hashlib
 import json
+import logging
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,6 +19,9 @@ from rig.loadgen import http1
 from rig.loadgen.apis import Api, StreamError, StreamState
 from rig.loadgen.sse import SSEBytesParser
 from rig.workloads.base import Turn
+
+
+_log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -126,6 +130,17 @@ def _timeout_error(out: Outcome, timeouts: Timeouts) -> None:
         out.status, out.error = "failed", f"timeout: stream not finished within {timeouts.total_s:g}s"
 
 
+def unexpected_error(e: BaseException) -> str:
+    """The one-line error of an exception no branch maps (a bug, or a server answer no branch foresaw)."""
+    return f"internal error: {type(e).__name__}: {' '.join(str(e).split())}"[:300]
+
+
+def _unexpected(out: Outcome, e: Exception) -> None:
+    """A request's unexpected exception: a failed record of its own; the traceback goes to this process's log."""
+    out.status, out.error = "failed", unexpected_error(e)
+    _log.warning("request failed on an unexpected exception", exc_info=e)
+
+
 def _no_usage(out: Outcome) -> Outcome:
     if out.status == "ok" and out.state.completion_tokens is None:
         out.status, out.error = "failed", "server reported no completion token count"
@@ -142,13 +157,20 @@ async def stream_request(
     timeouts: Timeouts,
     headers: dict[str, str] | None = None,
 ) -> Outcome:
-    """Send one streaming request and fold every event; never raises for server or network faults.
+    """Send one streaming request and fold every event; never raises (a cancellation aside): a fault no branch
+    maps becomes the request's ``internal error`` like any other failed request.
 
     One interface, two HTTP clients: the lean one (``http1.Pool``, the default) or aiohttp (a ``ClientSession``).
     """
-    if isinstance(http, http1.Pool):
-        return await _stream_lean(http, base_url, api, turn, history, model, timeouts, headers)
-    return await _stream_aiohttp(http, base_url, api, turn, history, model, timeouts, headers)
+    try:
+        if isinstance(http, http1.Pool):
+            return await _stream_lean(http, base_url, api, turn, history, model, timeouts, headers)
+        return await _stream_aiohttp(http, base_url, api, turn, history, model, timeouts, headers)
+    except Exception as e:  # raised before the send (building the request): the clients map everything after it
+        now = time.perf_counter()
+        out = Outcome(send_mono=now, end_mono=now)
+        _unexpected(out, e)
+        return out
 
 
 class _LeanSink:
@@ -307,6 +329,8 @@ class LeanRequest:
             out.status, out.error = "cancelled", "cancelled: the run was stopped"
             out.end_mono = time.perf_counter()
             raise
+        except Exception as e:
+            _unexpected(out, e)
         finally:
             self.deadline = None
             self.abandon()
@@ -391,6 +415,8 @@ async def _stream_aiohttp(
         out.status, out.error = "cancelled", "cancelled: the run was stopped"
         out.end_mono = time.perf_counter()
         raise
+    except Exception as e:
+        _unexpected(out, e)
     finally:
         if out.end_mono == send:
             out.end_mono = time.perf_counter()

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import logging
 import os
 import sys
 import threading
@@ -24,7 +25,7 @@ import pyarrow as pa
 
 from rig.loadgen import http1
 from rig.loadgen.apis import api_for
-from rig.loadgen.client import LeanRequest, Outcome, request_fields, stream_request
+from rig.loadgen.client import LeanRequest, Outcome, request_fields, stream_request, unexpected_error
 from rig.loadgen.health import LoopMonitor
 from rig.loadgen.pacer import Pacer, spin_until
 from rig.loadgen.plan import GeneratorPlan
@@ -34,6 +35,8 @@ from rig.workloads.base import Session, Turn
 
 
 Http = "http1.Pool | aiohttp.ClientSession"
+_log = logging.getLogger(__name__)
+LEVEL_FAILED = "cancelled: the level stopped on an internal error"  # what its in-flight requests record
 UNREACHABLE_AFTER = 3  # consecutive refused connections after which a generator stops starting sessions
 FLUSH_SLICE = 32  # rows converted to Arrow per step of the loop (~0.3 ms each)
 LOOKAHEAD_S = 0.002  # open loop: requests due this soon are built before the timer fires
@@ -225,7 +228,16 @@ class PointRun:
                     return
                 await self._run_session(http, session, now, deadline)
 
-        await asyncio.gather(*(slot() for _ in range(max(1, self.plan.slots or 1))))
+        slots = [asyncio.ensure_future(slot()) for _ in range(max(1, self.plan.slots or 1))]
+        try:
+            await asyncio.gather(*slots)
+        except BaseException as e:  # stopped, or one slot failed: the others' requests are cancelled and recorded
+            if not isinstance(e, asyncio.CancelledError):
+                self.cancel_reason = LEVEL_FAILED
+            for t in slots:
+                t.cancel()
+            await asyncio.gather(*slots, return_exceptions=True)
+            raise
 
     async def _open_loop(self, http: Http, start: float) -> None:
         """Send each session's first turn at its arrival time, from the timer's own callback.
@@ -240,12 +252,12 @@ class PointRun:
         slots = self.plan.slots or 0
         deadline = start + self.plan.duration_s if self.plan.duration_s else None
         loop = asyncio.get_running_loop()
-        lean = isinstance(http, http1.Pool)
         tasks: set[asyncio.Task] = set()
         unstarted: set[_Due] = set()  # launched, task not yet running: recorded here if cancelled before it runs
         ahead: deque[_Due] = deque()  # built, not yet due
         busy = 0  # sessions holding a slot
         freed: asyncio.Future | None = None  # resolves when a slot frees up while the sender waits for one
+        failures: list[BaseException] = []  # a session task's unexpected exception: it ends the level
         pacer = Pacer()
 
         async def fire(item: _Due) -> None:
@@ -271,12 +283,18 @@ class PointRun:
                 task = loop.create_task(fire(item))
                 unstarted.add(item)
                 tasks.add(task)
-                task.add_done_callback(tasks.discard)
+                task.add_done_callback(settled)
+
+        def settled(task: asyncio.Task) -> None:
+            tasks.discard(task)
+            exc = None if task.cancelled() else task.exception()
+            if exc is not None:
+                failures.append(exc)
 
         arrivals = zip(self.plan.sessions, self.plan.arrivals)
         more, burst = True, 0
         try:
-            while True:
+            while not failures:
                 now = time.perf_counter()
                 while more and (not ahead or ahead[-1].due <= now + LOOKAHEAD_S) and len(ahead) < MAX_AHEAD:
                     nxt = next(arrivals, None)
@@ -285,9 +303,8 @@ class PointRun:
                         more = False
                         break
                     turn = nxt[0].turns[0]
-                    request = LeanRequest(http, self.plan.url, self.api, turn, [], self.plan.model, self.timeouts,
-                                          self.headers) if lean else None
-                    ahead.append(_Due(nxt[0], due, request))
+                    ahead.append(_Due(nxt[0], due, self._build_ahead(http, turn)
+                                      if isinstance(http, http1.Pool) else None))
                 if self.unreachable or not ahead:
                     break
                 if slots and busy >= slots:
@@ -303,9 +320,13 @@ class PointRun:
                     if burst >= MAX_BURST:
                         burst = 0
                         await asyncio.sleep(0)
-            if tasks:
-                await asyncio.gather(*tasks)
-        except asyncio.CancelledError:
+            while tasks and not failures:
+                await asyncio.wait(set(tasks), return_when=asyncio.FIRST_EXCEPTION)
+            if failures:
+                raise failures[0]
+        except BaseException as e:  # stopped, or the level failed: every request in flight is cancelled, recorded
+            if not isinstance(e, asyncio.CancelledError):
+                self.cancel_reason = LEVEL_FAILED
             for t in tasks:
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
@@ -314,6 +335,14 @@ class PointRun:
             raise
         finally:
             pacer.close()
+
+    def _build_ahead(self, http: http1.Pool, turn: Turn) -> LeanRequest | None:
+        """The open loop's request built before it is due; None if building it fails (its task then builds it
+        again, and the failure becomes that request's record)."""
+        try:
+            return LeanRequest(http, self.plan.url, self.api, turn, [], self.plan.model, self.timeouts, self.headers)
+        except Exception:
+            return None
 
     def _cancelled_before_start(self, item: "_Due") -> None:
         session, now = item.session, time.perf_counter()
@@ -426,6 +455,10 @@ class PointRun:
                 error = f"server unreachable: {UNREACHABLE_AFTER} connections refused in a row; stopped sending"
         except asyncio.CancelledError:
             status, error = "interrupted", "stopped before the level ended"
+        except Exception as e:  # a bug in the level's own machinery: end the point, keep every record taken
+            status, error = "failed", f"level stopped: {unexpected_error(e)}"
+            _log.error("point %s, generator %d: the level stopped on an unexpected exception",
+                       self.plan.point.point, self.plan.generator, exc_info=e)
         finally:
             gc.unfreeze()
             self.ended_mono = time.perf_counter()
