@@ -161,3 +161,33 @@ def test_a_planner_tries_the_launch_again_for_its_next_point(tmp_path):
     assert runner.executor.ran == [a2, b1, b2]
     assert statuses(runner)[a1] == ("failed", "server did not start: engine exited with code 1 before it was healthy")
     assert m.status == "partial"
+
+
+def test_an_internal_error_fails_its_point_with_one_line_and_the_run_goes_on(tmp_path):
+    from rig.run.execute import PointExecutor
+
+    (a1, a2, b1, b2), _ = ids(tmp_path)
+    messages: list[str] = []
+    runner = make_runner(tmp_path, "bug", messages=messages)
+    stand_in = runner.executor
+    real = PointExecutor(runner.spec, runner.run_dir, runner.store, runner.progress, runner.stop, runner.fleet,
+                         runner.server, None)
+
+    class Broken:
+        """The stand-in's points, except a2, whose run raises a multi-line error; the real executor records it."""
+
+        def run_point(self, p, server_entry) -> None:
+            if p.point == a2:
+                raise ValueError("bad answer\nTraceback (most recent call last): ...")
+            stand_in.run_point(p, server_entry)
+
+        internal_error = real.internal_error
+
+    runner.executor = Broken()
+    m = runner.run()
+    assert statuses(runner) == {a1: ("complete", None), a2: ("failed", "internal error: ValueError: bad answer"),
+                                b1: ("complete", None), b2: ("complete", None)}
+    assert m.status == "partial"
+    log = runner.run_dir / "logs" / "driver.log"
+    assert "Traceback" in log.read_text() and "bad answer" in log.read_text()
+    assert f"{a2}: internal error (ValueError); traceback in {log}" in messages

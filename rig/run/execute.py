@@ -146,10 +146,11 @@ class PointExecutor:
     def internal_error(self, pid: str, err: Exception) -> None:
         """Record an unexpected exception on its point (one line) and its traceback in logs/driver.log."""
         log = log_traceback(self.run_dir, pid)
-        self.store.update_point(pid, status="failed", error=f"internal error: {type(err).__name__}: {err}"[:500])
+        kind = type(getattr(err, "cause", None) or err).__name__  # a generator's task failed: the error it raised
+        self.store.update_point(pid, status="failed", error=f"internal error: {kind}: {_first_line(err)}")
         self.fleet.stop_all()
         self.store.save()
-        self.progress.status(f"{pid}: internal error ({type(err).__name__}); traceback in {log}")
+        self.progress.status(f"{pid}: internal error ({kind}); traceback in {log}")
 
     def salvage(self, pid: str, gid: int, why: str) -> GeneratorReport:
         """A generator died mid-point: keep what its closed part files hold, count it, and stop using it."""
