@@ -140,7 +140,9 @@ def test_a_generator_beyond_the_hosts_queues_rather_than_doubling_up(fake_cluste
     p.generator_options.append(dict(p.generator_options[0]))  # one more than the hosts (pre-flight bypassed)
     handles = start_generators(p, tmp_path)
     try:
-        with pytest.raises(rc.PlacementError, match=r"^1 generator\(s\) \(\d\) could not be placed within 3s"):
+        # the hosts' generators first, with time to start on a loaded machine; then only the extra one is pending
+        rc.wait_started(handles[:N_CLIENTS], timeout_s=30)
+        with pytest.raises(rc.PlacementError, match=rf"^1 generator\(s\) \({N_CLIENTS}\) could not be placed within 3s"):
             rc.wait_started(handles, timeout_s=3)
     finally:
         cleanup(handles)
