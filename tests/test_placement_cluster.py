@@ -142,7 +142,8 @@ def test_a_generator_beyond_the_hosts_queues_rather_than_doubling_up(fake_cluste
     try:
         # the hosts' generators first, with time to start on a loaded machine; then only the extra one is pending
         rc.wait_started(handles[:N_CLIENTS], timeout_s=30)
-        with pytest.raises(rc.PlacementError, match=rf"^1 generator\(s\) \({N_CLIENTS}\) could not be placed within 3s"):
+        pending = rf"^1 generator\(s\) \({N_CLIENTS}\) could not be placed within 3s"
+        with pytest.raises(rc.PlacementError, match=pending):
             rc.wait_started(handles, timeout_s=3)
     finally:
         cleanup(handles)
