@@ -135,6 +135,17 @@ def unexpected_error(e: BaseException) -> str:
     return f"internal error: {type(e).__name__}: {' '.join(str(e).split())}"[:300]
 
 
+def _failed_by(out: Outcome, e: BaseException) -> None:
+    """A network or protocol fault with no message of its own: the exception's type and text."""
+    out.status, out.error = "failed", f"{type(e).__name__}: {e}"[:300]
+
+
+def _cancelled(out: Outcome) -> None:
+    """The run was stopped mid-request: the record says so (the caller re-raises the cancellation)."""
+    out.status, out.error = "cancelled", "cancelled: the run was stopped"
+    out.end_mono = time.perf_counter()
+
+
 def _unexpected(out: Outcome, e: Exception) -> None:
     """A request's unexpected exception: a failed record of its own; the traceback goes to this process's log."""
     out.status, out.error = "failed", unexpected_error(e)
@@ -319,15 +330,12 @@ class LeanRequest:
             out.status, out.error = "failed", str(e)[:300]
         except http1.ConnectError as e:
             out.status, out.error = "failed", f"connect: {e}"[:300]
-        except http1.HTTPError as e:
-            out.status, out.error = "failed", f"HTTPError: {e}"[:300]
         except TimeoutError:
             _timeout_error(out, self.timeouts)
-        except OSError as e:
-            out.status, out.error = "failed", f"{type(e).__name__}: {e}"[:300]
+        except (http1.HTTPError, OSError) as e:
+            _failed_by(out, e)
         except asyncio.CancelledError:
-            out.status, out.error = "cancelled", "cancelled: the run was stopped"
-            out.end_mono = time.perf_counter()
+            _cancelled(out)
             raise
         except Exception as e:
             _unexpected(out, e)
@@ -410,10 +418,9 @@ async def _stream_aiohttp(
     except aiohttp.ClientConnectorError as e:
         out.status, out.error = "failed", f"connect: {e.os_error or e}"
     except (aiohttp.ClientError, OSError) as e:
-        out.status, out.error = "failed", f"{type(e).__name__}: {e}"[:300]
+        _failed_by(out, e)
     except asyncio.CancelledError:
-        out.status, out.error = "cancelled", "cancelled: the run was stopped"
-        out.end_mono = time.perf_counter()
+        _cancelled(out)
         raise
     except Exception as e:
         _unexpected(out, e)
