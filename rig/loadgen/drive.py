@@ -273,6 +273,8 @@ class PointRun:
         def send_due() -> None:
             """Every built request already due, sent now (the timer's callback: no await in here)."""
             nonlocal busy
+            if failures:
+                return  # the level has failed: nothing more is sent
             while ahead and ahead[0].due <= time.perf_counter():
                 if slots and busy >= slots:
                     return  # the cap is full: the sender waits for a slot
