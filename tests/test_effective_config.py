@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shlex
 
+import pytest
 from click.testing import CliRunner
 
 from rig.cli import cli
@@ -122,6 +123,23 @@ def test_report_reader_labels_effective_values_and_lists_changes(tmp_path):
     res = CliRunner().invoke(cli, ["report", str(tmp_path / "r")])
     assert res.exit_code == 0, res.output
     assert "requested num_draft_tokens=8" in res.output and "Per-request seeds: not honoured" in res.output
+
+
+@pytest.mark.parametrize("honoured,line", [
+    (False, "not honoured by the server (SGLang without --enable-deterministic-inference)"),
+    (True, "honoured by the server (sampled requests are reproducible across points)"),
+    (None, "unknown (the server does not say)"),
+])
+def test_the_html_report_has_the_seeds_line_of_the_terminal_report(tmp_path, honoured, line):
+    from rig.analysis.html import render_html
+    from rig.analysis.report import build_report
+
+    _sampled_run(tmp_path / "r", honoured=honoured)
+    page = render_html(build_report(tmp_path / "r"), plots=[])
+    assert f"<p>Per-request seeds: {line}</p>" in page
+    res = CliRunner().invoke(cli, ["report", str(tmp_path / "r")], terminal_width=200)
+    assert res.exit_code == 0, res.output
+    assert f"Per-request seeds: {line}" in res.output  # the same words in both
 
 
 def test_grid_values_the_server_collapsed_are_called_out(tmp_path):

@@ -10,6 +10,7 @@ from typing import Any, Callable
 
 from rig.analysis.lossless import mismatch_rows
 from rig.analysis.plots import write_plots
+from rig.analysis.render import seeds_line
 from rig.analysis.report import Report
 from rig.analysis.tables import fmt, group_rows, group_title
 
@@ -167,6 +168,7 @@ def render_html(report: Report, plots: list[Path] | None = None) -> str:
     parts = [f"<h1>rig report: {html.escape(run.run_id)}</h1>",
              f"<p>status: <b>{html.escape(str(run.status or 'unknown'))}</b> · {len(report.campaign)} point(s)</p>"]
     parts += [f'<p class="warn">! {html.escape(w)}</p>' for w in report.warnings]
+    parts.append(f"<p>Per-request seeds: {html.escape(seeds_line(run.points))}</p>")
     parts.append("<h2>Campaign table</h2>")
     for _, grp in group_rows(report.campaign):
         open_loop = any(r.get("load_mode") not in (None, "closed") for r in grp)
