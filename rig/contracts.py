@@ -189,6 +189,31 @@ def check_record(row: dict[str, Any]) -> None:
         raise ContractError(f"request record keys differ from RequestRecord: unknown {unknown}, missing {missing}")
 
 
+# What Arrow raises for a value that does not fit its column's type.
+CONVERSION_ERRORS = (pa.ArrowException, TypeError, ValueError, OverflowError)
+
+
+def repair_record(row: dict[str, Any]) -> str:
+    """Make a record Arrow cannot convert writable, in place; returns its new error line.
+
+    Each value that does not fit its column becomes null, and the record a failed one whose error names those
+    values: one bad value costs that record its outcome, never the other records of its part file (nor its own)."""
+    bad: list[str] = []
+    for f in REQUEST_SCHEMA:
+        value = row.get(f.name)
+        try:
+            pa.array([value], type=f.type)
+        except CONVERSION_ERRORS:
+            bad.append(f"{f.name}={' '.join(repr(value).split())[:40]} is not {f.type}")
+            row[f.name] = None
+    error = f"internal error: record not writable as typed: {'; '.join(bad) or 'no single bad value'} (written null)"
+    was = row.get("error")
+    if isinstance(was, str) and was:
+        error += f"; it was: {was}"
+    row.update(status="failed", ok=False, error=" ".join(error.split())[:300], output_hash=None)
+    return str(row["error"])
+
+
 def unknown_columns(keys: Sequence[str]) -> list[str]:
     """Keys that are not request record columns."""
     return sorted(set(keys) - set(RECORD_FIELDS))
@@ -223,6 +248,7 @@ class GeneratorReport(BaseModel):
     error: str | None = None
     rows_written: int = 0
     rows_unwritten: int | None = None
+    rows_repaired: int = 0  # records Arrow could not convert, written as failed ones (``repair_record``)
     parts: list[str] | None = None
     scheduled: int = 0
     records: RecordCounts = Field(default_factory=RecordCounts)

@@ -19,7 +19,7 @@ import os
 import threading
 import time
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 import pyarrow as pa
 import pyarrow.dataset as ds
@@ -83,12 +83,16 @@ class PartWriter:
     """Buffers rows and writes closed Parquet part files into one directory.
 
     ``add`` is cheap; ``maybe_flush`` writes a part when the buffer is old or large; ``close`` writes the rest.
-    Thread-safe, so a flusher task and the request path may share it.
+    Thread-safe, so a flusher task and the request path may share it. ``repair``: called with a row Arrow cannot
+    convert, to make it convertible in place (``contracts.repair_record``); without it such a row is an error.
     """
 
-    def __init__(self, directory: Path | str, schema: pa.Schema, *, max_rows: int = 5000, max_age_s: float = 2.0):
+    def __init__(self, directory: Path | str, schema: pa.Schema, *, max_rows: int = 5000, max_age_s: float = 2.0,
+                 repair: Callable[[dict[str, Any]], object] | None = None):
         self.directory = Path(directory)
         self.schema = schema
+        self.repair = repair
+        self.rows_repaired = 0
         self.max_rows = max_rows
         self.max_age_s = max_age_s
         self._rows: list[dict[str, Any]] = []
@@ -121,8 +125,30 @@ class PartWriter:
 
     def flush(self) -> None:
         rows = self.take(force=True)
-        if rows:
-            self.write(rows, [pa.RecordBatch.from_pylist(rows, schema=self.schema)])
+        if not rows:
+            return
+        try:
+            batch = self.to_batch(rows)
+        except BaseException:  # rows that do not convert stay buffered (reported unwritten), never dropped
+            self.untake(rows)
+            raise
+        self.write(rows, [batch])
+
+    def to_batch(self, rows: list[dict[str, Any]]) -> pa.RecordBatch:
+        """``rows`` as one Arrow batch; a row that does not convert is repaired in place (with ``repair``), so one
+        bad value never takes the other rows down."""
+        try:
+            return pa.RecordBatch.from_pylist(rows, schema=self.schema)
+        except contracts.CONVERSION_ERRORS:
+            if self.repair is None:
+                raise
+        for row in rows:  # find the bad row(s): one at a time
+            try:
+                pa.RecordBatch.from_pylist([row], schema=self.schema)
+            except contracts.CONVERSION_ERRORS:
+                self.repair(row)
+                self.rows_repaired += 1
+        return pa.RecordBatch.from_pylist(rows, schema=self.schema)
 
     def take(self, force: bool = False) -> list[dict[str, Any]]:
         """The buffered rows if a part is due (or ``force``); the buffer starts afresh. Cheap: a swap."""

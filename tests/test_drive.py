@@ -21,11 +21,11 @@ INFO = PointColumns(run_id="r", point="p0", engine="external", workload="t", api
                     server_config="x", server_args="{}", load_mode="closed", concurrency=2, rate=None, repeat=0)
 
 
-def sessions(n: int, modes: dict[int, str] | None = None, turns: int = 1) -> tuple[Session, ...]:
+def sessions(n: int, modes: dict[int, str] | None = None, turns: int = 1, max_tokens: int = 4) -> tuple[Session, ...]:
     modes = modes or {}
     out = []
     for i in range(n):
-        ts = tuple(Turn(request_id=f"s{i}-t{j}", max_tokens=4,
+        ts = tuple(Turn(request_id=f"s{i}-t{j}", max_tokens=max_tokens,
                         messages=({"role": "user", "content": f"q{i} MODE:{modes.get(i, 'ok')}"},))
                    for j in range(turns))
         out.append(Session(session_id=f"s{i}", turns=ts))
@@ -342,3 +342,157 @@ def test_an_exception_in_the_level_ends_the_point_with_one_line_and_keeps_every_
     # the full traceback goes to the generator's log, not to the user
     (logged,) = [r for r in caplog.records if r.name == "rig.loadgen.drive"]
     assert logged.exc_info[0] is KeyError and "p0" in logged.getMessage()
+
+
+# ---------------------------------------------------------------- a session cut short: every scheduled turn a record
+
+
+def _turn_raising(request_id: str, where: str):
+    """A patch: an unexpected exception on one turn, in the request itself or in making its record."""
+    def patch(monkeypatch):
+        import rig.loadgen.drive as drive_mod
+
+        name = "stream_request" if where == "request" else "request_fields"
+        real = getattr(drive_mod, name)
+
+        def turn_of(args):
+            return args[3] if where == "request" else args[0]
+
+        def check(args):
+            if turn_of(args).request_id == request_id and (where == "request" or args[1].status == "ok"):
+                raise RuntimeError(f"boom in the {where}")
+
+        if where == "request":
+            async def fake(*args, **kw):
+                check(args)
+                return await real(*args, **kw)
+        else:
+            def fake(*args, **kw):  # type: ignore[misc]
+                check(args)
+                return real(*args, **kw)
+        monkeypatch.setattr(drive_mod, name, fake)
+    return patch
+
+
+@pytest.mark.parametrize("where", ["request", "record"])
+@pytest.mark.parametrize("load", [{"slots": 2}, {"arrivals": (0.0, 0.01, 0.02)}])
+def test_a_session_whose_second_turn_fails_records_every_turn(tmp_path, monkeypatch, where, load):
+    from rig.analysis import metrics as m
+    from rig.analysis.report import build_report
+    from rig.analysis.synthetic import write_run
+
+    _turn_raising("s0-t1", where)(monkeypatch)
+    summary = drive(tmp_path, sessions=sessions(3, turns=4), **load)
+    t = read_requests(tmp_path).to_pandas().set_index("request_id")
+    assert summary.status == "complete" and summary.error is None  # the level went on
+    assert len(t) == 12 == summary.scheduled == summary.records.total == summary.rows_written
+    assert summary.records.model_dump() == {"ok": 9, "failed": 1, "cancelled": 2}
+    s0 = t.loc[[f"s0-t{j}" for j in range(4)]]
+    assert list(s0.status) == ["ok", "failed", "cancelled", "cancelled"]
+    assert s0.error.iloc[1] == f"internal error: RuntimeError: boom in the {where}"
+    assert list(s0.error.iloc[2:]) == ["not sent: turn 1 failed"] * 2 and not s0.ok.iloc[1:].any()
+    assert t.drop(s0.index).ok.all()  # the other sessions went on
+
+    # rig report: the not-sent turns are cancelled records, the failed one a failure, neither in the latencies
+    write_run(tmp_path, {"run_id": "r", "status": "complete", "points": [
+        {"point": "p0", "server_config": "x", "engine": "external", "workload": "t", "steps": 0, "load_mode": "closed",
+         "concurrency": 2, "rate": None, "repeat": 0, "status": "complete", "requests_scheduled": summary.scheduled,
+         "records": summary.records.model_dump(), "generators": [summary.model_dump()]}]})
+    rep = build_report(tmp_path)
+    (row,) = rep.campaign
+    assert (row["requests"], row["ok"], row["failed"], row["cancelled"]) == (12, 9, 1, 2)
+    assert "missing_rows" not in row["flags"] and "has_failures" in row["flags"]
+    assert {e["error"] for e in row["errors"]} == {"not sent: turn 1 failed",
+                                                   f"internal error: RuntimeError: boom in the {where}"}
+    lat = {r["metric"]: r for r in rep.latency}
+    assert lat["e2e"]["n"] == lat["ttft"]["n"] == 9
+    assert row["tokens"] == summary.tokens == m.total_tokens(m.requests_from_table(
+        read_requests(tmp_path, m.REQUEST_COLUMNS)))
+
+
+# ---------------------------------------------------------------- a record Arrow cannot convert: repaired, not lost
+
+
+def _wrongly_typed(request_id: str, column: str, value):
+    """A patch: one request's record carries a value of the wrong type for its column (a bug upstream)."""
+    def patch(monkeypatch):
+        import rig.loadgen.drive as drive_mod
+
+        real = drive_mod.request_fields
+
+        def fake(turn, out):
+            rec = real(turn, out)
+            if turn.request_id == request_id:
+                rec[column] = value
+            return rec
+        monkeypatch.setattr(drive_mod, "request_fields", fake)
+    return patch
+
+
+@pytest.mark.parametrize("flush", ["final", "periodic"])
+def test_a_record_with_a_wrongly_typed_value_is_written_as_failed_and_the_level_goes_on(tmp_path, monkeypatch,
+                                                                                         flush):
+    _wrongly_typed("s2-t0", "prompt_tokens", "many")(monkeypatch)
+    flushed = []
+
+    def often(run):  # a part is due at every flush (every 0.5 s), while the level runs
+        if flush == "periodic":
+            run.writer.max_age_s = 0.0
+            real = run._flush_due
+
+            async def counted():
+                flushed.append(run.writer.pending)
+                await real()
+            run._flush_due = counted
+
+    # periodic: longer requests (5 ms a token), one at a time: the level lasts ~1.5 s, the flusher writes parts in it
+    s = sessions(6, max_tokens=50 if flush == "periodic" else 4)
+    summary = drive(tmp_path, patch=often, sessions=s, slots=1)
+    t = read_requests(tmp_path).to_pandas().set_index("request_id")
+    assert summary.status == "complete" and summary.error is None
+    assert len(t) == 6 == summary.rows_written and summary.rows_unwritten == 0
+    assert summary.rows_repaired == 1
+    assert summary.records.model_dump() == {"ok": 5, "failed": 1, "cancelled": 0}
+    assert summary.tokens == t[t.ok].completion_tokens.sum()
+    bad = t.loc["s2-t0"]
+    assert bad.status == "failed" and not bad.ok and pd.isna(bad.prompt_tokens) and pd.isna(bad.output_hash)
+    assert bad.error == "internal error: record not writable as typed: prompt_tokens='many' is not int64 " \
+                        "(written null)"
+    assert bad.completion_tokens == t.loc["s1-t0"].completion_tokens  # the values that fit are kept
+    assert t.drop("s2-t0").ok.all()
+    if flush == "periodic":
+        assert any(flushed) and len(summary.parts) > 1  # parts were written during the level
+
+
+def test_rows_that_do_not_convert_stay_buffered_without_a_repair(tmp_path):
+    from rig.results import REQUEST_SCHEMA, PartWriter, empty_record
+
+    w = PartWriter(tmp_path / "parts", REQUEST_SCHEMA)
+    w.add({**empty_record(), "request_id": "a", "status": "ok"})
+    w.add({**empty_record(), "request_id": "b", "ttft_s": "soon"})
+    with pytest.raises((TypeError, ValueError)):
+        w.flush()
+    assert w.pending == 2 and w.rows_written == 0  # kept, and reported unwritten by whoever owns the writer
+
+
+def test_a_flush_repairs_the_bad_row_of_a_slice_and_writes_the_others(tmp_path):
+    from rig.results import empty_record
+
+    plan = GeneratorPlan(point=INFO, generator=0, url="http://127.0.0.1:9", model="m", sessions=sessions(1))
+    run = PointRun(plan, tmp_path, "hostA", clock_offset_s=0.0)
+    run.counts["ok"] = 100  # as _record would have counted them
+
+    async def go():
+        for i in range(100):  # > one slice: the bad row is in the second
+            run.writer.add({**empty_record(), "request_id": f"r{i}", "status": "ok", "ok": True,
+                            "chunk_tokens": [1, "two"] if i == 40 else [1, 2], "error": None})
+        run.writer._oldest = 0.0  # a part is due now
+        await run._flush_due()
+
+    asyncio.run(go())
+    assert run.writer.pending == 0 and run.writer.rows_written == 100 and run.writer.rows_repaired == 1
+    t = read_requests(tmp_path).to_pandas().set_index("request_id")
+    assert t.loc["r40", "status"] == "failed" and "chunk_tokens=[1, 'two'] is not list<item: int32>" in \
+        t.loc["r40", "error"] and t.loc["r40", "chunk_tokens"] is None
+    assert list(t.loc["r41", "chunk_tokens"]) == [1, 2] and (t.drop("r40").status == "ok").all()
+    assert (run.counts["ok"], run.counts["failed"]) == (99, 1)

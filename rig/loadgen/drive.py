@@ -21,7 +21,6 @@ from typing import Any
 
 import aiohttp
 import numpy as np
-import pyarrow as pa
 
 from rig.loadgen import http1
 from rig.loadgen.apis import api_for
@@ -29,7 +28,8 @@ from rig.loadgen.client import LeanRequest, Outcome, request_fields, stream_requ
 from rig.loadgen.health import LoopMonitor
 from rig.loadgen.pacer import Pacer, spin_until
 from rig.loadgen.plan import GeneratorPlan
-from rig.contracts import GeneratorReport, GeneratorStatus, RecordCounts, achieved_rate, check_record
+from rig.contracts import (GeneratorReport, GeneratorStatus, RecordCounts, achieved_rate, check_record,
+                           repair_record)
 from rig.results import REQUEST_SCHEMA, PartWriter, empty_record, requests_dir
 from rig.workloads.base import Session, Turn
 
@@ -110,7 +110,8 @@ class PointRun:
         self.api = api_for(plan.point.api)
         self.host = host
         self.clock_offset_s = clock_offset_s
-        self.writer = PartWriter(requests_dir(Path(out_root), plan.point.point, plan.generator), REQUEST_SCHEMA)
+        self.writer = PartWriter(requests_dir(Path(out_root), plan.point.point, plan.generator), REQUEST_SCHEMA,
+                                 repair=self._repaired)
         self.timeouts = plan.timeouts
         self.headers = dict(plan.extra_headers)
         self.counts = {"scheduled": 0, "ok": 0, "failed": 0, "cancelled": 0, "in_flight": 0, "tokens": 0}
@@ -147,16 +148,16 @@ class PointRun:
         rec["slip_s"] = out.send_mono - intended
         rec["e2e_from_intended_s"] = out.end_mono - intended
         check_record(rec)  # a key that is not a column would vanish from the Parquet silently
-        self.writer.add(rec)
+        tokens = int(rec["completion_tokens"] or 0) if out.status == "ok" else 0
         self.counts[out.status] += 1
+        self.writer.add(rec)  # nothing below raises: a record is added and counted, or neither
         if out.status == "failed" and (out.error or "").startswith("connect:"):
             self._refused += 1
             if self._refused >= UNREACHABLE_AFTER:
                 self.unreachable = True  # stop starting sessions: a dead server would get a storm of records
         elif out.status == "ok":
             self._refused = 0
-        if out.status == "ok":
-            self.counts["tokens"] += int(rec["completion_tokens"] or 0)
+        self.counts["tokens"] += tokens
         self.slips.append(out.send_mono - intended)
         span = self.send_span
         if out.send_mono < span[0]:
@@ -165,6 +166,30 @@ class PointRun:
             span[1] = out.send_mono
         if j == 0:
             self.first_sends.append((intended, out.send_mono))
+
+    def _repaired(self, row: dict[str, Any]) -> None:
+        """A record the part writer could not convert: written as a failed one (``repair_record``), counted so."""
+        was, tokens = row.get("status"), row.get("completion_tokens")
+        error = repair_record(row)
+        if was in ("ok", "cancelled"):
+            self.counts[str(was)] -= 1
+            self.counts["failed"] += 1
+        if was == "ok":
+            self.counts["tokens"] -= int(tokens or 0)  # as _record counted it
+        _log.warning("point %s, generator %d: request %s repaired: %s", self.plan.point.point, self.plan.generator,
+                     row.get("request_id"), error)
+
+    def _record_or_fail(self, session: Session, j: int, turn: Turn, intended: float, out: Outcome) -> Outcome:
+        """Record a turn; an outcome that does not make a record (a bug) is recorded as that turn's failure."""
+        try:
+            self._record(session, j, turn, intended, out)
+            return out
+        except Exception as e:
+            _log.warning("request %s: its record could not be made", turn.request_id, exc_info=e)
+            failed = Outcome(send_mono=out.send_mono, end_mono=out.end_mono, http_status=out.http_status,
+                             status="failed", error=unexpected_error(e))
+            self._record(session, j, turn, intended, failed)
+            return failed
 
     def _skip(self, session: Session, j: int, turn: Turn, why: str) -> None:
         """A scheduled turn that was never sent (earlier turn failed, level ended): recorded as cancelled."""
@@ -207,9 +232,13 @@ class PointRun:
                 for k in range(j + 1, session.n_requests):
                     self._skip(session, k, session.turns[k], f"not sent: {self.cancel_reason}")
                 raise
+            except Exception as e:  # the clients map every fault: one that escapes is a bug, this turn's failure
+                now = time.perf_counter()
+                out = Outcome(send_mono=min(intended, now), end_mono=now, status="failed", error=unexpected_error(e))
+                _log.warning("request %s failed on an unexpected exception", turn.request_id, exc_info=e)
             finally:
                 self.counts["in_flight"] -= 1
-            self._record(session, j, turn, intended, out)
+            out = self._record_or_fail(session, j, turn, intended, out)
             if out.status != "ok":
                 for k in range(j + 1, session.n_requests):
                     self._skip(session, k, session.turns[k], f"not sent: turn {j} failed")
@@ -387,6 +416,10 @@ class PointRun:
                 self.write_error = None
             except OSError as e:  # keep driving; rows stay buffered and the next flush retries
                 self.write_error = f"cannot write part file: {e.strerror or e}"
+            except Exception as e:  # rows even a repair cannot convert (a bug): they stay buffered, the level goes on
+                self.write_error = f"cannot write part file: {unexpected_error(e)}"
+                _log.error("point %s, generator %d: a part file could not be made", self.plan.point.point,
+                           self.plan.generator, exc_info=e)
 
     async def _flush_due(self) -> None:
         """Write a part if one is due, without stalling the sender: rows become Arrow batches a few at a time on
@@ -398,9 +431,9 @@ class PointRun:
         batches = []
         try:
             for i in range(0, len(rows), FLUSH_SLICE):
-                batches.append(pa.RecordBatch.from_pylist(rows[i:i + FLUSH_SLICE], schema=self.writer.schema))
+                batches.append(self.writer.to_batch(rows[i:i + FLUSH_SLICE]))  # a bad row is repaired, not lost
                 await asyncio.sleep(0)  # let due sends and reads go between slices
-        except asyncio.CancelledError:  # the level ended mid-flush: the rows go back for the final write
+        except BaseException:  # the level ended mid-flush (or a bug): the rows go back for the next or final write
             self.writer.untake(rows)
             raise
         # Cancelled from here on, the thread still writes these rows, and the final write waits for it.
@@ -471,6 +504,11 @@ class PointRun:
             except OSError as e:
                 status = "failed"
                 error = f"cannot write part file: {e.strerror or e}; {self.writer.pending} records not saved"
+            except Exception as e:  # rows even a repair cannot convert (a bug): reported unwritten, never a crash
+                status = "failed"
+                error = f"cannot write part file: {unexpected_error(e)}; {self.writer.pending} records not saved"
+                _log.error("point %s, generator %d: the last part file could not be made", self.plan.point.point,
+                           self.plan.generator, exc_info=e)
             self._parts.shutdown(wait=False)
         return self.summary(status, error, health)
 
@@ -494,6 +532,7 @@ class PointRun:
             error=error,
             rows_written=self.writer.rows_written,
             rows_unwritten=self.writer.pending,
+            rows_repaired=self.writer.rows_repaired,
             parts=list(self.writer.parts),
             scheduled=self.counts["scheduled"],
             records=RecordCounts(**{k: self.counts[k] for k in ("ok", "failed", "cancelled")}),
