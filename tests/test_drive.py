@@ -496,3 +496,24 @@ def test_a_flush_repairs_the_bad_row_of_a_slice_and_writes_the_others(tmp_path):
         t.loc["r40", "error"] and t.loc["r40", "chunk_tokens"] is None
     assert list(t.loc["r41", "chunk_tokens"]) == [1, 2] and (t.drop("r40").status == "ok").all()
     assert (run.counts["ok"], run.counts["failed"]) == (99, 1)
+
+
+def test_a_flush_that_raises_keeps_its_rows_and_the_flusher_goes_on(tmp_path):
+    calls = []
+
+    def breaking(run):  # the first conversion of the level raises (a bug): a part is due at every flush
+        run.writer.max_age_s = 0.0
+        real = run.writer.to_batch
+
+        def to_batch(rows):
+            calls.append(len(rows))
+            if len(calls) == 1:
+                raise RuntimeError("converter bug")
+            return real(rows)
+        run.writer.to_batch = to_batch
+
+    summary = drive(tmp_path, patch=breaking, sessions=sessions(6, max_tokens=50), slots=1)
+    t = read_requests(tmp_path).to_pandas()
+    assert summary.status == "complete" and len(t) == 6 == summary.rows_written and t.ok.all()
+    assert len(calls) >= 3  # the failed flush, a later one of the level, the final write
+    assert len(summary.parts) >= 2  # the flusher still wrote during the level after its failure
