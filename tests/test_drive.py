@@ -251,6 +251,22 @@ def test_a_session_cancelled_before_its_task_ran_is_still_recorded(tmp_path):
     assert run.counts["scheduled"] == 2 == len(t) and (t.status == "cancelled").all()
     assert abs(t.slip_s.iloc[0] - (sent - due)) < 1e-9  # its send was the write that happened
     assert "not sent" in t.error.iloc[1]
+    assert pd.isna(t.send_ts.iloc[1]) and pd.isna(t.slip_s.iloc[1])  # never sent: no send time, no slip
+    assert len(run.slips) == 1
+
+
+def test_a_session_cancelled_before_anything_was_written_has_no_send_time(tmp_path):
+    from rig.loadgen.drive import _Due
+
+    s = sessions(1, turns=2)[0]
+    plan = GeneratorPlan(point=INFO, generator=0, url="http://127.0.0.1:9", model="m", sessions=(s,), arrivals=(0.0,))
+    run = PointRun(plan, tmp_path, "hostA", clock_offset_s=0.0)
+    run._cancelled_before_start(_Due(s, time.perf_counter(), None))
+    run.writer.close()
+    t = read_requests(tmp_path).to_pandas()
+    assert len(t) == 2 == run.counts["scheduled"] and (t.status == "cancelled").all()
+    assert t.send_ts.isna().all() and t.slip_s.isna().all() and t.intended_send_ts.isna().all()
+    assert run.slips == [] and run.first_sends == []  # the slip and rate figures count only sends that happened
 
 
 def test_a_flush_stopped_mid_conversion_gives_its_rows_back(tmp_path):
@@ -391,6 +407,8 @@ def test_a_session_whose_second_turn_fails_records_every_turn(tmp_path, monkeypa
     assert list(s0.status) == ["ok", "failed", "cancelled", "cancelled"]
     assert s0.error.iloc[1] == f"internal error: RuntimeError: boom in the {where}"
     assert list(s0.error.iloc[2:]) == ["not sent: turn 1 failed"] * 2 and not s0.ok.iloc[1:].any()
+    assert s0.send_ts.iloc[2:].isna().all() and s0.slip_s.iloc[2:].isna().all()  # not sent: no slip of 0 counted
+    assert s0.send_ts.iloc[:2].notna().all()
     assert t.drop(s0.index).ok.all()  # the other sessions went on
 
     # rig report: the not-sent turns are cancelled records, the failed one a failure, neither in the latencies

@@ -135,18 +135,20 @@ class PointRun:
         return self._anchor_wall + (mono - self._anchor_mono)
 
     # ---------------------------------------------------------------- records
-    def _record(self, session: Session, j: int, turn: Turn, intended: float, out: Outcome) -> None:
+    def _record(self, session: Session, j: int, turn: Turn, intended: float, out: Outcome, sent: bool = True) -> None:
+        """``sent=False``: a turn never sent; it has no send time or slip, so rates and slip percentiles skip it."""
         rec = empty_record()
         rec.update(self._common)
         rec.update(request_fields(turn, out))
         rec["session_id"] = session.session_id
         rec["turn"] = j
-        rec["intended_send_ts"] = self.wall(intended)
-        rec["send_ts"] = self.wall(out.send_mono)
+        if sent:
+            rec["intended_send_ts"] = self.wall(intended)
+            rec["send_ts"] = self.wall(out.send_mono)
+            rec["slip_s"] = out.send_mono - intended
+            rec["e2e_from_intended_s"] = out.end_mono - intended
         rec["first_token_ts"] = self.wall(out.first_mono) if out.first_mono is not None else None
         rec["end_ts"] = self.wall(out.end_mono)
-        rec["slip_s"] = out.send_mono - intended
-        rec["e2e_from_intended_s"] = out.end_mono - intended
         check_record(rec)  # a key that is not a column would vanish from the Parquet silently
         tokens = int(rec["completion_tokens"] or 0) if out.status == "ok" else 0
         self.counts[out.status] += 1
@@ -158,6 +160,8 @@ class PointRun:
         elif out.status == "ok":
             self._refused = 0
         self.counts["tokens"] += tokens
+        if not sent:
+            return
         self.slips.append(out.send_mono - intended)
         span = self.send_span
         if out.send_mono < span[0]:
@@ -195,7 +199,7 @@ class PointRun:
         """A scheduled turn that was never sent (earlier turn failed, level ended): recorded as cancelled."""
         now = time.perf_counter()
         out = Outcome(send_mono=now, end_mono=now, status="cancelled", error=why)
-        self._record(session, j, turn, now, out)
+        self._record(session, j, turn, now, out, sent=False)
 
     # ---------------------------------------------------------------- sending
     async def _run_session(self, http: Http, session: Session, intended: float,
@@ -378,12 +382,12 @@ class PointRun:
     def _cancelled_before_start(self, item: "_Due") -> None:
         session, now = item.session, time.perf_counter()
         self.counts["scheduled"] += session.n_requests
-        send = item.request.out.send_mono if item.request is not None and item.request.out is not None \
-            else min(item.due, now)
+        sent = item.request is not None and item.request.out is not None  # written by the timer's callback
+        send = item.request.out.send_mono if sent else now
         if item.request is not None:
             item.request.abandon()
         self._record(session, 0, session.turns[0], item.due,
-                     Outcome(send_mono=send, end_mono=now, status="cancelled", error=self.cancel_reason))
+                     Outcome(send_mono=send, end_mono=now, status="cancelled", error=self.cancel_reason), sent=sent)
         for k in range(1, session.n_requests):
             self._skip(session, k, session.turns[k], f"not sent: {self.cancel_reason}")
 
