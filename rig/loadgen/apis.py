@@ -128,6 +128,15 @@ class Api:
         """Apply one event; return how many new output tokens (or, if unknown, non-empty pieces) it carried."""
         raise NotImplementedError
 
+    def fold_all(self, objs: list[Any], state: StreamState, tokens: list[int]) -> None:
+        """Apply the events of one read in order; each one's token count, if it carried any, goes on ``tokens``
+        (an event that raises leaves the counts of the events before it in place)."""
+        fold = self.fold
+        for obj in objs:
+            n = fold(obj, state)
+            if n > 0:
+                tokens.append(n)
+
 
 class SGLangNative(Api):
     """SGLang's native /generate: cumulative text, meta_info with server token counts and speculative stats."""
@@ -209,13 +218,54 @@ class _OpenAIBase(Api):
             body["seed"] = turn.seed
         return body
 
+    chat = False  # the piece of a choice is its delta's content (chat), else its text
+
     def _piece(self, choice: dict[str, Any]) -> str:
         raise NotImplementedError
 
+    def fold_all(self, objs: list[Any], state: StreamState, tokens: list[int]) -> None:
+        # The generator's hot path, one loop per read: the common event (one choice with its text, no usage, error,
+        # extension, metrics or finish reason) is folded inline -- exactly as fold() would fold it -- and anything
+        # else goes to fold().
+        parts, chat = state.text_parts, self.chat
+        for obj in objs:
+            if type(obj) is dict and obj.get("usage") is None and obj.get("error") is None \
+                    and obj.get("sglext") is None and obj.get("metrics") is None and obj.get("object") != "error":
+                choices = obj.get("choices")
+                if type(choices) is list and choices:
+                    choice = choices[0]
+                    if type(choice) is dict and choice.get("finish_reason") is None:
+                        if chat:
+                            delta = choice.get("delta")
+                            if type(delta) is dict:
+                                text = delta.get("content") or ""
+                                reasoning = delta.get("reasoning_content") or ""
+                                if type(reasoning) is not str:
+                                    text = None
+                                elif reasoning and type(text) is str:
+                                    text = reasoning + text
+                            else:
+                                text = None if delta else ""
+                        else:
+                            text = choice.get("text")
+                            if text is None:
+                                text = ""
+                        if type(text) is str:
+                            ids = choice.get("token_ids")
+                            n = len(ids) if type(ids) is list else 1 if text else 0
+                            if text:
+                                parts.append(text)
+                            if n > 0:
+                                tokens.append(n)
+                            continue
+            n = self.fold(obj, state)
+            if n > 0:
+                tokens.append(n)
+
     def fold(self, obj: Any, state: StreamState) -> int:
-        # The common event, one choice and nothing else to look at: straight to it (the generator's hot path).
-        if type(obj) is dict and "usage" not in obj and "error" not in obj and "sglext" not in obj \
-                and "metrics" not in obj and obj.get("object") != "error":
+        # The common event, one choice and nothing else to look at: straight to it.
+        if type(obj) is dict and obj.get("usage") is None and obj.get("error") is None \
+                and obj.get("sglext") is None and obj.get("metrics") is None and obj.get("object") != "error":
             choices = obj.get("choices")
             if type(choices) is list and choices and type(choices[0]) is dict:
                 return self._fold_choice(choices[0], None, state)
@@ -295,6 +345,7 @@ class OpenAICompletions(_OpenAIBase):
 class OpenAIChat(_OpenAIBase):
     name = "openai-chat"
     path = "/v1/chat/completions"
+    chat = True
 
     def payload(self, turn: Turn, history: list[dict[str, str]], model: str) -> dict[str, Any]:
         # No return_token_ids here: SGLang's chat route answers 400 to it with stream=true

@@ -55,18 +55,13 @@ def _loads(data: bytes):
             raise StreamError(f"malformed event: not JSON: {text[:80]!r}") from None
 
 
-def _loads_all(events: list[bytes]) -> list | None:
-    """Every event of one read parsed in one call, or None unless each is one JSON object on its own."""
-    for e in events:
-        if e[:1] != b"{" or e[-1:] != b"}":
-            return None
+def _loads_array(array: bytes, count: int) -> list | None:
+    """The JSON array text of ``count`` events parsed in one call, or None unless it holds exactly that many values."""
     try:
-        objs = orjson.loads(b"[" + b",".join(events) + b"]")
+        objs = orjson.loads(array)
     except orjson.JSONDecodeError:
         return None
-    if len(objs) != len(events) or not all(type(o) is dict for o in objs):
-        return None  # e.g. one event held two objects: parse them one by one to report it
-    return objs
+    return objs if len(objs) == count else None  # e.g. one event held two objects: parse them one by one to say so
 
 
 class _Folder:
@@ -83,22 +78,43 @@ class _Folder:
         self.on_first = on_first
 
     def feed(self, chunk: bytes, at: float) -> None:
-        self.consume(self.parser.feed(chunk), at)
+        array, count, rest = self.parser.feed_objects(chunk)
+        if count:
+            objs = _loads_array(array, count)
+            if objs is None:  # not one object per event (malformed): each parsed alone, the good ones folded first
+                self.consume(array[1:-1].split(b",\n") + rest, at)
+                return
+            self.fold_objects(objs, at)
+        if rest:
+            self.consume(rest, at)
+
+    def fold_objects(self, objs: list, at: float) -> None:
+        """Fold the events of one read, already parsed; every one arrived at that read."""
+        out = self.out
+        tokens = out.chunk_tokens
+        before = len(tokens)
+        try:
+            self.api.fold_all(objs, self.state, tokens)
+        finally:  # also when an event raised: the ones before it keep their arrival
+            added = len(tokens) - before
+            if added:
+                out.chunk_offsets.extend([at - self.send] * added)
+                if out.first_mono is None:
+                    out.first_mono = at
+                    if self.on_first is not None:
+                        self.on_first()
 
     def consume(self, events: list[bytes], at: float) -> None:
+        """Fold events one by one, each parsed just before its fold ([DONE], malformed events, a stream's tail)."""
         if not events:
             return
         state, out, fold = self.state, self.out, self.api.fold
-        objs = _loads_all(events) if len(events) > 1 else None
-        # one event, or not all plain objects ([DONE], malformed): parse each just before folding it, in order
-        lazy = objs is None
         offset = at - self.send  # every event of one read arrived at that read
-        for obj in (events if lazy else objs):
-            if lazy:
-                if obj[:1] != b"{" and obj.strip() == b"[DONE]":
-                    state.done = True
-                    continue
-                obj = _loads(obj)
+        for obj in events:
+            if obj[:1] != b"{" and obj.strip() == b"[DONE]":
+                state.done = True
+                continue
+            obj = _loads(obj)
             n = fold(obj, state)
             if n > 0:
                 if out.first_mono is None:

@@ -23,6 +23,7 @@ import struct
 import sys
 import time
 from collections import deque
+from operator import ne
 from typing import Protocol, Sequence
 from urllib.parse import urlsplit
 
@@ -38,6 +39,48 @@ KERNEL_STAMPS = sys.platform == "linux" and platform.machine() in ("x86_64", "aa
 _TIMESPEC = struct.Struct("@ll")
 _NO_STAMP = (0, 0, b"")
 _CMSG_SPACE = socket.CMSG_SPACE(_TIMESPEC.size) if hasattr(socket, "CMSG_SPACE") else 0
+
+
+class _HexSizes(dict):
+    """Chunk length -> its size line as servers write it (lowercase hex, no padding), filled as lengths appear."""
+
+    def __missing__(self, n: int) -> bytes:
+        line = b"%x" % n
+        if len(self) < 65536:  # events come in a few sizes; a stream of odd ones must not grow this without end
+            self[n] = line
+        return line
+
+
+_HEX_SIZES = _HexSizes()
+
+
+def whole_chunks(data: bytes, pos: int, body: list[bytes]) -> int:
+    """Take every complete chunk from ``pos`` on whose size line is exactly its length in lowercase hex, at once.
+
+    The common stream (one SSE event per chunk, vLLM and SGLang alike) is then de-framed by a few C-level passes
+    over the read -- one split at CRLF, one length and one size-line lookup per chunk, one list comparison -- instead
+    of a Python step per chunk. Returns where it stopped: the first chunk it does not vet (the last chunk, a chunk
+    extension, uppercase or zero-padded hex, a chunk cut off by the end of the read) is left to the step-by-step
+    parser, which also raises for bad framing. Splitting at CRLF and finding every data part exactly as long as its
+    size line says is the chunked grammar itself (size CRLF data CRLF), so nothing it takes is taken wrongly.
+    """
+    parts = (data[pos:] if pos else data).split(b"\r\n")
+    k = (len(parts) - 1) >> 1  # (size line, data) pairs both followed by CRLF
+    if not k:
+        return pos
+    sizes = parts[0:2 * k:2]
+    datas = parts[1:2 * k:2]
+    lens = list(map(len, datas))
+    hexes = list(map(_HEX_SIZES.__getitem__, lens))
+    j = k if sizes == hexes else list(map(ne, sizes, hexes)).index(True)
+    if 0 in lens:  # a zero-length data part is the last chunk (or bad framing): the step-by-step parser decides
+        j = min(j, lens.index(0))
+    if not j:
+        return pos
+    if j < k:
+        del datas[j:], lens[j:], sizes[j:]
+    body += datas
+    return pos + sum(lens) + sum(map(len, sizes)) + 4 * j
 
 
 class HTTPError(Exception):
@@ -241,6 +284,7 @@ class _Conn:
 
     def _frames(self, data: bytes, pos: int, n: int, body: list[bytes], at: float) -> int:
         """Walk the framing of one read; returns where it stopped (the rest waits for more bytes)."""
+        vetted = False  # whole_chunks runs once per read: a read it cannot vet is not split again chunk by chunk
         while pos < n:
             st = self._state
             if st == "data" or st == "sized":
@@ -265,6 +309,11 @@ class _Conn:
                 pos += 2
                 self._state = "size"
             elif st == "size":
+                if not vetted:
+                    vetted = True
+                    pos = whole_chunks(data, pos, body)
+                    if pos >= n:
+                        break
                 eol = data.find(b"\r\n", pos)
                 if eol < 0:
                     if n - pos > 1024:

@@ -18,19 +18,49 @@ class SSEBytesParser:
         self._data: list[bytes] = []
 
     def feed(self, chunk: bytes) -> list[bytes]:
+        array, count, rest = self.feed_objects(chunk)
+        if not count:
+            return rest
+        return array[1:-1].split(b",\n") + rest
+
+    def feed_objects(self, chunk: bytes) -> tuple[bytes, int, list[bytes]]:
+        """Like ``feed``, for a JSON parser: (array, count, rest). When the read's complete events start with
+        ``count`` > 0 single-line ``data: {...}`` events, ``array`` is their payloads as one JSON array text
+        (``[e1,\ne2,...]``: one parse for all of them) and ``rest`` the events after them (``[DONE]``); otherwise
+        ``array`` is empty, ``count`` 0 and ``rest`` every event."""
         buf = self._buf + chunk if self._buf else chunk
         if not self._data and b"\r" not in buf:
             # The common shape, one "data: ..." line per event, LF only: split the read at blank lines at once.
             cut = buf.rfind(b"\n\n") + 2
             if cut > 1:
-                head = buf[:cut]
-                n = head.count(b"\n\n")
-                # every block is exactly one "data: " line: n blank-line ends, 2n newlines, n "data: " starts
-                if head.count(b"\n") == 2 * n and (b"\n\n" + head).count(b"\n\ndata: ") == n:
-                    self._buf = b""
-                    events = [b[6:] for b in head.split(b"\n\n")[:-1]]
-                    return events + self._slow(buf[cut:]) if cut < len(buf) else events
-        return self._slow(buf)
+                head = buf[:cut] if cut < len(buf) else buf
+                done = head.endswith(b"data: [DONE]\n\n") and (len(head) == 14 or head[-16:-14] == b"\n\n")
+                if done:  # the stream's last event, after the usage one: an event of its own (a blank line before)
+                    head = head[:-14]
+                # n "data: {...}" lines, each followed by a blank line: n - 1 "}\n\ndata: {" between them and no
+                # other newline (two passes over the read, both in C)
+                n = head.count(b"}\n\ndata: {") + 1
+                array, events = b"", []
+                if head.startswith(b"data: {") and head.endswith(b"}\n\n") and head.count(b"\n") == 2 * n:
+                    # no raw newline can be inside a payload (JSON strings hold none), so ",\n" joins them into one
+                    # array (and splits them back)
+                    array = b"[" + head[6:-2].replace(b"\n\ndata: ", b",\n") + b"]"
+                else:
+                    n = head.count(b"\n\n")
+                    # every block is exactly one "data: " line: n blank-line ends, 2n newlines, n "data: " starts
+                    if head.count(b"\n") == 2 * n and (not n or head.startswith(b"data: ")) \
+                            and head.count(b"\n\ndata: ") == n - 1:
+                        events = [b[6:] for b in head.split(b"\n\n")[:-1]]
+                    else:
+                        events = self._slow(head)  # ends at a blank line: no event left open
+                    n = 0
+                if done:
+                    events.append(b"[DONE]")
+                self._buf = b""
+                if cut < len(buf):
+                    events += self._slow(buf[cut:])
+                return array, n, events
+        return b"", 0, self._slow(buf)
 
     def _slow(self, buf: bytes) -> list[bytes]:
         """Line by line: comments, other fields, multi-line data, CRLF."""
