@@ -267,6 +267,20 @@ STREAMS = {
     "abort": (OpenAICompletions(), sse([b'{"choices": [{"text": "a"}]}', b'{"choices": [{"text": "", '
                                         b'"finish_reason": "abort"}]}'])),
     "no-done": (OpenAICompletions(), sse(completion_events(5), done=False)),
+    # completions events the typed decoder does not take, or stops at: the rest go to fold() as dicts
+    "usage-every-event": (OpenAICompletions(), sse([e.replace(b'"usage": null', b'"usage": {"completion_tokens": %d}'
+                                                             % i) for i, e in enumerate(completion_events(30))])),
+    "sglext-mid": (OpenAICompletions(), sse(completion_events(30)[:10] + [
+        b'{"choices": [{"text": "s"}], "sglext": {"spec_tokens_details": {"spec_verify_ct": 3}}}']
+        + completion_events(30)[10:])),
+    "choice-not-object": (OpenAICompletions(), sse(completion_events(6)[:2] + [b'{"choices": [{"text": "a"}, 5]}']
+                                                   + completion_events(6)[2:])),
+    "object-error": (OpenAICompletions(), sse(completion_events(6)[:3] + [b'{"object": "error", "message": "oom"}'])),
+    "finish-dict": (OpenAICompletions(), sse([b'{"choices": [{"text": "a", "finish_reason": {"type": "stop"}}]}'])),
+    "no-choices": (OpenAICompletions(), sse(completion_events(4)[:2] + [b'{"id": "x"}'])),
+    "big-int-and-surrogate": (OpenAICompletions(), sse(completion_events(4)[:2] + [
+        b'{"choices": [{"text": "\\ud800x", "token_ids": [123456789012345678901234567890]}]}']
+        + completion_events(4)[2:])),
     "cut": (OpenAICompletions(), sse(completion_events(5), done=False)[:-30]),
 }
 

@@ -9,6 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
+import orjson
+
 from rig.workloads.base import Turn, render_messages
 
 # Names of accepted / proposed draft counts across SGLang versions (0.5.9, 0.5.15 legacy, 0.5.15+).
@@ -137,6 +140,20 @@ class Api:
             if n > 0:
                 tokens.append(n)
 
+    def fold_array(self, array: bytes, count: int, state: StreamState, tokens: list[int]) -> int:
+        """Parse one read's ``count`` events, given as one JSON array text, and fold them as ``fold_all`` does.
+
+        Returns how many it folded: all, or -- when the array is not ``count`` JSON values (a malformed event) --
+        the ones before the first it could not vouch for; the caller parses the rest one by one."""
+        try:
+            objs = orjson.loads(array)
+        except orjson.JSONDecodeError:
+            return 0
+        if len(objs) != count:  # e.g. one event held two objects
+            return 0
+        self.fold_all(objs, state, tokens)
+        return count
+
 
 class SGLangNative(Api):
     """SGLang's native /generate: cumulative text, meta_info with server token counts and speculative stats."""
@@ -218,49 +235,8 @@ class _OpenAIBase(Api):
             body["seed"] = turn.seed
         return body
 
-    chat = False  # the piece of a choice is its delta's content (chat), else its text
-
     def _piece(self, choice: dict[str, Any]) -> str:
         raise NotImplementedError
-
-    def fold_all(self, objs: list[Any], state: StreamState, tokens: list[int]) -> None:
-        # The generator's hot path, one loop per read: the common event (one choice with its text, no usage, error,
-        # extension, metrics or finish reason) is folded inline -- exactly as fold() would fold it -- and anything
-        # else goes to fold().
-        parts, chat = state.text_parts, self.chat
-        for obj in objs:
-            if type(obj) is dict and obj.get("usage") is None and obj.get("error") is None \
-                    and obj.get("sglext") is None and obj.get("metrics") is None and obj.get("object") != "error":
-                choices = obj.get("choices")
-                if type(choices) is list and choices:
-                    choice = choices[0]
-                    if type(choice) is dict and choice.get("finish_reason") is None:
-                        if chat:
-                            delta = choice.get("delta")
-                            if type(delta) is dict:
-                                text = delta.get("content") or ""
-                                reasoning = delta.get("reasoning_content") or ""
-                                if type(reasoning) is not str:
-                                    text = None
-                                elif reasoning and type(text) is str:
-                                    text = reasoning + text
-                            else:
-                                text = None if delta else ""
-                        else:
-                            text = choice.get("text")
-                            if text is None:
-                                text = ""
-                        if type(text) is str:
-                            ids = choice.get("token_ids")
-                            n = len(ids) if type(ids) is list else 1 if text else 0
-                            if text:
-                                parts.append(text)
-                            if n > 0:
-                                tokens.append(n)
-                            continue
-            n = self.fold(obj, state)
-            if n > 0:
-                tokens.append(n)
 
     def fold(self, obj: Any, state: StreamState) -> int:
         # The common event, one choice and nothing else to look at: straight to it.
@@ -322,9 +298,81 @@ class _OpenAIBase(Api):
         return n
 
 
+class _Choice(msgspec.Struct, gc=False):
+    """What the fold reads of a completions choice; the decoder skips every other field without making objects."""
+
+    text: Any = None
+    token_ids: Any = None
+    finish_reason: Any = None
+
+
+class _Event(msgspec.Struct, gc=False):
+    """What the fold reads of a completions event: its choices, and whatever would send it to the full fold."""
+
+    choices: list[_Choice] | None = None
+    usage: Any = None
+    error: Any = None
+    sglext: Any = None
+    metrics: Any = None
+    kind: Any = msgspec.field(name="object", default=None)
+
+
+_EVENTS = msgspec.json.Decoder(list[_Event])
+_FEW = 8  # events left after the typed fold stopped: found from the array's end (more: the whole array parsed)
+
+
 class OpenAICompletions(_OpenAIBase):
     name = "openai-completions"
     path = "/v1/completions"
+
+    def fold_array(self, array: bytes, count: int, state: StreamState, tokens: list[int]) -> int:
+        # The generator's hot path. Decoded into typed events (only the fields the fold reads become objects), the
+        # common event -- one choice, no usage, error, extension or metrics -- is folded inline exactly as fold()
+        # folds it. From the first other event on (the usage event that ends a stream) the rest are folded as dicts.
+        try:
+            events = _EVENTS.decode(array)
+        except msgspec.MsgspecError:  # not JSON, or not events of this shape: the dicts tell fold() what is wrong
+            return super().fold_array(array, count, state, tokens)
+        if len(events) != count:
+            return 0
+        parts = state.text_parts
+        i = 0
+        for e in events:
+            if e.usage is not None or e.error is not None or e.sglext is not None or e.metrics is not None \
+                    or e.kind == "error" or not e.choices:
+                break
+            choice = e.choices[0]
+            text = choice.text
+            if text is None:
+                text = ""
+            elif type(text) is not str:
+                break  # fold() says what is wrong with it
+            ids = choice.token_ids
+            n = len(ids) if type(ids) is list else 1 if text else 0
+            if text:
+                parts.append(text)
+            if choice.finish_reason is not None:
+                state.finish_reason = _finish_name(choice.finish_reason)
+                state.finished = True
+                if state.finish_reason == "abort":
+                    raise StreamError("server aborted the request")
+            if n > 0:
+                tokens.append(n)
+            i += 1
+        if i == count:
+            return count
+        try:
+            if count - i > _FEW:
+                objs = orjson.loads(array)[i:]
+            else:  # the separator before event i (when i is 0, none: rfind gives -1, and the array's "[" is cut)
+                pos = len(array)
+                for _ in range(count - i):
+                    pos = array.rfind(b",\n", 0, pos)
+                objs = orjson.loads(b"[" + array[pos + 2:])
+        except orjson.JSONDecodeError:
+            return i
+        self.fold_all(objs, state, tokens)
+        return count
 
     def payload(self, turn: Turn, history: list[dict[str, str]], model: str) -> dict[str, Any]:
         body = self._common(turn, model)
@@ -345,7 +393,6 @@ class OpenAICompletions(_OpenAIBase):
 class OpenAIChat(_OpenAIBase):
     name = "openai-chat"
     path = "/v1/chat/completions"
-    chat = True
 
     def payload(self, turn: Turn, history: list[dict[str, str]], model: str) -> dict[str, Any]:
         # No return_token_ids here: SGLang's chat route answers 400 to it with stream=true

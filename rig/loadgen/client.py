@@ -55,15 +55,6 @@ def _loads(data: bytes):
             raise StreamError(f"malformed event: not JSON: {text[:80]!r}") from None
 
 
-def _loads_array(array: bytes, count: int) -> list | None:
-    """The JSON array text of ``count`` events parsed in one call, or None unless it holds exactly that many values."""
-    try:
-        objs = orjson.loads(array)
-    except orjson.JSONDecodeError:
-        return None
-    return objs if len(objs) == count else None  # e.g. one event held two objects: parse them one by one to say so
-
-
 class _Folder:
     """Folds a stream's SSE payloads into an Outcome; the arrival time of each piece is the read that brought it."""
 
@@ -80,21 +71,19 @@ class _Folder:
     def feed(self, chunk: bytes, at: float) -> None:
         array, count, rest = self.parser.feed_objects(chunk)
         if count:
-            objs = _loads_array(array, count)
-            if objs is None:  # not one object per event (malformed): each parsed alone, the good ones folded first
-                self.consume(array[1:-1].split(b",\n") + rest, at)
-                return
-            self.fold_objects(objs, at)
+            folded = self.fold_array(array, count, at)
+            if folded < count:  # a malformed event: it and the ones after it parsed one by one, in order
+                rest = array[1:-1].split(b",\n")[folded:] + rest
         if rest:
             self.consume(rest, at)
 
-    def fold_objects(self, objs: list, at: float) -> None:
-        """Fold the events of one read, already parsed; every one arrived at that read."""
+    def fold_array(self, array: bytes, count: int, at: float) -> int:
+        """Fold one read's events given as one JSON array text (every one arrived at that read); how many it did."""
         out = self.out
         tokens = out.chunk_tokens
         before = len(tokens)
         try:
-            self.api.fold_all(objs, self.state, tokens)
+            return self.api.fold_array(array, count, self.state, tokens)
         finally:  # also when an event raised: the ones before it keep their arrival
             added = len(tokens) - before
             if added:
