@@ -192,6 +192,76 @@ def test_pacer_never_wakes_before_the_due_time():
         assert precise  # the timerfd path, not the fallback
 
 
+def test_pacer_arm_runs_once_from_the_timer_or_from_run_due():
+    """arm: once at or after the due time, on the timer's callback or earlier from run_due; re-arm replaces,
+    disarm cancels; run_due before the due time does nothing."""
+    from rig.loadgen.pacer import NEVER_NS, Pacer
+
+    async def go():
+        pacer = Pacer()
+        ran: list[tuple[str, float]] = []
+        try:
+            due = time.perf_counter() + 0.005
+            pacer.arm(due, lambda: ran.append(("timer", time.perf_counter())))
+            pacer.run_due()  # not yet due
+            assert ran == [] and pacer.due_ns != NEVER_NS
+            await asyncio.sleep(0.02)
+            assert [k for k, _ in ran] == ["timer"] and ran[0][1] >= due and pacer.due_ns == NEVER_NS
+
+            due = time.perf_counter() + 0.002
+            pacer.arm(due, lambda: ran.append(("early", time.perf_counter())))
+            while time.perf_counter() < due:  # a long callback holds the loop past the due time ...
+                pass
+            pacer.run_due()  # ... and lets the send go first; the timer, firing later, does not run it again
+            assert [k for k, _ in ran] == ["timer", "early"]
+            await asyncio.sleep(0.01)
+            assert [k for k, _ in ran] == ["timer", "early"] and ran[1][1] >= due
+
+            pacer.arm(time.perf_counter() + 0.002, lambda: ran.append(("replaced", 0.0)))
+            pacer.arm(time.perf_counter() + 0.003, lambda: ran.append(("second", 0.0)))
+            pacer.arm(time.perf_counter() + 0.001, lambda: ran.append(("disarmed", 0.0)))
+            pacer.disarm()
+            await asyncio.sleep(0.01)
+            assert [k for k, _ in ran] == ["timer", "early"]
+        finally:
+            pacer.close()
+
+    asyncio.run(go())
+
+
+def test_open_loop_restores_the_interpreter_and_the_pool_after_the_level(tmp_path):
+    """The open loop lowers the GIL switch interval and defers young GC during the level only, and its sender
+    stops being the pool's preempt when the level ends."""
+    import gc
+    import sys
+
+    switch, thresholds = sys.getswitchinterval(), gc.get_threshold()
+    seen = {}
+
+    async def go():
+        server = TestServer(make_app())
+        await server.start_server()
+        url = str(server.make_url("")).rstrip("/")
+        plan = GeneratorPlan(point=INFO, generator=0, url=url, model="m", sessions=sessions(20),
+                             arrivals=tuple(0.002 * i for i in range(20)))
+        run = PointRun(plan, tmp_path, "hostA", clock_offset_s=0.0)
+        async with make_session() as http:
+            async def peek():
+                await asyncio.sleep(0.08)
+                seen.update(switch=sys.getswitchinterval(), gc=gc.get_threshold(), preempt=http.preempt)
+            peeker = asyncio.get_running_loop().create_task(peek())
+            summary = await run.run(http, time.perf_counter() + 0.05)
+            await peeker
+            seen["after"] = http.preempt
+        await server.close()
+        return summary
+
+    summary = asyncio.run(go())
+    assert summary.records.ok == 20 == summary.rows_written
+    assert seen["switch"] < switch and seen["gc"][0] > thresholds[0] and seen["preempt"] is not None
+    assert seen["after"] is None and sys.getswitchinterval() == switch and gc.get_threshold() == thresholds
+
+
 def test_open_loop_with_the_cap_full_waits_and_the_wait_is_slip(tmp_path):
     offs = tuple(0.001 * i for i in range(5))  # five arrivals 1 ms apart, one slot, each request ~20 ms
     summary = drive(tmp_path, sessions=sessions(5), arrivals=offs, slots=1)
@@ -521,14 +591,14 @@ def test_a_flush_that_raises_keeps_its_rows_and_the_flusher_goes_on(tmp_path):
 
     def breaking(run):  # the first conversion of the level raises (a bug): a part is due at every flush
         run.writer.max_age_s = 0.0
-        real = run.writer.to_batch
+        real = run.writer.builder
 
-        def to_batch(rows):
+        def builder(rows):
             calls.append(len(rows))
             if len(calls) == 1:
                 raise RuntimeError("converter bug")
             return real(rows)
-        run.writer.to_batch = to_batch
+        run.writer.builder = builder
 
     summary = drive(tmp_path, patch=breaking, sessions=sessions(6, max_tokens=50), slots=1)
     t = read_requests(tmp_path).to_pandas()

@@ -191,3 +191,44 @@ def test_a_refused_connection_says_so_on_either_loop(loop_kind):
             return pool
     with asyncio.Runner(loop_factory=LOOPS[loop_kind]) as runner:
         assert runner.run(go()).opened == 0
+
+
+def test_a_read_after_the_preempts_due_time_runs_it_first():
+    """A send due while reads are queued goes before the read (Pool.preempt): the preempt runs once, before the
+    body of the first read handled after its due time reaches the sink; before that time it does not run."""
+    server = _Server()
+    order: list[str] = []
+
+    class Preempt:
+        due_ns = 1 << 62
+
+        def run_due(self) -> None:
+            if time.perf_counter_ns() >= self.due_ns:
+                order.append("preempt")
+                self.due_ns = 1 << 62
+
+    async def go():
+        loop = asyncio.get_running_loop()
+        async with http1.Pool() as pool:
+            pre = pool.preempt = Preempt()
+            conn = await pool.acquire("127.0.0.1", server.port, 5)
+            sink = _Sink(loop)
+            sink.body = lambda data, at: order.append("body")  # type: ignore[method-assign]
+            done = conn.send(http1.build_request("127.0.0.1", server.port, "/", b"{}", None), sink)
+            assert await asyncio.wait_for(sink.headed, 10) == 200
+            assert order == []  # the head's read: nothing was due
+
+            def block():  # the chunk arrives while a callback holds the loop past the due time
+                pre.due_ns = time.perf_counter_ns()
+                server.go.set()
+                assert server.sent.wait(5)
+                time.sleep(0.01)
+            loop.call_soon(block)
+            assert await asyncio.wait_for(done, 10) is True
+
+    try:
+        with asyncio.Runner(loop_factory=LOOPS["uvloop"]) as runner:
+            runner.run(go())
+    finally:
+        server.close()
+    assert order[:2] == ["preempt", "body"] and order.count("preempt") == 1

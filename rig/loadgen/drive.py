@@ -26,6 +26,7 @@ from rig.loadgen import http1
 from rig.loadgen.apis import api_for
 from rig.loadgen.client import LeanRequest, Outcome, request_fields, stream_request, unexpected_error
 from rig.loadgen.health import LoopMonitor
+from rig.loadgen.gc_gaps import GapCollector
 from rig.loadgen.pacer import Pacer, spin_until
 from rig.loadgen.plan import GeneratorPlan
 from rig.contracts import (GeneratorReport, GeneratorStatus, RecordCounts, achieved_rate, check_record,
@@ -38,13 +39,19 @@ Http = "http1.Pool | aiohttp.ClientSession"
 _log = logging.getLogger(__name__)
 LEVEL_FAILED = "cancelled: the level stopped on an internal error"  # what its in-flight requests record
 UNREACHABLE_AFTER = 3  # consecutive refused connections after which a generator stops starting sessions
-FLUSH_SLICE = 32  # rows converted to Arrow per step of the loop (~0.3 ms each)
+FREE_SLICE = 128  # written rows released per step of the loop (~0.2 ms)
+FLUSH_GAP_S = 0.0005  # open loop: a flush step starts only when no send is due within this ...
+GAP_WAIT_MAX_S = 0.005  # ... or once it has waited this long for such a gap (a dense schedule still gets written)
 LOOKAHEAD_S = 0.002  # open loop: requests due this soon are built before the timer fires
 MAX_AHEAD = 64  # ... but never more than this many at once
 GC_BEFORE_START_S = 0.5  # a full collection before the level if at least this long remains before its start
 WRITER_NICE = 19  # the part writer's thread: the lowest CPU priority, so the sender never waits behind it
 MAX_BURST = 16  # open loop behind schedule: sends in a row before the reads get a turn
+OPEN_LOOP_EARLY_S = 0.010  # the open loop's sender starts this long before the level (nothing is sent early)
+SWITCH_INTERVAL_S = 0.0005  # open loop: the longest another thread may keep the GIL from the loop (CPython: 5 ms)
 WARM_MAX = 32  # open loop, lean client: idle connections opened before the level starts
+WARM_LOW = 16  # ... and during it, whenever fewer are idle, up to WARM_REFILL more (a send that finds none connects
+WARM_REFILL = 32  # on its task, behind every read of that turn of the loop: tens of ms when the loop is busy)
 
 
 async def sleep_until(due: float) -> None:
@@ -93,6 +100,15 @@ def _freeze_heap(start_mono: float) -> None:
     gc.freeze()
 
 
+def _host_port(url: str) -> tuple[str, int] | None:
+    """(host, port) of a URL the lean client speaks, else None."""
+    try:
+        host, port, _ = http1.split_url(url)
+    except ValueError:
+        return None
+    return host, port
+
+
 @dataclass(eq=False)
 class _Due:
     """One session of the open loop, its first request built ahead of its due time (None: aiohttp)."""
@@ -129,6 +145,8 @@ class PointRun:
         self.write_error: str | None = None
         self.cancel_reason = "cancelled: the run was stopped"  # what a cancelled in-flight request records
         self._parts = ThreadPoolExecutor(1, thread_name_prefix="rig-parts", initializer=_lower_priority)
+        self._pacer: Pacer | None = None  # the open loop's sender while it runs: other work lets due sends go first
+        self._gap_waiters: list[asyncio.Future] = []  # flush steps waiting for a gap in the schedule
 
     def wall(self, mono: float) -> float:
         """Wall-clock time derived from the monotonic clock and one anchor (no NTP steps mid-run)."""
@@ -137,6 +155,9 @@ class PointRun:
     # ---------------------------------------------------------------- records
     def _record(self, session: Session, j: int, turn: Turn, intended: float, out: Outcome, sent: bool = True) -> None:
         """``sent=False``: a turn never sent; it has no send time or slip, so rates and slip percentiles skip it."""
+        pacer = self._pacer
+        if pacer is not None and time.perf_counter_ns() >= pacer.due_ns:
+            pacer.run_due()  # a send came due while records were queued: it goes first
         rec = empty_record()
         rec.update(self._common)
         rec.update(request_fields(turn, out))
@@ -275,11 +296,14 @@ class PointRun:
     async def _open_loop(self, http: Http, start: float) -> None:
         """Send each session's first turn at its arrival time, from the timer's own callback.
 
-        The requests due in the next ``LOOKAHEAD_S`` are built ahead (lean client: body and head as bytes). When
-        the timerfd fires, its callback sends every one already due: it takes an idle keep-alive connection and
-        writes (the send time is that write), then a task reads the response and makes the record. A request that
-        finds no idle connection, and every request of the aiohttp client, is sent by its task (connect, write).
-        With the concurrency cap full a due send waits for a slot, and the wait shows up as slip.
+        One synchronous callback, ``pump``, does the sender's whole turn: it sends every request already due (lean
+        client: on an idle keep-alive connection, the send time is that write; a task then reads the response and
+        makes the record), builds the requests due in the next ``LOOKAHEAD_S`` (body and head as bytes) and arms
+        the timerfd for the next one -- so the sender never waits for a task step behind the loop's other work. A
+        read, a record or a flush slice that finds a send due runs the pump first (``Pacer.run_due``). A request
+        that finds no idle connection, and every request of the aiohttp client, is sent by its task (connect,
+        write). With the concurrency cap full a due send waits for a slot (the pump runs again when one frees), and
+        the wait shows up as slip.
         """
         assert self.plan.arrivals is not None
         slots = self.plan.slots or 0
@@ -289,72 +313,114 @@ class PointRun:
         unstarted: set[_Due] = set()  # launched, task not yet running: recorded here if cancelled before it runs
         ahead: deque[_Due] = deque()  # built, not yet due
         busy = 0  # sessions holding a slot
-        freed: asyncio.Future | None = None  # resolves when a slot frees up while the sender waits for one
+        waiting = False  # the cap is full and a send is due: the next freed slot runs the pump
+        more = True  # arrivals left to build
+        arrivals = zip(self.plan.sessions, self.plan.arrivals)
         failures: list[BaseException] = []  # a session task's unexpected exception: it ends the level
         pacer = Pacer()
+        collector = GapCollector()
+        refill: asyncio.Task | None = None  # lean client: idle connections being opened
+        pool = http if isinstance(http, http1.Pool) else None
+        addr = _host_port(self.plan.url) if pool is not None else None
+        finished = loop.create_future()  # every arrival handed to a task, or sending stopped (or the pump failed)
 
         async def fire(item: _Due) -> None:
-            nonlocal busy, freed
+            nonlocal busy
             unstarted.discard(item)
             try:
                 await self._run_session(http, item.session, item.due, deadline, item.request)
             finally:
                 busy -= 1
-                if freed is not None and not freed.done():
-                    freed.set_result(None)
+                if waiting:
+                    pump()
 
-        def send_due() -> None:
-            """Every built request already due, sent now (the timer's callback: no await in here)."""
+        def build() -> None:
+            """The requests due within ``LOOKAHEAD_S`` built ahead (at most ``MAX_AHEAD``)."""
+            nonlocal more
+            now = time.perf_counter()
+            while more and (not ahead or ahead[-1].due <= now + LOOKAHEAD_S) and len(ahead) < MAX_AHEAD:
+                nxt = next(arrivals, None)
+                due = start + nxt[1] if nxt is not None else 0.0
+                if nxt is None or (deadline is not None and due >= deadline):
+                    more = False
+                    return
+                turn = nxt[0].turns[0]
+                ahead.append(_Due(nxt[0], due, self._build_ahead(pool, turn) if pool is not None else None))
+
+        def keep_warm() -> None:
+            """Lean client: idle connections below WARM_LOW are topped up by a task, off the sender's path."""
+            nonlocal refill
+            assert pool is not None and addr is not None
+            if refill is not None and (not refill.done() or refill.cancelled() or refill.exception() is not None
+                                       or refill.result() == 0):
+                return  # one refill at a time; none after one that could open nothing (each request will say why)
+            if pool.idle(*addr) < WARM_LOW and not (slots and pool.size >= slots):
+                refill = loop.create_task(pool.warm(*addr, WARM_REFILL, self.timeouts.connect_s))
+
+        def launch(item: _Due) -> None:
             nonlocal busy
-            if failures:
-                return  # the level has failed: nothing more is sent
-            while ahead and ahead[0].due <= time.perf_counter():
-                if slots and busy >= slots:
-                    return  # the cap is full: the sender waits for a slot
-                item = ahead.popleft()
-                if item.request is not None:
-                    item.request.send_now()  # no idle connection: its task connects and writes
-                busy += 1
-                task = loop.create_task(fire(item))
-                unstarted.add(item)
-                tasks.add(task)
-                task.add_done_callback(settled)
+            if item.request is not None:
+                item.request.send_now()  # no idle connection: its task connects and writes
+            busy += 1
+            task = loop.create_task(fire(item))
+            unstarted.add(item)
+            tasks.add(task)
+            task.add_done_callback(settled)
 
         def settled(task: asyncio.Task) -> None:
             tasks.discard(task)
             exc = None if task.cancelled() else task.exception()
             if exc is not None:
                 failures.append(exc)
+                if not finished.done():
+                    finished.set_result(None)  # the level has failed: nothing more is sent
 
-        arrivals = zip(self.plan.sessions, self.plan.arrivals)
-        more, burst = True, 0
+        def pump() -> None:
+            """Send what is due, build what is due soon, arm the timer for the next (no await in here)."""
+            nonlocal waiting
+            if finished.done():
+                return
+            waiting = False
+            try:
+                sent = 0
+                while not self.unreachable:
+                    if not ahead:
+                        build()
+                        if not ahead:
+                            break  # the schedule is done
+                    if ahead[0].due > time.perf_counter():
+                        build()  # top the lookahead up after the sends, then sleep until the next one
+                        pacer.arm(ahead[0].due, pump)
+                        collector.collect(ahead[0].due - time.perf_counter())  # a young collection, if it fits
+                        return
+                    if slots and busy >= slots:
+                        waiting = True  # the cap is full: the sender waits for a slot
+                        return
+                    if sent == MAX_BURST:  # behind schedule: the reads ready now get a turn, then the rest
+                        pacer.arm(ahead[0].due, pump)
+                        return
+                    launch(ahead.popleft())
+                    sent += 1
+                    if pool is not None and addr is not None:
+                        keep_warm()
+                finished.set_result(None)
+            except Exception as e:  # e.g. a request that cannot be built: the level fails with it, never silently
+                finished.set_exception(e)
+            finally:
+                self._sent()
+
+        if pool is not None:
+            pool.preempt = pacer
+        self._pacer = pacer
+        collector.start()
+        # The part writer's thread holds the GIL between its native calls; asked for it back, CPython lets it keep it
+        # for the switch interval (5 ms by default), and a send due meanwhile waits that long.
+        switch = sys.getswitchinterval()
+        sys.setswitchinterval(min(switch, SWITCH_INTERVAL_S))
         try:
-            while not failures:
-                now = time.perf_counter()
-                while more and (not ahead or ahead[-1].due <= now + LOOKAHEAD_S) and len(ahead) < MAX_AHEAD:
-                    nxt = next(arrivals, None)
-                    due = start + nxt[1] if nxt is not None else 0.0
-                    if nxt is None or (deadline is not None and due >= deadline):
-                        more = False
-                        break
-                    turn = nxt[0].turns[0]
-                    ahead.append(_Due(nxt[0], due, self._build_ahead(http, turn)
-                                      if isinstance(http, http1.Pool) else None))
-                if self.unreachable or not ahead:
-                    break
-                if slots and busy >= slots:
-                    freed = loop.create_future()
-                    await freed  # waiting here shows up as slip: the schedule stays honest
-                    freed = None
-                    send_due()
-                    continue
-                if await pacer.call_at(ahead[0].due, send_due):
-                    burst = 0
-                else:  # behind schedule: every due send goes at once, but reads get a turn now and then
-                    burst += 1
-                    if burst >= MAX_BURST:
-                        burst = 0
-                        await asyncio.sleep(0)
+            pump()
+            await finished
+            pacer.disarm()
             while tasks and not failures:
                 await asyncio.wait(set(tasks), return_when=asyncio.FIRST_EXCEPTION)
             if failures:
@@ -362,6 +428,9 @@ class PointRun:
         except BaseException as e:  # stopped, or the level failed: every request in flight is cancelled, recorded
             if not isinstance(e, asyncio.CancelledError):
                 self.cancel_reason = LEVEL_FAILED
+            if not finished.done():
+                finished.cancel()  # the pump sends nothing more
+            pacer.disarm()
             for t in tasks:
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
@@ -369,6 +438,16 @@ class PointRun:
                 self._cancelled_before_start(item)
             raise
         finally:
+            if not finished.done():
+                finished.cancel()
+            collector.stop()
+            sys.setswitchinterval(switch)
+            if refill is not None and not refill.done():
+                refill.cancel()
+            self._pacer = None
+            self._sent()
+            if pool is not None and pool.preempt is pacer:
+                pool.preempt = None
             pacer.close()
 
     def _build_ahead(self, http: http1.Pool, turn: Turn) -> LeanRequest | None:
@@ -426,22 +505,51 @@ class PointRun:
                            self.plan.generator, exc_info=e)
 
     async def _flush_due(self) -> None:
-        """Write a part if one is due, without stalling the sender: rows become Arrow batches a few at a time on
-        the loop (a conversion in a thread would hold the GIL, and the loop, for all of it), then the thread
-        encodes and writes (pyarrow releases the GIL there)."""
+        """Write a part if one is due, without stalling the sender: rows become an Arrow table one bounded piece at
+        a time on the loop (``TableBuilder``: one column over a few hundred rows, ~0.1-0.2 ms; a conversion in a
+        thread would hold the GIL, and the loop, for all of it), then the thread encodes and writes (pyarrow
+        releases the GIL there), then the written rows are released a few at a time. In the open loop each step
+        waits for a gap in the schedule (no send due within ``FLUSH_GAP_S``)."""
         rows = self.writer.take()
         if not rows:
             return
-        batches = []
         try:
-            for i in range(0, len(rows), FLUSH_SLICE):
-                batches.append(self.writer.to_batch(rows[i:i + FLUSH_SLICE]))  # a bad row is repaired, not lost
-                await asyncio.sleep(0)  # let due sends and reads go between slices
+            builder = self.writer.builder(rows)  # a bad row is repaired, not lost
+            while not builder.done:
+                await self._gap(FLUSH_GAP_S)
+                builder.step()
+            table = builder.table()
         except BaseException:  # the level ended mid-flush (or a bug): the rows go back for the next or final write
             self.writer.untake(rows)
             raise
+        del builder
         # Cancelled from here on, the thread still writes these rows, and the final write waits for it.
-        await asyncio.get_running_loop().run_in_executor(self._parts, self.writer.write, rows, batches)
+        await asyncio.get_running_loop().run_in_executor(self._parts, self.writer.write, rows, table)
+        del table
+        for end in range(len(rows), 0, -FREE_SLICE):  # releasing 5,000 records at once held the loop ~8 ms
+            await self._gap(FLUSH_GAP_S)
+            del rows[max(0, end - FREE_SLICE):end]
+
+    async def _gap(self, need_s: float) -> None:
+        """Yield to the loop; then, in the open loop, wait until no send is due within ``need_s`` (at most
+        ``GAP_WAIT_MAX_S``)."""
+        await asyncio.sleep(0)  # the reads and the sends due get a turn between steps
+        need = int(need_s * 1e9)
+        give_up = time.perf_counter_ns() + int(GAP_WAIT_MAX_S * 1e9)
+        while (pacer := self._pacer) is not None:
+            now = time.perf_counter_ns()
+            if pacer.due_ns - now >= need or now >= give_up:
+                return
+            waiter = asyncio.get_running_loop().create_future()
+            self._gap_waiters.append(waiter)
+            await waiter  # the sender's next turn ends: look again
+
+    def _sent(self) -> None:
+        """The sender's turn ended (or the level did): flush steps waiting for a gap look again."""
+        waiters, self._gap_waiters = self._gap_waiters, []
+        for w in waiters:
+            if not w.done():
+                w.set_result(None)
 
     async def warmup(self, http: Http) -> int:
         """Send the warm-up sessions; nothing is recorded. Returns how many succeeded."""
@@ -461,13 +569,12 @@ class PointRun:
         budget = min(self.timeouts.connect_s, start_mono - time.perf_counter() - 0.005)
         if budget <= 0:
             return
-        try:
-            host, port, _ = http1.split_url(self.plan.url)
-        except ValueError:
+        addr = _host_port(self.plan.url)
+        if addr is None:
             return  # not a URL the lean client speaks: each request records why
         try:
             async with asyncio.timeout(budget):
-                await http.warm(host, port, min(self.plan.slots or WARM_MAX, WARM_MAX), self.timeouts.connect_s)
+                await http.warm(*addr, min(self.plan.slots or WARM_MAX, WARM_MAX), self.timeouts.connect_s)
         except TimeoutError:
             pass
 
@@ -481,11 +588,14 @@ class PointRun:
             if self.plan.arrivals is not None and isinstance(http, http1.Pool):
                 await self._warm(http, start_mono)
             _freeze_heap(start_mono)
-            delay = start_mono - time.perf_counter()
+            # The open loop starts a little early: its sender builds the first requests and arms the timer for the
+            # first due time (a sleep's wake-up can be a millisecond late; nothing is sent before it is due).
+            early = OPEN_LOOP_EARLY_S if self.plan.arrivals is not None else 0.0
+            delay = start_mono - early - time.perf_counter()
             if delay > 0:
                 await asyncio.sleep(delay)
             monitor.start()
-            self.started_mono = time.perf_counter()
+            self.started_mono = max(time.perf_counter(), start_mono)
             level = self._closed_loop(http, start_mono) if self.plan.arrivals is None \
                 else self._open_loop(http, start_mono)
             await self._bounded(level, start_mono)

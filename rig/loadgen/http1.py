@@ -91,6 +91,15 @@ class ConnectError(Exception):
     """The TCP connection could not be made (refused, unreachable, timed out)."""
 
 
+class Preempt(Protocol):
+    """Work that must not wait behind a read: before each read the pool runs ``run_due()`` once ``due_ns``
+    (``perf_counter_ns``) has passed -- the open loop's sender, so a send due while reads are queued goes first."""
+
+    due_ns: int
+
+    def run_due(self) -> None: ...
+
+
 class Sink(Protocol):
     """Receives one response, on the event loop's callback (must not block)."""
 
@@ -151,6 +160,11 @@ class _Socket:
         raise OSError(f"Multiple exceptions: {', '.join(map(str, errors))}")
 
     def _readable(self) -> None:
+        pre = self.conn.pool.preempt
+        if pre is not None and time.perf_counter_ns() >= pre.due_ns:
+            pre.run_due()  # a send came due while reads were queued (or this one ran): it goes first
+            if self.closed:
+                return
         try:
             n, ancillary, _, _ = self.sock.recvmsg_into(self.bufs, _CMSG_SPACE)
         except (BlockingIOError, InterruptedError):
@@ -444,6 +458,7 @@ class Pool:
         self.opened = 0  # connections made (a keep-alive check for tests and benchmarks)
         self.unstamped = 0  # reads the kernel gave no arrival stamp for (stamped at the read instead)
         self._bufs = [memoryview(bytearray(READ_SIZE))]  # every read lands here first: one loop, one read at a time
+        self.preempt: Preempt | None = None  # runs before any read once it is due (the open loop's sender)
 
     def take_idle(self, host: str, port: int) -> _Conn | None:
         """An idle keep-alive connection to (host, port), without waiting; None when there is none."""
@@ -453,6 +468,16 @@ class Pool:
             if not conn.broken:
                 return conn
         return None
+
+    def idle(self, host: str, port: int) -> int:
+        """How many idle keep-alive connections to (host, port) the pool holds (one may have closed since)."""
+        q = self._idle.get((host, port))
+        return len(q) if q else 0
+
+    @property
+    def size(self) -> int:
+        """Every open connection, idle or busy."""
+        return len(self._all)
 
     async def acquire(self, host: str, port: int, connect_s: float) -> _Conn:
         conn = self.take_idle(host, port)

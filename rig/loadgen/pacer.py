@@ -12,6 +12,8 @@ from __future__ import annotations
 import asyncio
 import ctypes
 import ctypes.util
+import functools
+import math
 import os
 import sys
 import time
@@ -32,7 +34,8 @@ class _Itimerspec(ctypes.Structure):
     _fields_ = [("it_interval", _Timespec), ("it_value", _Timespec)]
 
 
-def _libc():
+@functools.cache
+def _libc():  # loaded once: find_library runs ldconfig, milliseconds a level's first send should not wait for
     if not sys.platform.startswith("linux") or time.get_clock_info("perf_counter").implementation != \
             "clock_gettime(CLOCK_MONOTONIC)":
         return None
@@ -45,9 +48,17 @@ def _libc():
         return None
 
 
+NEVER_NS = 1 << 62  # ``Pacer.due_ns`` while nothing is armed
+
+
 class Pacer:
-    """``await pacer.sleep_until(due)`` returns at or just after ``time.perf_counter() >= due``;
-    ``await pacer.call_at(due, fn)`` runs ``fn`` on the timer's callback first. One waiter."""
+    """A one-shot timer for the open loop's sender: ``arm(due, fn)`` runs ``fn()`` on the timer's own callback at
+    ``due`` (or earlier from ``run_due``, by a callback that finds it due first); ``await call_at(due, fn)`` and
+    ``await sleep_until(due)`` wait for it. One pending call at a time.
+
+    ``due_ns`` is the pending call's due time in ``perf_counter_ns`` units (``NEVER_NS`` when none), so that other
+    callbacks can ask cheaply whether a send is due (or soon due) and let it go first.
+    """
 
     def __init__(self) -> None:
         self._libc = _libc()
@@ -57,12 +68,76 @@ class Pacer:
             self.fd = fd if fd >= 0 else -1
         self._spec = _Itimerspec()
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._waiter: asyncio.Future | None = None
         self._fn: Callable[[], None] | None = None
+        self._handle: asyncio.Handle | None = None  # the fallback's timer (no timerfd)
+        self.due_ns = NEVER_NS
 
     @property
     def precise(self) -> bool:
         return self.fd >= 0
+
+    def arm(self, due: float, fn: Callable[[], None]) -> None:
+        """Run ``fn()`` once, at or after ``due`` (``perf_counter`` seconds), from the event loop; replaces a pending
+        call. A due time already past runs at the loop's next poll, never here: the caller finishes first. ``fn``
+        must not block or raise (it runs inside whichever callback finds it due)."""
+        self.disarm()
+        self._fn = fn
+        self.due_ns = math.ceil(due * 1e9)
+        loop = asyncio.get_running_loop()
+        if self.fd >= 0:
+            sec = int(due)
+            nsec = min(999_999_999, max(1, int((due - sec) * 1e9)))  # 0 would disarm the timerfd
+            self._spec.it_value.tv_sec, self._spec.it_value.tv_nsec = sec, nsec
+            if self._libc.timerfd_settime(self.fd, _TFD_TIMER_ABSTIME, ctypes.byref(self._spec), None) == 0:
+                if self._loop is not loop:  # one registration for the pacer's life: no epoll change per send
+                    if self._loop is not None:
+                        self._loop.remove_reader(self.fd)
+                    loop.add_reader(self.fd, self._fired)
+                    self._loop = loop
+                return
+        # No timerfd: sleep to SPIN_S before the due time, then yield until it comes.
+        self._handle = loop.call_later(max(0.0, due - time.perf_counter() - SPIN_S), self._spin)
+
+    def disarm(self) -> None:
+        """Forget the pending call (a timerfd that already fired is drained by ``_fired`` and ignored)."""
+        self._fn = None
+        self.due_ns = NEVER_NS
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+
+    def run_due(self) -> None:
+        """Run the pending call now if its time has come: a callback that would otherwise hold the send up (a read,
+        a record) calls this first. A no-op before the due time."""
+        if self._fn is not None and time.perf_counter_ns() >= self.due_ns:
+            self._run()
+
+    def _run(self) -> None:
+        fn = self._fn
+        self.disarm()
+        if fn is not None:
+            fn()
+
+    def _fired(self) -> None:
+        try:
+            os.read(self.fd, 8)
+        except BlockingIOError:
+            return  # a spurious wake-up, or the call already ran from run_due
+        if self._fn is None:
+            return  # nothing pending (disarmed meanwhile)
+        if time.perf_counter_ns() < self.due_ns:  # never expected: a guard against a clock mismatch
+            self._handle = asyncio.get_running_loop().call_soon(self._spin)
+            return
+        self._run()
+
+    def _spin(self) -> None:
+        self._handle = None
+        if self._fn is None:
+            return
+        if time.perf_counter_ns() >= self.due_ns:
+            self._run()
+        else:
+            self._handle = asyncio.get_running_loop().call_soon(self._spin)
 
     async def sleep_until(self, due: float) -> None:
         await self.call_at(due, _nothing)
@@ -72,54 +147,32 @@ class Pacer:
     async def call_at(self, due: float, fn: Callable[[], None]) -> bool:
         """Run ``fn()`` on the timer's own callback at ``due`` (at once if it is past, returning False), then return.
 
-        The callback runs in the event loop turn that the timerfd wakes, before any task resumes: the open loop
-        sends from it. ``fn`` must not block; it is called once, and should itself check that its time has come
-        (a guard against a clock mismatch, never expected).
+        The callback runs in the event loop turn that the timerfd wakes, before any task resumes. ``fn`` must not
+        block; it is called once.
         """
         if due <= time.perf_counter():
             fn()
             return False
-        if self.fd < 0:
-            await spin_until(due)
-            fn()
-            return True
-        sec = int(due)
-        self._spec.it_value.tv_sec, self._spec.it_value.tv_nsec = sec, int((due - sec) * 1e9)
-        if self._libc.timerfd_settime(self.fd, _TFD_TIMER_ABSTIME, ctypes.byref(self._spec), None) != 0:
-            await spin_until(due)
-            fn()
-            return True
-        loop = asyncio.get_running_loop()
-        if self._loop is not loop:  # one registration for the pacer's life: no epoll change per send
-            if self._loop is not None:
-                self._loop.remove_reader(self.fd)
-            loop.add_reader(self.fd, self._fired)
-            self._loop = loop
-        fut = self._waiter = loop.create_future()
-        self._fn = fn
+        fut = asyncio.get_running_loop().create_future()
+
+        def run() -> None:
+            try:
+                fn()
+            except BaseException as e:  # handed to the waiter, never lost in the loop's exception handler
+                fut.set_exception(e)
+            else:
+                fut.set_result(None)
+
+        self.arm(due, run)
         try:
             await fut
         finally:
-            self._waiter = self._fn = None
+            if self._fn is run:
+                self.disarm()
         return True
 
-    def _fired(self) -> None:
-        try:
-            os.read(self.fd, 8)
-        except BlockingIOError:
-            return  # a spurious wake-up: keep waiting
-        fut, fn = self._waiter, self._fn
-        if fut is None or fut.done() or fn is None:
-            return  # nobody waits (cancelled meanwhile)
-        self._fn = None
-        try:
-            fn()
-        except BaseException as e:  # handed to the waiter, never lost in the loop's exception handler
-            fut.set_exception(e)
-        else:
-            fut.set_result(None)
-
     def close(self) -> None:
+        self.disarm()
         if self._loop is not None and not self._loop.is_closed():
             self._loop.remove_reader(self.fd)
         self._loop = None
