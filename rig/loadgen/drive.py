@@ -300,10 +300,10 @@ class PointRun:
         client: on an idle keep-alive connection, the send time is that write; a task then reads the response and
         makes the record), builds the requests due in the next ``LOOKAHEAD_S`` (body and head as bytes) and arms
         the timerfd for the next one -- so the sender never waits for a task step behind the loop's other work. A
-        read, a record or a flush slice that finds a send due runs the pump first (``Pacer.run_due``). A request
-        that finds no idle connection, and every request of the aiohttp client, is sent by its task (connect,
-        write). With the concurrency cap full a due send waits for a slot (the pump runs again when one frees), and
-        the wait shows up as slip.
+        read or a record that finds a send due runs the pump first (``Pacer.run_due``); flush steps and young GC
+        wait for a gap in the schedule. A request that finds no idle connection, and every request of the aiohttp
+        client, is sent by its task (connect, write). With the concurrency cap full a due send waits for a slot
+        (the pump runs again when one frees), and the wait shows up as slip.
         """
         assert self.plan.arrivals is not None
         slots = self.plan.slots or 0
