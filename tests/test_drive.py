@@ -173,15 +173,21 @@ def test_pacer_never_wakes_before_the_due_time():
 
     async def go():
         pacer = Pacer()
+
+        async def sleep_until(due):  # as the open loop's sender waits: a call armed for the due time
+            woke = asyncio.get_running_loop().create_future()
+            pacer.arm(due, lambda: woke.set_result(None))
+            await woke
+
         early = []
         t0 = time.perf_counter()
         for i in range(20):
             due = t0 + 0.002 * (i + 1)
-            await pacer.sleep_until(due)
+            await sleep_until(due)
             early.append(time.perf_counter() < due)
             await spin_until(due + 0.001)
             early.append(time.perf_counter() < due + 0.001)
-        await pacer.sleep_until(time.perf_counter() - 1)  # a due time in the past returns at once
+        await sleep_until(time.perf_counter() - 1)  # a due time in the past returns at once
         precise = pacer.precise
         pacer.close()
         return early, precise

@@ -27,7 +27,7 @@ from rig.loadgen.apis import api_for
 from rig.loadgen.client import LeanRequest, Outcome, request_fields, stream_request, unexpected_error
 from rig.loadgen.health import LoopMonitor
 from rig.loadgen.gc_gaps import GapCollector
-from rig.loadgen.pacer import Pacer, spin_until
+from rig.loadgen.pacer import Pacer
 from rig.loadgen.plan import GeneratorPlan
 from rig.contracts import (GeneratorReport, GeneratorStatus, RecordCounts, achieved_rate, check_record,
                            repair_record)
@@ -52,11 +52,6 @@ SWITCH_INTERVAL_S = 0.0005  # open loop: the longest another thread may keep the
 WARM_MAX = 32  # open loop, lean client: idle connections opened before the level starts
 WARM_LOW = 16  # ... and during it, whenever fewer are idle, up to WARM_REFILL more (a send that finds none connects
 WARM_REFILL = 32  # on its task, behind every read of that turn of the loop: tens of ms when the loop is busy)
-
-
-async def sleep_until(due: float) -> None:
-    """Wait until perf_counter() >= due with sub-millisecond precision (a spin; the open loop uses a Pacer)."""
-    await spin_until(due)
 
 
 HTTP_CLIENT_ENV = "RIG_HTTP_CLIENT"  # "lean" (default) or "aiohttp"

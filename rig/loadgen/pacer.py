@@ -53,8 +53,7 @@ NEVER_NS = 1 << 62  # ``Pacer.due_ns`` while nothing is armed
 
 class Pacer:
     """A one-shot timer for the open loop's sender: ``arm(due, fn)`` runs ``fn()`` on the timer's own callback at
-    ``due`` (or earlier from ``run_due``, by a callback that finds it due first); ``await call_at(due, fn)`` and
-    ``await sleep_until(due)`` wait for it. One pending call at a time.
+    ``due`` (or earlier from ``run_due``, by a callback that finds it due first). One pending call at a time.
 
     ``due_ns`` is the pending call's due time in ``perf_counter_ns`` units (``NEVER_NS`` when none), so that other
     callbacks can ask cheaply whether a send is due (or soon due) and let it go first.
@@ -139,38 +138,6 @@ class Pacer:
         else:
             self._handle = asyncio.get_running_loop().call_soon(self._spin)
 
-    async def sleep_until(self, due: float) -> None:
-        await self.call_at(due, _nothing)
-        while time.perf_counter() < due:  # never expected; a guard against a clock mismatch
-            await asyncio.sleep(0)
-
-    async def call_at(self, due: float, fn: Callable[[], None]) -> bool:
-        """Run ``fn()`` on the timer's own callback at ``due`` (at once if it is past, returning False), then return.
-
-        The callback runs in the event loop turn that the timerfd wakes, before any task resumes. ``fn`` must not
-        block; it is called once.
-        """
-        if due <= time.perf_counter():
-            fn()
-            return False
-        fut = asyncio.get_running_loop().create_future()
-
-        def run() -> None:
-            try:
-                fn()
-            except BaseException as e:  # handed to the waiter, never lost in the loop's exception handler
-                fut.set_exception(e)
-            else:
-                fut.set_result(None)
-
-        self.arm(due, run)
-        try:
-            await fut
-        finally:
-            if self._fn is run:
-                self.disarm()
-        return True
-
     def close(self) -> None:
         self.disarm()
         if self._loop is not None and not self._loop.is_closed():
@@ -180,9 +147,6 @@ class Pacer:
             os.close(self.fd)
             self.fd = -1
 
-
-def _nothing() -> None:
-    pass
 
 
 async def spin_until(due: float) -> None:
