@@ -137,7 +137,6 @@ class PointRun:
                         "clock_offset_s": clock_offset_s}
         self.started_mono: float | None = None
         self.ended_mono: float | None = None
-        self.write_error: str | None = None
         self.cancel_reason = "cancelled: the run was stopped"  # what a cancelled in-flight request records
         self._parts = ThreadPoolExecutor(1, thread_name_prefix="rig-parts", initializer=_lower_priority)
         self._pacer: Pacer | None = None  # the open loop's sender while it runs: other work lets due sends go first
@@ -491,13 +490,20 @@ class PointRun:
             await asyncio.sleep(0.5)
             try:
                 await self._flush_due()
-                self.write_error = None
-            except OSError as e:  # keep driving; rows stay buffered and the next flush retries
-                self.write_error = f"cannot write part file: {e.strerror or e}"
-            except Exception as e:  # rows even a repair cannot convert (a bug): they stay buffered, the level goes on
-                self.write_error = f"cannot write part file: {unexpected_error(e)}"
-                _log.error("point %s, generator %d: a part file could not be made", self.plan.point.point,
-                           self.plan.generator, exc_info=e)
+            except Exception as e:  # keep driving; rows stay buffered and the next flush (or the final write) retries
+                self._write_failure(e, "a part file")
+
+    def _write_failure(self, e: Exception, part: str) -> str:
+        """The one line for a part file not written: disk full or unwritable (OSError), or rows even a repair cannot
+        convert (a bug: logged with its traceback); the rows stay buffered either way."""
+        if isinstance(e, OSError):
+            why = f"cannot write part file: {e.strerror or e}"
+            _log.warning("point %s, generator %d: %s: %s", self.plan.point.point, self.plan.generator, part, why)
+        else:
+            why = f"cannot write part file: {unexpected_error(e)}"
+            _log.error("point %s, generator %d: %s could not be made", self.plan.point.point, self.plan.generator,
+                       part, exc_info=e)
+        return why
 
     async def _flush_due(self) -> None:
         """Write a part if one is due, without stalling the sender: rows become an Arrow table one bounded piece at
@@ -610,14 +616,9 @@ class PointRun:
             health = await monitor.stop() if monitor._task else {}
             try:
                 await asyncio.get_running_loop().run_in_executor(self._parts, self.writer.close)
-            except OSError as e:
+            except Exception as e:  # reported with the records not saved, never a crash
                 status = "failed"
-                error = f"cannot write part file: {e.strerror or e}; {self.writer.pending} records not saved"
-            except Exception as e:  # rows even a repair cannot convert (a bug): reported unwritten, never a crash
-                status = "failed"
-                error = f"cannot write part file: {unexpected_error(e)}; {self.writer.pending} records not saved"
-                _log.error("point %s, generator %d: the last part file could not be made", self.plan.point.point,
-                           self.plan.generator, exc_info=e)
+                error = f"{self._write_failure(e, 'the last part file')}; {self.writer.pending} records not saved"
             self._parts.shutdown(wait=False)
         return self.summary(status, error, health)
 
