@@ -17,7 +17,7 @@ import orjson
 from rig.config import Timeouts
 from rig.loadgen import http1
 from rig.loadgen.apis import Api, StreamError, StreamState
-from rig.loadgen.sse import SSEBytesParser
+from rig.loadgen.sse import SSEBytesParser, array_events
 from rig.workloads.base import Turn
 
 
@@ -73,7 +73,7 @@ class _Folder:
         if count:
             folded = self.fold_array(array, count, at)
             if folded < count:  # a malformed event: it and the ones after it parsed one by one, in order
-                rest = array[1:-1].split(b",\n")[folded:] + rest
+                rest = array_events(array)[folded:] + rest
         if rest:
             self.consume(rest, at)
 

@@ -21,7 +21,7 @@ class SSEBytesParser:
         array, count, rest = self.feed_objects(chunk)
         if not count:
             return rest
-        return array[1:-1].split(b",\n") + rest
+        return array_events(array) + rest
 
     def feed_objects(self, chunk: bytes) -> tuple[bytes, int, list[bytes]]:
         """Like ``feed``, for a JSON parser: (array, count, rest). When the read's complete events start with
@@ -125,3 +125,8 @@ class SSEParser:
     def close(self) -> tuple[list[str], bool]:
         events, cut = self._p.close()
         return [e.decode("utf-8", errors="replace") for e in events], cut
+
+
+def array_events(array: bytes) -> list[bytes]:
+    """The event payloads joined by ``SSEBytesParser.feed_objects`` into one array text, split back (its inverse)."""
+    return array[1:-1].split(b",\n")
