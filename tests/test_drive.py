@@ -251,7 +251,7 @@ def test_open_loop_restores_the_interpreter_and_the_pool_after_the_level(tmp_pat
         plan = GeneratorPlan(point=INFO, generator=0, url=url, model="m", sessions=sessions(20),
                              arrivals=tuple(0.002 * i for i in range(20)))
         run = PointRun(plan, tmp_path, "hostA", clock_offset_s=0.0)
-        async with make_session() as http:
+        async with make_session("lean") as http:  # the preempt is the lean client's pool's
             async def peek():
                 await asyncio.sleep(0.08)
                 seen.update(switch=sys.getswitchinterval(), gc=gc.get_threshold(), preempt=http.preempt)
