@@ -10,12 +10,9 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable
 import click
 import yaml
 
-from rig.analysis.cli import compare, report
 from rig.cli_options import csv_ints, resolve_spec, run_options, spec_field
 from rig.config import RunSpec, SpecError, build_spec, load_yaml
 from rig.contracts import PointEntry
-from rig.sim.cli import sim
-from rig.tune.cli import parse_slos, resumed_planner, search_settings
 from rig.tune.search import MAX_CONCURRENCY, MAX_RATE
 
 if TYPE_CHECKING:  # imported when used: a command loads only what it needs
@@ -199,7 +196,31 @@ class _ProgressUI:
         return Callbacks(status=status, point_start=point_start, point_update=point_update, point_end=point_end)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
+class LazyGroup(click.Group):
+    """Commands that live with their subsystem are imported when named (or listed by --help), so `rig --version`
+    and a bad flag answer without importing Ray, pyarrow or the analysis stack. A broken import still fails loudly:
+    the import error surfaces when the command is used or listed."""
+
+    lazy: dict[str, str] = {
+        "report": "rig.analysis.cli:report",
+        "compare": "rig.analysis.cli:compare",
+        "sim": "rig.sim.cli:sim",
+    }
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted([*super().list_commands(ctx), *self.lazy])
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in self.lazy:
+            import importlib
+
+            module, _, attr = self.lazy[cmd_name].partition(":")
+            command: click.Command = getattr(importlib.import_module(module), attr)
+            return command
+        return super().get_command(ctx, cmd_name)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
 @click.version_option(package_name="rig")
 def cli() -> None:
     """rig: a distributed test rig for LLM serving with speculative decoding."""
@@ -242,6 +263,8 @@ def sweep(steps_csv: str | None, grid: tuple[str, ...], resume_dir: Path | None,
           search_slos: tuple[str, ...], slo_percentile: float, search_max: float | None, search_tolerance: float,
           **kw: Any) -> None:
     """Run a grid of server configurations x workloads x load levels into one run directory."""
+    from rig.tune.cli import resumed_planner, search_settings
+
     if search is not None:
         settings = search_settings(search, search_slos, slo_percentile, search_max, search_tolerance, kw)
         if resume_dir is not None:
@@ -370,6 +393,8 @@ def tune(steps_csv: str | None, slo_texts: tuple[str, ...], slo_percentile: floa
     from rig.tune.probe import slo_texts as to_texts
     from rig.tune.tune import TuneSettings, tune_planner
 
+    from rig.tune.cli import parse_slos
+
     slos = parse_slos(slo_texts)
     if kw.get("rate") or kw.get("mode") not in (None, "closed"):
         raise click.UsageError("rig tune chooses among closed-loop concurrency levels; drop --rate/--mode")
@@ -390,12 +415,6 @@ def tune(steps_csv: str | None, slo_texts: tuple[str, ...], slo_percentile: floa
         print_dry_run(spec)
         return
     sys.exit(execute(spec, kw["quiet"], planner=tune_planner(spec, settings)))
-
-
-# Commands that live with their subsystem, imported directly: a broken import fails loudly, not by hiding a command.
-cli.add_command(report)
-cli.add_command(compare)
-cli.add_command(sim)
 
 
 def main() -> None:

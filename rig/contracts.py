@@ -13,7 +13,6 @@ import typing
 from dataclasses import dataclass, fields
 from typing import Annotated, Any, Literal, Sequence
 
-import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 MANIFEST_VERSION = 2
@@ -143,33 +142,34 @@ class RequestRecord:
     output_chars: Int64 | None = None
 
 
-_SCALARS: dict[Any, Any] = {str: pa.string(), float: pa.float64(), bool: pa.bool_()}
-_WIDTHS: dict[str, Any] = {"int32": pa.int32(), "int64": pa.int64()}
-
-
 def _arrow_type(hint: Any) -> Any:
     """The Arrow type of one field's annotation (``X | None``, X a scalar, an Int32/Int64 or a list of those)."""
+    import pyarrow as pa
+
+    scalars: dict[Any, Any] = {str: pa.string(), float: pa.float64(), bool: pa.bool_()}
+    widths: dict[str, Any] = {"int32": pa.int32(), "int64": pa.int64()}
     args = [a for a in typing.get_args(hint) if a is not type(None)]
     if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
         if len(args) != 1:
             raise TypeError(f"a record field is one type or None, not {hint}")
         return _arrow_type(args[0])
     if typing.get_origin(hint) is Annotated:
-        return _WIDTHS[hint.__metadata__[0]]
+        return widths[hint.__metadata__[0]]
     if typing.get_origin(hint) is list:
         return pa.list_(_arrow_type(args[0]))
-    if hint in _SCALARS:
-        return _SCALARS[hint]
+    if hint in scalars:
+        return scalars[hint]
     raise TypeError(f"no Arrow type for {hint}")
 
 
 def record_schema() -> Any:
     """The Parquet schema of request records, generated from ``RequestRecord`` (names, order and types)."""
+    import pyarrow as pa
+
     hints = typing.get_type_hints(RequestRecord, include_extras=True)
     return pa.schema([(f.name, _arrow_type(hints[f.name])) for f in fields(RequestRecord)])
 
 
-REQUEST_SCHEMA = record_schema()
 RECORD_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(RequestRecord))
 _RECORD_WIDTH = len(RECORD_FIELDS)
 _EMPTY_RECORD: dict[str, Any] = dict.fromkeys(RECORD_FIELDS)
@@ -189,8 +189,19 @@ def check_record(row: dict[str, Any]) -> None:
         raise ContractError(f"request record keys differ from RequestRecord: unknown {unknown}, missing {missing}")
 
 
-# What Arrow raises for a value that does not fit its column's type.
-CONVERSION_ERRORS = (pa.ArrowException, TypeError, ValueError, OverflowError)
+def __getattr__(name: str) -> Any:
+    """``REQUEST_SCHEMA`` and ``CONVERSION_ERRORS`` (what Arrow raises for a value that does not fit its column's
+    type) are made on first use: importing pyarrow costs ~0.4 s that the CLI's start (``rig --version``, a bad
+    flag) should not pay."""
+    if name == "REQUEST_SCHEMA":
+        globals()[name] = record_schema()
+    elif name == "CONVERSION_ERRORS":
+        import pyarrow as pa
+
+        globals()[name] = (pa.ArrowException, TypeError, ValueError, OverflowError)
+    else:  # other look-ups (e.g. typing's probes for __dunder__ names) must not import pyarrow
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return globals()[name]
 
 
 def repair_record(row: dict[str, Any]) -> str:
@@ -198,12 +209,14 @@ def repair_record(row: dict[str, Any]) -> str:
 
     Each value that does not fit its column becomes null, and the record a failed one whose error names those
     values: one bad value costs that record its outcome, never the other records of its part file (nor its own)."""
+    import pyarrow as pa
+
     bad: list[str] = []
-    for f in REQUEST_SCHEMA:
+    for f in __getattr__("REQUEST_SCHEMA"):
         value = row.get(f.name)
         try:
             pa.array([value], type=f.type)
-        except CONVERSION_ERRORS:
+        except __getattr__("CONVERSION_ERRORS"):
             bad.append(f"{f.name}={' '.join(repr(value).split())[:40]} is not {f.type}")
             row[f.name] = None
     error = f"internal error: record not writable as typed: {'; '.join(bad) or 'no single bad value'} (written null)"

@@ -109,3 +109,18 @@ def test_rig_has_no_import_cycles():
     found = cycles(import_graph(RIG_ROOT))
     assert found == [], "import cycles (break each so the flow stays one-directional): " + "; ".join(
         " <-> ".join(c) for c in found)
+
+
+def test_the_cli_starts_without_the_heavy_stack():
+    """`rig --version`, `--help` and a bad flag answer without importing Ray, pyarrow or the analysis stack (they
+    cost ~1.5 s of start-up): subcommands and the record schema are loaded when used."""
+    import subprocess
+    import sys
+
+    probe = ("import sys, rig.cli\n"
+             "heavy = sorted(m for m in ('ray', 'pyarrow', 'pandas', 'matplotlib', 'scipy', 'rig.analysis.report')"
+             " if m in sys.modules)\n"
+             "print(','.join(heavy))")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == ""
