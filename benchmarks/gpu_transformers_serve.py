@@ -1,0 +1,107 @@
+"""rig on a real GPU: local Ray, the server actor (num_gpus=1) launching `transformers serve` through the command
+engine, a concurrency sweep, the campaign's table with energy per token. Prints; never asserts. CI never runs it.
+
+On a GPU node (no package index needed; see README "Installing on a GPU node with no package index"):
+
+    python3 scripts/wheelhouse.py install WH --target /tmp/site && export PYTHONPATH=/tmp/site:$PWD
+    python3 benchmarks/gpu_transformers_serve.py [--concurrency 1,2,4,8,16,32,64] [--out results]
+
+The model is built locally from a config with random weights (rig.server.tiny_model --preset gpu-1b: 1.0 B
+parameters, bf16), so nothing comes from a model hub; its text is nonsense but every kernel, batch and byte on the
+wire is the engine's own. Needs torch with CUDA, transformers (with fastapi, uvicorn, openai for `serve`) and
+nvidia-ml-py on the node.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+# transformers serve with continuous batching on the GPU; {model} {host} {port} are filled by rig's command engine.
+SERVE = "transformers serve {model} --continuous-batching --host {host} --port {port}"
+
+
+def gpu_name() -> str | None:
+    """The first GPU's name from NVML, or None where there is no NVIDIA GPU."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            name = pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(0))
+        finally:
+            pynvml.nvmlShutdown()
+        return name.decode() if isinstance(name, bytes) else str(name)
+    except Exception:  # no library, no driver, no device: all mean "no GPU here"
+        return None
+
+
+def rig(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    cmd = [sys.executable, "-m", "rig.cli", *args]
+    print("$ rig " + " ".join(args), flush=True)
+    done = subprocess.run(cmd, cwd=ROOT, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          env={**os.environ, "PYTHONUNBUFFERED": "1", "RAY_USAGE_STATS_ENABLED": "0"})
+    print(done.stdout, flush=True)
+    if check and done.returncode not in (0, 1):  # 1: a partial point is a finding, still reported
+        raise SystemExit(f"gpu_transformers_serve: rig {args[0]} exited {done.returncode}")
+    return done
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--concurrency", default="1,2,4,8,16,32,64")
+    ap.add_argument("--workload", default="realistic")
+    ap.add_argument("--api", default="openai-completions")
+    ap.add_argument("--model-dir", default="/tmp/rig-gpu-1b")
+    ap.add_argument("--preset", default="gpu-1b")
+    ap.add_argument("--out", default=str(ROOT / "results"))
+    ap.add_argument("--run-id", default=None)
+    ap.add_argument("--gpu-hour-price", type=float, default=None, help="USD per GPU-hour for $ per million tokens")
+    ap.add_argument("--extra", action="append", default=[], help="another rig flag for the sweep (repeatable)")
+    args = ap.parse_args()
+
+    name = gpu_name()
+    if name is None:
+        print("gpu_transformers_serve: no NVIDIA GPU here (NVML found none); run it on a GPU node", file=sys.stderr)
+        return 2
+    if shutil.which("transformers") is None:
+        print("gpu_transformers_serve: the `transformers` command is not on PATH (pip install transformers[serving])",
+              file=sys.stderr)
+        return 2
+    from rig.server.tiny_model import build_tiny_model
+
+    t0 = time.monotonic()
+    model = build_tiny_model(args.model_dir, args.preset)
+    print(f"model {model} ({args.preset}) ready in {time.monotonic() - t0:.1f} s", flush=True)
+
+    run_id = args.run_id or f"gpu-tserve-{datetime.datetime.now(datetime.timezone.utc):%Y%m%dT%H%M%SZ}"
+    started = datetime.datetime.now(datetime.timezone.utc)
+    rig("sweep", "--engine", "command", "--command", SERVE, "--model", str(model), "--tp", "1",
+        "--workload", args.workload, "--api", args.api, "--concurrency", args.concurrency,
+        "--out", args.out, "--run-id", run_id, "--quiet", *args.extra)
+    run_dir = Path(args.out) / run_id
+    report_args = ["report", str(run_dir)]
+    if args.gpu_hour_price is not None:
+        report_args += ["--gpu-hour-price", str(args.gpu_hour_price)]
+    rig(*report_args, check=False)
+    done = rig(*report_args, "--json", check=False)
+    try:
+        (run_dir / "report.json").write_text(done.stdout)
+    except OSError:
+        pass
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    print(f"# {started:%Y-%m-%d %H:%M} UTC, {name}, transformers serve --continuous-batching, model {args.preset}, "
+          f"run {run_id}, status {manifest.get('status')}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
