@@ -16,6 +16,8 @@ from typing import Annotated, Any, Literal, Sequence
 import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from rig.loadgen.dialects import DialectName
+
 MANIFEST_VERSION = 2
 
 
@@ -439,6 +441,10 @@ class ServerConfigEntry(BaseModel):
     effective: dict[str, Any] | None = None  # rig.server.effective: what the server really ran
     warnings: list[str] | None = None
     stopped: bool | None = None
+    ready_probe: str | None = None  # the path that first answered 200 (/health, else /v1/models)
+    dialect: DialectName | None = None  # the fields its requests carried (rig.loadgen.dialects)
+    dialect_source: str | None = None  # engine | probe:<path> | user | default (no probe identified the server)
+    extra_body: dict[str, Any] | None = None  # the fields --extra-body added to every request, exactly as sent
 
 
 class GeneratorHost(BaseModel):

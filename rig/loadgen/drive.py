@@ -118,7 +118,7 @@ class PointRun:
 
     def __init__(self, plan: GeneratorPlan, out_root: Path | str, host: str, clock_offset_s: float):
         self.plan = plan
-        self.api = api_for(plan.point.api)
+        self.api = api_for(plan.point.api, plan.dialect)
         self.host = host
         self.clock_offset_s = clock_offset_s
         self.writer = PartWriter(requests_dir(Path(out_root), plan.point.point, plan.generator), REQUEST_SCHEMA,
