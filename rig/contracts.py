@@ -118,6 +118,9 @@ class RequestRecord:
     completion_tokens: Int64 | None = None
     cached_tokens: Int64 | None = None
     finish_reason: str | None = None
+    # where completion_tokens came from: usage (the server's count) | chunks (counted by the client: an estimate,
+    # only for a plain-OpenAI server that sent no usage)
+    completion_tokens_source: str | None = None
     # outcome
     status: str | None = None  # ok | failed | cancelled
     ok: bool | None = None
@@ -255,6 +258,8 @@ class GeneratorReport(BaseModel):
     scheduled: int = 0
     records: RecordCounts = Field(default_factory=RecordCounts)
     tokens: int | None = None
+    ended_early: int = 0  # ok requests that asked for a fixed length (ignore_eos) and ended before max_tokens
+    tokens_estimated: int = 0  # ok requests whose completion tokens were counted from chunks (no usage sent)
     slip_p50_s: float | None = None
     slip_p99_s: float | None = None
     achieved_rate: float | None = None  # requests/s: see ``achieved_rate``

@@ -35,6 +35,9 @@ class StreamState:
     completion_tokens: int | None = None
     cached_tokens: int | None = None
     finish_reason: str | None = None
+    # usage: the server's own count (usage, meta_info); chunks: counted by the client (a plain-OpenAI server that
+    # sent no usage), an estimate: a chunk may carry several tokens
+    tokens_source: str = "usage"
     finished: bool = False  # a finish reason arrived
     done: bool = False  # [DONE] arrived
     speculative: dict[str, Any] = field(default_factory=dict)  # the server's per-request speculative stats

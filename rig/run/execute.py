@@ -25,7 +25,7 @@ from rig.run.points import Point
 from rig.run.progress import Progress
 from rig.run.rundir import log_traceback, supersede
 from rig.run.signals import StopControl
-from rig.run.statuses import point_verdict
+from rig.run.statuses import dialect_flags, point_verdict
 from rig.server.engines import engine_for
 
 STOP_GRACE_S = 4.0  # after a stop request, how long generators may take to return before they are killed
@@ -221,6 +221,7 @@ class PointExecutor:
         thresholds = self.store.data.thresholds or Thresholds()
         flags, status, error = point_verdict(gens, records, self.spec.load.mode, thresholds, server_died,
                                              self.stop.is_set(), entry.flag_reasons)
+        flags.update(dialect_flags(gens, records.ok, plans[0].dialect if plans else None))
         self.store.update_point(pid, generators=gens, records=records,
                                 requests_scheduled=sum(r.scheduled for r in gens),
                                 requests_planned=None if None in planned else sum(planned), status=status)
