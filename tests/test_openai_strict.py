@@ -248,3 +248,5 @@ def test_rig_sweep_against_the_strict_server_has_no_failed_request(strict_url, a
         else:
             assert "ended_early" not in p["flags"] and not rows.ignore_eos.any()
     assert "ended_early: 8 of 8 requests asked for a fixed length" in proc.stdout
+    # said before the points ran, and kept in the manifest
+    assert any("workload greedy asks for a fixed output length (ignore_eos)" in w for w in entry["warnings"])

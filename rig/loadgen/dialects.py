@@ -116,6 +116,20 @@ def identify(info: dict[str, Any]) -> tuple[DialectName, str] | None:
     return None
 
 
+def limits(dialect: Dialect, sampling: list[tuple[str, dict[str, Any]]]) -> list[str]:
+    """What the workloads ask for (name, WorkloadSpec.sampling()) that this dialect cannot send, one line each:
+    said before the points run (the server configuration's warnings), never dropped in silence."""
+    out = []
+    for name, s in sampling:
+        if s.get("ignore_eos") and not dialect.ignore_eos:
+            out.append(f"workload {name} asks for a fixed output length (ignore_eos), which the {dialect.name} "
+                       f"dialect cannot send: its requests end at the model's EOS (counted: flag ended_early)")
+        if (s.get("top_k") or 0) > 0 and not dialect.top_k:
+            out.append(f"workload {name} sets top_k={s['top_k']}, which the {dialect.name} dialect cannot send: the "
+                       f"server samples with its own top_k (the records keep the workload's value)")
+    return out
+
+
 PROBE_PATHS: tuple[str, ...] = ("/model_info", "/version")
 
 
