@@ -13,6 +13,7 @@ rig.loadgen.apis ask it which extensions to add, then add the user's extra body 
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -116,7 +117,7 @@ def identify(info: dict[str, Any]) -> tuple[DialectName, str] | None:
     return None
 
 
-def limits(dialect: Dialect, sampling: list[tuple[str, dict[str, Any]]]) -> list[str]:
+def limits(dialect: Dialect, sampling: Iterable[tuple[str, dict[str, Any]]]) -> list[str]:
     """What the workloads ask for (name, WorkloadSpec.sampling()) that this dialect cannot send, one line each:
     said before the points run (the server configuration's warnings), never dropped in silence."""
     out = []
