@@ -250,3 +250,32 @@ def test_rig_sweep_against_the_strict_server_has_no_failed_request(strict_url, a
     assert "ended_early: 8 of 8 requests asked for a fixed length" in proc.stdout
     # said before the points ran, and kept in the manifest
     assert any("workload greedy asks for a fixed output length (ignore_eos)" in w for w in entry["warnings"])
+
+
+def test_a_server_refusing_v1_models_fails_within_the_unreachable_budget_naming_both_answers():
+    from aiohttp import web
+
+    from rig.server.actor import ServerActor, ServerError
+    from rig.server.spec import ServerConfig
+
+    async def refuse(request: web.Request) -> web.Response:
+        return web.json_response({"error": {"message": "Incorrect API key provided"}}, status=401)
+
+    async def go():
+        app = web.Application()
+        app.router.add_get("/v1/models", refuse)
+        server = TestServer(app)
+        await server.start_server()
+        url = str(server.make_url("")).rstrip("/")
+        actor = ServerActor(ServerConfig(engine="external", url=url, unreachable_timeout_s=1), "/tmp", "x.log")
+        t0 = time.monotonic()
+        try:
+            with pytest.raises(ServerError) as err:
+                await actor.wait_ready(timeout_s=30)
+        finally:
+            await actor._session().close()
+            await server.close()
+        return str(err.value), time.monotonic() - t0
+
+    msg, waited = asyncio.run(go())
+    assert waited < 5 and "HTTP 404 from /health, HTTP 401 from /v1/models" in msg and "\n" not in msg
