@@ -228,13 +228,13 @@ def test_rig_sweep_against_the_strict_server_has_no_failed_request(strict_url, a
 
     proc = rig("sweep", "--engine", "external", "--url", strict_url, "--api", api, "--workload", "greedy,realistic",
                "--concurrency", "1,4", "--requests", "8", "--warmup", "1", "--out", str(tmp_path), "--run-id", "s",
-               "-q")
+               "--extra-body", 'user="rig-test"', "-q")  # a field of OpenAI's reference rig does not send itself
     assert proc.returncode == 0, proc.stdout + proc.stderr
     run_dir = tmp_path / "s"
     m = read_manifest(run_dir)
     (entry,) = m["server_configs"].values()
     assert (entry["ready_probe"], entry["dialect"], entry["dialect_source"], entry["extra_body"]) == \
-        ("/v1/models", "plain", "default", {})
+        ("/v1/models", "plain", "default", {"user": "rig-test"})
     t = read_requests(run_dir).to_pandas()
     assert len(t) == 32 and t.ok.all() and (t.status == "ok").all()
     # the server's own count (its usage chunk), and on this server one token per chunk
