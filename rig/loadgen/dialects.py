@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 DialectName = Literal["plain", "sglang", "vllm"]
-DIALECTS: tuple[DialectName, ...] = ("plain", "sglang", "vllm")
 
 # The request fields of OpenAI's API reference (platform.openai.com/docs/api-reference/completions/create and
 # .../chat/create), as the official SDK declares them: openai-python 3.57 types/completion_create_params.py and

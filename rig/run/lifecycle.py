@@ -37,7 +37,7 @@ def served_model(cfg: ServerConfig, entry: ServerConfigEntry) -> str:
 def entry_dialect(entry: ServerConfigEntry) -> Dialect:
     """The dialect launch() decided for a configuration, as its manifest entry records it."""
     if entry.dialect is None:
-        raise RuntimeError(f"server configuration without a dialect (launch() decides it): {entry.dialect!r}")
+        raise RuntimeError("server configuration without a dialect (launch() decides it before any point runs)")
     return Dialect(entry.dialect, dict(entry.extra_body or {}), entry.dialect_source or "engine")
 
 
