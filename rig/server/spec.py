@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from rig.loadgen.dialects import DialectName
 
 EngineName = Literal["sim", "sglang", "vllm", "external"]
 
@@ -38,6 +40,13 @@ class ServerConfig(BaseModel):
     python: str | None = Field(None, description="Interpreter that runs the engine (its own venv).")  # default: rig's
     sim_profile: str | None = None  # sim only: a profile file (default: the shipped reference profile)
     health_timeout_s: float = Field(1800.0, gt=0)  # model loads take minutes
+    dialect: DialectName | None = Field(
+        None, description="Request fields the server accepts: plain (OpenAI's API reference only), sglang or vllm "
+                          "(their extensions: ignore_eos, top_k, token ids, ...). Default: the engine's; external: "
+                          "probed, else plain.")
+    extra_body: dict[str, Any] = Field(
+        default_factory=dict, description="JSON field added to every request body, KEY=JSON (repeatable), for "
+                                          "engines rig does not know.")
     # nothing answering means: refused, no route, or no /health
     unreachable_timeout_s: float = Field(30.0, gt=0, description="external engine: seconds nothing may answer at --url "
                                                                  "before the run fails (default 30).")
@@ -53,6 +62,16 @@ class ServerConfig(BaseModel):
         allowed = {"ngram", "mtp", "eagle", "eagle3", "draft_model", "suffix"}
         if v not in allowed:
             raise ValueError(f"must be one of {', '.join(sorted(allowed))}")
+        return v
+
+    @field_validator("extra_body")
+    @classmethod
+    def _extra_body(cls, v: dict[str, Any]) -> dict[str, Any]:
+        # rig reads a stream and names the model itself: a body that turned either off could not be measured
+        for key in ("stream", "model"):
+            if key in v:
+                raise ValueError(f"{key!r} is rig's own field (it streams every request to the served model); "
+                                 f"drop it")
         return v
 
     @field_validator("url")
@@ -95,6 +114,9 @@ class ServerConfig(BaseModel):
         d["extra_args"] = list(self.extra_args)
         if not d["deterministic"]:
             del d["deterministic"]  # absent when off: ids of configurations from before the knob stay the same
+        for key in ("dialect", "extra_body"):  # likewise when unset
+            if not d[key]:
+                del d[key]
         return d
 
     def config_id(self) -> str:
