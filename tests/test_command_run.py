@@ -17,8 +17,8 @@ pytestmark = [pytest.mark.ray, pytest.mark.server]
 
 # The simulated server started the way any foreign server is: from an argument list with placeholders, and a knob
 # of the template's own ({mrr}) swept with --grid.
-SIM = [sys.executable, "-m", "rig.sim", "--model-path", "{model}", "--tp-size", "{tp}", "--host", "{host}", "--port", "{port}",
-       "--enable-metrics", "--speculative-algorithm", "NEXTN", "--speculative-num-steps", "{steps}",
+SIM = [sys.executable, "-m", "rig.sim", "--model-path", "{model}", "--tp-size", "{tp}", "--host", "{host}",
+       "--port", "{port}", "--enable-metrics", "--speculative-algorithm", "NEXTN", "--speculative-num-steps", "{steps}",
        "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "{num_draft_tokens}",
        "--max-running-requests", "{mrr}", "--sim-no-access-log"]
 
