@@ -7,6 +7,7 @@ A spec knob is declared once, on its pydantic field (type, default, constraints,
 
 from __future__ import annotations
 
+import json
 import os
 import types
 import typing
@@ -82,6 +83,8 @@ SPEC_FLAGS: tuple[SpecFlag, ...] = (
     SpecFlag("--server-arg", "server.extra_args", "server_args"),
     SpecFlag("--url", "server.url"),
     SpecFlag("--unreachable-timeout", "server.unreachable_timeout_s"),
+    SpecFlag("--dialect", "server.dialect"),
+    # --extra-body: see run_options
     SpecFlag("--engine-python", "server.python"),
     SpecFlag("--port", "server.port"),
     SpecFlag("--deterministic", "server.deterministic"),
@@ -112,7 +115,8 @@ SPEC_FLAGS: tuple[SpecFlag, ...] = (
 # Spec fields set by a hand-written option of run_options (or by a command's own option such as --steps).
 HAND_WRITTEN = {"workloads": ("--workload", "--dataset", "--workload-opt"), "steps": ("--steps",),
                 "load.concurrency": ("--concurrency",), "load.max_concurrency": ("--concurrency",),
-                "load.rates": ("--rate",), "server_grid": ("--grid",), "server.command": ("--command",)}
+                "load.rates": ("--rate",), "server_grid": ("--grid",), "server.extra_body": ("--extra-body",),
+                "server.command": ("--command",)}
 
 
 def spec_field(path: str) -> FieldInfo:
@@ -175,6 +179,22 @@ def _kv(name: str, items: tuple[str, ...]) -> dict[str, Any]:
     return out
 
 
+def _json_kv(name: str, items: tuple[str, ...]) -> dict[str, Any]:
+    """KEY=JSON pairs (a bare word that is not JSON is taken as a string: --extra-body mode=fast)."""
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise click.BadParameter(f"expected KEY=JSON, got {item!r}", param_hint=name)
+        try:
+            out[key.strip()] = json.loads(value)
+        except ValueError:
+            if not value or value.lstrip()[:1] in "{[\"":  # meant as JSON: say where it breaks
+                raise click.BadParameter(f"{key.strip()}: not JSON: {value!r}", param_hint=name) from None
+            out[key.strip()] = value
+    return out
+
+
 def _set(d: dict[str, Any], path: str, value: Any) -> None:
     if value is None:
         return
@@ -192,7 +212,11 @@ def run_options(f: _Command) -> _Command:
                      help="YAML run spec (flags override it)."),
         click.option("--cluster", "cluster_file", type=click.Path(path_type=Path),
                      help="Cluster file (clusters/*.yaml). Default: the embedded local Ray."),
-        *[by_flag[s.flag] for s in SPEC_FLAGS[:SPEC_FLAGS.index(_flag("--mode"))]],
+        *[by_flag[s.flag] for s in SPEC_FLAGS[:SPEC_FLAGS.index(_flag("--dialect")) + 1]],
+        click.option("--extra-body", "extra_body", multiple=True, metavar="KEY=JSON",
+                     help=spec_field("server.extra_body").description),
+        *[by_flag[s.flag] for s in SPEC_FLAGS[SPEC_FLAGS.index(_flag("--dialect")) + 1:
+                                              SPEC_FLAGS.index(_flag("--mode"))]],
         click.option("--command", "command", metavar="'SERVER ARGS'", help=spec_field("server.command").description),
         click.option("--workload", help=f"{_either(typing.get_args(WorkloadName))} (sweep: comma-separated)."),
         click.option("--dataset", type=click.Path(path_type=Path),
@@ -226,6 +250,7 @@ def overrides_from_flags(kw: dict[str, Any], steps: list[int] | None, workloads:
     for s in SPEC_FLAGS:
         _set(o, s.path, s.value(kw[s.param]))
     _set(o, "steps", steps)
+    _set(o, "server.extra_body", _json_kv("--extra-body", kw["extra_body"]) or None)
     _set(o, "server.command", kw["command"])  # one string; ServerConfig splits it into arguments
     if workloads is not None or kw["dataset"] or kw["workload_opts"]:
         opts = _kv("--workload-opt", kw["workload_opts"])

@@ -328,7 +328,19 @@ def build_spec(yaml_data: dict[str, Any] | None, overrides: dict[str, Any]) -> R
         raise SpecError(_one_line(e)) from None
     spec.server_configs()  # every server configuration of the grid, before anything starts (SpecError)
     _check_trace(spec)
+    _check_dialect(spec)
     return spec
+
+
+def _check_dialect(spec: RunSpec) -> None:
+    """SGLang's native /generate speaks only SGLang: another dialect asked for with it is refused here."""
+    from rig.server.engines import engine_for
+
+    dialect = spec.server.dialect
+    api = spec.api_for(engine_for(spec.server.engine).default_api)
+    if api == "sglang-native" and dialect not in (None, "sglang"):
+        raise SpecError(f"server.dialect {dialect}: the sglang-native API (/generate) is SGLang's own; use --api "
+                        f"openai-completions or openai-chat with it (or drop --dialect)")
 
 
 def notices(spec: RunSpec) -> list[str]:

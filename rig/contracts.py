@@ -16,6 +16,8 @@ from typing import Annotated, Any, Literal, Sequence
 import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from rig.loadgen.dialects import DialectName
+
 MANIFEST_VERSION = 2
 
 
@@ -116,6 +118,9 @@ class RequestRecord:
     completion_tokens: Int64 | None = None
     cached_tokens: Int64 | None = None
     finish_reason: str | None = None
+    # where completion_tokens came from: usage (the server's count) | chunks (counted by the client: an estimate,
+    # only for a plain-OpenAI server that sent no usage)
+    completion_tokens_source: str | None = None
     # outcome
     status: str | None = None  # ok | failed | cancelled
     ok: bool | None = None
@@ -253,6 +258,8 @@ class GeneratorReport(BaseModel):
     scheduled: int = 0
     records: RecordCounts = Field(default_factory=RecordCounts)
     tokens: int | None = None
+    ended_early: int = 0  # ok requests that asked for a fixed length (ignore_eos) and ended before max_tokens
+    tokens_estimated: int = 0  # ok requests whose completion tokens were counted from chunks (no usage sent)
     slip_p50_s: float | None = None
     slip_p99_s: float | None = None
     achieved_rate: float | None = None  # requests/s: see ``achieved_rate``
@@ -439,6 +446,10 @@ class ServerConfigEntry(BaseModel):
     effective: dict[str, Any] | None = None  # rig.server.effective: what the server really ran
     warnings: list[str] | None = None
     stopped: bool | None = None
+    ready_probe: str | None = None  # the path that first answered 200 (/health, else /v1/models)
+    dialect: DialectName | None = None  # the fields its requests carried (rig.loadgen.dialects)
+    dialect_source: str | None = None  # engine | probe:<path> | user | default (no probe identified the server)
+    extra_body: dict[str, Any] | None = None  # the fields --extra-body added to every request, exactly as sent
 
 
 class GeneratorHost(BaseModel):

@@ -99,6 +99,7 @@ _SPECIAL: dict[str, tuple[list[str], str, Any]] = {
     "server.spec_method": ([], "ngram", "ngram"),
     "server.extra_args": (["--engine", "vllm"], "--x", ("--x",)),
     "server.python": (["--engine", "vllm"], "/usr/bin/python3", "/usr/bin/python3"),
+    "server.dialect": (["--api", "openai-chat"], "vllm", "vllm"),  # the sim's native API is SGLang's alone
     "load.mode": (["--rate", "1"], "gamma", "gamma"),
     "load.burstiness": (["--rate", "1"], "2.5", 2.5),
     "run_id": ([], "run-1", "run-1"),

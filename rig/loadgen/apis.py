@@ -1,7 +1,9 @@
 """Request payloads and streamed-event parsing for each HTTP API the rig speaks.
 
 Each API turns a Turn (plus conversation history) into a path and JSON body, and folds each streamed JSON event
-into a ``StreamState``. Token counts come only from the server (meta_info / usage / token ids).
+into a ``StreamState``. Which fields a body carries beyond OpenAI's own is its dialect's call (rig.loadgen.dialects).
+Token counts come from the server (meta_info / usage / token ids); only a plain-OpenAI server that sends no usage has
+its count estimated from the chunks (the record says so: ``completion_tokens_source``).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from typing import Any
 import msgspec
 import orjson
 
+from rig.loadgen.dialects import Dialect
 from rig.workloads.base import Turn, render_messages
 
 # Names of accepted / proposed draft counts across SGLang versions (0.5.9, 0.5.15 legacy, 0.5.15+).
@@ -32,6 +35,9 @@ class StreamState:
     completion_tokens: int | None = None
     cached_tokens: int | None = None
     finish_reason: str | None = None
+    # usage: the server's own count (usage, meta_info); chunks: counted by the client (a plain-OpenAI server that
+    # sent no usage), an estimate: a chunk may carry several tokens
+    tokens_source: str = "usage"
     finished: bool = False  # a finish reason arrived
     done: bool = False  # [DONE] arrived
     speculative: dict[str, Any] = field(default_factory=dict)  # the server's per-request speculative stats
@@ -124,6 +130,10 @@ class Api:
     name = ""
     path = ""
 
+    def __init__(self, dialect: Dialect | None = None) -> None:
+        # Default: SGLang's dialect, what the sim and SGLang itself accept (rig.loadgen.dialects.ENGINE_DIALECTS).
+        self.dialect = dialect if dialect is not None else Dialect()
+
     def payload(self, turn: Turn, history: list[dict[str, str]], model: str) -> dict[str, Any]:
         raise NotImplementedError
 
@@ -172,12 +182,12 @@ class SGLangNative(Api):
             params["top_k"] = turn.top_k
         if turn.seed is not None:
             params["sampling_seed"] = turn.seed
-        return {
+        return self.dialect.finish({
             "text": render_messages([*history, *turn.messages]),
             "sampling_params": params,
             "stream": True,
             "rid": turn.request_id,
-        }
+        })
 
     def fold(self, obj: Any, state: StreamState) -> int:
         obj = _event_object(obj)
@@ -218,18 +228,23 @@ class SGLangNative(Api):
 
 class _OpenAIBase(Api):
     def _common(self, turn: Turn, model: str) -> dict[str, Any]:
+        """The fields of OpenAI's API reference both routes share, plus the dialect's extensions."""
+        d = self.dialect
         body: dict[str, Any] = {
             "model": model,
             "temperature": turn.temperature,
             "top_p": turn.top_p,
             "stream": True,
-            "stream_options": {"include_usage": True},
-            "ignore_eos": turn.ignore_eos,
-            # Per-request speculative stats arrive under sglext.spec_tokens_details only when asked for
-            # (SGLang 0.5.23 openai/serving_completions.py, serving_chat.py); other servers ignore the field.
-            "return_spec_tokens_details": True,
+            "stream_options": {"include_usage": True},  # a final usage chunk (OpenAI's reference)
         }
-        if turn.top_k and turn.top_k > 0:
+        if d.ignore_eos:
+            body["ignore_eos"] = turn.ignore_eos
+        if d.spec_details:
+            # Per-request speculative stats arrive under sglext.spec_tokens_details only when asked for
+            # (SGLang 0.5.23 openai/serving_completions.py, serving_chat.py). Servers that validate their bodies
+            # refuse it (transformers serve: 422), so only SGLang's dialect sends it.
+            body["return_spec_tokens_details"] = True
+        if d.top_k and turn.top_k and turn.top_k > 0:
             body["top_k"] = turn.top_k
         if turn.seed is not None:
             body["seed"] = turn.seed
@@ -378,10 +393,11 @@ class OpenAICompletions(_OpenAIBase):
         body = self._common(turn, model)
         body["prompt"] = render_messages([*history, *turn.messages])
         body["max_tokens"] = turn.max_tokens
-        # Each streamed choice then carries its new token ids (several per chunk under speculative decoding):
-        # the per-chunk token counts behind ITL (openai/serving_completions.py::_generate_completion_stream).
-        body["return_token_ids"] = True
-        return body
+        if self.dialect.token_ids:
+            # Each streamed choice then carries its new token ids (several per chunk under speculative decoding):
+            # the per-chunk token counts behind ITL (openai/serving_completions.py::_generate_completion_stream).
+            body["return_token_ids"] = True
+        return self.dialect.finish(body)
 
     def _piece(self, choice: dict[str, Any]) -> str:
         text = choice.get("text")
@@ -400,11 +416,14 @@ class OpenAIChat(_OpenAIBase):
         # completion-token count on every content chunk instead (serving_chat.py; vLLM does the same), which gives
         # the tokens per chunk under speculative decoding.
         body = self._common(turn, model)
-        body["stream_options"] = {"include_usage": True, "continuous_usage_stats": True}
+        if self.dialect.continuous_usage:
+            body["stream_options"] = {"include_usage": True, "continuous_usage_stats": True}
         body["messages"] = [*history, *turn.messages]
+        # Both are in OpenAI's reference (max_tokens deprecated there); servers honour one or the other
+        # (transformers serve 5.19 ignores max_completion_tokens: cli/serving/chat_completion.py).
         body["max_tokens"] = turn.max_tokens
         body["max_completion_tokens"] = turn.max_tokens
-        return body
+        return self.dialect.finish(body)
 
     def _piece(self, choice: dict[str, Any]) -> str:
         delta = choice.get("delta") or {}
@@ -420,8 +439,10 @@ class OpenAIChat(_OpenAIBase):
 APIS: dict[str, Api] = {a.name: a for a in (SGLangNative(), OpenAICompletions(), OpenAIChat())}
 
 
-def api_for(name: str) -> Api:
+def api_for(name: str, dialect: Dialect | None = None) -> Api:
+    """The API ``name`` speaking ``dialect`` (default: SGLang's)."""
     try:
-        return APIS[name]
+        cls = type(APIS[name])
     except KeyError:
         raise ValueError(f"unknown api {name!r}; choose one of {', '.join(APIS)}") from None
+    return cls(dialect)

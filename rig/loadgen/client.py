@@ -17,6 +17,7 @@ import orjson
 from rig.config import Timeouts
 from rig.loadgen import http1
 from rig.loadgen.apis import Api, StreamError, StreamState
+from rig.loadgen.refusals import http_error
 from rig.loadgen.sse import SSEBytesParser, array_events
 from rig.workloads.base import Turn
 
@@ -157,9 +158,16 @@ def _unexpected(out: Outcome, e: Exception) -> None:
     _log.warning("request failed on an unexpected exception", exc_info=e)
 
 
-def _no_usage(out: Outcome) -> Outcome:
-    if out.status == "ok" and out.state.completion_tokens is None:
-        out.status, out.error = "failed", "server reported no completion token count"
+def _no_usage(out: Outcome, api: Api) -> Outcome:
+    """A stream that ended without the server's token count: failed, or -- in the plain dialect, where usage is
+    the server's choice -- counted from its chunks, and the record says the count is an estimate."""
+    st = out.state
+    if out.status == "ok" and st.completion_tokens is None:
+        if api.dialect.counts_chunks:
+            st.completion_tokens = sum(out.chunk_tokens)
+            st.tokens_source = "chunks"
+        else:
+            out.status, out.error = "failed", "server reported no completion token count"
     return out
 
 
@@ -324,7 +332,8 @@ class LeanRequest:
                 if not sink.ok_stream:
                     text = sink.err_body.decode("utf-8", errors="replace").replace("\n", " ")
                     if sink.err_kind == "status":
-                        out.status, out.error = "failed", f"HTTP {out.http_status}: {text[:300]}"
+                        out.status = "failed"
+                        out.error = http_error(out.http_status, text, self.api.dialect, self.api.path)
                     else:
                         out.status = "failed"
                         out.error = f"wrong content type {sink.ctype!r} for a stream: {text[:200]}"
@@ -350,7 +359,7 @@ class LeanRequest:
             self.conn = self.sink = self.fin = None  # the sink's fold refers back here: no cycle left for the GC
             if out.end_mono == send:
                 out.end_mono = time.perf_counter()
-        return _no_usage(out)
+        return _no_usage(out, self.api)
 
     def abandon(self) -> None:
         """Stop listening: a connection still mid-response cannot carry another request, so it is closed."""
@@ -396,8 +405,8 @@ async def _stream_aiohttp(
                 session.post(base_url + api.path, json=body, headers=headers, timeout=timeout) as resp:
             out.http_status = resp.status
             if resp.status != 200:
-                text = (await resp.text(errors="replace"))[:300].replace("\n", " ")
-                out.status, out.error = "failed", f"HTTP {resp.status}: {text}"
+                text = (await resp.text(errors="replace"))[:4096].replace("\n", " ")
+                out.status, out.error = "failed", http_error(resp.status, text, api.dialect, api.path)
                 return out
             ctype = resp.headers.get("Content-Type", "")
             if "text/event-stream" not in ctype:
@@ -432,7 +441,7 @@ async def _stream_aiohttp(
     finally:
         if out.end_mono == send:
             out.end_mono = time.perf_counter()
-    return _no_usage(out)
+    return _no_usage(out, api)
 
 
 def request_fields(turn: Turn, out: Outcome) -> dict[str, Any]:
@@ -451,6 +460,7 @@ def request_fields(turn: Turn, out: Outcome) -> dict[str, Any]:
         "completion_tokens": st.completion_tokens,
         "cached_tokens": st.cached_tokens,
         "finish_reason": st.finish_reason,
+        "completion_tokens_source": st.tokens_source if st.completion_tokens is not None else None,
         "status": out.status,
         "ok": out.status == "ok",
         "http_status": out.http_status,

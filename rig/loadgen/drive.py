@@ -118,14 +118,15 @@ class PointRun:
 
     def __init__(self, plan: GeneratorPlan, out_root: Path | str, host: str, clock_offset_s: float):
         self.plan = plan
-        self.api = api_for(plan.point.api)
+        self.api = api_for(plan.point.api, plan.dialect)
         self.host = host
         self.clock_offset_s = clock_offset_s
         self.writer = PartWriter(requests_dir(Path(out_root), plan.point.point, plan.generator), REQUEST_SCHEMA,
                                  repair=self._repaired)
         self.timeouts = plan.timeouts
         self.headers = dict(plan.extra_headers)
-        self.counts = {"scheduled": 0, "ok": 0, "failed": 0, "cancelled": 0, "in_flight": 0, "tokens": 0}
+        self.counts = {"scheduled": 0, "ok": 0, "failed": 0, "cancelled": 0, "in_flight": 0, "tokens": 0,
+                       "ended_early": 0, "tokens_estimated": 0}
         self.slips: list[float] = []
         self._refused = 0  # consecutive connection failures
         self.unreachable = False
@@ -174,6 +175,12 @@ class PointRun:
                 self.unreachable = True  # stop starting sessions: a dead server would get a storm of records
         elif out.status == "ok":
             self._refused = 0
+            # A fixed length asked for (ignore_eos) and not had: a dialect without ignore_eos, or a server that
+            # stopped anyway. Said in the point's flags, never made up.
+            if turn.ignore_eos and (out.state.finish_reason == "stop" or tokens < turn.max_tokens):
+                self.counts["ended_early"] += 1
+            if out.state.tokens_source == "chunks":
+                self.counts["tokens_estimated"] += 1
         self.counts["tokens"] += tokens
         if not sent:
             return
@@ -647,6 +654,8 @@ class PointRun:
             scheduled=self.counts["scheduled"],
             records=RecordCounts(**{k: self.counts[k] for k in ("ok", "failed", "cancelled")}),
             tokens=self.counts["tokens"],
+            ended_early=self.counts["ended_early"],
+            tokens_estimated=self.counts["tokens_estimated"],
             slip_p50_s=float(np.percentile(slips, 50)),
             slip_p99_s=float(np.percentile(slips, 99)),
             achieved_rate=achieved_rate(len(self.slips), *self.send_span),

@@ -8,6 +8,7 @@ from typing import Any
 
 from rig.config import LoadSpec, Timeouts
 from rig.contracts import PointColumns
+from rig.loadgen.dialects import Dialect
 from rig.workloads.base import Session
 
 
@@ -55,6 +56,7 @@ class GeneratorPlan:
     timeouts: Timeouts = field(default_factory=Timeouts)
     extra_headers: dict[str, str] = field(default_factory=dict)  # never logged
     lazy: LazySessions | None = None  # closed loop by duration: sessions built on the generator instead
+    dialect: Dialect = field(default_factory=Dialect)  # the fields requests may carry (decided by the driver)
 
     def session_iter(self) -> Iterator[Session]:
         return iter(self.lazy) if self.lazy is not None else iter(self.sessions)

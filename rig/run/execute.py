@@ -18,14 +18,14 @@ from rig.contracts import GeneratorReport, RecordCounts, ServerConfigEntry, Thre
 from rig.loadgen.plan import GeneratorPlan
 from rig.results import PART_GLOB, atomic_write, requests_dir
 from rig.run.fleet import Fleet
-from rig.run.lifecycle import ServerLifecycle, served_model
+from rig.run.lifecycle import ServerLifecycle, entry_dialect, served_model
 from rig.run.manifest_store import ManifestStore
 from rig.run.plans import build_plans
 from rig.run.points import Point
 from rig.run.progress import Progress
 from rig.run.rundir import log_traceback, supersede
 from rig.run.signals import StopControl
-from rig.run.statuses import point_verdict
+from rig.run.statuses import dialect_flags, point_verdict
 from rig.server.engines import engine_for
 
 STOP_GRACE_S = 4.0  # after a stop request, how long generators may take to return before they are killed
@@ -61,7 +61,7 @@ class PointExecutor:
         cfg = p.server
         api = self.spec.api_for(engine_for(cfg.engine).default_api)
         plans = build_plans(self.spec, p, str(server_entry.url), served_model(cfg, server_entry), api,
-                            [g for g, _ in self.fleet.active], self.api_key)
+                            [g for g, _ in self.fleet.active], self.api_key, entry_dialect(server_entry))
         planned = [pl.n_requests for pl in plans]
         total = None if None in planned else sum(n or 0 for n in planned)  # None: bound by duration (an open-ended bar)
         store.update_point(pid, status="running", requests_scheduled=0, started_ts=time.time(), api=api)
@@ -221,6 +221,7 @@ class PointExecutor:
         thresholds = self.store.data.thresholds or Thresholds()
         flags, status, error = point_verdict(gens, records, self.spec.load.mode, thresholds, server_died,
                                              self.stop.is_set(), entry.flag_reasons)
+        flags.update(dialect_flags(gens, records.ok, plans[0].dialect if plans else None))
         self.store.update_point(pid, generators=gens, records=records,
                                 requests_scheduled=sum(r.scheduled for r in gens),
                                 requests_planned=None if None in planned else sum(planned), status=status)

@@ -11,6 +11,7 @@ import ray
 
 from rig.config import RunSpec
 from rig.contracts import ServerConfigEntry
+from rig.loadgen.dialects import Dialect, resolve
 from rig.results import server_log_path
 from rig.run.fleet import Fleet
 from rig.run.manifest_store import ManifestStore
@@ -31,6 +32,13 @@ def served_model(cfg: ServerConfig, entry: ServerConfigEntry) -> str:
         return models["data"][0]["id"]
     except (KeyError, IndexError, TypeError):
         return cfg.model
+
+
+def entry_dialect(entry: ServerConfigEntry) -> Dialect:
+    """The dialect launch() decided for a configuration, as its manifest entry records it."""
+    if entry.dialect is None:
+        raise RuntimeError(f"server configuration without a dialect (launch() decides it): {entry.dialect!r}")
+    return Dialect(entry.dialect, dict(entry.extra_body or {}), entry.dialect_source or "engine")
 
 
 class ServerLifecycle:
@@ -90,9 +98,16 @@ class ServerLifecycle:
         ready = ray.get(ready_ref)  # raises ServerError wrapped by Ray if the engine died
         desc = ray.get(self.handle.describe.remote())
         info = desc["info"]
+        # Which fields its requests may carry: the user's --dialect, the engine's, or what the probes found.
+        dialect = resolve(cfg.engine, cfg.dialect, cfg.extra_body, info)
         self.store.update_server_config(cid, status="ready", ready_after_s=ready["ready_after_s"],
-                                        startup=desc["startup"], server_info=info.get("/server_info"),
-                                        model_info=info.get("/model_info"), info=info)
+                                        ready_probe=ready.get("probe"), startup=desc["startup"],
+                                        server_info=info.get("/server_info"), model_info=info.get("/model_info"),
+                                        info=info, **dialect.manifest())
+        if dialect.source != "engine" or dialect.extra_body:  # what a user of a foreign server wants to see
+            extra = f", extra body fields {', '.join(dialect.extra_body)}" if dialect.extra_body else ""
+            self.progress.status(f"{cfg.engine} ready at {ready.get('probe', '/health')}; requests speak the "
+                                 f"{dialect.name} dialect ({dialect.source}){extra}")
         # What the server really runs (it may change requested values) and whether it honours per-request seeds.
         effective = effective_config(cfg, info.get("/server_info"), desc["startup"])
         warnings = change_lines(cid, effective)

@@ -8,6 +8,7 @@ from typing import TypedDict
 
 from rig.config import LoadSpec, RunSpec, Timeouts
 from rig.contracts import PointColumns
+from rig.loadgen.dialects import Dialect
 from rig.loadgen.plan import GeneratorPlan, LazySessions
 from rig.run.errors import RunError
 from rig.run.points import Point
@@ -28,6 +29,7 @@ class PlanCommon(TypedDict):
     warmup: tuple[Session, ...]
     timeouts: Timeouts
     extra_headers: dict[str, str]
+    dialect: Dialect
 
 
 def split_closed(sessions: list[Session], concurrency: int, n_gen: int) -> list[tuple[list[Session], int]]:
@@ -87,8 +89,9 @@ def point_sessions(load: LoadSpec, p: Point) -> tuple[list[Session], list[float]
 
 
 def build_plans(spec: RunSpec, p: Point, url: str, model: str, api: str, ids: list[int],
-                api_key: str | None) -> list[GeneratorPlan]:
-    """One plan per generator (``ids``, in order) for point ``p`` against the server at ``url``."""
+                api_key: str | None, dialect: Dialect | None = None) -> list[GeneratorPlan]:
+    """One plan per generator (``ids``, in order) for point ``p`` against the server at ``url``, whose requests
+    speak ``dialect`` (default: the SGLang dialect)."""
     load = spec.load
     info = PointColumns(**p.identity(load.mode).model_dump(), run_id=spec.run_id, api=api,
                         server_args=json.dumps(p.server.knobs(), sort_keys=True))
@@ -98,7 +101,8 @@ def build_plans(spec: RunSpec, p: Point, url: str, model: str, api: str, ids: li
     warm = [shorten(s) for s in warmup_sessions(p.workload, seed=load.seed, n_sessions=load.warmup_requests)]
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     common = PlanCommon(point=info, url=url, model=model, duration_s=load.duration_s, grace_s=load.grace_s,
-                        warmup=tuple(warm), timeouts=load.timeouts, extra_headers=headers)
+                        warmup=tuple(warm), timeouts=load.timeouts, extra_headers=headers,
+                        dialect=dialect if dialect is not None else Dialect())
     conc = p.concurrency or 1
     if offsets is None and load.requests_for(p.concurrency, p.rate) is None:
         # Bound by duration: no session list crosses Ray; generators build theirs as they go.

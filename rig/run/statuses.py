@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from rig.contracts import GeneratorReport, RecordCounts, Thresholds, judge_point
+from rig.loadgen.dialects import Dialect
 
 EXIT_CODES = {"complete": 0, "partial": 1, "failed": 1, "interrupted": 130}  # by run status; anything else 1
 
@@ -31,6 +32,23 @@ def point_verdict(gens: list[GeneratorReport], records: RecordCounts, load_mode:
     else:
         status = "complete"
     return flags, status, error
+
+
+def dialect_flags(gens: list[GeneratorReport], ok: int, dialect: Dialect | None) -> dict[str, str]:
+    """What the point's dialect could not do, as flags with their figures: requests that asked for a fixed length
+    and ended early (``ended_early``), completion tokens counted from chunks (``tokens_estimated``)."""
+    why: dict[str, str] = {}
+    early = sum(g.ended_early for g in gens)
+    if early:
+        cause = (f"the {dialect.name} dialect cannot send ignore_eos (not in OpenAI's API)"
+                 if dialect is not None and not dialect.ignore_eos else "the server stopped despite ignore_eos")
+        why["ended_early"] = (f"{early} of {ok} requests asked for a fixed length (max_tokens) and ended early: "
+                              f"{cause}; their lengths follow the model's EOS")
+    estimated = sum(g.tokens_estimated for g in gens)
+    if estimated:
+        why["tokens_estimated"] = (f"{estimated} of {ok} requests' completion tokens are estimates counted from "
+                                   f"streamed chunks (completion_tokens_source=chunks): the server sent no usage")
+    return why
 
 
 def run_status(point_statuses: list[str], error: str | None, interrupted: bool) -> str:

@@ -19,6 +19,7 @@ import aiohttp
 import psutil
 import ray
 
+from rig.loadgen.dialects import probe_paths
 from rig.results import SERVER_METRICS_SCHEMA, PartWriter, atomic_write, server_metrics_dir
 from rig.server.engines import engine_for
 from rig.server.scrape import parse_metrics, summed_values
@@ -41,6 +42,9 @@ def free_port(preferred: int, host: str = "0.0.0.0") -> int:
 
 
 FLUSH_TIMEOUT_S = 60.0  # what SGLang's bench_serving passes (benchmark/serving.py)
+# Asked when the health path answers 404: most OpenAI-compatible services, proxies and gateways have no /health,
+# and every one lists its models (OpenAI's API reference: GET /v1/models).
+READY_FALLBACK = "/v1/models"
 
 
 class ServerError(RuntimeError):
@@ -125,9 +129,16 @@ class ServerActor:
     def log_tail(self, lines: int = 15) -> str:
         return "\n".join(self._log_text().rstrip().splitlines()[-lines:])
 
+    async def _probe_ready(self, path: str) -> int:
+        """The HTTP status of GET ``path`` (connection errors propagate)."""
+        async with self._session().get(self._base_url() + path, headers=self._headers(),
+                                       timeout=aiohttp.ClientTimeout(total=2)) as r:
+            return r.status
+
     async def wait_ready(self, timeout_s: float | None = None) -> dict[str, Any]:
-        """Poll the health endpoint until 200; fail at once if the process exits, and for a server rig did not
-        launch, once nothing has answered for ``unreachable_timeout_s``. Returns startup facts."""
+        """Poll the health endpoint -- and, where it answers 404, /v1/models -- until one answers 200; fail at once
+        if the process exits, and for a server rig did not launch, once nothing has answered for
+        ``unreachable_timeout_s``. Returns startup facts: ``ready_after_s`` and ``probe``, the path that answered."""
         timeout_s = timeout_s or self.cfg.health_timeout_s
         t0 = time.monotonic()
         deadline = t0 + timeout_s
@@ -138,18 +149,23 @@ class ServerActor:
                 raise ServerError(f"{self.cfg.engine} exited with code {self.proc.returncode} before it was healthy"
                                   f"\n{self.log_tail()}")
             answered = True
+            probe = self.engine.health_path()
             try:
-                async with self._session().get(self._base_url() + self.engine.health_path(), headers=self._headers(),
-                                               timeout=aiohttp.ClientTimeout(total=2)) as r:
-                    if r.status == 200:
-                        await asyncio.sleep(0.2)
-                        if self.proc is not None and self.proc.poll() is not None:
-                            # Something else answered on our port and our engine died (e.g. address in use).
-                            raise ServerError(f"{self.cfg.engine} exited with code {self.proc.returncode} while "
-                                              f"another process answered on {self.url}\n{self.log_tail()}")
-                        return {"ready_after_s": time.monotonic() - t0}
-                    last = f"HTTP {r.status} from {self.engine.health_path()}"
-                    answered = r.status != 404  # a 404 at /health: not the server's root URL
+                status = await self._probe_ready(probe)
+                if status == 404:  # no health route: a server that lists its models is up
+                    last = f"HTTP 404 from {probe}"
+                    probe = READY_FALLBACK
+                    status = await self._probe_ready(probe)
+                if status == 200:
+                    await asyncio.sleep(0.2)
+                    if self.proc is not None and self.proc.poll() is not None:
+                        # Something else answered on our port and our engine died (e.g. address in use).
+                        raise ServerError(f"{self.cfg.engine} exited with code {self.proc.returncode} while "
+                                          f"another process answered on {self.url}\n{self.log_tail()}")
+                    return {"ready_after_s": time.monotonic() - t0, "probe": probe}
+                last = (f"{last}, HTTP {status} from {probe}" if probe == READY_FALLBACK
+                        else f"HTTP {status} from {probe}")
+                answered = status != 404  # 404 at both: not the server's root URL
             except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as e:
                 last, answered = _why(e), False
             now = time.monotonic()
@@ -172,7 +188,10 @@ class ServerActor:
     async def describe(self) -> dict[str, Any]:
         """Server info endpoints' JSON and the parsed startup log (recorded per server configuration)."""
         info: dict[str, Any] = {}
-        for path in self.engine.info_paths():
+        # A server of no engine rig models is also asked the paths that identify SGLang and vLLM
+        # (rig.loadgen.dialects.identify decides from the answers).
+        paths = list(dict.fromkeys([*self.engine.info_paths(), *probe_paths(self.cfg.engine, self.cfg.dialect)]))
+        for path in paths:
             try:
                 async with self._session().get(self._base_url() + path, headers=self._headers(),
                                                timeout=aiohttp.ClientTimeout(total=10)) as r:

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from rig.loadgen.dialects import DialectName
 
 EngineName = Literal["sim", "sglang", "vllm", "external", "command"]
 # Names a command template fills itself (rig/server/command.py), so no command_vars key may take them.
@@ -46,6 +48,13 @@ class ServerConfig(BaseModel):
     command_vars: dict[str, str | int | float | bool] = Field(default_factory=dict)
     sim_profile: str | None = None  # sim only: a profile file (default: the shipped reference profile)
     health_timeout_s: float = Field(1800.0, gt=0)  # model loads take minutes
+    dialect: DialectName | None = Field(
+        None, description="Request fields the server accepts: plain (OpenAI's API reference only), sglang or vllm "
+                          "(their extensions: ignore_eos, top_k, token ids, ...). Default: the engine's; external: "
+                          "probed, else plain.")
+    extra_body: dict[str, Any] = Field(
+        default_factory=dict, description="JSON field added to every request body, KEY=JSON (repeatable), for "
+                                          "engines rig does not know.")
     # nothing answering means: refused, no route, or no /health
     unreachable_timeout_s: float = Field(30.0, gt=0, description="external engine: seconds nothing may answer at --url "
                                                                  "before the run fails (default 30).")
@@ -85,6 +94,16 @@ class ServerConfig(BaseModel):
         allowed = {"ngram", "mtp", "eagle", "eagle3", "draft_model", "suffix"}
         if v not in allowed:
             raise ValueError(f"must be one of {', '.join(sorted(allowed))}")
+        return v
+
+    @field_validator("extra_body")
+    @classmethod
+    def _extra_body(cls, v: dict[str, Any]) -> dict[str, Any]:
+        # rig reads a stream and names the model itself: a body that turned either off could not be measured
+        for key in ("stream", "model"):
+            if key in v:
+                raise ValueError(f"{key!r} is rig's own field (it streams every request to the served model); "
+                                 f"drop it")
         return v
 
     @field_validator("url")
@@ -136,6 +155,9 @@ class ServerConfig(BaseModel):
                 del d[key]
             elif key == "command":
                 d[key] = list(d[key])
+        for key in ("dialect", "extra_body"):  # likewise when unset
+            if not d[key]:
+                del d[key]
         return d
 
     def config_id(self) -> str:

@@ -1,0 +1,120 @@
+"""Request dialects: each body carries only what its server accepts (issue 19 item 1)."""
+
+from __future__ import annotations
+
+import pytest
+from click.testing import CliRunner
+
+from rig.loadgen.apis import api_for
+from rig.loadgen.dialects import OPENAI_FIELDS, OPENAI_STREAM_OPTIONS, Dialect, identify, probe_paths, resolve
+from rig.server.spec import ServerConfig
+from rig.workloads.base import Turn
+
+GREEDY = Turn(request_id="r1", messages=({"role": "user", "content": "hi"},), max_tokens=8, temperature=0.0,
+              top_p=1.0, top_k=20, ignore_eos=True, seed=5)
+ROUTES = {"openai-completions": "/v1/completions", "openai-chat": "/v1/chat/completions"}
+EXTENSIONS = {"ignore_eos", "top_k", "return_token_ids", "return_spec_tokens_details", "min_tokens"}
+
+
+@pytest.mark.parametrize("api", sorted(ROUTES))
+def test_plain_bodies_hold_only_fields_of_openais_reference(api):
+    body = api_for(api, Dialect("plain")).payload(GREEDY, [], "m")
+    assert set(body) <= OPENAI_FIELDS[ROUTES[api]], set(body) - OPENAI_FIELDS[ROUTES[api]]
+    assert body["stream_options"] == {"include_usage": True}  # in the reference; continuous_usage_stats is not
+    assert set(body["stream_options"]) <= OPENAI_STREAM_OPTIONS
+    assert (body["model"], body["max_tokens"], body["seed"], body["temperature"]) == ("m", 8, 5, 0.0)
+
+
+def test_the_strict_field_lists_refuse_what_transformers_serve_refused():
+    # The fields of the issue's 422 are none of OpenAI's (a list that let them through would prove nothing).
+    for route in OPENAI_FIELDS.values():
+        assert not route & {"ignore_eos", "return_token_ids", "return_spec_tokens_details", "top_k"}
+    assert "continuous_usage_stats" not in OPENAI_STREAM_OPTIONS
+
+
+def test_sglang_bodies_keep_every_extension_sglang_reads():
+    comp = api_for("openai-completions", Dialect("sglang")).payload(GREEDY, [], "m")
+    assert comp == {"model": "m", "temperature": 0.0, "top_p": 1.0, "stream": True,
+                    "stream_options": {"include_usage": True}, "ignore_eos": True,
+                    "return_spec_tokens_details": True, "top_k": 20, "seed": 5, "prompt": comp["prompt"],
+                    "max_tokens": 8, "return_token_ids": True}
+    chat = api_for("openai-chat", Dialect("sglang")).payload(GREEDY, [], "m")
+    assert chat["stream_options"] == {"include_usage": True, "continuous_usage_stats": True}
+    assert chat["ignore_eos"] is True and chat["return_spec_tokens_details"] is True and "return_token_ids" not in chat
+    # The default dialect of a bare Api is SGLang's: what the sim and SGLang tests construct directly.
+    assert api_for("openai-completions").payload(GREEDY, [], "m") == comp
+
+
+def test_vllm_bodies_carry_vllms_extensions_but_not_sglangs():
+    comp = api_for("openai-completions", Dialect("vllm")).payload(GREEDY, [], "m")
+    chat = api_for("openai-chat", Dialect("vllm")).payload(GREEDY, [], "m")
+    for body in (comp, chat):
+        assert body["ignore_eos"] is True and body["top_k"] == 20
+        assert "return_spec_tokens_details" not in body
+    assert comp["return_token_ids"] is True
+    assert chat["stream_options"] == {"include_usage": True, "continuous_usage_stats": True}
+
+
+@pytest.mark.parametrize("api", ["openai-completions", "openai-chat", "sglang-native"])
+def test_extra_body_fields_are_added_last_and_win(api):
+    d = Dialect("plain", {"chat_template_kwargs": {"enable_thinking": False}, "temperature": 0.5})
+    body = api_for(api, d).payload(GREEDY, [], "m")
+    assert body["chat_template_kwargs"] == {"enable_thinking": False} and body["temperature"] == 0.5
+
+
+def test_top_k_off_and_no_seed_send_nothing():
+    turn = Turn(request_id="r", messages=({"role": "user", "content": "x"},), max_tokens=4, top_k=-1, seed=None)
+    for name in ("plain", "sglang", "vllm"):
+        body = api_for("openai-chat", Dialect(name)).payload(turn, [], "m")  # type: ignore[arg-type]
+        assert "top_k" not in body and "seed" not in body
+
+
+# ------------------------------------------------------------------------------------------ deciding the dialect
+SGLANG_MODEL_INFO = {"model_path": "/m", "tokenizer_path": "/m", "is_generation": True, "served_model_name": "m"}
+
+
+def test_identify_from_the_probes_answers():
+    assert identify({"/model_info": SGLANG_MODEL_INFO}) == ("sglang", "probe:/model_info")
+    assert identify({"/model_info": {"http_status": 404}, "/version": {"version": "0.32.0"}}) == \
+        ("vllm", "probe:/version")
+    # A /version with more in it is some other server's, and 404s identify nothing.
+    assert identify({"/version": {"version": "1", "name": "tgi"}}) is None
+    assert identify({"/model_info": {"http_status": 404}, "/version": {"http_status": 404}}) is None
+
+
+def test_resolve_user_then_engine_then_probe_then_plain():
+    info = {"/version": {"version": "0.32.0"}}
+    assert resolve("external", "plain", {}, info) == Dialect("plain", {}, "user")
+    assert resolve("sim", None, {}, {}) == Dialect("sglang", {}, "engine")
+    assert resolve("vllm", None, {}, {}) == Dialect("vllm", {}, "engine")
+    assert resolve("external", None, {"a": 1}, info) == Dialect("vllm", {"a": 1}, "probe:/version")
+    assert resolve("external", None, {}, {}) == Dialect("plain", {}, "default")
+    assert resolve("command", None, {}, {"/model_info": SGLANG_MODEL_INFO}).name == "sglang"  # any foreign engine
+    assert probe_paths("external", None) == ("/model_info", "/version")
+    assert probe_paths("external", "plain") == () and probe_paths("vllm", None) == ()
+
+
+# ------------------------------------------------------------------------------------------ the options
+def test_dialect_and_extra_body_flags_land_in_the_spec_and_leave_config_ids_alone():
+    from rig.cli import cli
+
+    base = ServerConfig(engine="external", url="http://127.0.0.1:9")
+    assert "dialect" not in base.knobs() and "extra_body" not in base.knobs()  # ids from before stay the same
+    res = CliRunner().invoke(cli, ["run", "--engine", "external", "--url", "http://127.0.0.1:9", "--dialect", "plain",
+                                   "--extra-body", 'chat_template_kwargs={"enable_thinking": false}',
+                                   "--extra-body", "mode=fast", "--dry-run"])
+    assert res.exit_code == 0, res.output
+    assert "dialect: plain" in res.output and "enable_thinking: false" in res.output and "mode: fast" in res.output
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["--extra-body", "x={bad"], "not JSON"),
+    (["--extra-body", "novalue"], "KEY=JSON"),
+    (["--extra-body", "stream=false"], "rig's own field"),
+    (["--dialect", "tgi"], "tgi"),
+])
+def test_bad_dialect_options_are_one_line_exit_2(argv, needle):
+    from rig.cli import cli
+
+    res = CliRunner().invoke(cli, ["run", "--engine", "external", "--url", "http://127.0.0.1:9", *argv, "--dry-run"])
+    assert res.exit_code == 2 and needle in res.output and "Traceback" not in res.output, res.output
