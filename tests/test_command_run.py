@@ -53,6 +53,8 @@ def test_one_launch_per_configuration_with_its_own_expanded_command_and_log(run)
         assert f"max_running_requests={c['knobs']['command_vars']['mrr']}" in log  # the sim's own startup line
         assert c["status"] == "stopped" or c.get("ready_after_s", 0) > 0
     assert sorted(by_mrr) == [4, 8]
+    # a launched command is probed like an external server: the sim answers /model_info as only SGLang does
+    assert {(c["dialect"], c["dialect_source"]) for c in configs.values()} == {("sglang", "probe:/model_info")}
 
 
 def test_every_request_ok_and_tokens_match_the_servers_counter(run):
