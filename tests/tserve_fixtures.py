@@ -19,12 +19,15 @@ import os
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
-from rig.server.actor import ServerActor, ServerError
 from rig.server.spec import ServerConfig
 from vllm_fixtures import REPO, _tail, cache_root
+
+if TYPE_CHECKING:  # imported when a server starts: collecting the fast tier loads no Ray
+    from rig.server.actor import ServerActor
 
 STARTUP_TIMEOUT_S = float(os.environ.get("RIG_TSERVE_STARTUP_TIMEOUT", "300"))
 
@@ -80,6 +83,8 @@ class TServeServer:
 
 def start_tserve(executable: Path, model: Path, log_dir: Path) -> TServeServer:
     """Launch through the command engine's server actor and wait until /health answers 200."""
+    from rig.server.actor import ServerActor, ServerError
+
     cfg = server_config(executable, model)
     actor = ServerActor(cfg, str(log_dir), "tserve.log")
     loop = asyncio.new_event_loop()
