@@ -118,3 +118,48 @@ def test_bad_dialect_options_are_one_line_exit_2(argv, needle):
 
     res = CliRunner().invoke(cli, ["run", "--engine", "external", "--url", "http://127.0.0.1:9", *argv, "--dry-run"])
     assert res.exit_code == 2 and needle in res.output and "Traceback" not in res.output, res.output
+
+
+def test_the_simulated_sglang_behind_an_external_url_is_identified_by_its_model_info():
+    """The probe path end to end in-process: the actor describes the server, the lifecycle's resolve reads it."""
+    import asyncio
+
+    from aiohttp.test_utils import TestServer
+
+    from rig.server.actor import ServerActor
+    from rig.sim.app import create_app
+    from rig.sim.launch import build_server, prepare
+
+    async def go():
+        srv = build_server(*prepare(["--model-path", "m", "--tp-size", "4", "--skip-server-warmup"]))
+        srv.ready = True
+        server = TestServer(create_app(srv))
+        await server.start_server()
+        url = str(server.make_url("")).rstrip("/")
+        actor = ServerActor(ServerConfig(engine="external", url=url), "/tmp", "x.log")
+        try:
+            ready = await actor.wait_ready(timeout_s=10)
+            desc = await actor.describe()
+        finally:
+            await actor._session().close()
+            await server.close()
+            await srv.engine.stop()
+        return ready, desc["info"]
+
+    ready, info = asyncio.run(go())
+    assert ready["probe"] == "/health"
+    assert resolve("external", None, {}, info) == Dialect("sglang", {}, "probe:/model_info")
+    assert resolve("external", "plain", {}, info).source == "user"
+
+
+def test_what_a_dialect_cannot_send_is_said_before_the_points_run():
+    from rig.loadgen.dialects import limits
+    from rig.workloads.spec import WorkloadSpec
+
+    greedy, realistic = WorkloadSpec(name="greedy"), WorkloadSpec(name="realistic", top_k=40)
+    sampling = [(w.name, w.sampling()) for w in (greedy, realistic)]
+    lines = limits(Dialect("plain"), sampling)
+    assert len(lines) == 2
+    assert lines[0].startswith("workload greedy asks for a fixed output length (ignore_eos)")
+    assert lines[1].startswith("workload realistic sets top_k=40, which the plain dialect cannot send")
+    assert limits(Dialect("vllm"), sampling) == [] == limits(Dialect("sglang"), sampling)

@@ -57,7 +57,7 @@ def test_sglang_fields_are_refused_in_one_line_that_names_them_and_the_fix(api, 
     out = one(api, Dialect("sglang", {}, "user"), client=client)
     assert out.status == "failed" and out.http_status == 400
     # The double names one field per answer, as OpenAI does: the first, alphabetically.
-    assert out.error == ("HTTP 400: server refused fields ignore_eos: it speaks plain OpenAI; run with --dialect "
+    assert out.error == ("HTTP 400: server refused field ignore_eos: it speaks plain OpenAI; run with --dialect "
                          "plain (or drop --dialect sglang)"), out.error
 
 
@@ -88,7 +88,7 @@ def test_without_usage_plain_counts_chunks_and_marks_the_estimate_sglang_fails()
 
 def test_extra_body_field_refused_names_the_extra_body_option():
     out = one("openai-completions", Dialect("plain", {"repetition_penalty": 1.1}, "engine"))
-    assert out.error == "HTTP 400: server refused fields repetition_penalty: drop --extra-body repetition_penalty"
+    assert out.error == "HTTP 400: server refused field repetition_penalty: drop --extra-body repetition_penalty"
 
 
 # ------------------------------------------------------------------------------------------ refusal shapes
@@ -183,3 +183,99 @@ def test_a_point_counts_early_ends_and_estimates(tmp_path, usage):
     assert flags["ended_early"].startswith(f"{early} of 6 requests asked for a fixed length")
     assert "cannot send ignore_eos" in flags["ended_early"]
     assert ("tokens_estimated" in flags) == (not usage)
+
+
+# ------------------------------------------------------------------------------------------ rig run, end to end
+@pytest.fixture(scope="module")
+def strict_url():
+    """The strict server as its own process on a free port (what a user's external server is)."""
+    import socket
+    import subprocess
+    import sys
+    import urllib.request
+    from pathlib import Path
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, str(Path(openai_strict.__file__)), "--port", str(port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                with urllib.request.urlopen(url + "/v1/models", timeout=1) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            assert time.monotonic() < deadline and proc.poll() is None, "the strict server did not start"
+            time.sleep(0.1)
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+@pytest.mark.ray
+@pytest.mark.server
+@pytest.mark.parametrize("api", ["openai-completions", "openai-chat"])
+def test_rig_sweep_against_the_strict_server_has_no_failed_request(strict_url, api, tmp_path):
+    from rig.results import read_manifest
+
+    from support import rig
+
+    proc = rig("sweep", "--engine", "external", "--url", strict_url, "--api", api, "--workload", "greedy,realistic",
+               "--concurrency", "1,4", "--requests", "8", "--warmup", "1", "--out", str(tmp_path), "--run-id", "s",
+               "--extra-body", 'user="rig-test"', "-q")  # a field of OpenAI's reference rig does not send itself
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    run_dir = tmp_path / "s"
+    m = read_manifest(run_dir)
+    (entry,) = m["server_configs"].values()
+    assert (entry["ready_probe"], entry["dialect"], entry["dialect_source"], entry["extra_body"]) == \
+        ("/v1/models", "plain", "default", {"user": "rig-test"})
+    t = read_requests(run_dir).to_pandas()
+    assert len(t) == 32 and t.ok.all() and (t.status == "ok").all()
+    # the server's own count (its usage chunk), and on this server one token per chunk
+    assert (t.completion_tokens_source == "usage").all() and (t.completion_tokens == t.chunk_tokens.apply(sum)).all()
+    for p in m["points"]:
+        assert p["status"] == "complete" and p["records"] == {"ok": 8, "failed": 0, "cancelled": 0}
+        rows = t[t.point == p["point"]]
+        early = int((rows.ignore_eos & (rows.completion_tokens < rows.max_tokens)).sum())
+        if p["workload"] == "greedy":  # ~1,000 tokens asked; the double's EOS comes within 52
+            assert early == 8 and p["flag_reasons"]["ended_early"].startswith("8 of 8 requests")
+        else:
+            assert "ended_early" not in p["flags"] and not rows.ignore_eos.any()
+    assert "ended_early: 8 of 8 requests asked for a fixed length" in proc.stdout
+    # said before the points ran, and kept in the manifest
+    assert any("workload greedy asks for a fixed output length (ignore_eos)" in w for w in entry["warnings"])
+
+
+def test_a_server_refusing_v1_models_fails_within_the_unreachable_budget_naming_both_answers():
+    from aiohttp import web
+
+    from rig.server.actor import ServerActor, ServerError
+    from rig.server.spec import ServerConfig
+
+    async def refuse(request: web.Request) -> web.Response:
+        return web.json_response({"error": {"message": "Incorrect API key provided"}}, status=401)
+
+    async def go():
+        app = web.Application()
+        app.router.add_get("/v1/models", refuse)
+        server = TestServer(app)
+        await server.start_server()
+        url = str(server.make_url("")).rstrip("/")
+        actor = ServerActor(ServerConfig(engine="external", url=url, unreachable_timeout_s=1), "/tmp", "x.log")
+        t0 = time.monotonic()
+        try:
+            with pytest.raises(ServerError) as err:
+                await actor.wait_ready(timeout_s=30)
+        finally:
+            await actor._session().close()
+            await server.close()
+        return str(err.value), time.monotonic() - t0
+
+    msg, waited = asyncio.run(go())
+    assert waited < 5 and "HTTP 404 from /health, HTTP 401 from /v1/models" in msg and "\n" not in msg

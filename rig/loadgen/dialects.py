@@ -13,11 +13,11 @@ rig.loadgen.apis ask it which extensions to add, then add the user's extra body 
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 DialectName = Literal["plain", "sglang", "vllm"]
-DIALECTS: tuple[DialectName, ...] = ("plain", "sglang", "vllm")
 
 # The request fields of OpenAI's API reference (platform.openai.com/docs/api-reference/completions/create and
 # .../chat/create), as the official SDK declares them: openai-python 3.57 types/completion_create_params.py and
@@ -114,6 +114,20 @@ def identify(info: dict[str, Any]) -> tuple[DialectName, str] | None:
     if isinstance(ans, dict) and set(ans) == {"version"} and isinstance(ans["version"], str):
         return "vllm", "probe:/version"
     return None
+
+
+def limits(dialect: Dialect, sampling: Iterable[tuple[str, dict[str, Any]]]) -> list[str]:
+    """What the workloads ask for (name, WorkloadSpec.sampling()) that this dialect cannot send, one line each:
+    said before the points run (the server configuration's warnings), never dropped in silence."""
+    out = []
+    for name, s in sampling:
+        if s.get("ignore_eos") and not dialect.ignore_eos:
+            out.append(f"workload {name} asks for a fixed output length (ignore_eos), which the {dialect.name} "
+                       f"dialect cannot send: its requests end at the model's EOS (counted: flag ended_early)")
+        if (s.get("top_k") or 0) > 0 and not dialect.top_k:
+            out.append(f"workload {name} sets top_k={s['top_k']}, which the {dialect.name} dialect cannot send: the "
+                       f"server samples with its own top_k (the records keep the workload's value)")
+    return out
 
 
 PROBE_PATHS: tuple[str, ...] = ("/model_info", "/version")

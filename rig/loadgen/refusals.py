@@ -90,7 +90,7 @@ def refusal_line(fields: list[str], dialect: Dialect, path: str) -> str:
         fixes.append(f"{', '.join(openai)} {'is' if len(openai) == 1 else 'are'} in OpenAI's API reference and "
                      f"every dialect sends {'it' if len(openai) == 1 else 'them'}: try the other OpenAI route "
                      f"(--api openai-chat / openai-completions)")
-    return f"server refused fields {', '.join(fields)}: {'; '.join(fixes)}"
+    return f"server refused field{'s' if len(fields) > 1 else ''} {', '.join(fields)}: {'; '.join(fixes)}"
 
 
 def http_error(status: int | None, text: str, dialect: Dialect, path: str) -> str:

@@ -11,7 +11,7 @@ import ray
 
 from rig.config import RunSpec
 from rig.contracts import ServerConfigEntry
-from rig.loadgen.dialects import Dialect, resolve
+from rig.loadgen.dialects import Dialect, limits, resolve
 from rig.results import server_log_path
 from rig.run.fleet import Fleet
 from rig.run.manifest_store import ManifestStore
@@ -37,7 +37,7 @@ def served_model(cfg: ServerConfig, entry: ServerConfigEntry) -> str:
 def entry_dialect(entry: ServerConfigEntry) -> Dialect:
     """The dialect launch() decided for a configuration, as its manifest entry records it."""
     if entry.dialect is None:
-        raise RuntimeError(f"server configuration without a dialect (launch() decides it): {entry.dialect!r}")
+        raise RuntimeError("server configuration without a dialect (launch() decides it before any point runs)")
     return Dialect(entry.dialect, dict(entry.extra_body or {}), entry.dialect_source or "engine")
 
 
@@ -111,6 +111,8 @@ class ServerLifecycle:
         # What the server really runs (it may change requested values) and whether it honours per-request seeds.
         effective = effective_config(cfg, info.get("/server_info"), desc["startup"])
         warnings = change_lines(cid, effective)
+        asked = [(w.name, w.sampling()) for w in self.spec.workloads]
+        warnings += [f"server {cid}: {w}" for w in limits(dialect, asked)]  # what the dialect cannot send
         self.store.update_server_config(cid, effective=effective, warnings=warnings)
         for w in warnings:
             self.progress.status(f"warning: {w}")

@@ -165,7 +165,9 @@ class ServerActor:
                     return {"ready_after_s": time.monotonic() - t0, "probe": probe}
                 last = (f"{last}, HTTP {status} from {probe}" if probe == READY_FALLBACK
                         else f"HTTP {status} from {probe}")
-                answered = status != 404  # 404 at both: not the server's root URL
+                # 404 at /health: not the server's root URL, unless /v1/models answers; a 4xx there (no route, a
+                # refused key) will not change by waiting: the unreachable budget applies and its message says it
+                answered = status >= 500 if probe == READY_FALLBACK else status != 404
             except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as e:
                 last, answered = _why(e), False
             now = time.monotonic()
