@@ -52,7 +52,7 @@ def print_dry_run(spec: RunSpec) -> None:
         # A command to paste into a shell on the server node: a concrete port (SGLang's default when rig would
         # pick a free one at run time), shell-quoted for display only (rig itself runs argument lists).
         argv = eng.argv(cfg, host, cfg.port or DRY_RUN_PORT) if eng.launches_process else []
-        if argv and not cfg.python:
+        if argv and not cfg.python and cfg.engine != "command":
             argv[0] = "python"  # the server node's interpreter, not this machine's path (--engine-python pins one)
         import shlex
 
@@ -286,18 +286,14 @@ def sweep(steps_csv: str | None, grid: tuple[str, ...], resume_dir: Path | None,
                          planner=resumed_planner(spec, load_manifest(resume_dir))))
     steps = csv_ints("--steps", steps_csv)
     workloads = [w.strip() for w in kw["workload"].split(",")] if kw["workload"] else None
-    spec = resolve_spec(kw, steps, workloads)
-    if grid:
-        g: dict[str, list[Any]] = {}
-        for item in grid:
-            key, sep, values = item.partition("=")
-            if not sep:
-                raise click.BadParameter(f"expected KEY=V1,V2, got {item!r}", param_hint="--grid")
-            g[key.strip().replace("-", "_")] = [yaml.safe_load(v) for v in values.split(",")]
-        try:
-            spec = build_spec(json.loads(spec.model_dump_json()), {"server_grid": g})
-        except SpecError as e:
-            raise click.UsageError(str(e)) from None
+    g: dict[str, list[Any]] = {}
+    for item in grid:
+        key, sep, values = item.partition("=")
+        if not sep:
+            raise click.BadParameter(f"expected KEY=V1,V2, got {item!r}", param_hint="--grid")
+        g[key.strip().replace("-", "_")] = [yaml.safe_load(v) for v in values.split(",")]
+    # with the rest of the spec: a command template's placeholders are checked against the grid's knobs
+    spec = resolve_spec(kw, steps, workloads, {"server_grid": g} if g else None)
     if kw["dry_run"]:
         print_dry_run(spec)
         return

@@ -115,7 +115,8 @@ SPEC_FLAGS: tuple[SpecFlag, ...] = (
 # Spec fields set by a hand-written option of run_options (or by a command's own option such as --steps).
 HAND_WRITTEN = {"workloads": ("--workload", "--dataset", "--workload-opt"), "steps": ("--steps",),
                 "load.concurrency": ("--concurrency",), "load.max_concurrency": ("--concurrency",),
-                "load.rates": ("--rate",), "server_grid": ("--grid",), "server.extra_body": ("--extra-body",)}
+                "load.rates": ("--rate",), "server_grid": ("--grid",), "server.extra_body": ("--extra-body",),
+                "server.command": ("--command",)}
 
 
 def spec_field(path: str) -> FieldInfo:
@@ -216,6 +217,7 @@ def run_options(f: _Command) -> _Command:
                      help=spec_field("server.extra_body").description),
         *[by_flag[s.flag] for s in SPEC_FLAGS[SPEC_FLAGS.index(_flag("--dialect")) + 1:
                                               SPEC_FLAGS.index(_flag("--mode"))]],
+        click.option("--command", "command", metavar="'SERVER ARGS'", help=spec_field("server.command").description),
         click.option("--workload", help=f"{_either(typing.get_args(WorkloadName))} (sweep: comma-separated)."),
         click.option("--dataset", type=click.Path(path_type=Path),
                      help="dataset workload: a ShareGPT JSON or JSONL file."),
@@ -249,6 +251,7 @@ def overrides_from_flags(kw: dict[str, Any], steps: list[int] | None, workloads:
         _set(o, s.path, s.value(kw[s.param]))
     _set(o, "steps", steps)
     _set(o, "server.extra_body", _json_kv("--extra-body", kw["extra_body"]) or None)
+    _set(o, "server.command", kw["command"])  # one string; ServerConfig splits it into arguments
     if workloads is not None or kw["dataset"] or kw["workload_opts"]:
         opts = _kv("--workload-opt", kw["workload_opts"])
         if kw["dataset"]:
@@ -270,8 +273,10 @@ def overrides_from_flags(kw: dict[str, Any], steps: list[int] | None, workloads:
     return o
 
 
-def resolve_spec(kw: dict[str, Any], steps: list[int] | None, workloads: list[str] | None) -> RunSpec:
-    """YAML (run spec, then cluster file) merged with flags; SpecError -> one line, exit 2."""
+def resolve_spec(kw: dict[str, Any], steps: list[int] | None, workloads: list[str] | None,
+                 extra: dict[str, Any] | None = None) -> RunSpec:
+    """YAML (run spec, then cluster file) merged with flags (and ``extra``, a command's own overrides such as
+    sweep's --grid); SpecError -> one line, exit 2."""
     try:
         data = load_yaml(kw["config_file"]) if kw["config_file"] else {}
         if kw["cluster_file"]:
@@ -281,7 +286,7 @@ def resolve_spec(kw: dict[str, Any], steps: list[int] | None, workloads: list[st
             data = deep_merge(data, {"cluster": cluster_doc["cluster"]})
             if "server" in cluster_doc:  # a cluster file may carry site defaults for the server (engine, tp)
                 data = deep_merge({"server": cluster_doc["server"]}, data)
-        over = overrides_from_flags(kw, steps, workloads)
+        over = deep_merge(overrides_from_flags(kw, steps, workloads), extra or {})
         extra_wl = over.pop("_workload_opts", None)
         if extra_wl:
             base = data.get("workloads") or [{"name": "realistic"}]

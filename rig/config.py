@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from rig.contracts import Thresholds
 from rig.server.spec import ServerConfig
@@ -208,11 +208,15 @@ class RunSpec(BaseModel):
 
     @field_validator("server_grid")
     @classmethod
-    def _grid_keys(cls, v: dict[str, list[Any]]) -> dict[str, list[Any]]:
-        allowed = set(ServerConfig.model_fields) - {"engine", "steps", "env", "url", "host", "port", "python"}
+    def _grid_keys(cls, v: dict[str, list[Any]], info: ValidationInfo) -> dict[str, list[Any]]:
+        allowed = set(ServerConfig.model_fields) - {"engine", "steps", "env", "url", "host", "port", "python",
+                                                    "command", "command_vars"}
+        server = info.data.get("server")
+        templated = server is not None and server.engine == "command"  # any name its template places: command_vars
         for key, values in v.items():
-            if key not in allowed:
-                raise ValueError(f"cannot sweep {key!r}; sweepable: {', '.join(sorted(allowed))}")
+            if key not in allowed and not (templated and key.isidentifier() and key not in ServerConfig.model_fields):
+                more = "" if templated else " (or, with engine command, any {name} its command places)"
+                raise ValueError(f"cannot sweep {key!r}; sweepable: {', '.join(sorted(allowed))}{more}")
             if not isinstance(values, list) or not values:
                 raise ValueError(f"{key}: give a non-empty list of values")
         return v
@@ -228,12 +232,17 @@ class RunSpec(BaseModel):
         configs = []
         for combo in combos:
             for steps in self.steps:
-                update = dict(zip(keys, combo), steps=steps)
+                update: dict[str, Any] = dict(zip(keys, combo), steps=steps)
+                # a command template's own knobs (--grid ctx=...) land in command_vars
+                own = {k: update.pop(k) for k in list(update) if k not in ServerConfig.model_fields}
+                if own:
+                    update["command_vars"] = {**self.server.command_vars, **own}
                 try:
                     cfg = ServerConfig.model_validate({**self.server.model_dump(), **update})
                 except ValidationError as e:
                     raise SpecError(_one_line(e, prefix="server")) from None
                 _check_sim_flags(cfg)
+                _check_command(cfg, len(self.steps))
                 configs.append(cfg)
         return configs
 
@@ -255,6 +264,23 @@ def _check_sim_flags(cfg: ServerConfig) -> None:
     if why:
         shown = f" (steps={cfg.steps}, extra_args={list(cfg.extra_args)})"
         raise SpecError(f"server: the simulated server would refuse its flags: {why}{shown}")
+
+
+def _check_command(cfg: ServerConfig, n_steps: int) -> None:
+    """A command template is filled for every configuration before anything starts: an unknown placeholder, a knob
+    it does not place, or a steps sweep it ignores is refused here."""
+    if cfg.engine != "command":
+        return
+    from rig.server.command import SPECULATIVE, TemplateError, expand, uses_speculation
+
+    try:
+        expand(cfg, "127.0.0.1", 1)
+    except TemplateError as e:
+        raise SpecError(f"server.command: {e}") from None
+    if n_steps > 1 and not uses_speculation(cfg):
+        raise SpecError(f"server.command places none of {', '.join('{' + n + '}' for n in SPECULATIVE)}: sweeping "
+                        f"steps would launch the same server again for each value (put {{steps}} where the "
+                        f"server takes it, or sweep one steps value)")
 
 
 def _one_line(err: ValidationError, prefix: str = "") -> str:
@@ -320,6 +346,12 @@ def _check_dialect(spec: RunSpec) -> None:
 def notices(spec: RunSpec) -> list[str]:
     """What the spec will do that a user might not expect (said before the run starts, not an error)."""
     out = []
+    if spec.server.engine == "command":
+        from rig.server.command import uses_speculation
+
+        if not uses_speculation(spec.server):
+            out.append(f"server.command places no {{steps}}: steps {','.join(map(str, spec.steps))} is recorded on "
+                       f"every row, not given to the server")
     for wl in spec.workloads:
         if wl.name != "dataset":
             continue

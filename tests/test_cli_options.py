@@ -23,6 +23,7 @@ YAML_ONLY = {
     "server.eagle_topk": "swept with --grid",
     "server.num_draft_tokens": "swept with --grid",
     "server.env": "a mapping",
+    "server.command_vars": "a mapping; swept with --grid NAME=... (engine command)",
     "server.device": "set by cluster files (cpu for vLLM's CPU backend)",
     "server.host": "the node's address as Ray sees it, rarely overridden",
     "server.sim_profile": "a file the sim reads; YAML or --grid",

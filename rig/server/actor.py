@@ -85,7 +85,10 @@ class ServerActor:
             return {"command": [], "url": self.url, "node_ip": self.node_ip, "node_id": self.node_id}
         bind = self.cfg.host or "0.0.0.0"
         port = free_port(self.cfg.port, bind)
-        self.argv = self.engine.argv(self.cfg, bind, port)
+        try:
+            self.argv = self.engine.launch_argv(self.cfg, bind, port, self.api_key)
+        except ValueError as e:  # a command template that cannot be filled (checked before the run; here for safety)
+            raise ServerError(f"{self.cfg.engine}: {e}") from None
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "ab")
         env = {**os.environ, **self.engine.env(self.cfg)}
@@ -101,10 +104,11 @@ class ServerActor:
                 "gpu_ids": self.gpu_ids, "pid": self.proc.pid}
 
     def public_command(self) -> list[str]:
-        """The command with any secret masked (the API key is passed on the command line to SGLang)."""
+        """The command with any secret masked (the API key is passed on the command line to SGLang, and wherever a
+        command template puts {api_key})."""
         out, hide = [], False
         for a in self.argv:
-            out.append("***" if hide else a)
+            out.append("***" if hide else redact(a, self.api_key))
             hide = a == "--api-key"
         return out
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from rig.contracts import WindowAcceptance
+from rig.server import command
 from rig.server.spec import ServerConfig
 
 # SGLang's key startup line (scheduler.py; identical 0.5.9..0.5.23); the sim prints the same line.
@@ -34,6 +35,11 @@ class EngineAdapter:
 
     def argv(self, cfg: ServerConfig, host: str, port: int) -> list[str]:
         raise NotImplementedError
+
+    def launch_argv(self, cfg: ServerConfig, host: str, port: int, api_key: str | None) -> list[str]:
+        """The argv the server actor starts: ``argv`` with whatever secret the engine takes in it (the actor masks
+        it wherever the command is shown)."""
+        return self.argv(cfg, host, port)
 
     def python(self, cfg: ServerConfig) -> str:
         return cfg.python or sys.executable
@@ -236,8 +242,29 @@ class ExternalAdapter(EngineAdapter):
         return ["/v1/models"]
 
 
+class CommandAdapter(EngineAdapter):
+    """Any OpenAI-compatible server (llama-server, TGI, trtllm-serve, transformers serve) from the user's command
+    template (rig/server/command.py). Started, awaited, logged and stopped like sglang and vllm; steps and other
+    knobs go wherever the template places them."""
+
+    name = "command"
+    default_api = "openai-completions"
+
+    def argv(self, cfg: ServerConfig, host: str, port: int) -> list[str]:
+        return command.expand(cfg, host, port)  # {api_key} shown as ***
+
+    def launch_argv(self, cfg: ServerConfig, host: str, port: int, api_key: str | None) -> list[str]:
+        return command.expand(cfg, host, port, api_key=api_key)
+
+    def info_paths(self) -> list[str]:
+        return ["/v1/models"]
+
+    def num_gpus(self, cfg: ServerConfig) -> int:
+        return 0 if cfg.device == "cpu" else cfg.tp
+
+
 ENGINES: dict[str, EngineAdapter] = {
-    e.name: e for e in (SGLangAdapter(), SimAdapter(), VLLMAdapter(), ExternalAdapter())}
+    e.name: e for e in (SGLangAdapter(), SimAdapter(), VLLMAdapter(), ExternalAdapter(), CommandAdapter())}
 
 
 def engine_for(name: str) -> EngineAdapter:

@@ -10,7 +10,9 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from rig.loadgen.dialects import DialectName
 
-EngineName = Literal["sim", "sglang", "vllm", "external"]
+EngineName = Literal["sim", "sglang", "vllm", "external", "command"]
+# Names a command template fills itself (rig/server/command.py), so no command_vars key may take them.
+_RESERVED_VARS = {"extra_args", "api_key"}
 
 
 class ServerConfig(BaseModel):
@@ -38,6 +40,12 @@ class ServerConfig(BaseModel):
     url: str | None = Field(None,
                             description="external engine: root URL of a server you already run (http://HOST:PORT).")
     python: str | None = Field(None, description="Interpreter that runs the engine (its own venv).")  # default: rig's
+    command: tuple[str, ...] = Field(
+        (), description="command engine: the server's command line, with placeholders {model} {host} {port} {steps} "
+                        "{num_draft_tokens} {tp} {served_model_name} {extra_args} and any --grid knob (one string, "
+                        "split as a shell would; never run by a shell).")
+    # command engine: values of the template's own placeholders ({ctx}); --grid ctx=2048,4096 sweeps one
+    command_vars: dict[str, str | int | float | bool] = Field(default_factory=dict)
     sim_profile: str | None = None  # sim only: a profile file (default: the shipped reference profile)
     health_timeout_s: float = Field(1800.0, gt=0)  # model loads take minutes
     dialect: DialectName | None = Field(
@@ -50,6 +58,30 @@ class ServerConfig(BaseModel):
     # nothing answering means: refused, no route, or no /health
     unreachable_timeout_s: float = Field(30.0, gt=0, description="external engine: seconds nothing may answer at --url "
                                                                  "before the run fails (default 30).")
+
+    @field_validator("command", mode="before")
+    @classmethod
+    def _split_command(cls, v: object) -> object:
+        """One string (the command line's --command) is split into arguments as a shell would, and never run by one."""
+        if isinstance(v, str):
+            import shlex
+
+            try:
+                return tuple(shlex.split(v))
+            except ValueError as e:  # "No closing quotation"
+                raise ValueError(f"cannot split into arguments: {e}") from None
+        return v
+
+    @field_validator("command_vars")
+    @classmethod
+    def _var_names(cls, v: dict[str, object]) -> dict[str, object]:
+        for key in v:
+            if not key.isidentifier():
+                raise ValueError(f"{key!r} is not a placeholder name (letters, digits and _)")
+            if key in cls.model_fields or key in _RESERVED_VARS:
+                raise ValueError(f"{key!r} is a server setting of its own; set it as server.{key}"
+                                 if key in cls.model_fields else f"{{{key}}} is filled by rig itself")
+        return v
 
     @field_validator("spec_algorithm")
     @classmethod
@@ -104,6 +136,10 @@ class ServerConfig(BaseModel):
     def _consistent(self) -> "ServerConfig":
         if self.engine == "external" and not self.url:
             raise ValueError("engine 'external' needs server.url (the URL of the server you run)")
+        if self.engine == "command" and not self.command:
+            raise ValueError("engine 'command' needs server.command (--command 'SERVER {model} --port {port} ...')")
+        if self.engine != "command" and (self.command or self.command_vars):
+            raise ValueError(f"command is for engine 'command' (the engine is {self.engine!r})")
         if self.spec_algorithm == "STANDALONE" and self.steps > 0 and not self.draft_model_path:
             raise ValueError("spec_algorithm STANDALONE needs draft_model_path")
         return self
@@ -114,6 +150,11 @@ class ServerConfig(BaseModel):
         d["extra_args"] = list(self.extra_args)
         if not d["deterministic"]:
             del d["deterministic"]  # absent when off: ids of configurations from before the knob stay the same
+        for key in ("command", "command_vars"):  # likewise for engines other than command
+            if not d[key]:
+                del d[key]
+            elif key == "command":
+                d[key] = list(d[key])
         for key in ("dialect", "extra_body"):  # likewise when unset
             if not d[key]:
                 del d[key]
