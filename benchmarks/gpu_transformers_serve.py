@@ -68,6 +68,8 @@ def main() -> int:
     ap.add_argument("--extra", action="append", default=[], help="another rig flag for the sweep (repeatable)")
     args = ap.parse_args()
 
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # inherited by Ray's workers and the engine: no hub look-ups
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     name = gpu_name()
     if name is None:
         print("gpu_transformers_serve: no NVIDIA GPU here (NVML found none); run it on a GPU node", file=sys.stderr)
@@ -84,7 +86,9 @@ def main() -> int:
 
     run_id = args.run_id or f"gpu-tserve-{datetime.datetime.now(datetime.timezone.utc):%Y%m%dT%H%M%SZ}"
     started = datetime.datetime.now(datetime.timezone.utc)
-    rig("sweep", "--engine", "command", "--command", SERVE, "--model", str(model), "--tp", "1",
+    # --tp 1 asks Ray for one GPU; --steps 0: transformers serve has no speculative decoding (the template places no
+    # {steps}); --model is the path the server was started with (transformers serve refuses any other model name).
+    rig("sweep", "--engine", "command", "--command", SERVE, "--model", str(model), "--tp", "1", "--steps", "0",
         "--workload", args.workload, "--api", args.api, "--concurrency", args.concurrency,
         "--out", args.out, "--run-id", run_id, "--quiet", *args.extra)
     run_dir = Path(args.out) / run_id
