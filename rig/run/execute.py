@@ -133,6 +133,8 @@ class PointExecutor:
         stopping = self.stop.is_set()
         after = ray.get(server.metrics_snapshot.remote()) if server_died is None and not stopping else {}
         metric_parts = ray.get(server.stop_scrape.remote()) if server_died is None else []
+        if server_died is None and server_entry.telemetry is not None and server_entry.telemetry.source:
+            store.update_point(pid, gpu_telemetry=ray.get(server.gpu_stats.remote()))
         self.gather(pid, results, metric_parts)
         # Counter increases over the point's window (warm-up excluded): the server's own token accounting.
         store.update_point(
