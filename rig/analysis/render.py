@@ -240,7 +240,7 @@ def render_report(report: Report) -> Group:
         parts.append(Text(f"! {w}", style="yellow"))
     parts.append(Text(f"Per-request seeds: {seeds_line(report.run.points)}"))
     for line in report.telemetry:
-        parts.append(Text(line, style="yellow" if "SIMULATED" in line or "absent" in line else None))
+        parts.append(Text(line, style="yellow" if "SIMULATED" in line or "absent" in line else ""))
     parts.append(render_campaign_table(report.campaign))
     problems = render_problems(report.campaign)
     if problems is not None:

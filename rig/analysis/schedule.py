@@ -160,7 +160,7 @@ def build_schedule(run: Run, rows: list[dict[str, Any]], meets: dict[str, bool] 
             entry: dict[str, Any] = {"config": lab, "steps": steps_of[lab], "max_level": top_level,
                                      "points": [r["point"] for r in at]}
             for k in LIMIT_KEYS:
-                vals = [r.get(k) for r in at if r.get(k) is not None]
+                vals: list[Any] = [r.get(k) for r in at if r.get(k) is not None]
                 entry[k] = (vals[0] if k == "energy_source" else float(np.mean(vals))) if vals else None
             limits.append(entry)
         out.append({"workload": workload, "load_mode": mode, "objective": objective, "key": key,

@@ -74,6 +74,15 @@ def _nvml_error(e: BaseException) -> str:
     return f"{type(e).__name__}: {e}"
 
 
+def import_nvml() -> ModuleType:
+    """pynvml (nvidia-ml-py), imported only where telemetry is opened; TelemetryAbsent where it is missing."""
+    try:
+        import pynvml
+    except ImportError as e:
+        raise TelemetryAbsent(f"pynvml (nvidia-ml-py) is not importable on the server node: {e}") from None
+    return pynvml
+
+
 class NvmlSource:
     """The assigned GPUs through NVML. ``open`` raises TelemetryAbsent with the reason where NVML is unusable."""
 
@@ -94,10 +103,7 @@ class NvmlSource:
             raise TelemetryAbsent("no GPU assigned to the server actor (CUDA_VISIBLE_DEVICES and Ray's GPU ids are "
                                   "empty)")
         if nvml is None:
-            try:
-                import pynvml as nvml  # nvidia-ml-py: imported only where telemetry is opened
-            except ImportError as e:
-                raise TelemetryAbsent(f"pynvml (nvidia-ml-py) is not importable on the server node: {e}") from None
+            nvml = import_nvml()
         try:
             nvml.nvmlInit()
         except nvml.NVMLError as e:  # NVMLError_LibraryNotFound (no driver), DriverNotLoaded, ...
