@@ -143,7 +143,8 @@ def render_schedule(report: Report) -> list[RenderableType]:
         if s["crossovers"]:
             out.append(Text("Crossovers: " + "; ".join(
                 f"{c['from']} up to {c['from_level']:g}, {c['to']} from {c['to_level']:g}"
-                + ("" if c["decided"] else " (not decided: CI spans 0)") for c in s["crossovers"])))
+                + (f" (incomplete: no valid point of {', '.join(c['incomplete'])})" if c.get("incomplete")
+                   else "" if c["decided"] else " (not decided: CI spans 0)") for c in s["crossovers"])))
         else:
             out.append(Text("Crossovers: none (one setting is best in every band)", style="dim"))
         lim = Table(title=f"Each setting at the highest load meeting the SLOs · {s['workload']}"

@@ -11,7 +11,9 @@ mode:
   bootstrap 95 % interval as ``rig compare`` computes it (``compare._rescale_samples``: each point's requests
   resampled, its aggregate tok/s rescaled; J/token and $/Mtok scale with 1/throughput at the point's measured power
   and GPU count), or over repeats where both have two or more. ``decided`` says whether the interval excludes 0.
-- **Crossovers**: consecutive bands whose best configuration differs, e.g. steps 4 up to C=32, steps 3 from C=64.
+- **Crossovers**: consecutive bands whose best configuration differs, e.g. steps 4 up to C=32, steps 3 from C=64;
+  ``incomplete`` names the settings without a valid point at either level (a change that may only mean a setting
+  was not measured there), and ``decided`` needs the new best's interval to exclude 0 and nothing missing.
 - **At the SLO limit**: for each configuration, the highest level where it meets the SLOs (every valid level
   without SLOs) and its throughput, tok/s per GPU, mean power, J/token, tok/s per W and $/Mtok there.
 """
@@ -126,7 +128,10 @@ def build_schedule(run: Run, rows: list[dict[str, Any]], meets: dict[str, bool] 
             band: dict[str, Any] = {
                 "level": level, "up_to": order[i + 1] if i + 1 < len(order) else None, "best": None,
                 "best_steps": None, "value": None, "runner_up": None, "runner_up_value": None, "margin": None,
-                "ci_low": None, "ci_high": None, "ci_method": None, "decided": None, "candidates": len(ok)}
+                "ci_low": None, "ci_high": None, "ci_method": None, "decided": None, "candidates": len(ok),
+                # settings with no valid point at this level (not measured, or flagged invalid): the band's answer
+                # does not rank them
+                "missing": [lab for lab in configs if not levels[level].get(lab)]}
             if ok:
                 ranked = sorted(ok.items(), key=lambda kv: -np.mean([r[key] for r in kv[1]]) if higher
                                 else np.mean([r[key] for r in kv[1]]))
@@ -147,9 +152,11 @@ def build_schedule(run: Run, rows: list[dict[str, Any]], meets: dict[str, bool] 
             if band["best"] is None:
                 continue
             if prev is not None and band["best"] != prev["best"]:
+                missing = sorted(set(prev["missing"]) | set(band["missing"]))
                 crossovers.append({"from_level": prev["level"], "to_level": band["level"], "from": prev["best"],
                                    "to": band["best"], "from_steps": prev["best_steps"],
-                                   "to_steps": band["best_steps"], "decided": bool(band["decided"])})
+                                   "to_steps": band["best_steps"], "incomplete": missing or None,
+                                   "decided": bool(band["decided"]) and not missing})
             prev = band
         limits = []
         for lab in configs:

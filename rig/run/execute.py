@@ -82,6 +82,9 @@ class PointExecutor:
         ray.get(server.start_scrape.remote(self.spec.run_id, pid, self.spec.metrics_interval_s))
         start_wall = time.time() + 1.0  # common start for every generator (driver clock)
         store.update_point(pid, start_wall=start_wall)
+        tel = server_entry.telemetry
+        if tel is not None and tel.source:  # a GPU sample at the first send: the energy window's start is bracketed
+            server.gpu_sample_at.remote(start_wall + (tel.clock_offset_s or 0.0))
         refs = [g.run_point.remote(start_wall) for g in handles]
         exit_ref = server.wait_exit.remote()
         self.progress.point_start(pid, total)

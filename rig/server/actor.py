@@ -253,6 +253,11 @@ class ServerActor:
                 "profile), not a measurement") if src.source == SOURCE_SIMULATED else None
         return {"source": src.source, "gpus": src.gpus, "node_ip": self.node_ip, "note": note}
 
+    async def gpu_sample_at(self, wall_ts: float) -> None:
+        """An extra GPU sample at ``wall_ts`` on this node's clock (the point's common start)."""
+        if self._gpu_sampler is not None:
+            self._gpu_sampler.sample_at(wall_ts)
+
     async def gpu_stats(self) -> dict[str, Any] | None:
         """The GPU sampler's figures over the last point (samples, failed rounds, CPU time), None without one."""
         return self._gpu_stats

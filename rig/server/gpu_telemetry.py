@@ -244,7 +244,10 @@ class GpuSampler:
         self.keys = keys  # run_id, point, node
         self.interval_s = interval_s
         self.stats = SamplerStats()
-        self._stop = threading.Event()
+        self._stopping = False
+        self._wake = threading.Event()
+        self._extra: list[float] = []  # monotonic times of extra rounds (sample_at)
+        self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._loop, name="rig-gpu-sampler", daemon=True)
 
     def start(self) -> None:
@@ -268,24 +271,39 @@ class GpuSampler:
         self.stats.wall_s += took
         self.stats.cpu_s += time.thread_time() - c0
 
+    def sample_at(self, wall_ts: float) -> None:
+        """Take an extra round at this wall-clock time (the point's common start), so that a window's first end is
+        bracketed within milliseconds rather than within an interval: the counter is interpolated there."""
+        with self._lock:
+            self._extra.append(time.monotonic() + (wall_ts - time.time()))
+        self._wake.set()
+
     def _loop(self) -> None:
         next_t = time.monotonic()
-        while True:
-            self.sample_once()
-            try:
-                self.writer.maybe_flush()
-            except OSError as e:  # disk full: the rows stay buffered, the writer retries on the next flush
-                self.stats.last_error = f"writing gpu_metrics: {e}"[:200]
-            next_t += self.interval_s
+        while not self._stopping:
             now = time.monotonic()
-            if next_t < now:  # fell behind (a slow call): skip the missed beats rather than burst
-                next_t = now + self.interval_s
-            if self._stop.wait(next_t - now):
-                return
+            with self._lock:
+                extra_due = any(t <= now for t in self._extra)
+                self._extra = [t for t in self._extra if t > now]
+            if now >= next_t or extra_due:
+                self.sample_once()
+                try:
+                    self.writer.maybe_flush()
+                except OSError as e:  # disk full: the rows stay buffered, the writer retries on the next flush
+                    self.stats.last_error = f"writing gpu_metrics: {e}"[:200]
+                if now >= next_t:
+                    next_t += self.interval_s
+                    if next_t < now:  # fell behind (a slow call): skip the missed beats rather than burst
+                        next_t = now + self.interval_s
+            with self._lock:
+                wake = min([next_t, *self._extra])
+            self._wake.wait(max(0.0, wake - time.monotonic()))
+            self._wake.clear()
 
     def stop(self) -> SamplerStats:
         """Stop the thread, take the closing round, write every buffered row."""
-        self._stop.set()
+        self._stopping = True
+        self._wake.set()
         if self._thread.is_alive():
             self._thread.join(timeout=10)
         self.sample_once()
