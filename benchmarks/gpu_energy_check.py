@@ -111,7 +111,8 @@ def main() -> int:
             per = st.cpu_s / max(1, st.samples + st.failed)
             line = f"sampler {name:>5}: {st.samples} rounds, {per * 1e3:.3f} ms CPU per round; "
             if counter is not None:
-                line += f"counter (rig's interpolation) {counter[0]:,.1f} J ({(counter[0] / direct - 1) * 100:+.2f} %); "
+                line += (f"counter (rig's interpolation) {counter[0]:,.1f} J "
+                         f"({(counter[0] / direct - 1) * 100:+.2f} %); ")
             if integral is not None:
                 line += (f"integral of sampled power {integral[0]:,.1f} J "
                          f"({(integral[0] / direct - 1) * 100:+.2f} % vs the counter)")

@@ -161,4 +161,5 @@ def test_schedule_finds_the_crossover_of_the_chosen_objective(tmp_path):
     assert [b["best_steps"] for b in slo["bands"]] == [4, 0] and slo["bands"][1]["runner_up"] is None
     lim = {e["steps"]: e for e in slo["at_slo_limit"]}
     assert (lim[0]["max_level"], lim[4]["max_level"]) == (4, 2)
-    assert lim[4]["j_per_token"] == pytest.approx(jp[POINTS[2]]) and lim[4]["mean_power_w"] == pytest.approx(800, rel=1e-2)
+    assert lim[4]["j_per_token"] == pytest.approx(jp[POINTS[2]])
+    assert lim[4]["mean_power_w"] == pytest.approx(800, rel=1e-2)

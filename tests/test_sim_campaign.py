@@ -22,9 +22,13 @@ TIME_SCALE = 0.25
 CAMPAIGN = yaml.safe_load((Path(__file__).parents[1] / "rig/sim/data/campaign.yaml").read_text())
 
 
-def _sweep(tmp: Path, steps: str, conc: str, full: bool = False) -> dict[tuple[int, int], dict]:
-    """`rig sweep` on the sim (greedy), then `rig report --json` (``full``: --json-full, whose campaign rows and
-    speculative schedule come back under the key None): rows keyed by (steps, concurrency)."""
+def _sweep(tmp: Path, steps: str, conc: str) -> dict[tuple[int, int], dict]:
+    """`rig sweep` on the sim (greedy), then `rig report --json`: rows keyed by (steps, concurrency)."""
+    return _sweep_full(tmp, steps, conc, full=False)[0]
+
+
+def _sweep_full(tmp: Path, steps: str, conc: str, full: bool = True) -> tuple[dict[tuple[int, int], dict], dict]:
+    """The same with `rig report --json-full`: the rows and the whole report (its speculative schedule)."""
     rig = [sys.executable, "-m", "rig.cli"]
     run_id = "s" + steps.replace(",", "-")
     p = subprocess.run([*rig, "sweep", "--workload", "greedy", "--steps", steps, "--concurrency", conc,
@@ -36,20 +40,18 @@ def _sweep(tmp: Path, steps: str, conc: str, full: bool = False) -> dict[tuple[i
     assert rep.returncode == 0, rep.stderr
     doc = json.loads(rep.stdout)
     campaign = doc["campaign"] if full else doc
-    rows: dict = {(int(r["steps"]), int(r["concurrency"])): r for r in campaign}
+    rows = {(int(r["steps"]), int(r["concurrency"])): r for r in campaign}
     for r in campaign:  # back to the modelled clock
         for k in ("aggregate_tok_s", "decode_tok_s", "per_request_tok_s"):
             r[k] = r[k] * TIME_SCALE if r.get(k) is not None else None
-    if full:
-        rows[None] = doc
-    return rows
+    return rows, doc
 
 
 @pytest.mark.slow
 def test_rig_run_on_sim_reproduces_campaign(tmp_path):
     # One sweep, two server launches: steps 3 and 4 at the campaign's levels (its table, the C=64 regression and
     # the speculative schedule that turns on it).
-    both = _sweep(tmp_path, "3,4", "1,4,16,32,64", full=True)
+    both, report = _sweep_full(tmp_path, "3,4", "1,4,16,32,64")
     s4 = {c: r for (steps, c), r in both.items() if steps == 4}
     s3 = {c: r for (steps, c), r in both.items() if steps == 3}
     for row in CAMPAIGN["steps4_table"]:
@@ -57,7 +59,7 @@ def test_rig_run_on_sim_reproduces_campaign(tmp_path):
         assert got["aggregate_tok_s"] == pytest.approx(row["aggregate_tok_s"], rel=0.10), row
         assert got["decode_tok_s"] == pytest.approx(row["per_request_tok_s"], rel=0.10), row
     assert s4[64]["aggregate_tok_s"] < s3[64]["aggregate_tok_s"]  # the C=64 regression from steps 3 to 4
-    _schedule_finds_the_crossover(both[None], s3, s4)
+    _schedule_finds_the_crossover(report, s3, s4)
     base = CAMPAIGN["steps4_table"][0]["per_request_tok_s"] / CAMPAIGN["c1_speedup_vs_steps1"][4]
     low = _sweep(tmp_path, "1,2", "1")  # one sweep, two server launches
     c1 = {4: s4[1], 3: s3[1], 2: low[(2, 1)], 1: low[(1, 1)]}

@@ -146,7 +146,8 @@ BAND_COLS: list[Col] = [("level", "Band from", _text), ("up_to", "up to", _text)
                         ("runner_up_value", "Its value", _num(",.3f")), ("margin", "Margin", _pct),
                         ("ci_low", "CI low", _pct), ("ci_high", "CI high", _pct), ("decided", "Decided", _text)]
 LIMIT_COLS: list[Col] = [("config", "Setting", _text), ("max_level", "Max level", _text),
-                         ("aggregate_tok_s", "Agg tok/s", _num(",.1f")), ("tok_s_per_gpu", "Tok/s per GPU", _num(",.1f")),
+                         ("aggregate_tok_s", "Agg tok/s", _num(",.1f")),
+                         ("tok_s_per_gpu", "Tok/s per GPU", _num(",.1f")),
                          ("mean_power_w", "Mean power (W)", _num(",.0f")), ("j_per_token", "J/token", _num(",.3f")),
                          ("tok_s_per_w", "Tok/s per W", _num(",.3f")), ("usd_per_mtok", "$/Mtok", _num(",.3f"))]
 
@@ -166,8 +167,11 @@ def energy_html(report: Report) -> list[str]:
                   table_html(s["bands"], BAND_COLS)]
         cross = "; ".join(f"{c['from']} up to {c['from_level']:g}, {c['to']} from {c['to_level']:g}"
                           for c in s["crossovers"]) or "none"
+        limit_cols = LIMIT_COLS[:4] + (LIMIT_COLS[4:7] if report.energy else []) + \
+            (LIMIT_COLS[7:] if report.cost else [])
+        where = "the highest load meeting the SLOs" if report.slos else "its highest valid load (no SLOs given)"
         parts += [f"<p>Crossovers: {html.escape(cross)}</p>",
-                  table_html(s["at_slo_limit"], LIMIT_COLS, "each setting at the highest load meeting the SLOs"
+                  table_html(s["at_slo_limit"], limit_cols, f"each setting at {where}"
                              + (" (energy SIMULATED)" if sim else ""))]
     return parts
 

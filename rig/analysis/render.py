@@ -147,15 +147,22 @@ def render_schedule(report: Report) -> list[RenderableType]:
                    else "" if c["decided"] else " (not decided: CI spans 0)") for c in s["crossovers"])))
         else:
             out.append(Text("Crossovers: none (one setting is best in every band)", style="dim"))
-        lim = Table(title=f"Each setting at the highest load meeting the SLOs · {s['workload']}"
-                          + (" — energy SIMULATED" if sim else ""), title_justify="left", header_style="bold")
-        for c in ("Setting", "Max level", "Agg tok/s", "Tok/s per GPU", "Mean power (W)", "J/token", "Tok/s per W",
-                  "$/Mtok"):
+        where = "the highest load meeting the SLOs" if report.slos else "its highest valid load (no --slo given)"
+        lim = Table(title=f"Each setting at {where} · {s['workload']}" + (" — energy SIMULATED" if sim else ""),
+                    title_justify="left", header_style="bold")
+        cols = ["Setting", "Max level", "Agg tok/s", "Tok/s per GPU"]
+        cols += ["Mean power (W)", "J/token", "Tok/s per W"] if report.energy else []
+        cols += ["$/Mtok"] if report.cost else []
+        for c in cols:
             lim.add_column(c, justify="left" if c == "Setting" else "right")
         for e in s["at_slo_limit"]:
-            lim.add_row(e["config"], _level({"level": e["max_level"]}), fmt(e["aggregate_tok_s"]),
-                        fmt(e["tok_s_per_gpu"]), fmt(e["mean_power_w"], ",.0f"), fmt(e["j_per_token"], ",.3f"),
-                        fmt(e["tok_s_per_w"], ",.3f"), fmt(e["usd_per_mtok"], ",.3f"))
+            cells = [e["config"], _level({"level": e["max_level"]}), fmt(e["aggregate_tok_s"]),
+                     fmt(e["tok_s_per_gpu"])]
+            if report.energy:
+                cells += [fmt(e["mean_power_w"], ",.0f"), fmt(e["j_per_token"], ",.3f"), fmt(e["tok_s_per_w"], ",.3f")]
+            if report.cost:
+                cells.append(fmt(e["usd_per_mtok"], ",.3f"))
+            lim.add_row(*cells)
         out.append(lim)
     return out
 
