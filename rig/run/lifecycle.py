@@ -111,6 +111,8 @@ class ServerLifecycle:
         if got.source is None:
             self.progress.status(f"GPU telemetry absent: {got.absent_reason}")
             return got
+        if got.source == "simulated":
+            self.progress.status(f"GPU telemetry: SIMULATED ({len(got.gpus)} GPUs of the simulator's power model)")
         try:
             offset, _ = cluster.measure_clock_offset(self.handle)
         except Exception:  # the samples still count; their times are then taken as the driver's
