@@ -266,6 +266,30 @@ def _tokens_latency(side: Side) -> tuple[pa.Table, list[str]]:
                      "lat": r.e2e[r.ok]}), incomplete(side, r)
 
 
+def paired_multipliers(base: Side, cand: Side, rng: np.random.Generator, resamples: int
+                       ) -> tuple[np.ndarray, np.ndarray, int]:
+    """Bootstrap multipliers of both points' aggregate tok/s from resampling the requests they share (the same
+    request ids drawn on both sides, so the request mix cancels in their ratio), and how many pairs there are."""
+    (a, _), (b, _) = _tokens_latency(base), _tokens_latency(cand)
+    j = a.join(b, "request_id", left_suffix="_base", right_suffix="_cand", join_type="inner")
+    j = j.sort_by("request_id") if j.num_rows else j  # a fixed order: the same seed draws the same resamples
+    cols = {k: m.as_float(j[k]) if j.num_rows else np.empty(0) for k in ("tok_base", "lat_base", "tok_cand",
+                                                                          "lat_cand")}
+    keep = np.logical_and.reduce([np.isfinite(v) for v in cols.values()]) if j.num_rows else np.zeros(0, bool)
+    n = int(keep.sum())
+    mb, mc = np.full(resamples, np.nan), np.full(resamples, np.nan)
+    if n == 0:
+        return mb, mc, 0
+    tb, lb, tc, lc = (cols[k][keep] for k in ("tok_base", "lat_base", "tok_cand", "lat_cand"))
+    step = max(1, _BATCH_CELLS // n)
+    for i in range(0, resamples, step):
+        k = min(step, resamples - i)
+        idx = rng.integers(0, n, size=(k, n))
+        mb[i:i + k] = _throughput_multipliers(tb, lb, idx, not base.point.open_loop)
+        mc[i:i + k] = _throughput_multipliers(tc, lc, idx, not cand.point.open_loop)
+    return mb, mc, n
+
+
 def energy_ratios(base: Side, cand: Side, price: float | None = None, resamples: int = RESAMPLES,
                   seed: int = SEED) -> list[dict[str, Any]]:
     """J/token and $/Mtok of the candidate over the baseline (< 1: the candidate spends less per token), each with a
@@ -276,13 +300,8 @@ def energy_ratios(base: Side, cand: Side, price: float | None = None, resamples:
     metrics = [k for k in ENERGY_METRICS if rb.get(k) is not None and rc.get(k) is not None]
     if not metrics:
         return []
-    (a, why_a), (b, why_b) = _tokens_latency(base), _tokens_latency(cand)
-    j = a.join(b, "request_id", left_suffix="_base", right_suffix="_cand", join_type="inner")
-    j = j.sort_by("request_id") if j.num_rows else j  # a fixed order: the same seed draws the same resamples
-    tok = {side: (m.as_float(j[f"tok_{side}"]), m.as_float(j[f"lat_{side}"])) for side in ("base", "cand")}
-    keep = np.isfinite(tok["base"][0]) & np.isfinite(tok["base"][1]) & np.isfinite(tok["cand"][0]) \
-        & np.isfinite(tok["cand"][1])
-    n = int(keep.sum())
+    why_a, why_b = incomplete(base), incomplete(cand)
+    mb, mc, n = paired_multipliers(base, cand, np.random.default_rng(seed), resamples)
     source = ",".join(sorted({str(x) for x in (rb.get("energy_source"), rc.get("energy_source")) if x})) or None
     rows = []
     for metric in metrics:
@@ -297,17 +316,7 @@ def energy_ratios(base: Side, cand: Side, price: float | None = None, resamples:
             "incomplete": _inputs_note((base, why_a), (cand, why_b)),
         }
         if n and vb:
-            rng = np.random.default_rng(seed)
-            tb_, lb_ = tok["base"][0][keep], tok["base"][1][keep]
-            tc_, lc_ = tok["cand"][0][keep], tok["cand"][1][keep]
-            ratios = np.empty(resamples)
-            step = max(1, _BATCH_CELLS // n)
-            for i in range(0, resamples, step):
-                k = min(step, resamples - i)
-                idx = rng.integers(0, n, size=(k, n))
-                mb = _throughput_multipliers(tb_, lb_, idx, not base.point.open_loop)
-                mc = _throughput_multipliers(tc_, lc_, idx, not cand.point.open_loop)
-                ratios[i:i + k] = (vc / mc) / (vb / mb)
+            ratios = (vc / mc) / (vb / mb)
             ratios = ratios[np.isfinite(ratios)]
             if ratios.size:
                 lo, hi = np.quantile(ratios, [(1 - CONFIDENCE) / 2, 1 - (1 - CONFIDENCE) / 2])

@@ -8,9 +8,10 @@ mode:
   level. In each, the configuration with the best value of the objective (mean over repeats): ``throughput``
   (aggregate tok/s, higher is better), ``j_per_token`` or ``usd_per_mtok`` (lower is better). Its margin over the
   runner-up (> 0: the best is better: best/runner-up - 1 for throughput, 1 - best/runner-up for the costs) with a
-  bootstrap 95 % interval as ``rig compare`` computes it (``compare._rescale_samples``: each point's requests
-  resampled, its aggregate tok/s rescaled; J/token and $/Mtok scale with 1/throughput at the point's measured power
-  and GPU count), or over repeats where both have two or more. ``decided`` says whether the interval excludes 0.
+  bootstrap 95 % interval: over repeats where both have two or more; else from their requests, as ``rig compare``
+  rescales a point's aggregate tok/s (Little's law over resampled requests; J/token and $/Mtok scale with
+  1/throughput at the point's measured power and GPU count), drawing the same request ids on both sides where the
+  two points served the same requests (``paired requests``: a sweep's points do), else each side on its own. ``decided`` says whether the interval excludes 0.
 - **Crossovers**: consecutive bands whose best configuration differs, e.g. steps 4 up to C=32, steps 3 from C=64;
   ``incomplete`` names the settings without a valid point at either level (a change that may only mean a setting
   was not measured there), and ``decided`` needs the new best's interval to exclude 0 and nothing missing.
@@ -62,6 +63,15 @@ def _samples(run: Run, rows: list[dict[str, Any]], key: str, higher: bool, rng: 
     return np.mean(per_point, axis=0)
 
 
+def _pairs(run: Run, best: dict[str, Any], runner: dict[str, Any], rng: np.random.Generator, resamples: int
+           ) -> tuple[np.ndarray, np.ndarray] | None:
+    """Paired throughput multipliers of two points (compare.paired_multipliers), None when they share fewer than
+    two requests."""
+    sides = [cmp.Side(run, run.point(r["point"]), r["point"]) for r in (best, runner)]
+    mb, mr, n = cmp.paired_multipliers(sides[0], sides[1], rng, resamples)
+    return (mb, mr) if n >= 2 else None
+
+
 def _interval(run: Run, best: list[dict[str, Any]], runner: list[dict[str, Any]], key: str, higher: bool,
               rng: np.random.Generator, resamples: int) -> tuple[float | None, float | None, str | None]:
     if len(best) > 1 and len(runner) > 1:
@@ -69,6 +79,13 @@ def _interval(run: Run, best: list[dict[str, Any]], runner: list[dict[str, Any]]
         bs = bv[rng.integers(0, bv.size, (resamples, bv.size))].mean(1)
         rs = rv[rng.integers(0, rv.size, (resamples, rv.size))].mean(1)
         method = "repeats"
+    elif len(best) == 1 and len(runner) == 1 and (paired := _pairs(run, best[0], runner[0], rng, resamples)):
+        # One point each with the same requests (a sweep's points pair up): resample the pairs, so the request mix
+        # cancels and what is left is the settings' difference.
+        mb, mr = paired
+        b, r = best[0][key], runner[0][key]
+        bs, rs = (b * mb, r * mr) if higher else (b / mb, r / mr)
+        method = "paired requests"
     else:
         bs = _samples(run, best, key, higher, rng, resamples)
         rs = _samples(run, runner, key, higher, rng, resamples)

@@ -57,7 +57,10 @@ class Source(Protocol):
 # ---------------------------------------------------------------------------------------------------------- NVML
 def assigned_devices(visible: str | None, ray_ids: list[str]) -> list[str]:
     """The devices the actor may use, as CUDA names them: CUDA_VISIBLE_DEVICES when set (Ray sets it to the GPUs it
-    gave the actor), else Ray's accelerator ids. Entries are indices ("0") or UUIDs ("GPU-…", "MIG-…")."""
+    gave the actor), else Ray's accelerator ids. Entries are indices ("0") or UUIDs ("GPU-…", "MIG-…"). A UUID maps
+    to its GPU exactly; an index is taken as NVML's, which is CUDA's order on a node of identical GPUs or with
+    CUDA_DEVICE_ORDER=PCI_BUS_ID (NVML enumerates by PCI bus id): the manifest records each device's NVML index and
+    UUID, so the mapping can be checked."""
     if visible is not None:
         entries = [v.strip() for v in visible.split(",") if v.strip()]
         # CUDA stops at the first invalid entry; "-1" or "" hides every device.
