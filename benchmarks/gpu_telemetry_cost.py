@@ -50,8 +50,8 @@ def start_sim(tp: int) -> tuple[subprocess.Popen, str]:
             "--port", str(port), "--host", "127.0.0.1", "--enable-metrics", "--sim-no-access-log"]
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline and proc.poll() is None:
         try:
             with urllib.request.urlopen(url + "/health", timeout=1) as r:
                 if r.status == 200:
@@ -59,7 +59,8 @@ def start_sim(tp: int) -> tuple[subprocess.Popen, str]:
         except OSError:
             time.sleep(0.2)
     proc.kill()
-    raise SystemExit("gpu_telemetry_cost: the simulator did not become healthy")
+    raise SystemExit(f"gpu_telemetry_cost: the simulator (--tp-size {tp}) did not become healthy "
+                     f"(exit code {proc.poll()})")
 
 
 def sampler(src: Source, tmp: str, interval: float) -> GpuSampler:
