@@ -124,3 +124,27 @@ def test_a_failing_round_is_counted_not_fatal(tmp_path):
     s.sample_once()
     writer.close()
     assert (s.stats.samples, s.stats.failed, s.stats.last_error) == (1, 1, "OSError: connection refused")
+
+
+def test_the_server_actor_records_why_telemetry_is_absent(tmp_path, monkeypatch):
+    """Outside Ray, on this machine: no GPU assigned; with one named, the real pynvml finds no driver library."""
+    import asyncio
+
+    from rig.server.actor import ServerActor
+    from rig.server.spec import ServerConfig
+
+    pynvml = pytest.importorskip("pynvml")
+    actor = ServerActor(ServerConfig(engine="sglang"), str(tmp_path), "server.log")
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    got = asyncio.run(actor.open_telemetry())
+    assert got["source"] is None and got["absent_reason"].startswith("no GPU assigned to the server actor")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    try:
+        pynvml.nvmlInit()
+        pynvml.nvmlShutdown()
+        pytest.skip("this machine has an NVIDIA driver")
+    except pynvml.NVMLError:
+        pass
+    got = asyncio.run(actor.open_telemetry())
+    assert got == {"source": None, "node_ip": "127.0.0.1",
+                   "absent_reason": "NVML unavailable: NVMLError_LibraryNotFound: NVML Shared Library Not Found"}
