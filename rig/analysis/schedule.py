@@ -11,7 +11,8 @@ mode:
   bootstrap 95 % interval: over repeats where both have two or more; else from their requests, as ``rig compare``
   rescales a point's aggregate tok/s (Little's law over resampled requests; J/token and $/Mtok scale with
   1/throughput at the point's measured power and GPU count), drawing the same request ids on both sides where the
-  two points served the same requests (``paired requests``: a sweep's points do), else each side on its own. ``decided`` says whether the interval excludes 0.
+  two points served the same requests (``paired requests``: a sweep's points do), else each side on its own.
+  ``decided`` says whether the interval excludes 0.
 - **Crossovers**: consecutive bands whose best configuration differs, e.g. steps 4 up to C=32, steps 3 from C=64;
   ``incomplete`` names the settings without a valid point at either level (a change that may only mean a setting
   was not measured there), and ``decided`` needs the new best's interval to exclude 0 and nothing missing.
