@@ -135,6 +135,9 @@ class ClusterSpec(BaseModel):
     placement_timeout_s: float = Field(60.0, gt=0)  # how long generators may wait for a free slot
     object_store_memory_mb: int = Field(256, ge=64)
     num_cpus: int | None = None  # local Ray only
+    # What one GPU-hour of the server node costs (USD): rig report / compare turn it into $ per million output
+    # tokens (their --gpu-hour-price overrides it).
+    gpu_hour_price: float | None = Field(None, ge=0)
 
     @field_validator("spool_dir")
     @classmethod

@@ -417,6 +417,7 @@ class PointEntry(BaseModel):
     window_acceptance: WindowAcceptance | None = None  # engine counters over the point's window
     server_counters_delta: dict[str, float] | None = None
     flush_cache: Any = None  # the server's answer to /flush_cache, when asked
+    gpu_telemetry: dict[str, Any] | None = None  # the GPU sampler over the point: samples, failed rounds, last error
     flags: list[str] = Field(default_factory=list)  # judge_point's verdict (sorted)
     flag_reasons: dict[str, str] = Field(default_factory=dict)  # each flag with the figure that tripped it
     generators: list[GeneratorReport] = Field(default_factory=list)
@@ -436,6 +437,20 @@ class PointEntry(BaseModel):
     def set_verdict(self, flags: dict[str, str]) -> None:
         self.flags = sorted(flags)
         self.flag_reasons = dict(sorted(flags.items()))
+
+
+class GpuTelemetry(BaseModel):
+    """The server node's GPU telemetry for one server configuration (rig.server.gpu_telemetry): where its samples
+    come from, or why there are none."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    source: Literal["nvml", "simulated"] | None = None  # None: absent
+    absent_reason: str | None = None
+    gpus: list[dict[str, Any]] = Field(default_factory=list)  # NVML index, uuid, name, power limit (mW)
+    node_ip: str | None = None
+    clock_offset_s: float | None = None  # server node clock - driver clock (gpu_metrics ts - offset = driver time)
+    note: str | None = None  # e.g. that simulated figures come from the simulator's power model
 
 
 class ServerConfigEntry(BaseModel):
@@ -463,6 +478,7 @@ class ServerConfigEntry(BaseModel):
     dialect: DialectName | None = None  # the fields its requests carried (rig.loadgen.dialects)
     dialect_source: str | None = None  # engine | probe:<path> | user | default (no probe identified the server)
     extra_body: dict[str, Any] | None = None  # the fields --extra-body added to every request, exactly as sent
+    telemetry: GpuTelemetry | None = None  # GPU samples (gpu_metrics) or why there are none
 
 
 class GeneratorHost(BaseModel):

@@ -4,6 +4,7 @@ Layout (README, "Results on disk"):
     results/<run_id>/manifest.json
     results/<run_id>/requests/point=<p>/gen=<g>/part-NNNNN.parquet
     results/<run_id>/server_metrics/point=<p>/part-NNNNN.parquet
+    results/<run_id>/gpu_metrics/point=<p>/part-NNNNN.parquet     (NVML or simulated GPU samples; absent without)
     results/<run_id>/logs/server=<config_id>/server.log      (one server launch serves several points)
 
 A Parquet file cut off mid-write has no footer and is unreadable, so nothing lives only in an open file: rows are
@@ -30,6 +31,7 @@ from rig import contracts
 MANIFEST = "manifest.json"
 REQUESTS_DIR = "requests"
 SERVER_METRICS_DIR = "server_metrics"
+GPU_METRICS_DIR = "gpu_metrics"
 LOGS_DIR = "logs"
 PART_GLOB = "part-*.parquet"  # rows are written in whole part files, numbered from part-00000.parquet
 
@@ -44,6 +46,34 @@ SERVER_METRICS_SCHEMA = pa.schema(
         ("name", pa.string()),
         ("labels", pa.string()),  # JSON object, keys sorted
         ("value", pa.float64()),
+    ]
+)
+
+# One row per GPU per sample (rig/server/gpu_telemetry.py), NVML's units. ts is the server node's clock; source is
+# "nvml" or "simulated" (the simulator's power model, rig/sim/power.py). A field the GPU does not support is null and
+# named in errors.
+GPU_METRICS_SCHEMA = pa.schema(
+    [
+        ("run_id", pa.string()),
+        ("point", pa.string()),
+        ("node", pa.string()),  # the server node's IP
+        ("ts", pa.float64()),
+        ("source", pa.string()),
+        ("gpu_index", pa.int32()),  # NVML's index
+        ("gpu_uuid", pa.string()),
+        ("gpu_name", pa.string()),
+        ("power_mw", pa.int64()),
+        ("energy_mj", pa.int64()),  # total-energy counter since the driver loaded (monotonic)
+        ("util_gpu_pct", pa.int32()),
+        ("util_mem_pct", pa.int32()),
+        ("mem_used_bytes", pa.int64()),
+        ("mem_total_bytes", pa.int64()),
+        ("sm_clock_mhz", pa.int32()),
+        ("temperature_c", pa.int32()),
+        ("throttle_reasons", pa.int64()),  # NVML's clock event reasons bitmask
+        ("power_limit_mw", pa.int64()),
+        ("sample_s", pa.float64()),  # how long the round of NVML calls took
+        ("errors", pa.string()),
     ]
 )
 
@@ -268,6 +298,10 @@ def server_metrics_dir(run_dir: Path, point: str) -> Path:
     return Path(run_dir) / SERVER_METRICS_DIR / f"point={point}"
 
 
+def gpu_metrics_dir(run_dir: Path, point: str) -> Path:
+    return Path(run_dir) / GPU_METRICS_DIR / f"point={point}"
+
+
 def server_log_path(run_dir: Path, config_id: str) -> Path:
     return Path(run_dir) / LOGS_DIR / f"server={config_id}" / "server.log"
 
@@ -289,6 +323,10 @@ def read_requests(run_dir: Path | str, columns: Iterable[str] | None = None) -> 
 
 def read_server_metrics(run_dir: Path | str, columns: Iterable[str] | None = None) -> pa.Table:
     return _read_parts(Path(run_dir) / SERVER_METRICS_DIR, SERVER_METRICS_SCHEMA, columns)
+
+
+def read_gpu_metrics(run_dir: Path | str, columns: Iterable[str] | None = None) -> pa.Table:
+    return _read_parts(Path(run_dir) / GPU_METRICS_DIR, GPU_METRICS_SCHEMA, columns)
 
 
 def write_manifest(run_dir: Path | str, manifest: contracts.Manifest) -> None:

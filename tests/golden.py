@@ -41,8 +41,9 @@ def rig(args: list[str], run: Path) -> str:
 
 def parquet_schemas() -> str:
     """The Parquet schemas rig writes (column names, types, order): files written before must stay readable."""
-    from rig.results import REQUEST_SCHEMA, SERVER_METRICS_SCHEMA
-    return f"requests\n{REQUEST_SCHEMA}\n\nserver metrics\n{SERVER_METRICS_SCHEMA}\n"
+    from rig.results import GPU_METRICS_SCHEMA, REQUEST_SCHEMA, SERVER_METRICS_SCHEMA
+    return (f"requests\n{REQUEST_SCHEMA}\n\nserver metrics\n{SERVER_METRICS_SCHEMA}\n\n"
+            f"gpu metrics\n{GPU_METRICS_SCHEMA}\n")
 
 
 def csv_tables(run: Path, dest: Path) -> dict[str, str]:

@@ -43,6 +43,7 @@ YAML_ONLY = {
     "cluster.placement_timeout_s": "cluster file (--cluster)",
     "cluster.object_store_memory_mb": "cluster file (--cluster)",
     "cluster.num_cpus": "cluster file (--cluster)",
+    "cluster.gpu_hour_price": "cluster file (--cluster); rig report/compare --gpu-hour-price override it",
 }
 
 

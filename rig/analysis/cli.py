@@ -51,25 +51,32 @@ def _fail(e: Exception) -> click.ClickException:
               help="Judge point validity again with these thresholds instead of the ones the run recorded, e.g. "
                    "--thresholds slip_p99_ms=20,cpu_pct=80 (names: slip_p99_ms, loop_lag_p99_ms, cpu_pct, "
                    "rate_ratio, min_window_s).")
+@click.option("--gpu-hour-price", type=click.FloatRange(min=0), metavar="USD",
+              help="Price of one GPU-hour: adds $ per million output tokens (default: the cluster file's "
+                   "gpu_hour_price, if the run recorded one).")
+@click.option("--objective", type=click.Choice(["throughput", "j_per_token", "usd_per_mtok"]), default="throughput",
+              show_default=True, help="What the speculative schedule by load ranks settings by (each under the SLOs).")
 def report(run_dir: Path, as_json: bool, csv_dir: Path | None, plots_dir: Path | None, html_file: Path | None,
-           slos: list[Slo], slo_percentile: float | None, json_full: bool, thresholds: str | None) -> None:
+           slos: list[Slo], slo_percentile: float | None, json_full: bool, thresholds: str | None,
+           gpu_hour_price: float | None, objective: str) -> None:
     """Tables, percentiles, acceptance, server state, goodput and losslessness of RUN_DIR, from Parquet alone."""
     from rig.analysis.report import build_report, export_csv, full_json, to_json
 
     err = Console(stderr=True)
     try:
-        if as_json and not (csv_dir or plots_dir or html_file or slos or json_full):
+        if as_json and not (csv_dir or plots_dir or html_file or slos or json_full) and objective == "throughput":
             # The campaign table alone is much cheaper than the whole report (no ITL, no losslessness).
             from rig.analysis.runs import load_run
             from rig.analysis.tables import campaign_table
 
             run = load_run(run_dir, thresholds)
-            rows = campaign_table(run)
+            rows = campaign_table(run, gpu_hour_price)
             for w in run.warnings:
                 err.print(f"[yellow]! {w}[/yellow]")
             click.echo(to_json(rows))
             return
-        rep = build_report(run_dir, slos=slos, slo_percentile=slo_percentile, thresholds=thresholds)
+        rep = build_report(run_dir, slos=slos, slo_percentile=slo_percentile, thresholds=thresholds,
+                           gpu_hour_price=gpu_hour_price, objective=objective)
     except (AnalysisInputError, OSError, ValueError) as e:
         raise _fail(e) from None
     if as_json or json_full:
@@ -158,13 +165,16 @@ def _best_table(rows: list[dict[str, Any]]) -> Table:
               help="Bootstrap resamples.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Bootstrap seed.")
 @click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON.")
-def compare(a: str, b: str | None, baseline_steps: int | None, resamples: int, seed: int, as_json: bool) -> None:
+@click.option("--gpu-hour-price", type=click.FloatRange(min=0), metavar="USD",
+              help="Price of one GPU-hour: adds the $ per million output tokens ratio (default: the cluster file's).")
+def compare(a: str, b: str | None, baseline_steps: int | None, resamples: int, seed: int, as_json: bool,
+            gpu_hour_price: float | None) -> None:
     """Paired speedups of B over baseline A (runs, or RUN_DIR:POINT), or of one run's points over --baseline-steps."""
     from rig.analysis.compare import compare as run_compare
     from rig.analysis.report import to_json
 
     try:
-        result = run_compare(a, b, baseline_steps, resamples, seed)
+        result = run_compare(a, b, baseline_steps, resamples, seed, gpu_hour_price)
     except (AnalysisInputError, OSError, ValueError) as e:
         raise _fail(e) from None
     err = Console(stderr=True)
@@ -177,3 +187,24 @@ def compare(a: str, b: str | None, baseline_steps: int | None, resamples: int, s
     out.print(f"[bold]Compare: {result['mode']}[/bold]  ({result['resamples']} resamples, seed {result['seed']})")
     out.print(_speedup_table(result["speedups"]))
     out.print(_best_table(result["best"]))
+    if result.get("energy"):
+        out.print(_energy_table(result["energy"]))
+
+
+def _energy_table(rows: list[dict[str, Any]]) -> Table:
+    sim = any("simulated" in str(r.get("source") or "") for r in rows)
+    t = Table(title="Energy and cost, candidate / baseline (paired requests resampled, bootstrap 95% CI; < 1 = "
+                    "candidate spends less)" + (" — SIMULATED: the simulator's power model" if sim else ""),
+              title_justify="left", header_style="bold", title_style="bold yellow" if sim else None)
+    for c in ("Baseline", "Candidate", "Workload", "Level", "Metric", "Baseline value", "Candidate value", "Ratio",
+              "95% CI", "Pairs", "Inputs"):
+        t.add_column(c, justify="left" if c in ("Baseline", "Candidate", "Workload", "Metric", "Inputs") else "right")
+    for r in rows:
+        level = r["concurrency"] if r["load_mode"] in (None, "closed") else r["rate"]
+        ci = f"{r['ci_low']:.3f}–{r['ci_high']:.3f}" if r["ci_low"] is not None else "–"
+        spec = ",.3f"
+        t.add_row(r["baseline"], r["candidate"], str(r["workload"]), str(level), r["metric"],
+                  format(r["baseline_value"], spec) if r["baseline_value"] is not None else "–",
+                  format(r["candidate_value"], spec) if r["candidate_value"] is not None else "–",
+                  f"{r['ratio']:.3f}" if r["ratio"] is not None else "–", ci, f"{r['pairs']:,}", _inputs_cell(r))
+    return t

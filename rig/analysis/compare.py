@@ -237,6 +237,94 @@ def best_per_level(sides: list[Side], resamples: int = RESAMPLES, seed: int = SE
     return sorted(out, key=key)
 
 
+# --- energy and cost --------------------------------------------------------------------------------------------
+
+ENERGY_METRICS = ("j_per_token", "usd_per_mtok")
+
+
+def _throughput_multipliers(tok: np.ndarray, lat: np.ndarray, idx: np.ndarray, closed: bool) -> np.ndarray:
+    """Resampled / observed aggregate throughput of a point from resampled requests (rows of ``idx``): Little's law
+    in a closed loop (Σtokens/Σlatency), Σtokens in an open one (the arrival rate is fixed)."""
+    if closed:
+        return (tok[idx].sum(axis=1) / lat[idx].sum(axis=1)) / (tok.sum() / lat.sum())
+    return tok[idx].sum(axis=1) / tok.sum()
+
+
+def _energy_row(side: Side, price: float | None) -> dict[str, Any]:
+    from rig.analysis.energy import add_energy
+
+    row = campaign_row(side.run, side.point, load_requests(side.run, side.point))
+    add_energy(side.run, [row], price)
+    return row
+
+
+def _tokens_latency(side: Side) -> tuple[pa.Table, list[str]]:
+    """request_id, completion tokens and E2E of the point's ok requests, and why its inputs are incomplete."""
+    t = read_point_requests(side.run.run_dir, side.point.point, m.REQUEST_COLUMNS, on_skip=side.run.skipped(side.point))
+    r = m.requests_from_table(t, generator_offsets(side.run.manifest))
+    return pa.table({"request_id": t["request_id"].filter(pa.array(r.ok)), "tok": r.tokens[r.ok],
+                     "lat": r.e2e[r.ok]}), incomplete(side, r)
+
+
+def paired_multipliers(base: Side, cand: Side, rng: np.random.Generator, resamples: int
+                       ) -> tuple[np.ndarray, np.ndarray, int]:
+    """Bootstrap multipliers of both points' aggregate tok/s from resampling the requests they share (the same
+    request ids drawn on both sides, so the request mix cancels in their ratio), and how many pairs there are."""
+    (a, _), (b, _) = _tokens_latency(base), _tokens_latency(cand)
+    j = a.join(b, "request_id", left_suffix="_base", right_suffix="_cand", join_type="inner")
+    j = j.sort_by("request_id") if j.num_rows else j  # a fixed order: the same seed draws the same resamples
+    cols = {k: m.as_float(j[k]) if j.num_rows else np.empty(0) for k in ("tok_base", "lat_base", "tok_cand",
+                                                                          "lat_cand")}
+    keep = np.logical_and.reduce([np.isfinite(v) for v in cols.values()]) if j.num_rows else np.zeros(0, bool)
+    n = int(keep.sum())
+    mb, mc = np.full(resamples, np.nan), np.full(resamples, np.nan)
+    if n == 0:
+        return mb, mc, 0
+    tb, lb, tc, lc = (cols[k][keep] for k in ("tok_base", "lat_base", "tok_cand", "lat_cand"))
+    step = max(1, _BATCH_CELLS // n)
+    for i in range(0, resamples, step):
+        k = min(step, resamples - i)
+        idx = rng.integers(0, n, size=(k, n))
+        mb[i:i + k] = _throughput_multipliers(tb, lb, idx, not base.point.open_loop)
+        mc[i:i + k] = _throughput_multipliers(tc, lc, idx, not cand.point.open_loop)
+    return mb, mc, n
+
+
+def energy_ratios(base: Side, cand: Side, price: float | None = None, resamples: int = RESAMPLES,
+                  seed: int = SEED) -> list[dict[str, Any]]:
+    """J/token and $/Mtok of the candidate over the baseline (< 1: the candidate spends less per token), each with a
+    paired bootstrap interval: the same request ids are resampled on both sides and each side's value moves with
+    1 / its resampled throughput (its energy over the window and its GPUs fixed, as measured). Empty when neither
+    figure exists on both sides."""
+    rb, rc = _energy_row(base, price), _energy_row(cand, price)
+    metrics = [k for k in ENERGY_METRICS if rb.get(k) is not None and rc.get(k) is not None]
+    if not metrics:
+        return []
+    why_a, why_b = incomplete(base), incomplete(cand)
+    mb, mc, n = paired_multipliers(base, cand, np.random.default_rng(seed), resamples)
+    source = ",".join(sorted({str(x) for x in (rb.get("energy_source"), rc.get("energy_source")) if x})) or None
+    rows = []
+    for metric in metrics:
+        vb, vc = float(rb[metric]), float(rc[metric])
+        row: dict[str, Any] = {
+            "baseline": base.label, "candidate": cand.label, "baseline_point": base.point.point,
+            "candidate_point": cand.point.point, "workload": cand.point.workload, "load_mode": cand.point.load_mode,
+            "concurrency": cand.point.concurrency, "rate": cand.point.rate, "repeat": cand.point.repeat,
+            "baseline_steps": base.point.steps, "candidate_steps": cand.point.steps, "metric": metric,
+            "baseline_value": vb, "candidate_value": vc, "ratio": vc / vb if vb else None, "ci_low": None,
+            "ci_high": None, "pairs": n, "source": source if metric == "j_per_token" else None,
+            "incomplete": _inputs_note((base, why_a), (cand, why_b)),
+        }
+        if n and vb:
+            ratios = (vc / mc) / (vb / mb)
+            ratios = ratios[np.isfinite(ratios)]
+            if ratios.size:
+                lo, hi = np.quantile(ratios, [(1 - CONFIDENCE) / 2, 1 - (1 - CONFIDENCE) / 2])
+                row.update(ci_low=float(lo), ci_high=float(hi))
+        rows.append(row)
+    return rows
+
+
 # --- entry points ------------------------------------------------------------------------------------------------
 
 
@@ -249,7 +337,7 @@ def parse_target(text: str) -> tuple[Path, str | None]:
 
 
 def compare(a: str, b: str | None = None, baseline_steps: int | None = None, resamples: int = RESAMPLES,
-            seed: int = SEED) -> dict[str, Any]:
+            seed: int = SEED, gpu_hour_price: float | None = None) -> dict[str, Any]:
     """Run the comparison the arguments describe; see the module docstring."""
     da, pa_ = parse_target(a)
     if b is None:
@@ -298,8 +386,14 @@ def compare(a: str, b: str | None = None, baseline_steps: int | None = None, res
                         f"honour ({', '.join(unseeded[:3])}{' …' if len(unseeded) > 3 else ''}): the paired "
                         "requests drew different outputs, so per-request ratios mix configuration and chance; rerun "
                         "with --deterministic (SGLang --enable-deterministic-inference)")
-    affected = sum(1 for r in speedups + best if r["incomplete"])
+    energy = [row for base, cand in pairs for row in energy_ratios(base, cand, gpu_hour_price, resamples, seed)]
+    affected = sum(1 for r in speedups + best + energy if r["incomplete"])
     if affected:
         warnings.append(f"{affected} figure(s) rest on incomplete inputs (marked '!' below): treat them with care")
-    return {"mode": mode, "resamples": resamples, "seed": seed, "speedups": speedups, "best": best,
-            "warnings": warnings}
+    if any(r.get("source") and "simulated" in r["source"] for r in energy):
+        warnings.append("energy figures are SIMULATED (the simulator's power model, not a measurement)")
+    out = {"mode": mode, "resamples": resamples, "seed": seed, "speedups": speedups, "best": best,
+           "warnings": warnings}
+    if energy:  # only where a side has GPU telemetry or a price: other comparisons read as before
+        out["energy"] = energy
+    return out

@@ -133,6 +133,49 @@ TUNE_COLS: list[Col] = [("round", "Round", _text), ("point", "Point", _text), ("
                         ("predicted_meets", "Predicted meets", _text), ("meets", "Meets", _text)]
 
 
+ENERGY_COLS: list[Col] = [
+    ("point", "Point", _text), ("steps", "Steps", _num("d")), ("concurrency", "Concurrency", _text),
+    ("rate", "Rate", _text), ("aggregate_tok_s", "Agg tok/s", _num(",.1f")), ("energy_source", "Source", _text),
+    ("energy_method", "Method", _text), ("gpus", "GPUs", _num("d")), ("energy_j", "Energy (J)", _num(",.0f")),
+    ("mean_power_w", "Mean power (W)", _num(",.0f")), ("j_per_token", "J/token", _num(",.3f")),
+    ("tok_s_per_gpu", "Tok/s per GPU", _num(",.1f")), ("tok_s_per_w", "Tok/s per W", _num(",.3f")),
+]
+COST_COLS: list[Col] = [("usd_per_mtok", "$/Mtok", _num(",.3f"))]
+BAND_COLS: list[Col] = [("level", "Band from", _text), ("up_to", "up to", _text), ("best", "Best", _text),
+                        ("value", "Value", _num(",.3f")), ("runner_up", "Runner-up", _text),
+                        ("runner_up_value", "Its value", _num(",.3f")), ("margin", "Margin", _pct),
+                        ("ci_low", "CI low", _pct), ("ci_high", "CI high", _pct), ("decided", "Decided", _text)]
+LIMIT_COLS: list[Col] = [("config", "Setting", _text), ("max_level", "Max level", _text),
+                         ("aggregate_tok_s", "Agg tok/s", _num(",.1f")),
+                         ("tok_s_per_gpu", "Tok/s per GPU", _num(",.1f")),
+                         ("mean_power_w", "Mean power (W)", _num(",.0f")), ("j_per_token", "J/token", _num(",.3f")),
+                         ("tok_s_per_w", "Tok/s per W", _num(",.3f")), ("usd_per_mtok", "$/Mtok", _num(",.3f"))]
+
+
+def energy_html(report: Report) -> list[str]:
+    """The energy and cost table (where the run has them) and the speculative schedule by load."""
+    parts: list[str] = []
+    sim = any("simulated" in str(r.get("energy_source") or "") for r in report.campaign)
+    if report.energy or report.cost:
+        cols = (ENERGY_COLS if report.energy else ENERGY_COLS[:5]) + (COST_COLS if report.cost else [])
+        parts += ["<h2>Energy and cost per point</h2>"
+                  + ('<p class="bad">SIMULATED: the simulator\'s power model, not a measurement.</p>' if sim else ""),
+                  table_html(report.campaign, cols)]
+    for s in report.schedule:
+        parts += [f"<h2>Speculative schedule by load: {html.escape(str(s['workload']))} "
+                  f"({html.escape(str(s['load_mode']))}), best by {html.escape(s['objective'])}</h2>",
+                  table_html(s["bands"], BAND_COLS)]
+        cross = "; ".join(f"{c['from']} up to {c['from_level']:g}, {c['to']} from {c['to_level']:g}"
+                          for c in s["crossovers"]) or "none"
+        limit_cols = LIMIT_COLS[:4] + (LIMIT_COLS[4:7] if report.energy else []) + \
+            (LIMIT_COLS[7:] if report.cost else [])
+        where = "the highest load meeting the SLOs" if report.slos else "its highest valid load (no SLOs given)"
+        parts += [f"<p>Crossovers: {html.escape(cross)}</p>",
+                  table_html(s["at_slo_limit"], limit_cols, f"each setting at {where}"
+                             + (" (energy SIMULATED)" if sim else ""))]
+    return parts
+
+
 def decision_html(report: Report) -> list[str]:
     """Frontier, best per level and per SLO, SLO search and tune sections."""
     from rig.analysis.slo import describe
@@ -169,6 +212,7 @@ def render_html(report: Report, plots: list[Path] | None = None) -> str:
              f"<p>status: <b>{html.escape(str(run.status or 'unknown'))}</b> · {len(report.campaign)} point(s)</p>"]
     parts += [f'<p class="warn">! {html.escape(w)}</p>' for w in report.warnings]
     parts.append(f"<p>Per-request seeds: {html.escape(seeds_line(run.points))}</p>")
+    parts += [f'<p class="warn">{html.escape(line)}</p>' for line in report.telemetry]
     parts.append("<h2>Campaign table</h2>")
     for _, grp in group_rows(report.campaign):
         open_loop = any(r.get("load_mode") not in (None, "closed") for r in grp)
@@ -188,6 +232,7 @@ def render_html(report: Report, plots: list[Path] | None = None) -> str:
     if report.goodput:
         parts += [f"<h2>Goodput ({html.escape(report.goodput[0]['slos'])})</h2>",
                   table_html(report.goodput, GOODPUT_COLS)]
+    parts += energy_html(report)
     parts += decision_html(report)
     ll = report.lossless
     parts.append("<h2>Greedy losslessness</h2>")

@@ -84,6 +84,22 @@ def plot_throughput(report: Report, path: Path) -> Path:
     return _save(fig, path)
 
 
+def plot_energy(report: Report, path: Path) -> Path:
+    """J/token and mean power against load, one line per (workload, steps); titled SIMULATED for the sim's model."""
+    sim = any("simulated" in str(r.get("energy_source") or "") for r in report.campaign)
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for ax, key, title, unit in ((axes[0], "j_per_token", "energy per output token", "J/token"),
+                                 (axes[1], "mean_power_w", "mean power, all GPUs", "W")):
+        for (w, label), (x, y) in sorted(_lines(report.campaign, key).items()):
+            ax.plot(x, y, marker="o", label=f"{w} {label}")
+        ax.set_xscale("log", base=2)
+        ax.set(title=title + (" (SIMULATED)" if sim else ""), xlabel=_xlabel(report.campaign), ylabel=unit)
+        ax.grid(alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7)
+    return _save(fig, path)
+
+
 def plot_request_speed(report: Report, path: Path) -> Path:
     """Per-request tok/s (from send) and decode tok/s against load, one line per (workload, steps)."""
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
@@ -223,6 +239,8 @@ def write_plots(report: Report, out_dir: Path) -> list[Path]:
         plot_request_speed(report, out_dir / "request_speed_vs_concurrency.png"),
         plot_acceptance(report, out_dir / "acceptance_vs_steps.png"),
     ]
+    if report.energy:
+        paths.append(plot_energy(report, out_dir / "energy_vs_load.png"))
     for wl in sorted({str(r.get("workload")) for r in report.campaign if r.get("tok_s_per_gpu") is not None}):
         paths.append(plot_frontier(report, wl, out_dir / f"frontier_{safe_name(wl)}.png"))
     by_level: dict[tuple[str, float | None], list[dict[str, Any]]] = defaultdict(list)

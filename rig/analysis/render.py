@@ -78,6 +78,95 @@ def render_server(rows: list[dict[str, Any]]) -> Table:
     return t
 
 
+def simulated(rows: list[dict[str, Any]]) -> bool:
+    return any("simulated" in str(r.get("energy_source") or "") for r in rows)
+
+
+def render_energy(report: Report) -> Table:
+    """Energy and cost per point (rig.analysis.energy): from the GPU counters over each point's window."""
+    rows = report.campaign
+    sim = " — SIMULATED: the simulator's power model, not a measurement" if simulated(rows) else ""
+    t = Table(title=f"Energy and cost per point (energy over the point's window, all GPUs){sim}",
+              title_justify="left", header_style="bold", title_style="bold yellow" if sim else None)
+    cols = ["Point", "Steps", "Level", "Agg tok/s"]
+    if report.energy:
+        cols += ["Source", "Method", "GPUs", "Energy (kJ)", "Mean power (W)", "J/token", "Tok/s per GPU", "Tok/s per W"]
+    if report.cost:
+        cols += ["$/Mtok"]
+    for c in cols:
+        t.add_column(c, justify="left" if c in ("Point", "Source", "Method") else "right", overflow="fold")
+    for r in rows:
+        cells = [r["point"], fmt(r.get("steps"), "d"), _level({"level": r.get("rate") if r.get("load_mode") not in
+                                                                (None, "closed") else r.get("concurrency")}),
+                 fmt(r.get("aggregate_tok_s"))]
+        if report.energy:
+            e = r.get("energy_j")
+            cells += [r.get("energy_source") or "–", r.get("energy_method") or "–", fmt(r.get("gpus"), "d"),
+                      fmt(e / 1000 if e is not None else None, ",.2f"), fmt(r.get("mean_power_w"), ",.0f"),
+                      fmt(r.get("j_per_token"), ",.3f"), fmt(r.get("tok_s_per_gpu")), fmt(r.get("tok_s_per_w"), ",.3f")]
+        if report.cost:
+            cells.append(fmt(r.get("usd_per_mtok"), ",.3f"))
+        t.add_row(*cells)
+    return t
+
+
+OBJECTIVE_TEXT = {"throughput": "aggregate tok/s", "j_per_token": "J/token", "usd_per_mtok": "$/Mtok"}
+
+
+def _value(v: Any, objective: str) -> str:
+    return fmt(v, ",.1f" if objective == "throughput" else ",.3f")
+
+
+def render_schedule(report: Report) -> list[RenderableType]:
+    """Per workload: the best setting in each load band with its CI, the crossovers, and each setting at its SLO
+    limit."""
+    from rig.analysis.slo import describe
+
+    out: list[RenderableType] = []
+    among = f"points meeting {describe(report.slos, report.slo_percentile)}" if report.slos else "valid points"
+    sim = simulated(report.campaign)
+    for s in report.schedule:
+        obj = OBJECTIVE_TEXT.get(s["objective"], s["objective"])
+        t = Table(title=f"Speculative schedule by load · {s['workload']} ({s['load_mode']}): best by {obj} among "
+                        f"{among}; margin over the runner-up, 95% CI", title_justify="left", header_style="bold")
+        for c in ("Band from", "up to", "Best", obj.capitalize(), "Runner-up", obj.capitalize() + " ", "Margin",
+                  "95% CI", "Decided"):
+            t.add_column(c, justify="left" if c in ("Best", "Runner-up") else "right")
+        for b in s["bands"]:
+            ci = (f"{b['ci_low'] * 100:+.1f}% … {b['ci_high'] * 100:+.1f}%" if b.get("ci_low") is not None else "–")
+            t.add_row(_level({"level": b["level"]}), _level({"level": b["up_to"]}), b["best"] or "none meets",
+                      _value(b["value"], s["objective"]), b["runner_up"] or "–",
+                      _value(b["runner_up_value"], s["objective"]),
+                      f"{b['margin'] * 100:+.1f}%" if b.get("margin") is not None else "–", ci,
+                      "–" if b.get("decided") is None else ("yes" if b["decided"] else "no (CI spans 0)"))
+        out.append(t)
+        if s["crossovers"]:
+            out.append(Text("Crossovers: " + "; ".join(
+                f"{c['from']} up to {c['from_level']:g}, {c['to']} from {c['to_level']:g}"
+                + (f" (incomplete: no valid point of {', '.join(c['incomplete'])})" if c.get("incomplete")
+                   else "" if c["decided"] else " (not decided: CI spans 0)") for c in s["crossovers"])))
+        else:
+            out.append(Text("Crossovers: none (one setting is best in every band)", style="dim"))
+        where = "the highest load meeting the SLOs" if report.slos else "its highest valid load (no --slo given)"
+        lim = Table(title=f"Each setting at {where} · {s['workload']}" + (" — energy SIMULATED" if sim else ""),
+                    title_justify="left", header_style="bold")
+        cols = ["Setting", "Max level", "Agg tok/s", "Tok/s per GPU"]
+        cols += ["Mean power (W)", "J/token", "Tok/s per W"] if report.energy else []
+        cols += ["$/Mtok"] if report.cost else []
+        for c in cols:
+            lim.add_column(c, justify="left" if c == "Setting" else "right")
+        for e in s["at_slo_limit"]:
+            cells = [e["config"], _level({"level": e["max_level"]}), fmt(e["aggregate_tok_s"]),
+                     fmt(e["tok_s_per_gpu"])]
+            if report.energy:
+                cells += [fmt(e["mean_power_w"], ",.0f"), fmt(e["j_per_token"], ",.3f"), fmt(e["tok_s_per_w"], ",.3f")]
+            if report.cost:
+                cells.append(fmt(e["usd_per_mtok"], ",.3f"))
+            lim.add_row(*cells)
+        out.append(lim)
+    return out
+
+
 def render_goodput(rows: list[dict[str, Any]]) -> Table:
     """Requests meeting every SLO per point."""
     slos = rows[0]["slos"] if rows else ""
@@ -158,14 +247,19 @@ def render_report(report: Report) -> Group:
     for w in report.warnings:
         parts.append(Text(f"! {w}", style="yellow"))
     parts.append(Text(f"Per-request seeds: {seeds_line(report.run.points)}"))
+    for line in report.telemetry:
+        parts.append(Text(line, style="yellow" if "SIMULATED" in line or "absent" in line else ""))
     parts.append(render_campaign_table(report.campaign))
     problems = render_problems(report.campaign)
     if problems is not None:
         parts.append(problems)
     parts += [render_latency(report.latency),
               render_acceptance(report.acceptance), render_server(report.server)]
+    if report.energy or report.cost:
+        parts.append(render_energy(report))
     if report.goodput:
         parts.append(render_goodput(report.goodput))
     parts += decision_tables(report)
+    parts += render_schedule(report)
     parts.append(render_lossless(report.lossless))
     return Group(*parts)

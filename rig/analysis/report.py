@@ -39,6 +39,11 @@ class Report:
     tune: dict[str, Any] | None = None  # the manifest's tune section (rig tune)
     series: dict[str, dict[str, Series]] = field(default_factory=dict)
     cdfs: dict[str, dict[str, tuple[np.ndarray, np.ndarray]]] = field(default_factory=dict)
+    energy: bool = False  # campaign rows carry energy figures (the run has GPU telemetry)
+    cost: bool = False  # campaign rows carry $/Mtok (a GPU-hour price was given or recorded)
+    telemetry: list[str] = field(default_factory=list)  # per server configuration: GPU figures' source or absence
+    objective: str = "throughput"
+    schedule: list[dict[str, Any]] = field(default_factory=list)  # rig.analysis.schedule
 
     @property
     def warnings(self) -> list[str]:
@@ -68,10 +73,15 @@ def adaptive_slos(manifest: Manifest) -> tuple[list[m.Slo], float | None]:
 
 
 def build_report(run_dir: Path | str | Run, slos: list[m.Slo] | None = None, cdf_resolution: int = 200,
-                 slo_percentile: float | None = None, thresholds: str | None = None) -> Report:
+                 slo_percentile: float | None = None, thresholds: str | None = None,
+                 gpu_hour_price: float | None = None, objective: str = "throughput") -> Report:
     """Read each point once and compute every section of the report (SLOs: the given ones, else those of the
-    run's SLO search or tune; ``thresholds``: judge validity again, see rig.analysis.runs.load_run)."""
+    run's SLO search or tune; ``thresholds``: judge validity again, see rig.analysis.runs.load_run; the price per
+    GPU-hour: the given one, else the run's cluster file's; ``objective``: what the speculative schedule ranks by,
+    rig.analysis.schedule.OBJECTIVES)."""
+    from rig.analysis.energy import add_energy, recorded_price, telemetry_lines
     from rig.analysis.frontier import best_per_level, best_per_slo, frontier_rows, mark_frontier
+    from rig.analysis.schedule import build_schedule, check_objective
     from rig.analysis.slo import DEFAULT_PERCENTILE, describe, evaluate_slos
 
     run = run_dir if isinstance(run_dir, Run) else load_run(run_dir, thresholds)
@@ -132,6 +142,11 @@ def build_report(run_dir: Path | str | Run, slos: list[m.Slo] | None = None, cdf
     order = {r["point"]: i for i, r in enumerate(sorted(campaign, key=sort_key))}
     by_order = lambda rows: sorted(rows, key=lambda x: order.get(x["point"], 0))  # noqa: E731
     mark_frontier(run, campaign)
+    price = gpu_hour_price if gpu_hour_price is not None else recorded_price(run)
+    energy = add_energy(run, campaign, price)
+    telemetry = telemetry_lines(run)
+    absent = next((line.split(": absent ", 1)[1] for line in telemetry if ": absent " in line), None)
+    check_objective(campaign, objective, absent)
     return Report(
         run=run,
         campaign=by_order(campaign),
@@ -149,6 +164,11 @@ def build_report(run_dir: Path | str | Run, slos: list[m.Slo] | None = None, cdf
         tune=run.manifest.tune,
         series=series_by_point,
         cdfs=cdfs,
+        energy=energy,
+        cost=price is not None,
+        telemetry=telemetry,
+        objective=objective,
+        schedule=build_schedule(run, by_order(campaign), meets if slos else None, objective),
     )
 
 
@@ -187,6 +207,10 @@ def export_csv(report: Report, out_dir: Path) -> list[Path]:
         tables["best_per_slo"] = report.best_per_slo
     tables["frontier"] = report.frontier
     tables["best_per_level"] = report.best_per_level
+    from rig.analysis.schedule import limit_rows, schedule_rows
+
+    tables["schedule"] = schedule_rows(report.schedule)
+    tables["schedule_at_slo_limit"] = limit_rows(report.schedule)
     paths = []
     for name, rows in tables.items():
         path = out_dir / f"{name}.csv"
@@ -201,7 +225,8 @@ def full_json(report: Report) -> dict[str, Any]:
             "slos": [str(s) for s in report.slos], "slo_percentile": report.slo_percentile if report.slos else None,
             "campaign": report.campaign, "frontier": report.frontier, "best_per_level": report.best_per_level,
             "best_per_slo": report.best_per_slo, "goodput": report.goodput, "search": report.search,
-            "tune": report.tune}
+            "tune": report.tune, "objective": report.objective, "schedule": report.schedule,
+            **({"telemetry": report.telemetry} if report.telemetry else {})}
 
 
 def to_json(obj: Any) -> str:

@@ -17,6 +17,8 @@ from rig.contracts import (IDENTITY_FIELDS, JUDGED_FLAGS, ContractError, Manifes
                            Thresholds, judge_point, parse_manifest)
 from rig.server.effective import change_lines, label_knobs
 from rig.results import (
+    GPU_METRICS_DIR,
+    GPU_METRICS_SCHEMA,
     MANIFEST,
     REQUEST_SCHEMA,
     REQUESTS_DIR,
@@ -345,6 +347,13 @@ def read_point_server_metrics(
     """Server /metrics samples of one point, optionally only the given metric names."""
     flt = pc.field("name").isin(list(names)) if names is not None else None
     return _read(point_files(Path(run_dir), point, SERVER_METRICS_DIR), SERVER_METRICS_SCHEMA, None, flt, on_skip)
+
+
+def read_point_gpu_metrics(run_dir: Path | str, point: str, columns: Iterable[str] | None = None,
+                           on_skip: Callable[[str], None] | None = None) -> pa.Table:
+    """GPU telemetry samples (gpu_metrics) of one point: an empty table where the run has none."""
+    cols = list(columns) if columns is not None else None
+    return _read(point_files(Path(run_dir), point, GPU_METRICS_DIR), GPU_METRICS_SCHEMA, cols, None, on_skip)
 
 
 def generator_offsets(manifest: Manifest) -> dict[int, float]:

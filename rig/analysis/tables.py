@@ -21,14 +21,17 @@ CAMPAIGN_KEYS = (
 )
 
 
-def campaign_table(run_dir: Path | str | Run) -> list[dict[str, Any]]:
-    """Every point's campaign row, in table order, with its place on the Pareto frontier; works on partial runs
-    (points without rows have null rates)."""
+def campaign_table(run_dir: Path | str | Run, gpu_hour_price: float | None = None) -> list[dict[str, Any]]:
+    """Every point's campaign row, in table order, with its place on the Pareto frontier, and its energy and cost
+    where the run has GPU telemetry or a price (rig.analysis.energy); works on partial runs (points without rows
+    have null rates)."""
+    from rig.analysis.energy import add_energy
     from rig.analysis.frontier import mark_frontier
 
     run = run_dir if isinstance(run_dir, Run) else load_run(run_dir)
     rows = [campaign_row(run, p, load_requests(run, p)) for p in run.points]
     mark_frontier(run, rows)
+    add_energy(run, rows, gpu_hour_price)
     return sorted(rows, key=sort_key)
 
 

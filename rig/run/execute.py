@@ -82,6 +82,9 @@ class PointExecutor:
         ray.get(server.start_scrape.remote(self.spec.run_id, pid, self.spec.metrics_interval_s))
         start_wall = time.time() + 1.0  # common start for every generator (driver clock)
         store.update_point(pid, start_wall=start_wall)
+        tel = server_entry.telemetry
+        if tel is not None and tel.source:  # a GPU sample at the first send: the energy window's start is bracketed
+            server.gpu_sample_at.remote(start_wall + (tel.clock_offset_s or 0.0))
         refs = [g.run_point.remote(start_wall) for g in handles]
         exit_ref = server.wait_exit.remote()
         self.progress.point_start(pid, total)
@@ -133,6 +136,8 @@ class PointExecutor:
         stopping = self.stop.is_set()
         after = ray.get(server.metrics_snapshot.remote()) if server_died is None and not stopping else {}
         metric_parts = ray.get(server.stop_scrape.remote()) if server_died is None else []
+        if server_died is None and server_entry.telemetry is not None and server_entry.telemetry.source:
+            store.update_point(pid, gpu_telemetry=ray.get(server.gpu_stats.remote()))
         self.gather(pid, results, metric_parts)
         # Counter increases over the point's window (warm-up excluded): the server's own token accounting.
         store.update_point(

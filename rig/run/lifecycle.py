@@ -9,8 +9,9 @@ from typing import Any
 
 import ray
 
+from rig import cluster
 from rig.config import RunSpec
-from rig.contracts import ServerConfigEntry
+from rig.contracts import GpuTelemetry, ServerConfigEntry
 from rig.loadgen.dialects import Dialect, limits, resolve
 from rig.results import server_log_path
 from rig.run.fleet import Fleet
@@ -116,8 +117,24 @@ class ServerLifecycle:
         self.store.update_server_config(cid, effective=effective, warnings=warnings)
         for w in warnings:
             self.progress.status(f"warning: {w}")
+        self.store.update_server_config(cid, telemetry=self.open_telemetry())
         self.store.save()
         return self.store.server_config(cid)
+
+    def open_telemetry(self) -> GpuTelemetry:
+        """The server node's GPU telemetry (NVML, or the simulator's model) or why there is none, with the node's
+        clock offset so its samples line up with the points' windows."""
+        got = GpuTelemetry.model_validate(ray.get(self.handle.open_telemetry.remote()))
+        if got.source is None:
+            self.progress.status(f"GPU telemetry absent: {got.absent_reason}")
+            return got
+        if got.source == "simulated":
+            self.progress.status(f"GPU telemetry: SIMULATED ({len(got.gpus)} GPUs of the simulator's power model)")
+        try:
+            offset, _ = cluster.measure_clock_offset(self.handle)
+        except Exception:  # the samples still count; their times are then taken as the driver's
+            offset = None
+        return got.model_copy(update={"clock_offset_s": offset})
 
     def grace(self) -> float:
         """Seconds the engine gets to exit on SIGTERM: less when the user asked the run to stop."""

@@ -20,8 +20,11 @@ import psutil
 import ray
 
 from rig.loadgen.dialects import probe_paths
-from rig.results import SERVER_METRICS_SCHEMA, PartWriter, atomic_write, server_metrics_dir
+from rig.results import (GPU_METRICS_SCHEMA, SERVER_METRICS_SCHEMA, PartWriter, atomic_write, gpu_metrics_dir,
+                         server_metrics_dir)
 from rig.server.engines import engine_for
+from rig.server.gpu_telemetry import (SOURCE_SIMULATED, GpuSampler, Source, TelemetryAbsent, assigned_devices,
+                                      open_source)
 from rig.server.scrape import parse_metrics, summed_values
 from rig.server.spec import ServerConfig
 
@@ -77,6 +80,9 @@ class ServerActor:
         self._scrape_task: asyncio.Task | None = None
         self._scrape_writer: PartWriter | None = None
         self._http: aiohttp.ClientSession | None = None
+        self._gpu_source: Source | None = None  # open_telemetry: NVML, the simulator's model, or none
+        self._gpu_sampler: GpuSampler | None = None
+        self._gpu_stats: dict[str, Any] | None = None  # the last point's sampler figures
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> dict[str, Any]:
@@ -249,6 +255,38 @@ class ServerActor:
             await asyncio.sleep(0.5)
         return proc.returncode
 
+    async def clock(self) -> float:
+        """This node's wall clock (the driver measures its offset, to put gpu_metrics times on its own clock)."""
+        return time.time()
+
+    # ------------------------------------------------------------------ GPU telemetry
+    async def open_telemetry(self) -> dict[str, Any]:
+        """Open the GPU telemetry source once the engine is healthy (the simulator answers /sim/gpu then): NVML on
+        the GPUs Ray gave this actor, or the simulator's power model for ``sim``. Returns the manifest's
+        GpuTelemetry fields: the source and its GPUs, or why there is none."""
+        if self._gpu_source is not None:
+            self._gpu_source.close()
+            self._gpu_source = None
+        devices = assigned_devices(os.environ.get("CUDA_VISIBLE_DEVICES"), self.gpu_ids)
+        try:
+            # NVML's init and the simulator's first answer block: off the actor's event loop.
+            src = await asyncio.to_thread(open_source, self.cfg.engine, self.url, devices, self._headers())
+        except TelemetryAbsent as e:
+            return {"source": None, "absent_reason": str(e), "node_ip": self.node_ip}
+        self._gpu_source = src
+        note = ("simulated: the simulator's power model (rig/sim/power.py; parameters and their sources in the sim "
+                "profile), not a measurement") if src.source == SOURCE_SIMULATED else None
+        return {"source": src.source, "gpus": src.gpus, "node_ip": self.node_ip, "note": note}
+
+    async def gpu_sample_at(self, wall_ts: float) -> None:
+        """An extra GPU sample at ``wall_ts`` on this node's clock (the point's common start)."""
+        if self._gpu_sampler is not None:
+            self._gpu_sampler.sample_at(wall_ts)
+
+    async def gpu_stats(self) -> dict[str, Any] | None:
+        """The GPU sampler's figures over the last point (samples, failed rounds, CPU time), None without one."""
+        return self._gpu_stats
+
     # ------------------------------------------------------------------ metrics
     async def _scrape(self) -> list[tuple[str, str, float]] | None:
         try:
@@ -283,6 +321,12 @@ class ServerActor:
                 await asyncio.sleep(max(0.0, next_t - time.monotonic()))
 
         self._scrape_task = asyncio.get_running_loop().create_task(loop())
+        if self._gpu_source is not None:  # its own thread: NVML calls block, and nothing waits on them
+            gpu_writer = PartWriter(gpu_metrics_dir(self.spool_root, point), GPU_METRICS_SCHEMA, max_age_s=5.0)
+            self._gpu_sampler = GpuSampler(self._gpu_source, gpu_writer,
+                                           {"run_id": run_id, "point": point, "node": self.node_ip}, interval_s)
+            self._gpu_stats = None
+            self._gpu_sampler.start()
 
     async def stop_scrape(self) -> list[str]:
         if self._scrape_task is not None:
@@ -296,6 +340,11 @@ class ServerActor:
             parts = [str((self._scrape_writer.directory / p).relative_to(self.spool_root))
                      for p in self._scrape_writer.parts]
             self._scrape_writer = None
+        if self._gpu_sampler is not None:
+            sampler, self._gpu_sampler = self._gpu_sampler, None
+            stats = await asyncio.to_thread(sampler.stop)
+            self._gpu_stats = {"source": sampler.source.source, **stats.as_dict()}
+            parts += [str((sampler.writer.directory / p).relative_to(self.spool_root)) for p in sampler.writer.parts]
         return parts
 
     async def read_file(self, rel_path: str) -> bytes:
@@ -309,6 +358,9 @@ class ServerActor:
     async def stop(self, grace_s: float = 30.0) -> int | None:
         """SIGTERM the engine (it tears down its own children), then SIGKILL whatever of its tree remains."""
         await self.stop_scrape()
+        if self._gpu_source is not None:
+            self._gpu_source.close()
+            self._gpu_source = None
         if self._http is not None:
             await self._http.close()
         if self.proc is None:

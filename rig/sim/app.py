@@ -7,7 +7,7 @@ from aiohttp import web
 
 from rig.sim import faults, openai_api
 from rig.sim.server import (SimServer, flush_cache, generate, get_server_info, health, make_middlewares, metrics,
-                            model_info, model_one, models, server_info)
+                            model_info, model_one, models, server_info, sim_gpu)
 
 
 def create_app(srv: SimServer) -> web.Application:
@@ -24,6 +24,7 @@ def create_app(srv: SimServer) -> web.Application:
     r.add_get("/v1/models", models)
     r.add_get("/v1/models/{name:.+}", model_one)
     r.add_get("/metrics", metrics)
+    r.add_get("/sim/gpu", sim_gpu)  # sim only: the simulated GPU power (rig/sim/power.py)
     r.add_route("GET", "/flush_cache", flush_cache)
     r.add_route("POST", "/flush_cache", flush_cache)
     r.add_post("/generate", generate)

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from rig.sim.prometheus import SimMetrics
 from rig.sim.prefix_cache import PrefixCache
+from rig.sim.power import PowerMeter, PowerModel
 from rig.sim.profile import Profile
 from rig.sim.requests import Sampling, build_req, output_stream, plan_request, prompt_key
 from rig.sim.scheduler import EngineConfig, Iteration, Req, Scheduler
@@ -80,6 +81,9 @@ class Engine:
         self._task: asyncio.Task | None = None
         self.loop = asyncio.get_running_loop()
         self.wall_offset = time.time() - self.loop.time()
+        self.tp = tp
+        # Simulated draw of each of the tp GPUs (they run every forward on their shards alike): GET /sim/gpu
+        self.power = PowerMeter(PowerModel(profile, self.sched.cost, cfg.steps), self.loop.time())
         # interval statistics for the decode log line and the scheduler gauges
         self._iv_start = self.loop.time()
         self._iv_tokens = 0
@@ -171,6 +175,7 @@ class Engine:
                 await asyncio.sleep(0)
                 continue
             deadline = t + it.duration * self.time_scale
+            self.power.run(it, t, deadline)
             await self._sleep_until(deadline)
             self.metrics.observe_lag(max(0.0, loop.time() - deadline))
             touched = self.sched.complete(it, deadline, t)

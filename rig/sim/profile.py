@@ -89,6 +89,19 @@ SPECS: tuple[ParamSpec, ...] = (
     _p("eos_sigma", "ln(tokens)", 0.8, 0.0, 3, "Log-normal spread of the natural length across prompts and seeds."),
     _p("loop_period_tokens", "tokens", 24, 2, 1000,
        "Period of the repetition greedy output falls into past its natural end."),
+    # --- power of one GPU (rig/sim/power.py; not fitted: the campaign measured no power) ---
+    _p("gpu_board_power_w", "W", 600, 50, 2000,
+       "Board power limit of one GPU: no modelled draw exceeds it (RTX PRO 6000 Blackwell: 600 W)."),
+    _p("gpu_idle_w", "W", 70, 0, 2000,
+       "Draw of one GPU with the model loaded and no iteration running."),
+    _p("gpu_fixed_w", "W", 300, 0, 2000,
+       "Draw while a forward's fixed part runs (kernel launches, all-reduce waits, dense and attention weights): "
+       "t_fixed_ms and d_fixed_ms."),
+    _p("gpu_memory_w", "W", 420, 0, 2000,
+       "Draw while a forward streams routed experts or reads context (memory-bound): t_experts_ms and c_ctx terms."),
+    _p("gpu_compute_w", "W", 600, 0, 2000,
+       "Draw while a forward computes over its tokens (tensor cores): c_tok_ms and d_tok_ms terms, every drafted "
+       "token counted whether it is accepted or not."),
 )
 SPEC_BY_NAME: dict[str, ParamSpec] = {s.name: s for s in SPECS}
 
@@ -107,6 +120,12 @@ DEFAULT_SOURCES: dict[str, str] = {
                         "acceptance 85-90 %)",
     "acc_logit_temperature_slope": "assumption: T=0.7 lowers p1 from ~0.85 to ~0.75 (speculative sampling accepts "
                                    "with prob. 1 - TV distance, which grows as temperature flattens the target)",
+    "gpu_board_power_w": "fact: RTX PRO 6000 Blackwell (Workstation and Server Edition) board power 600 W",
+    "gpu_idle_w": "assumption: ~12 % of board power, as an H200 with a model loaded idles at 80 W of 700 W "
+                  "(shared/reference/gpu-node.md)",
+    "gpu_fixed_w": "assumption: half of board power while launch- and latency-bound kernels run",
+    "gpu_memory_w": "assumption: ~70 % of board power for memory-bound kernels (decode of a MoE streams weights)",
+    "gpu_compute_w": "assumption: dense tensor-core work runs at the board power limit",
 }
 
 # Stated assumptions the profile carries as notes (issue 3, item 4).

@@ -88,6 +88,7 @@ class Iteration:
     reqs: list[Req]
     chunks: list[int] = field(default_factory=list)  # prefill: tokens of each request in this batch
     tokens: int = 0  # tokens the forward processed
+    ctx: int = 0  # context tokens the target forward read (the power model splits the cost by term: sim/power.py)
 
 
 @dataclass
@@ -169,7 +170,7 @@ class Scheduler:
         if self.running:
             b = len(self.running)
             return Iteration("decode", self.cost.decode(b, self.cfg.steps, self.ctx_sum), self.running[:],
-                             tokens=b * (self.cfg.steps + 1))
+                             tokens=b * (self.cfg.steps + 1), ctx=self.ctx_sum)
         return None
 
     def _reservation(self, r: Req) -> float:
@@ -210,7 +211,7 @@ class Scheduler:
         if not reqs:
             return None
         dur = self.cost.prefill(used, ctx, cfg.steps > 0)
-        return Iteration("prefill", dur, reqs, chunks, tokens=used)
+        return Iteration("prefill", dur, reqs, chunks, tokens=used, ctx=ctx)
 
     # ---- committing ----
     def complete(self, it: Iteration, t_end: float, t_start: float | None = None) -> list[Req]:

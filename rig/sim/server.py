@@ -294,6 +294,30 @@ async def metrics(request: web.Request) -> web.Response:
     return web.Response(body=srv.metrics.render(), headers={"Content-Type": CONTENT_TYPE})
 
 
+SIM_GPU_NAME = "NVIDIA RTX PRO 6000 Blackwell (simulated)"
+
+
+async def sim_gpu(request: web.Request) -> web.Response:
+    """GET /sim/gpu (a sim-only route, like the --sim-* flags; SGLang has none): the simulated draw of each of the
+    tp GPUs in NVML's units (rig/sim/power.py), which the server actor samples as it samples NVML on a GPU node.
+    Temperature, SM clock and throttle reasons are not modelled: null."""
+    srv: SimServer = request.app["srv"]
+    eng = srv.engine
+    now = eng.loop.time()
+    watts, busy, memory = eng.power.window(now)
+    energy_mj = int(eng.power.energy_j(now) * 1000)
+    cap = srv.capacity
+    total = int(srv.profile.gpu_mem_gb * 1e9)
+    used = int(max(0.0, srv.profile.gpu_mem_gb - cap.available_gpu_mem_gb) * 1e9)
+    gpus = [{"index": i, "uuid": f"GPU-SIM-{i:08d}", "name": SIM_GPU_NAME, "power_mw": int(watts * 1000),
+             "energy_mj": energy_mj, "util_gpu_pct": int(round(busy * 100)), "util_mem_pct": int(round(memory * 100)),
+             "mem_used_bytes": used, "mem_total_bytes": total,
+             "power_limit_mw": int(srv.profile.gpu_board_power_w * 1000), "sm_clock_mhz": None,
+             "temperature_c": None, "throttle_reasons": None} for i in range(eng.tp)]
+    return web.json_response({"source": "simulated", "ts": eng.wall(now), "profile": srv.profile.name,
+                              "gpus": gpus})
+
+
 async def flush_cache(request: web.Request) -> web.Response:
     """entrypoints/http_server.py::flush_cache + managers/scheduler_components/flush_wrapper.py: without
     ?timeout= (or 0) it flushes only when idle, else 400; with a timeout it waits for idle up to that long."""

@@ -1,0 +1,205 @@
+"""The speculative schedule by load: which steps to run in each load band, where the answer changes, and what each
+setting gives at the highest load it serves within the SLOs.
+
+From the points of a sweep or a tune (valid points only; with SLOs, only those meeting them), per workload and load
+mode:
+
+- **Bands**: each measured level (concurrency, or rate for an open loop) opens a band that runs up to the next
+  level. In each, the configuration with the best value of the objective (mean over repeats): ``throughput``
+  (aggregate tok/s, higher is better), ``j_per_token`` or ``usd_per_mtok`` (lower is better). Its margin over the
+  runner-up (> 0: the best is better: best/runner-up - 1 for throughput, 1 - best/runner-up for the costs) with a
+  bootstrap 95 % interval: over repeats where both have two or more; else from their requests, as ``rig compare``
+  rescales a point's aggregate tok/s (Little's law over resampled requests; J/token and $/Mtok scale with
+  1/throughput at the point's measured power and GPU count), drawing the same request ids on both sides where the
+  two points served the same requests (``paired requests``: a sweep's points do), else each side on its own.
+  ``decided`` says whether the interval excludes 0.
+- **Crossovers**: consecutive bands whose best configuration differs, e.g. steps 4 up to C=32, steps 3 from C=64;
+  ``incomplete`` names the settings without a valid point at either level (a change that may only mean a setting
+  was not measured there), and ``decided`` needs the new best's interval to exclude 0 and nothing missing.
+- **At the SLO limit**: for each configuration, the highest level where it meets the SLOs (every valid level
+  without SLOs) and its throughput, tok/s per GPU, mean power, J/token, tok/s per W and $/Mtok there.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+import numpy as np
+
+from rig.analysis import compare as cmp
+from rig.analysis.frontier import valid
+from rig.analysis.runs import AnalysisInputError, Run
+
+OBJECTIVES: dict[str, tuple[str, bool]] = {  # name -> (campaign row key, higher is better)
+    "throughput": ("aggregate_tok_s", True),
+    "j_per_token": ("j_per_token", False),
+    "usd_per_mtok": ("usd_per_mtok", False),
+}
+RESAMPLES = 500
+LIMIT_KEYS = ("aggregate_tok_s", "tok_s_per_gpu", "mean_power_w", "j_per_token", "tok_s_per_w", "usd_per_mtok",
+              "energy_source")
+
+
+class ScheduleError(AnalysisInputError):
+    """The objective cannot be computed for this run (one line)."""
+
+
+def _level(r: dict[str, Any]) -> float | None:
+    return r.get("rate") if r.get("load_mode") not in (None, "closed") else r.get("concurrency")
+
+
+def _margin(best: float, runner: float, higher: bool) -> float:
+    return best / runner - 1 if higher else 1 - best / runner
+
+
+def _samples(run: Run, rows: list[dict[str, Any]], key: str, higher: bool, rng: np.random.Generator,
+             resamples: int) -> np.ndarray:
+    """Bootstrap samples of a configuration's mean objective value at one level (its points' requests)."""
+    per_point = []
+    for r in rows:
+        side = cmp.Side(run, run.point(r["point"]), r["point"])
+        mult = cmp._rescale_samples(side, rng, resamples)  # throughput multipliers
+        per_point.append(r[key] * (mult if higher else 1.0 / mult))
+    return np.mean(per_point, axis=0)
+
+
+def _pairs(run: Run, best: dict[str, Any], runner: dict[str, Any], rng: np.random.Generator, resamples: int
+           ) -> tuple[np.ndarray, np.ndarray] | None:
+    """Paired throughput multipliers of two points (compare.paired_multipliers), None when they share fewer than
+    two requests."""
+    sides = [cmp.Side(run, run.point(r["point"]), r["point"]) for r in (best, runner)]
+    mb, mr, n = cmp.paired_multipliers(sides[0], sides[1], rng, resamples)
+    return (mb, mr) if n >= 2 else None
+
+
+def _interval(run: Run, best: list[dict[str, Any]], runner: list[dict[str, Any]], key: str, higher: bool,
+              rng: np.random.Generator, resamples: int) -> tuple[float | None, float | None, str | None]:
+    if len(best) > 1 and len(runner) > 1:
+        bv, rv = np.array([r[key] for r in best]), np.array([r[key] for r in runner])
+        bs = bv[rng.integers(0, bv.size, (resamples, bv.size))].mean(1)
+        rs = rv[rng.integers(0, rv.size, (resamples, rv.size))].mean(1)
+        method = "repeats"
+    elif len(best) == 1 and len(runner) == 1 and (paired := _pairs(run, best[0], runner[0], rng, resamples)):
+        # One point each with the same requests (a sweep's points pair up): resample the pairs, so the request mix
+        # cancels and what is left is the settings' difference.
+        mb, mr = paired
+        b, r = best[0][key], runner[0][key]
+        bs, rs = (b * mb, r * mr) if higher else (b / mb, r / mr)
+        method = "paired requests"
+    else:
+        bs = _samples(run, best, key, higher, rng, resamples)
+        rs = _samples(run, runner, key, higher, rng, resamples)
+        method = "requests"
+    with np.errstate(divide="ignore", invalid="ignore"):
+        m = bs / rs - 1 if higher else 1 - bs / rs
+    m = m[np.isfinite(m)]
+    if not m.size:
+        return None, None, None
+    lo, hi = np.quantile(m, [(1 - cmp.CONFIDENCE) / 2, 1 - (1 - cmp.CONFIDENCE) / 2])
+    return float(lo), float(hi), method
+
+
+def check_objective(rows: list[dict[str, Any]], objective: str, why_absent: str | None = None) -> None:
+    """ScheduleError (one line) when no point has the objective's figure."""
+    if objective not in OBJECTIVES:
+        raise ScheduleError(f"unknown objective {objective!r} (choose {', '.join(OBJECTIVES)})")
+    key = OBJECTIVES[objective][0]
+    if any(r.get(key) is not None for r in rows):
+        return
+    if objective == "j_per_token":
+        raise ScheduleError("--objective j_per_token needs GPU telemetry, and this run has no energy figures"
+                            + (f" ({why_absent})" if why_absent else ""))
+    if objective == "usd_per_mtok":
+        raise ScheduleError("--objective usd_per_mtok needs a GPU-hour price: --gpu-hour-price USD, or "
+                            "gpu_hour_price in the cluster file")
+
+
+def build_schedule(run: Run, rows: list[dict[str, Any]], meets: dict[str, bool] | None, objective: str = "throughput",
+                   resamples: int = RESAMPLES, seed: int = cmp.SEED) -> list[dict[str, Any]]:
+    """One entry per (workload, load mode) with two or more configurations: bands, crossovers, SLO limits."""
+    key, higher = OBJECTIVES[objective]
+    rng = np.random.default_rng(seed)
+    groups: dict[tuple, dict[float, dict[str, list[dict[str, Any]]]]] = defaultdict(lambda: defaultdict(
+        lambda: defaultdict(list)))
+    labels: dict[str, str] = {}
+    steps_of: dict[str, Any] = {}
+    for r in rows:
+        level = _level(r)
+        if not valid(r) or level is None:
+            continue
+        label = cmp.config_label(cmp.Side(run, run.point(r["point"]), r["point"]))
+        labels[r["point"]] = label
+        steps_of[label] = r.get("steps")
+        groups[(str(r.get("workload")), str(r.get("load_mode")))][level][label].append(r)
+    out = []
+    for (workload, mode), levels in sorted(groups.items()):
+        configs = sorted({lab for by in levels.values() for lab in by}, key=lambda c: (str(steps_of[c]), c))
+        if len(configs) < 2:
+            continue
+        order = sorted(levels)
+        bands = []
+        for i, level in enumerate(order):
+            ok = {lab: [r for r in rs if (meets is None or meets.get(r["point"])) and r.get(key) is not None]
+                  for lab, rs in levels[level].items()}
+            ok = {lab: rs for lab, rs in ok.items() if rs}
+            band: dict[str, Any] = {
+                "level": level, "up_to": order[i + 1] if i + 1 < len(order) else None, "best": None,
+                "best_steps": None, "value": None, "runner_up": None, "runner_up_value": None, "margin": None,
+                "ci_low": None, "ci_high": None, "ci_method": None, "decided": None, "candidates": len(ok),
+                # settings with no valid point at this level (not measured, or flagged invalid): the band's answer
+                # does not rank them
+                "missing": [lab for lab in configs if not levels[level].get(lab)]}
+            if ok:
+                ranked = sorted(ok.items(), key=lambda kv: -np.mean([r[key] for r in kv[1]]) if higher
+                                else np.mean([r[key] for r in kv[1]]))
+                (b_lab, b_rows) = ranked[0]
+                b_val = float(np.mean([r[key] for r in b_rows]))
+                band.update(best=b_lab, best_steps=steps_of[b_lab], value=b_val)
+                if len(ranked) > 1:
+                    r_lab, r_rows = ranked[1]
+                    r_val = float(np.mean([r[key] for r in r_rows]))
+                    lo, hi, method = _interval(run, b_rows, r_rows, key, higher, rng, resamples)
+                    band.update(runner_up=r_lab, runner_up_value=r_val, margin=_margin(b_val, r_val, higher),
+                                ci_low=lo, ci_high=hi, ci_method=method,
+                                decided=bool(lo is not None and lo > 0))
+            bands.append(band)
+        crossovers = []
+        prev = None
+        for band in bands:
+            if band["best"] is None:
+                continue
+            if prev is not None and band["best"] != prev["best"]:
+                missing = sorted(set(prev["missing"]) | set(band["missing"]))
+                crossovers.append({"from_level": prev["level"], "to_level": band["level"], "from": prev["best"],
+                                   "to": band["best"], "from_steps": prev["best_steps"],
+                                   "to_steps": band["best_steps"], "incomplete": missing or None,
+                                   "decided": bool(band["decided"]) and not missing})
+            prev = band
+        limits = []
+        for lab in configs:
+            passing = [(level, r) for level in order for r in levels[level].get(lab, [])
+                       if meets is None or meets.get(r["point"])]
+            top_level = max((lv for lv, _ in passing), default=None)
+            at = [r for lv, r in passing if lv == top_level]
+            entry: dict[str, Any] = {"config": lab, "steps": steps_of[lab], "max_level": top_level,
+                                     "points": [r["point"] for r in at]}
+            for k in LIMIT_KEYS:
+                vals: list[Any] = [r.get(k) for r in at if r.get(k) is not None]
+                entry[k] = (vals[0] if k == "energy_source" else float(np.mean(vals))) if vals else None
+            limits.append(entry)
+        out.append({"workload": workload, "load_mode": mode, "objective": objective, "key": key,
+                    "higher_is_better": higher, "bands": bands, "crossovers": crossovers, "at_slo_limit": limits})
+    return out
+
+
+def schedule_rows(schedule: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The bands of every group as flat rows (CSV)."""
+    return [{"workload": s["workload"], "load_mode": s["load_mode"], "objective": s["objective"], **b}
+            for s in schedule for b in s["bands"]]
+
+
+def limit_rows(schedule: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The at-the-SLO-limit entries of every group as flat rows (CSV)."""
+    return [{"workload": s["workload"], "load_mode": s["load_mode"], **{k: v for k, v in e.items() if k != "points"},
+             "points": e["points"]} for s in schedule for e in s["at_slo_limit"]]
