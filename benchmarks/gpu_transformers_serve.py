@@ -44,15 +44,22 @@ def gpu_name() -> str | None:
         return None
 
 
-def rig(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    cmd = [sys.executable, "-m", "rig.cli", *args]
+def rig(*args: str, check: bool = True) -> tuple[int, str]:
+    """Run `rig ARGS`, echoing its output line by line as it comes (a run cut off by a time limit still shows how
+    far it got); returns the exit code and the output."""
     print("$ rig " + " ".join(args), flush=True)
-    done = subprocess.run(cmd, cwd=ROOT, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          env={**os.environ, "PYTHONUNBUFFERED": "1", "RAY_USAGE_STATS_ENABLED": "0"})
-    print(done.stdout, flush=True)
-    if check and done.returncode not in (0, 1):  # 1: a partial point is a finding, still reported
-        raise SystemExit(f"gpu_transformers_serve: rig {args[0]} exited {done.returncode}")
-    return done
+    proc = subprocess.Popen([sys.executable, "-m", "rig.cli", *args], cwd=ROOT, text=True, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1", "RAY_USAGE_STATS_ENABLED": "0"})
+    lines = []
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        print(line, end="", flush=True)
+        lines.append(line)
+    code = proc.wait()
+    if check and code not in (0, 1):  # 1: a partial point is a finding, still reported
+        raise SystemExit(f"gpu_transformers_serve: rig {args[0]} exited {code}")
+    return code, "".join(lines)
 
 
 def main() -> int:
@@ -66,6 +73,7 @@ def main() -> int:
     ap.add_argument("--run-id", default=None)
     ap.add_argument("--gpu-hour-price", type=float, default=None, help="USD per GPU-hour for $ per million tokens")
     ap.add_argument("--extra", action="append", default=[], help="another rig flag for the sweep (repeatable)")
+    ap.add_argument("--resume", default=None, help="continue this run directory's sweep (rig sweep --resume)")
     args = ap.parse_args()
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # inherited by Ray's workers and the engine: no hub look-ups
@@ -84,26 +92,28 @@ def main() -> int:
     model = build_tiny_model(args.model_dir, args.preset)
     print(f"model {model} ({args.preset}) ready in {time.monotonic() - t0:.1f} s", flush=True)
 
-    run_id = args.run_id or f"gpu-tserve-{datetime.datetime.now(datetime.timezone.utc):%Y%m%dT%H%M%SZ}"
     started = datetime.datetime.now(datetime.timezone.utc)
+    if args.resume:  # a sweep cut off earlier (a time limit): its finished points stay, the rest run now
+        run_dir = Path(args.resume)
+        rig("sweep", "--resume", str(run_dir), "--quiet")
+        return report(run_dir, args, name, started)
+    run_id = args.run_id or f"gpu-tserve-{started:%Y%m%dT%H%M%SZ}"
     # --tp 1 asks Ray for one GPU; --steps 0: transformers serve has no speculative decoding (the template places no
     # {steps}); --model is the path the server was started with (transformers serve refuses any other model name).
     rig("sweep", "--engine", "command", "--command", SERVE, "--model", str(model), "--tp", "1", "--steps", "0",
         "--workload", args.workload, "--api", args.api, "--concurrency", args.concurrency,
         "--out", args.out, "--run-id", run_id, "--quiet", *args.extra)
-    run_dir = Path(args.out) / run_id
+    return report(Path(args.out) / run_id, args, name, started)
+
+
+def report(run_dir: Path, args: argparse.Namespace, gpu: str, started: datetime.datetime) -> int:
     report_args = ["report", str(run_dir)]
     if args.gpu_hour_price is not None:
         report_args += ["--gpu-hour-price", str(args.gpu_hour_price)]
     rig(*report_args, check=False)
-    done = rig(*report_args, "--json", check=False)
-    try:
-        (run_dir / "report.json").write_text(done.stdout)
-    except OSError:
-        pass
     manifest = json.loads((run_dir / "manifest.json").read_text())
-    print(f"# {started:%Y-%m-%d %H:%M} UTC, {name}, transformers serve --continuous-batching, model {args.preset}, "
-          f"run {run_id}, status {manifest.get('status')}", flush=True)
+    print(f"# {started:%Y-%m-%d %H:%M} UTC, {gpu}, transformers serve --continuous-batching, model {args.preset}, "
+          f"run {run_dir.name}, status {manifest.get('status')}", flush=True)
     return 0
 
 
