@@ -23,12 +23,13 @@ from support import DOUBLES, free_port
 
 pytestmark = pytest.mark.server
 PROMPT = "Write a detailed technical essay on how a modern CPU executes instructions, with examples."
-# A Qwen3.5 node's flags, including two the simulator does not model (--reasoning-parser, mamba strategy), and a
-# draft-token count SGLang changes (topk 1 forces steps + 1: arg_groups/speculative_hook.py).
+# A Qwen3.5 node's flags, including three the simulator does not model (--reasoning-parser, mamba strategy, overlap
+# schedule), and a draft-token count SGLang changes (topk 1 forces steps + 1: arg_groups/speculative_hook.py).
+# no_buffer needs --disable-overlap-schedule (arg_groups/mamba_hook.py::validate_mamba_no_buffer asserts it).
 SPEC_FLAGS = ["--speculative-algorithm", "NEXTN", "--speculative-num-steps", "3", "--speculative-eagle-topk", "1",
               "--speculative-num-draft-tokens", "8", "--enable-cache-report", "--enable-metrics",
               "--decode-log-interval", "1", "--reasoning-parser", "qwen3", "--mamba-radix-cache-strategy",
-              "no_buffer"]
+              "no_buffer", "--disable-overlap-schedule"]
 DETERMINISTIC_FLAGS = ["--enable-deterministic-inference"]
 IMPLS = ("sim", "double")
 

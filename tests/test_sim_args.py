@@ -122,9 +122,9 @@ def test_every_sglang_option_is_accepted():
 
 def test_qwen35_node_flags_accepted_and_logged_as_ignored():
     a = resolve(["--model-path", "m", "--reasoning-parser", "qwen3", "--mamba-radix-cache-strategy", "no_buffer",
-                 "--enable-deterministic-inference", "--enable-cache-report"])
+                 "--disable-overlap-schedule", "--enable-deterministic-inference", "--enable-cache-report"])
     assert a.enable_deterministic_inference and a.enable_cache_report  # modelled
-    assert sorted(a.ignored) == ["--mamba-radix-cache-strategy", "--reasoning-parser"]
+    assert sorted(a.ignored) == ["--disable-overlap-schedule", "--mamba-radix-cache-strategy", "--reasoning-parser"]
 
 
 @pytest.mark.parametrize("argv, message", [

@@ -14,7 +14,7 @@ from rig.sim.engine import Stream
 from rig.sim.requests import Sampling
 from rig.sim.responses import finish_name, matched_stop, meta_info, speculative_fields, usage
 from rig.sim.sampling import BadRequest, build, stops_of
-from rig.sim.server import DONE, SimServer, read_json, sse, start_sse
+from rig.sim.server import DONE, DuplicateRid, SimServer, read_json, sse, start_sse
 from rig.sim.text import render_chat
 
 
@@ -99,7 +99,10 @@ async def completions(request: web.Request) -> web.StreamResponse:
         srv.check_length(len(tok_ids), s.max_new_tokens)
     except BadRequest as e:
         return _oai_error(str(e))
-    st = srv.submit(toks, tok_ids, s, rid=body.get("rid"), stops=stops)
+    try:  # serving_completions.py: a ValueError before the first chunk is a 400, streaming or not
+        st = srv.submit(toks, tok_ids, s, rid=body.get("rid"), stops=stops)
+    except DuplicateRid as e:
+        return _oai_error(str(e))
     rid = f"cmpl-{st.rid}"
     want_ids = bool(body.get("return_token_ids"))
     continuous = _continuous_usage(body)
@@ -182,7 +185,10 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         return _oai_error(str(e), err_type="BadRequest")
     except BadRequest as e:
         return _oai_error(str(e))
-    st = srv.submit(toks, tok_ids, s, rid=body.get("rid"), stops=stops)
+    try:  # serving_chat.py: a ValueError before the first chunk is a 400, streaming or not
+        st = srv.submit(toks, tok_ids, s, rid=body.get("rid"), stops=stops)
+    except DuplicateRid as e:
+        return _oai_error(str(e))
     rid = f"chatcmpl-{st.rid}"
     model = body.get("model") or srv.model
     created = int(time.time())

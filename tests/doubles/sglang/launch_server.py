@@ -25,6 +25,7 @@ import time
 from aiohttp import web
 
 from rig.sim.args import _add_sglang_arguments, load_table
+from rig.sim.resolution import refusal, resolve_backends
 
 
 def parse() -> argparse.Namespace:
@@ -32,6 +33,9 @@ def parse() -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="sglang serve")
     _add_sglang_arguments(p, load_table()["arguments"])
     ns = p.parse_args()
+    found = refusal(ns)  # the resolution hooks' asserts and ValueErrors, as the simulator applies them
+    if found:
+        p.error(found)
     # arg_groups/speculative_hook.py::_handle_eagle_family (NEXTN is EAGLE; (3,1,4) when unset; topk 1 forces
     # draft tokens = steps + 1; max running requests 48 when unset)
     ns.resolved_warnings = []
@@ -47,6 +51,7 @@ def parse() -> argparse.Namespace:
             ns.max_running_requests = 48
     if ns.served_model_name is None:
         ns.served_model_name = ns.model_path
+    resolve_backends(ns, ns.resolved_warnings)  # what --enable-deterministic-inference changes (attention_hook.py)
     return ns
 
 

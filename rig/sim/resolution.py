@@ -1,0 +1,128 @@
+"""SGLang's argument resolution past the speculative settings: what --enable-deterministic-inference changes, and the
+launch refusals of the resolution hooks that the simulated system (a hybrid-Mamba Qwen3.5 on CUDA) reaches.
+
+Each rule cites the file and function of SGLang 0.5.23's wheel (paths under ``sglang/srt/``) it comes from;
+tests/test_sim_resolution.py checks the rules against that source when the wheel is at hand (RIG_SGLANG_ROOT).
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from dataclasses import dataclass
+
+# The simulated GPU: RTX PRO 6000 Blackwell (compute capability 12.0), the reference system's card. SGLang picks the
+# deterministic attention backend by architecture (arg_groups/overrides.py::_deterministic_attention_backend).
+GPU_ARCH = "sm120"
+BLACKWELL = ("sm100", "sm120")
+MODEL_ARCH = "Qwen3_5MoeForConditionalGeneration"  # a hybrid (GDN/Mamba) model: the mamba radix-cache rules apply
+# arg_groups/choices.py
+DETERMINISTIC_ATTENTION_BACKEND_CHOICES = ("ascend", "fa3", "fa4", "flashinfer", "intel_xpu", "triton")
+RADIX_SUPPORTED_DETERMINISTIC_ATTENTION_BACKEND = ("ascend", "fa3", "fa4", "triton")
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """One assertion or ValueError of SGLang's resolution, as a condition on the parsed flags.
+
+    ``message`` is SGLang's text, its f-string fields as ``{name}`` (filled from the flags, plus ``choices``); an
+    empty message is a bare ``assert``."""
+
+    file: str
+    function: str
+    message: str
+    refuses: Callable[[argparse.Namespace], bool]
+    explain: str = ""  # what the sim adds to a bare assert (SGLang prints only a traceback)
+
+    def text(self, ns: argparse.Namespace) -> str:
+        what = self.message.format(**vars(ns), choices=list(DETERMINISTIC_ATTENTION_BACKEND_CHOICES)) \
+            if self.message else f"AssertionError: {self.explain}"
+        return f"{what} (SGLang {self.file}::{self.function})"
+
+
+def _no_buffer(ns: argparse.Namespace) -> bool:
+    """model_hook.py::handle_mamba_radix_cache validates an explicit no_buffer strategy on a mamba model whose radix
+    cache is on (overrides.py::_mamba_radix_cache_resolution; 'auto' resolves itself to a valid pair). It runs in
+    handle_model_specific_adjustments, before handle_deterministic_inference can turn the radix cache off
+    (arg_groups/pipeline.py), so the user's own --disable-radix-cache is what counts."""
+    return ns.mamba_radix_cache_strategy == "no_buffer" and not ns.disable_radix_cache
+
+
+# In SGLang's order of resolution (arg_groups/pipeline.py): model-specific adjustments, speculative, deterministic.
+REFUSALS: tuple[Refusal, ...] = (
+    Refusal("arg_groups/mamba_hook.py", "validate_mamba_no_buffer", "no_buffer only supports page_size=1.",
+            lambda ns: _no_buffer(ns) and ns.page_size not in (1, None)),
+    Refusal("arg_groups/mamba_hook.py", "validate_mamba_no_buffer",
+            "no_buffer do not support overlap schedule. Try to set disable_overlap_schedule=True.",
+            lambda ns: _no_buffer(ns) and not ns.disable_overlap_schedule),
+    Refusal("arg_groups/mamba_hook.py", "validate_mamba_no_buffer",
+            "no_buffer do not support trtllm_mha attention backend.",
+            lambda ns: _no_buffer(ns) and ns.attention_backend == "trtllm_mha"),
+    Refusal("arg_groups/speculative_hook.py", "_handle_eagle_family", "",
+            lambda ns: ns.speculative_algorithm is not None and ns.speculative_num_steps is None
+            and (ns.speculative_eagle_topk is not None or ns.speculative_num_draft_tokens is not None),
+            explain="--speculative-eagle-topk and --speculative-num-draft-tokens need --speculative-num-steps "
+                    "(leave all three unset for the automatic choice)"),
+    Refusal("arg_groups/speculative_hook.py", "_handle_eagle_family",
+            "trtllm_mha backend only supports topk = 1 for speculative decoding.",
+            lambda ns: ns.speculative_algorithm is not None and ns.attention_backend == "trtllm_mha"
+            and (ns.speculative_eagle_topk or 1) > 1),
+    Refusal("arg_groups/speculative_hook.py", "_handle_eagle_family",
+            "--speculative-use-rejection-sampling is incompatible with --speculative-accept-threshold-single / "
+            "--speculative-accept-threshold-acc; rejection sampling ignores the accept thresholds.",
+            lambda ns: ns.speculative_algorithm is not None and ns.speculative_use_rejection_sampling
+            and (ns.speculative_accept_threshold_single != 1.0 or ns.speculative_accept_threshold_acc != 1.0)),
+    Refusal("arg_groups/overrides.py", "_deterministic_attention_backend",
+            "Currently only {choices} attention backends are supported for deterministic inference, but you "
+            "explicitly specified '{attention_backend}'.",
+            lambda ns: ns.enable_deterministic_inference and ns.attention_backend is not None
+            and ns.attention_backend not in DETERMINISTIC_ATTENTION_BACKEND_CHOICES),
+)
+
+
+def refusal(ns: argparse.Namespace) -> str | None:
+    """The first of SGLang's resolution refusals these flags hit (one line), or None."""
+    for r in REFUSALS:
+        if r.refuses(ns):
+            return r.text(ns)
+    return None
+
+
+def resolve_backends(ns: argparse.Namespace, warnings: list[str], gpu_arch: str = GPU_ARCH) -> None:
+    """The sampling backend, and what --enable-deterministic-inference changes (written into ``ns`` as SGLang's
+    /server_info then reports it):
+
+    - sampling backend pytorch (overrides.py::_deterministic_sampling_backend; otherwise flashinfer on CUDA,
+      overrides.py::_sampling_backend_default);
+    - attention backend, when unset, flashinfer on Blackwell and fa3 before it (_deterministic_attention_backend);
+    - the radix (prefix) cache off unless that backend is fa3 / fa4 / triton (attention_hook.py::
+      handle_deterministic_inference, RADIX_SUPPORTED_DETERMINISTIC_ATTENTION_BACKEND in choices.py);
+    - with TP > 1 custom and symmetric-memory all-reduce off and NCCL's tree algorithm (the same function);
+    - flashinfer all-reduce fusion off (model_hook.py::handle_model_specific_adjustments,
+      overrides.py::_deterministic_allreduce_fusion_disable).
+    """
+    if ns.sampling_backend is None:
+        ns.sampling_backend = "flashinfer"
+    if not ns.enable_deterministic_inference:
+        return
+    ns.enforce_disable_flashinfer_allreduce_fusion = True
+    if ns.flashinfer_allreduce_fusion_backend is not None:
+        warnings.append("Disable --flashinfer-allreduce-fusion-backend because deterministic inference is enabled.")
+        ns.flashinfer_allreduce_fusion_backend = None
+    if ns.sampling_backend != "ascend":
+        warnings.append("Sampling backend is set to pytorch for deterministic inference.")
+        ns.sampling_backend = "pytorch"
+    if ns.attention_backend is None:
+        ns.attention_backend = "flashinfer" if gpu_arch in BLACKWELL else "fa3"
+        warnings.append(f"Attention backend not specified. Falling back to '{ns.attention_backend}' for deterministic "
+                        f"inference. You can explicitly set --attention-backend to one of "
+                        f"{list(DETERMINISTIC_ATTENTION_BACKEND_CHOICES)}.")
+    if ns.attention_backend not in RADIX_SUPPORTED_DETERMINISTIC_ATTENTION_BACKEND:
+        ns.disable_radix_cache = True
+        warnings.append(f"Currently radix cache is not compatible with {ns.attention_backend} attention backend for "
+                        "deterministic inference. It will be supported in the future.")
+    if ns.tp_size > 1:
+        ns.disable_custom_all_reduce = True
+        ns.enable_torch_symm_mem = False
+        warnings.append("NCCL_ALGO is set to 'allreduce:tree', the NCCL channel count is pinned, and custom and "
+                        "symmetric-memory all reduce are disabled for deterministic inference when TP size > 1.")
