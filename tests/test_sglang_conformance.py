@@ -390,3 +390,50 @@ def test_empty_input_is_400(twin, route, body, message):
     status, got = run(_post(twin["spec"] + route, body))
     assert status == 400
     assert got == {"object": "error", "message": message, "type": "BadRequestError", "param": None, "code": 400}
+
+
+# ---------------------------------------------------------------- round 2 (issue 21)
+def test_duplicate_inflight_rid_is_refused_in_the_stream(twin):
+    """managers/tokenizer_manager.py (~3833): a rid still in rid_to_state raises ValueError("Duplicate request ID
+    detected: <rid>"); http_server.py::stream_results sends it as an error event, then [DONE]. Once the first
+    request finished, the rid is free again."""
+    url = twin["spec"] + "/generate"
+    body = {"text": PROMPT, "rid": "same-rid", "stream": True,
+            "sampling_params": {"max_new_tokens": 60, "temperature": 0, "ignore_eos": True}}
+
+    async def go():
+        async with aiohttp.ClientSession() as s:
+            async with s.post(url, json=body) as first:
+                await first.content.readline()  # the first request is in flight
+                second = await _post(url, body)
+                async for _ in first.content:
+                    pass
+        third = await _post(url, {**body, "sampling_params": {"max_new_tokens": 2}})
+        return second, third
+
+    (status, events), (status3, events3) = run(go())
+    assert status == 200
+    assert events == [{"error": {"message": "Duplicate request ID detected: same-rid", "type": "invalid_request_error",
+                                 "code": 400, "retryable": False}}, "[DONE]"]
+    assert status3 == 200 and events3[-1] == "[DONE]" and "meta_info" in events3[-2]
+
+
+def test_deterministic_server_info_shows_what_the_flag_changed(twin):
+    """attention_hook.py::handle_deterministic_inference (Blackwell: flashinfer, no radix cache) and
+    overrides.py::_deterministic_sampling_backend (pytorch); TP 4: custom all-reduce off. /server_info reports the
+    resolved fields; the speculative server (no flag) keeps its radix cache."""
+    det = run(_get_json(twin["det"] + "/server_info"))
+    assert (det["attention_backend"], det["disable_radix_cache"], det["sampling_backend"]) == \
+        ("flashinfer", True, "pytorch")
+    assert det["disable_custom_all_reduce"] is True
+    spec = run(_get_json(twin["spec"] + "/server_info"))
+    assert spec["disable_radix_cache"] is False and spec["sampling_backend"] == "flashinfer"
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_mamba_no_buffer_without_disable_overlap_schedule_is_refused(impl):
+    """arg_groups/mamba_hook.py::validate_mamba_no_buffer asserts disable_overlap_schedule; the launch fails."""
+    argv, env = _command(impl, ["--mamba-radix-cache-strategy", "no_buffer"], free_port())
+    p = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
+    assert p.returncode != 0
+    assert "no_buffer do not support overlap schedule. Try to set disable_overlap_schedule=True." in p.stderr
