@@ -1,6 +1,7 @@
 """Folding streamed events of each API into token counts, text, spec stats and errors."""
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -142,3 +143,13 @@ def test_chat_chunk_tokens_from_continuous_usage():
     assert api.fold({"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]}, st) == 0
     assert [api.fold(ev("a", 1), st), api.fold(ev("bcd", 4), st), api.fold(ev("ef", 6), st)] == [1, 3, 2]
     assert st.completion_tokens == 6
+
+
+def test_chat_sends_every_sampling_parameter_the_records_state():
+    """SGLang's chat route fills an omitted temperature / top_p / top_k / min_p / repetition_penalty from the model's
+    generation_config.json (--sampling-defaults model, the default: openai/protocol.py
+    ChatCompletionRequest.to_sampling_params): the record's top_k -1 must be what ran, so it is sent."""
+    off = OpenAIChat().payload(replace(TURN, top_k=-1), [], "m")
+    assert (off["temperature"], off["top_p"], off["top_k"], off["min_p"], off["repetition_penalty"]) == \
+        (0.7, 0.9, -1, 0.0, 1.0)
+    assert OpenAIChat().payload(TURN, [], "m")["top_k"] == 20

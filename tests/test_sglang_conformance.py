@@ -437,3 +437,25 @@ def test_mamba_no_buffer_without_disable_overlap_schedule_is_refused(impl):
     p = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
     assert p.returncode != 0
     assert "no_buffer do not support overlap schedule. Try to set disable_overlap_schedule=True." in p.stderr
+
+
+def test_idle_keepalive_connection_closed_after_5_s(twin):
+    """entrypoints/http_server.py passes timeout_keep_alive=SGLANG_TIMEOUT_KEEP_ALIVE (environ.py: 5) to uvicorn:
+    a keep-alive connection idle for 5 s is closed by the server (aiohttp's own default would keep it 75 s)."""
+    import socket
+    from urllib.parse import urlsplit
+
+    u = urlsplit(twin["spec"])
+    with socket.create_connection((u.hostname, u.port), timeout=10) as s:
+        s.sendall(f"GET /v1/models HTTP/1.1\r\nHost: {u.hostname}\r\n\r\n".encode())
+        head = s.recv(65536)
+        assert head.startswith(b"HTTP/1.1 200")
+        time.sleep(3.5)
+        s.setblocking(False)
+        with pytest.raises(BlockingIOError):
+            s.recv(1)  # still open, nothing to read
+        s.setblocking(True)
+        s.settimeout(5)
+        t0 = time.monotonic()
+        assert s.recv(1) == b""  # closed by the server ...
+        assert time.monotonic() - t0 < 3.0  # ... about 5 s after the response

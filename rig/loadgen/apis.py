@@ -404,6 +404,13 @@ class OpenAIChat(_OpenAIBase):
         body["messages"] = [*history, *turn.messages]
         body["max_tokens"] = turn.max_tokens
         body["max_completion_tokens"] = turn.max_tokens
+        # Every sampling parameter the records state, sent: a chat field left out is filled from the model's
+        # generation_config.json (SGLang --sampling-defaults model, its default: openai/protocol.py
+        # ChatCompletionRequest.to_sampling_params; vLLM --generation-config auto likewise), so top_k -1 (off),
+        # min_p 0 and repetition_penalty 1 go out explicitly.
+        body["top_k"] = turn.top_k if turn.top_k and turn.top_k > 0 else -1
+        body["min_p"] = 0.0
+        body["repetition_penalty"] = 1.0
         return body
 
     def _piece(self, choice: dict[str, Any]) -> str:

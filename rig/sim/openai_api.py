@@ -39,9 +39,12 @@ _CHAT_NO_STREAM = (
 )
 
 
-def _sampling(body: dict, max_new: int) -> tuple[Sampling, tuple[str, ...]]:
-    """OpenAI fields -> SGLang sampling params (seed -> sampling_seed); unknown fields are ignored."""
-    p: dict[str, Any] = {"max_new_tokens": max_new}
+def _sampling(body: dict, max_new: int, defaults: dict[str, Any] | None = None) -> tuple[Sampling, tuple[str, ...]]:
+    """OpenAI fields -> SGLang sampling params (seed -> sampling_seed); unknown fields are ignored. ``defaults``: the
+    model's generation defaults for the fields the request leaves out (chat only: protocol.py
+    ChatCompletionRequest.to_sampling_params; min_p and repetition_penalty are taken but not modelled)."""
+    p: dict[str, Any] = dict(defaults or {})
+    p["max_new_tokens"] = max_new
     for k in ("temperature", "top_p", "top_k", "ignore_eos", "n"):
         if body.get(k) is not None:
             p[k] = body[k]
@@ -175,7 +178,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         max_new = body.get("max_completion_tokens", body.get("max_tokens"))
         if max_new is None:
             max_new = max(0, srv.context_len - len(tok_ids))  # bounded only by the context
-        s, stops = _sampling(body, max_new)
+        s, stops = _sampling(body, max_new, srv.chat_defaults)
         srv.check_length(len(tok_ids), s.max_new_tokens)
         if body.get("stream"):
             for key, message in _CHAT_NO_STREAM:

@@ -56,6 +56,7 @@ class SimServer:
         self.shutting_down = False
         self.started = time.time()
         self.model = args.served_model_name
+        self.chat_defaults: dict[str, Any] = {}  # the model's generation defaults for chat (generation.py)
         self._rids: dict[str, Stream] = {}  # client-given rids of unfinished requests (SGLang's rid_to_state)
 
     # ---- shared helpers for the native and OpenAI routes ----

@@ -344,7 +344,9 @@ def main() -> None:
     print(f"max_total_num_tokens=1000, chunked_prefill_size=8192, max_prefill_tokens=16384, "
           f"max_running_requests={ARGS.max_running_requests or 2048}, context_len=4096, available_gpu_mem=1.00 GB",
           flush=True)
-    web.run_app(app, host=ARGS.host, port=ARGS.port, print=None, shutdown_timeout=1.0)
+    # uvicorn's timeout_keep_alive = SGLANG_TIMEOUT_KEEP_ALIVE (environ.py: 5 s; entrypoints/http_server.py)
+    web.run_app(app, host=ARGS.host, port=ARGS.port, print=None, shutdown_timeout=1.0,
+                keepalive_timeout=float(os.environ.get("SGLANG_TIMEOUT_KEEP_ALIVE", "5")))
 
 
 if __name__ == "__main__":
