@@ -124,6 +124,22 @@ def test_token_weighted_acceptance(run_dir):
     assert row["accept_source"] == "requests"
 
 
+def test_acceptance_both_ways_named(run_dir):
+    """rig's per-request figure counts each request's prefill token (42 / 15); SGLang's bench_serving prints the
+    decode-only server average, (11 - 1 + 31 - 1) / 15: the report gives both, each named."""
+    from rig.analysis.render import render_acceptance
+    from rich.console import Console
+
+    row = next(r for r in build_report(run_dir).acceptance if r["point"] == "p-s2")
+    assert row["from_requests"] == pytest.approx(42 / 15)
+    assert row["decode_only"] == pytest.approx(40 / 15)
+    console = Console(width=250, record=True)
+    console.print(render_acceptance([row]))
+    text = console.export_text()
+    assert "Decode-only" in text and "2.667" in text and "2.800" in text
+    assert "the figure SGLang's bench_serving prints" in text
+
+
 def test_acceptance_fallbacks(run_dir):
     rows = campaign_table(run_dir)
     assert (_row(rows, "p-s3")["accept_length"], _row(rows, "p-s3")["accept_source"]) == (3.5, "manifest_window")
