@@ -229,6 +229,19 @@ def test_server_series_summary(run_dir):
     assert _row(rep.server, "p-s0")["samples"] == 0
 
 
+def test_running_cap_is_per_dp_rank(tmp_path):
+    """effective_max_running_requests_per_dp is per DP rank (one internal_states entry each, http_server.py), and
+    the running gauge sums the ranks: with 2 ranks of 14 the server holds 28, so 14 running is not at the cap."""
+    d = make_run(tmp_path / "dp2")
+    path = d / "manifest.json"
+    data = json.loads(path.read_text())
+    data["server_configs"]["cfg4"]["server_info"]["internal_states"] *= 2
+    path.write_text(json.dumps(data))
+    s = _row(build_report(d).server, "p-s4")
+    assert s["running_max"] == 14 and s["max_running_requests"] == 14
+    assert s["at_running_cap"] is False
+
+
 def test_json_round_trip(run_dir):
     from rig.analysis.report import to_json
 

@@ -264,7 +264,7 @@ class PointRun:
                 for k in range(j + 1, session.n_requests):
                     self._skip(session, k, session.turns[k], f"not sent: turn {j} failed")
                 return
-            history = [*history, *turn.messages, {"role": "assistant", "content": out.state.text}]
+            history = [*history, *turn.messages, {"role": "assistant", "content": out.state.reply}]
 
     async def _closed_loop(self, http: Http, start: float) -> None:
         todo = self.plan.session_iter()
