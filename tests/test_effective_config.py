@@ -180,3 +180,23 @@ def test_deterministic_engine_changes_are_read_back_and_said():
     info = {**resolve(engine_for("sim").argv(plain, "127.0.0.1", 1)[3:]).as_dict(), "internal_states": [{}]}
     eff = effective_config(plain, info, {})
     assert eff["effective"]["radix_cache"] is True and change_lines("sim-s0", eff) == []
+
+
+def test_report_prints_what_deterministic_inference_changed(tmp_path):
+    """The manifest's effective config of a deterministic server (radix cache off, pytorch sampler) reaches the
+    report as one line, so a figure is not read as the default engine's."""
+    import json
+
+    _sampled_run(tmp_path / "d", honoured=True)
+    path = tmp_path / "d" / "manifest.json"
+    data = json.loads(path.read_text())
+    data["server_configs"]["cfg2"]["effective"]["effective"].update(
+        deterministic_inference=True, radix_cache=False, attention_backend="flashinfer", sampling_backend="pytorch",
+        custom_all_reduce=False)
+    path.write_text(json.dumps(data))
+    res = CliRunner().invoke(cli, ["report", str(tmp_path / "d")])
+    assert res.exit_code == 0, res.output
+    flat = " ".join(res.output.split())
+    assert "server cfg2: deterministic inference changes the engine, not only the seeds: radix (prefix) cache OFF " \
+           "(attention backend flashinfer" in flat
+    assert "server cfg0: deterministic" not in flat
