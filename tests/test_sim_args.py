@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from support import sglang_source
 
 from rig.sim.args import DRAFT_TOKENS_WARNING, MAX_RUNNING_WARNING, human_readable_int, resolve
 
@@ -149,39 +150,13 @@ def test_human_readable_int_is_case_sensitive_like_sglang():
             human_readable_int(bad)
 
 
-def _sglang_source(version: str) -> Path:
-    """SGLang's source for ``version``: $RIG_SGLANG_SRC (an unpacked wheel), else the wheel from the package index,
-    unpacked once under $RIG_CACHE (the only network this needs is the package registry CI already uses)."""
-    import os
-    import zipfile
-
-    if os.environ.get("RIG_SGLANG_SRC"):
-        return Path(os.environ["RIG_SGLANG_SRC"])
-    cache = Path(os.environ.get("RIG_CACHE") or Path(__file__).resolve().parents[1] / ".cache").resolve()
-    root = cache / f"sglang-{version}-src"
-    if (root / "sglang" / "srt" / "server_args.py").is_file():
-        return root
-    wheels = cache / "wheels"
-    wheels.mkdir(parents=True, exist_ok=True)
-    p = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "-q", f"sglang=={version}",
-                        "-d", str(wheels)], capture_output=True, text=True, timeout=600)
-    found = sorted(wheels.glob(f"sglang-{version}-*.whl"))
-    if p.returncode != 0 or not found:
-        pytest.skip(f"cannot download sglang=={version} from the package index: {p.stderr.strip()[-300:]}")
-    tmp = root.with_name(root.name + ".partial")
-    with zipfile.ZipFile(found[0]) as z:
-        z.extractall(tmp, [n for n in z.namelist() if n.startswith("sglang/")])
-    tmp.rename(root)
-    return root
-
-
 @pytest.mark.slow
 def test_table_matches_sglang_parser(tmp_path):
     """Regenerate the table from the pinned SGLang release's own parser and compare: the sim's flags are SGLang's."""
     import json
 
     pytest.importorskip("msgspec", reason="the test extra installs msgspec (SGLang's parser module imports it)")
-    root = _sglang_source(load_table()["sglang_version"])
+    root = sglang_source(load_table()["sglang_version"])
     script = Path(__file__).resolve().parent.parent / "scripts" / "sglang_args.py"
     p = subprocess.run([sys.executable, str(script), "--sglang-root", str(root), "--out-dir", str(tmp_path)],
                        capture_output=True, text=True, timeout=300)

@@ -1,23 +1,23 @@
 """The simulator resolves and refuses flags as SGLang 0.5.23's resolution hooks do (rig/sim/resolution.py).
 
-The first tests state the rules; the last ones check them against SGLang's own source and functions when the
-unpacked wheel is at hand (RIG_SGLANG_ROOT=DIR with DIR/sglang/srt; `pip download --no-deps sglang==0.5.23` and
-unzip it), and skip otherwise.
+The first tests state the rules; the last two (slow) check them against SGLang's own source and functions, read
+from the pinned wheel ($RIG_SGLANG_SRC, an unpacked wheel, or `pip download` into $RIG_CACHE; skipped when the
+package index cannot be reached), as test_sim_args.py checks the flag table.
 """
 
 from __future__ import annotations
 
 import itertools
 import json
-import os
 import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from support import sglang_source
 
-from rig.sim.args import check_argv, resolve
+from rig.sim.args import SGLANG_VERSION, check_argv, resolve
 from rig.sim.resolution import (DETERMINISTIC_ATTENTION_BACKEND_CHOICES, MODEL_ARCH,
                                 RADIX_SUPPORTED_DETERMINISTIC_ATTENTION_BACKEND, REFUSALS, refusal, resolve_backends)
 
@@ -84,10 +84,8 @@ def test_accepted_like_sglang_resolution(argv):
 
 # ---------------------------------------------------------------- checked against SGLang's own code
 def _root() -> Path:
-    root = os.environ.get("RIG_SGLANG_ROOT")
-    if not root or not (Path(root) / "sglang" / "srt" / "arg_groups").is_dir():
-        pytest.skip("SGLang's source is not at hand (set RIG_SGLANG_ROOT to an unpacked sglang==0.5.23 wheel)")
-    return Path(root)
+    """SGLang's source: $RIG_SGLANG_SRC, else the pinned wheel from the package index, cached (support.py)."""
+    return sglang_source(SGLANG_VERSION)
 
 
 # Sites of the cited functions the simulator has no rule for, and why none is needed.
@@ -109,6 +107,7 @@ NOT_REACHED = {
 }
 
 
+@pytest.mark.slow
 def test_every_rule_is_sglang_text_and_every_site_is_classified():
     """Each rule's message is an assert/raise of the function it cites (f-string fields as {}), and every other
     assert/raise of those functions is listed above with the reason the simulator needs no rule: a new refusal in
@@ -125,6 +124,7 @@ def test_every_rule_is_sglang_text_and_every_site_is_classified():
         assert theirs - ours == set(NOT_REACHED.get(site, {})), site
 
 
+@pytest.mark.slow
 def test_rules_agree_with_sglang_functions_run_on_the_same_flags():
     """SGLang's validate_mamba_no_buffer and _deterministic_attention_backend, imported from the wheel (GPU stack
     stubbed) and run on every combination, refuse and choose exactly what the simulator does; the backend lists are
