@@ -111,3 +111,31 @@ def test_deterministic_inference_loses_the_prefix_cache(sims):
     print(f"prefill of the repeated {warm['prompt_tokens']}-token prompt: cached {prefill['warm'] * 1e3:.1f} ms, "
           f"deterministic {prefill['det'] * 1e3:.1f} ms")
     assert prefill["det"] > prefill["warm"]
+
+
+def test_duplicate_rid_answered_in_each_route_shape(sims):
+    """tokenizer_manager.py's ValueError for a rid still in flight: /generate without streaming answers 400
+    {"error": {"message"}} (http_server.py::_create_error_response); the OpenAI routes raise it before their first
+    chunk, so 400 ErrorResponse (serving_chat.py / serving_completions.py)."""
+    url = sims["model"]
+    first = {"text": PROMPT, "rid": "dup", "stream": True,
+             "sampling_params": {"max_new_tokens": 200, "temperature": 0, "ignore_eos": True}}
+
+    async def go():
+        async with aiohttp.ClientSession() as s:
+            async with s.post(url + "/generate", json=first) as r:
+                await r.content.readline()
+                out = []
+                for path, body in (("/generate", {**first, "stream": False}),
+                                   ("/v1/chat/completions", {"model": "m", "rid": "dup", "stream": True,
+                                                             "messages": [{"role": "user", "content": PROMPT}]})):
+                    async with s.post(url + path, json=body) as d:
+                        out.append((d.status, await d.json()))
+                async for _ in r.content:
+                    pass
+        return out
+
+    (s1, b1), (s2, b2) = asyncio.run(go())
+    assert (s1, b1) == (400, {"error": {"message": "Duplicate request ID detected: dup"}})
+    assert (s2, b2) == (400, {"object": "error", "message": "Duplicate request ID detected: dup",
+                              "type": "BadRequestError", "param": None, "code": 400})
