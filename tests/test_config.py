@@ -132,3 +132,18 @@ def test_num_draft_tokens_grid_is_planned_as_it_runs():
                            "server_grid": {"num_draft_tokens": [4, 8]}})
     assert [c.num_draft_tokens for c in tree.server_configs()] == [4, 8]  # a draft tree takes the value asked
     assert notices(tree) == []
+
+
+def test_each_generator_warms_up_under_its_own_request_ids():
+    """SGLang refuses a rid still in flight ("Duplicate request ID detected", managers/tokenizer_manager.py); the
+    generators of a point warm up at once, so each sends its warm-up under ids of its own."""
+    from rig.run.plans import build_plans
+
+    spec = build_spec({}, {"load": {"concurrency": [4], "warmup_requests": 2}})
+    point = expand_points(spec)[0]
+    plans = build_plans(spec, point, "http://h:1", "m", "sglang-native", [0, 1, 2], None)
+    ids = [t.request_id for p in plans for s in p.warmup for t in s.turns]
+    assert len(ids) == 6 and len(set(ids)) == 6
+    assert all(t.request_id.endswith(f"-g{p.generator}") for p in plans for s in p.warmup for t in s.turns)
+    measured = {t.request_id for p in plans for s in p.sessions for t in s.turns}
+    assert not measured & set(ids)
