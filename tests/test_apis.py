@@ -149,10 +149,11 @@ def test_chat_sends_every_sampling_parameter_the_records_state():
     """SGLang's chat route fills an omitted temperature / top_p / top_k / min_p / repetition_penalty from the model's
     generation_config.json (--sampling-defaults model, the default: openai/protocol.py
     ChatCompletionRequest.to_sampling_params): the record's top_k -1 must be what ran, so it is sent."""
-    off = OpenAIChat().payload(replace(TURN, top_k=-1), [], "m")
-    assert (off["temperature"], off["top_p"], off["top_k"], off["min_p"], off["repetition_penalty"]) == \
-        (0.7, 0.9, -1, 0.0, 1.0)
-    assert OpenAIChat().payload(TURN, [], "m")["top_k"] == 20
+    for api in (OpenAIChat(), OpenAICompletions()):  # vLLM fills omitted ones on both routes (--generation-config)
+        off = api.payload(replace(TURN, top_k=-1), [], "m")
+        assert (off["temperature"], off["top_p"], off["top_k"], off["min_p"], off["repetition_penalty"]) == \
+            (0.7, 0.9, -1, 0.0, 1.0)
+        assert api.payload(TURN, [], "m")["top_k"] == 20
 
 
 def test_chat_reasoning_and_content_chunks_of_one_step_share_a_count():

@@ -238,8 +238,13 @@ class _OpenAIBase(Api):
             # (SGLang 0.5.23 openai/serving_completions.py, serving_chat.py); other servers ignore the field.
             "return_spec_tokens_details": True,
         }
-        if turn.top_k and turn.top_k > 0:
-            body["top_k"] = turn.top_k
+        # Every sampling parameter the records state, sent: a field left out is filled from the model's
+        # generation_config.json -- SGLang's chat route (--sampling-defaults model, its default: openai/protocol.py
+        # ChatCompletionRequest.to_sampling_params), vLLM's chat and completions (--generation-config auto) -- so
+        # top_k -1 (off), min_p 0 and repetition_penalty 1 go out explicitly (both accept -1 as off).
+        body["top_k"] = turn.top_k if turn.top_k and turn.top_k > 0 else -1
+        body["min_p"] = 0.0
+        body["repetition_penalty"] = 1.0
         if turn.seed is not None:
             body["seed"] = turn.seed
         return body
@@ -415,13 +420,6 @@ class OpenAIChat(_OpenAIBase):
         body["messages"] = [*history, *turn.messages]
         body["max_tokens"] = turn.max_tokens
         body["max_completion_tokens"] = turn.max_tokens
-        # Every sampling parameter the records state, sent: a chat field left out is filled from the model's
-        # generation_config.json (SGLang --sampling-defaults model, its default: openai/protocol.py
-        # ChatCompletionRequest.to_sampling_params; vLLM --generation-config auto likewise), so top_k -1 (off),
-        # min_p 0 and repetition_penalty 1 go out explicitly.
-        body["top_k"] = turn.top_k if turn.top_k and turn.top_k > 0 else -1
-        body["min_p"] = 0.0
-        body["repetition_penalty"] = 1.0
         return body
 
     def _piece(self, choice: dict[str, Any]) -> str:
