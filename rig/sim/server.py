@@ -21,6 +21,7 @@ from rig.sim.engine import Engine, Stream
 from rig.sim.prometheus import CONTENT_TYPE, SimMetrics
 from rig.sim.profile import Profile
 from rig.sim.requests import Sampling
+from rig.sim.resolution import MODEL_ARCH
 from rig.sim.responses import native_body
 from rig.sim.sampling import BadRequest, ContractError, parse_native
 from rig.sim.text import token_id, tokenize
@@ -29,7 +30,6 @@ log = logging.getLogger("rig.sim")
 access_log = logging.getLogger("rig.sim.access")
 ALWAYS_ALLOWED = ("/health", "/ready", "/metrics")
 ADMIN_PATHS = ("/flush_cache",)
-MODEL_ARCH = "Qwen3_5MoeForConditionalGeneration"
 
 
 class DuplicateRid(BadRequest):
