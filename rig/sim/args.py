@@ -222,8 +222,6 @@ def resolve(argv: list[str] | None = None, parser: argparse.ArgumentParser | Non
 
     if ns.served_model_name is None:
         ns.served_model_name = ns.model_path
-    if ":" in ns.served_model_name:
-        fail("--served-model-name must not contain ':' (that is LoRA base:adapter syntax)")
     if ns.tokenizer_path is None:
         ns.tokenizer_path = ns.model_path
     if ns.log_level_http is None:
