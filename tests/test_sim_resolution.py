@@ -131,7 +131,8 @@ NOT_REACHED = {
 @pytest.mark.slow
 def _template(message: str) -> str:
     """A rule's message as scripts/sglang_refusals.py writes SGLang's: literal text, each field as {}."""
-    return "".join(text + ("{}" if field is not None else "") for text, field, _, _ in string.Formatter().parse(message))
+    parts = string.Formatter().parse(message)
+    return "".join(text + ("{}" if field is not None else "") for text, field, _, _ in parts)
 
 
 def test_every_rule_is_sglang_text_and_every_site_is_classified():
