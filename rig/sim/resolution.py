@@ -112,7 +112,8 @@ REFUSALS: tuple[Refusal, ...] = (
          "syntax used in LoRA adapter specification. Invalid value: '{served_model_name}'",
          lambda ns: ":" in (ns.served_model_name or ns.model_path)),
         ("chunked_prefill_size must be divisible by page_size",
-         lambda ns: _chunked(ns) > 0 and ns.disaggregation_mode != "decode" and _chunked(ns) % (ns.page_size or 1)),
+         lambda ns: _chunked(ns) > 0 and ns.disaggregation_mode != "decode"
+         and _chunked(ns) % (ns.page_size or 1) != 0),
         ("PD-Multiplexing is only supported with pipeline parallelism disabled (pp_size=1).",
          lambda ns: ns.enable_pdmux and ns.pp_size != 1),
         ("PD-Multiplexing is not compatible with chunked prefill.", lambda ns: ns.enable_pdmux and _chunked(ns) != -1),
