@@ -189,3 +189,20 @@ def test_rules_agree_with_sglang_functions_run_on_the_same_flags():
             assert mine is None, (case, mine)
         else:
             assert mine == (theirs["set"] or {}).get("attention_backend", case["view"]["attention_backend"]), case
+
+
+def test_chat_defaults_from_the_model_directory_or_the_profile(tmp_path):
+    """configs/model_config.py::get_default_sampling_params: the five keys generation_config.json sets (transformers
+    5 leaves the rest None), only with --sampling-defaults model; a hub id the sim cannot read uses the profile's."""
+    from rig.sim.generation import GenerationConfigError, chat_defaults
+
+    (tmp_path / "generation_config.json").write_text(json.dumps(
+        {"temperature": 0.6, "top_k": 20, "top_p": 0.95, "min_p": None, "do_sample": True, "max_new_tokens": 9}))
+    assert chat_defaults(str(tmp_path), "model", {"generation_config": {"top_k": 5}}) == \
+        {"temperature": 0.6, "top_k": 20, "top_p": 0.95}
+    assert chat_defaults(str(tmp_path), "openai", {}) == {}
+    assert chat_defaults("Qwen/Qwen3.5-122B-A10B", "model", {"generation_config": {"top_k": 5}}) == {"top_k": 5}
+    assert chat_defaults("Qwen/Qwen3.5-122B-A10B", "model", {}) == {}
+    (tmp_path / "generation_config.json").write_text("{not json")
+    with pytest.raises(GenerationConfigError, match="cannot read"):
+        chat_defaults(str(tmp_path), "model", {})
