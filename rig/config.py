@@ -229,7 +229,16 @@ class RunSpec(BaseModel):
         return self.out / self.run_id
 
     def server_configs(self) -> list[ServerConfig]:
-        """One per launch: the product of steps and the server grid, in a stable order."""
+        """One per launch: the product of steps and the server grid, in a stable order, each as it will run
+        (as_it_runs); two that would run the same are one launch."""
+        configs: list[ServerConfig] = []
+        for cfg in map(as_it_runs, self.asked_configs()):
+            if cfg not in configs:
+                configs.append(cfg)
+        return configs
+
+    def asked_configs(self) -> list[ServerConfig]:
+        """The product of steps and the server grid as asked, each validated (SpecError)."""
         keys = sorted(self.server_grid)
         combos = itertools.product(*(self.server_grid[k] for k in keys)) if keys else [()]
         configs = []
@@ -251,6 +260,19 @@ class RunSpec(BaseModel):
 
     def api_for(self, engine_default: str) -> str:
         return self.load.api or engine_default
+
+
+def as_it_runs(cfg: ServerConfig) -> ServerConfig:
+    """The configuration with num_draft_tokens as SGLang (and the sim) will run it: with topk 1 it is steps + 1
+    whatever was asked (arg_groups/speculative_hook.py::_handle_eagle_family), and without speculation it is not
+    passed at all. Planning and the records' server_args then state what ran."""
+    if cfg.engine not in ("sglang", "sim") or cfg.num_draft_tokens is None:
+        return cfg
+    if cfg.steps == 0:
+        return cfg.model_copy(update={"num_draft_tokens": None})
+    if cfg.eagle_topk == 1 and cfg.num_draft_tokens != cfg.steps + 1:
+        return cfg.model_copy(update={"num_draft_tokens": cfg.steps + 1})
+    return cfg
 
 
 def _check_sim_flags(cfg: ServerConfig) -> None:
@@ -355,6 +377,14 @@ def notices(spec: RunSpec) -> list[str]:
         if not uses_speculation(spec.server):
             out.append(f"server.command places no {{steps}}: steps {','.join(map(str, spec.steps))} is recorded on "
                        f"every row, not given to the server")
+    asked = spec.asked_configs()
+    changed = [c for c in asked if as_it_runs(c) != c]
+    if changed:
+        c = changed[0]
+        out.append(f"num_draft_tokens={c.num_draft_tokens} at steps {c.steps} (eagle_topk {c.eagle_topk}) runs "
+                   f"{as_it_runs(c).num_draft_tokens}: SGLang uses steps + 1 with eagle_topk 1 and none without "
+                   f"speculation (speculative_hook.py); {len(changed)} of {len(asked)} configuration(s) are planned "
+                   f"and recorded as they run, {len(spec.server_configs())} launched")
     for wl in spec.workloads:
         if wl.name != "dataset":
             continue

@@ -64,3 +64,30 @@ def engine_procs(owner: str | os.PathLike[str], marker: str = "sglang.launch_ser
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             continue
     return found
+
+
+def sglang_source(version: str) -> Path:
+    """SGLang's source for ``version``: $RIG_SGLANG_SRC (an unpacked wheel), else the wheel from the package index,
+    unpacked once under $RIG_CACHE (the only network this needs is the package registry CI already uses)."""
+    import zipfile
+
+    import pytest
+
+    if os.environ.get("RIG_SGLANG_SRC"):
+        return Path(os.environ["RIG_SGLANG_SRC"])
+    cache = Path(os.environ.get("RIG_CACHE") or Path(__file__).resolve().parents[1] / ".cache").resolve()
+    root = cache / f"sglang-{version}-src"
+    if (root / "sglang" / "srt" / "server_args.py").is_file():
+        return root
+    wheels = cache / "wheels"
+    wheels.mkdir(parents=True, exist_ok=True)
+    p = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "-q", f"sglang=={version}",
+                        "-d", str(wheels)], capture_output=True, text=True, timeout=600)
+    found = sorted(wheels.glob(f"sglang-{version}-*.whl"))
+    if p.returncode != 0 or not found:
+        pytest.skip(f"cannot download sglang=={version} from the package index: {p.stderr.strip()[-300:]}")
+    tmp = root.with_name(root.name + ".partial")
+    with zipfile.ZipFile(found[0]) as z:
+        z.extractall(tmp, [n for n in z.namelist() if n.startswith("sglang/")])
+    tmp.rename(root)
+    return root

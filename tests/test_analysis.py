@@ -124,6 +124,22 @@ def test_token_weighted_acceptance(run_dir):
     assert row["accept_source"] == "requests"
 
 
+def test_acceptance_both_ways_named(run_dir):
+    """rig's per-request figure counts each request's prefill token (42 / 15); SGLang's bench_serving prints the
+    decode-only server average, (11 - 1 + 31 - 1) / 15: the report gives both, each named."""
+    from rig.analysis.render import render_acceptance
+    from rich.console import Console
+
+    row = next(r for r in build_report(run_dir).acceptance if r["point"] == "p-s2")
+    assert row["from_requests"] == pytest.approx(42 / 15)
+    assert row["decode_only"] == pytest.approx(40 / 15)
+    console = Console(width=250, record=True)
+    console.print(render_acceptance([row]))
+    text = console.export_text()
+    assert "Decode-only" in text and "2.667" in text and "2.800" in text
+    assert "the figure SGLang's bench_serving prints" in text
+
+
 def test_acceptance_fallbacks(run_dir):
     rows = campaign_table(run_dir)
     assert (_row(rows, "p-s3")["accept_length"], _row(rows, "p-s3")["accept_source"]) == (3.5, "manifest_window")
@@ -211,6 +227,19 @@ def test_server_series_summary(run_dir):
     assert s["max_running_requests"] == 14  # effective (26 - 3*4), not the configured 26
     assert s["at_running_cap"] is True
     assert _row(rep.server, "p-s0")["samples"] == 0
+
+
+def test_running_cap_is_per_dp_rank(tmp_path):
+    """effective_max_running_requests_per_dp is per DP rank (one internal_states entry each, http_server.py), and
+    the running gauge sums the ranks: with 2 ranks of 14 the server holds 28, so 14 running is not at the cap."""
+    d = make_run(tmp_path / "dp2")
+    path = d / "manifest.json"
+    data = json.loads(path.read_text())
+    data["server_configs"]["cfg4"]["server_info"]["internal_states"] *= 2
+    path.write_text(json.dumps(data))
+    s = _row(build_report(d).server, "p-s4")
+    assert s["running_max"] == 14 and s["max_running_requests"] == 14
+    assert s["at_running_cap"] is False
 
 
 def test_json_round_trip(run_dir):

@@ -1,6 +1,7 @@
 """Folding streamed events of each API into token counts, text, spec stats and errors."""
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -142,3 +143,39 @@ def test_chat_chunk_tokens_from_continuous_usage():
     assert api.fold({"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]}, st) == 0
     assert [api.fold(ev("a", 1), st), api.fold(ev("bcd", 4), st), api.fold(ev("ef", 6), st)] == [1, 3, 2]
     assert st.completion_tokens == 6
+
+
+def test_chat_sends_every_sampling_parameter_the_records_state():
+    """SGLang's chat route fills an omitted temperature / top_p / top_k / min_p / repetition_penalty from the model's
+    generation_config.json (--sampling-defaults model, the default: openai/protocol.py
+    ChatCompletionRequest.to_sampling_params): the record's top_k -1 must be what ran, so it is sent."""
+    for api in (OpenAIChat(), OpenAICompletions()):  # vLLM fills omitted ones on both routes (--generation-config)
+        off = api.payload(replace(TURN, top_k=-1), [], "m")
+        assert (off["temperature"], off["top_p"], off["top_k"], off["min_p"], off["repetition_penalty"]) == \
+            (0.7, 0.9, -1, 0.0, 1.0)
+        assert api.payload(TURN, [], "m")["top_k"] == 20
+
+
+def test_chat_reasoning_and_content_chunks_of_one_step_share_a_count():
+    """With a reasoning parser SGLang sends one step's reasoning and content as two chunks, each with the same
+    running count (serving_chat.py::_generate_stream_content): the second adds no token."""
+    api, st = OpenAIChat(), StreamState()
+
+    def ev(ct, reasoning=None, content=None):
+        return {"choices": [{"index": 0, "delta": {"reasoning_content": reasoning, "content": content}}],
+                "usage": {"prompt_tokens": 9, "completion_tokens": ct}}
+    counts = [api.fold(ev(2, reasoning="think "), st), api.fold(ev(4, reasoning="more</think>"), st),
+              api.fold(ev(4, content="Answer"), st), api.fold(ev(5, content=" ok"), st)]
+    assert counts == [2, 2, 0, 1] and sum(counts) == st.completion_tokens == 5
+
+
+def test_chat_reply_resent_without_its_reasoning():
+    """The next agentic turn carries the assistant's content only, as real clients send it (the reasoning text
+    still counts in the record's text, hash and length)."""
+    api, st = OpenAIChat(), StreamState()
+    api.fold({"choices": [{"index": 0, "delta": {"reasoning_content": "Let me think.", "content": None}}]}, st)
+    api.fold({"choices": [{"index": 0, "delta": {"reasoning_content": None, "content": "The answer."}}]}, st)
+    assert st.text == "Let me think.The answer." and st.reply == "The answer."
+    plain = StreamState()
+    OpenAICompletions().fold({"choices": [{"index": 0, "text": "abc"}]}, plain)
+    assert plain.reply == plain.text == "abc"

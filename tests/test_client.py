@@ -1,9 +1,11 @@
 """The streaming client against a fake server: good streams and every kind of bad one give one record each."""
 
 import asyncio
+import time
 
 import aiohttp
 import pytest
+from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from rig.loadgen.apis import SGLangNative
@@ -244,3 +246,61 @@ def test_request_built_ahead_without_an_idle_connection_connects_when_run():
     sent, sent_at, out, opened = asyncio.run(_built_ahead(warm=0))
     assert not sent and sent_at is None
     assert out.status == "ok" and opened == 1
+
+
+class _ThreadServer:
+    """The fake server on a loop of its own thread, closing keep-alive connections idle for ``keepalive_s`` (SGLang:
+    5 s, uvicorn's timeout_keep_alive from environ.py SGLANG_TIMEOUT_KEEP_ALIVE): the client's loop can be held
+    up while the server closes, as on a busy generator."""
+
+    def __init__(self, keepalive_s: float) -> None:
+        import threading
+
+        self.loop = asyncio.new_event_loop()
+        self.runner = web.AppRunner(make_app(), keepalive_timeout=keepalive_s)
+        ready = threading.Event()
+
+        def serve() -> None:
+            asyncio.set_event_loop(self.loop)
+            self.loop.run_until_complete(self.runner.setup())
+            site = web.TCPSite(self.runner, "127.0.0.1", 0)
+            self.loop.run_until_complete(site.start())
+            self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+            ready.set()
+            self.loop.run_forever()
+
+        self.thread = threading.Thread(target=serve, daemon=True)
+        self.thread.start()
+        ready.wait(10)
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    def close(self) -> None:
+        asyncio.run_coroutine_threadsafe(self.runner.cleanup(), self.loop).result(10)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+
+
+@pytest.mark.parametrize("client", ["lean", "aiohttp"])
+def test_a_server_closed_idle_connection_costs_no_request(client):
+    """SGLang closes a keep-alive connection idle for 5 s. A request sent on one the client has not yet seen
+    closed (its loop was busy when the FIN came) gets no response byte: it is sent once more on a new connection,
+    and no record fails. A fresh connection that breaks is never sent twice (the server may have the request)."""
+    from rig.loadgen.drive import make_session
+
+    server = _ThreadServer(keepalive_s=0.2)
+
+    async def go():
+        async with make_session(client) as http:
+            first = await stream_request(http, server.url, SGLangNative(), turn("ok", 3), [], "m", Timeouts())
+            time.sleep(0.6)  # the server closes the idle connection while this loop is held up
+            second = await stream_request(http, server.url, SGLangNative(), turn("ok", 3), [], "m", Timeouts())
+            await asyncio.sleep(0.6)  # idle again, this time the loop sees the close
+            third = await stream_request(http, server.url, SGLangNative(), turn("ok", 3), [], "m", Timeouts())
+            return first, second, third
+
+    try:
+        outs = asyncio.run(go())
+    finally:
+        server.close()
+    assert [(o.status, o.error) for o in outs] == [("ok", None)] * 3
+    assert [o.state.completion_tokens for o in outs] == [4, 4, 4]

@@ -114,3 +114,36 @@ def test_lazy_sessions_match_the_eager_split():
         lazy = list(islice(iter(LazySessions(spec, 3, 5, 2, g, limit=60, chunk=7)), 1000))
         assert [s.session_id for s in lazy] == [s.session_id for s in eager[g][0]]
         assert lazy == eager[g][0]  # same prompts, sampling and seeds, built in chunks on the generator
+
+
+def test_num_draft_tokens_grid_is_planned_as_it_runs():
+    """SGLang runs steps + 1 draft tokens with eagle_topk 1 and passes none without speculation
+    (arg_groups/speculative_hook.py::_handle_eagle_family): a num_draft_tokens grid plans one launch per value that
+    really differs, and each configuration's knobs (the records' server_args) say what ran."""
+    from rig.config import notices
+
+    spec = build_spec({}, {"server": {"engine": "sglang"}, "steps": [0, 2],
+                           "server_grid": {"num_draft_tokens": [3, 8]}})
+    cfgs = spec.server_configs()
+    assert [(c.steps, c.num_draft_tokens) for c in cfgs] == [(0, None), (2, 3)]
+    assert len(spec.asked_configs()) == 4
+    assert any("num_draft_tokens=3 at steps 0" in n and "2 launched" in n for n in notices(spec))
+    tree = build_spec({}, {"server": {"engine": "sglang", "eagle_topk": 4}, "steps": [2],
+                           "server_grid": {"num_draft_tokens": [4, 8]}})
+    assert [c.num_draft_tokens for c in tree.server_configs()] == [4, 8]  # a draft tree takes the value asked
+    assert notices(tree) == []
+
+
+def test_each_generator_warms_up_under_its_own_request_ids():
+    """SGLang refuses a rid still in flight ("Duplicate request ID detected", managers/tokenizer_manager.py); the
+    generators of a point warm up at once, so each sends its warm-up under ids of its own."""
+    from rig.run.plans import build_plans
+
+    spec = build_spec({}, {"load": {"concurrency": [4], "warmup_requests": 2}})
+    point = expand_points(spec)[0]
+    plans = build_plans(spec, point, "http://h:1", "m", "sglang-native", [0, 1, 2], None)
+    ids = [t.request_id for p in plans for s in p.warmup for t in s.turns]
+    assert len(ids) == 6 and len(set(ids)) == 6
+    assert all(t.request_id.endswith(f"-g{p.generator}") for p in plans for s in p.warmup for t in s.turns)
+    measured = {t.request_id for p in plans for s in p.sessions for t in s.turns}
+    assert not measured & set(ids)

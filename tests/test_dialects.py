@@ -37,7 +37,10 @@ def test_sglang_bodies_keep_every_extension_sglang_reads():
     assert comp == {"model": "m", "temperature": 0.0, "top_p": 1.0, "stream": True,
                     "stream_options": {"include_usage": True}, "ignore_eos": True,
                     "return_spec_tokens_details": True, "top_k": 20, "seed": 5, "prompt": comp["prompt"],
-                    "max_tokens": 8, "return_token_ids": True}
+                    "max_tokens": 8, "return_token_ids": True,
+                    # sampling parameters the records state, sent so the server fills none from the model's
+                    # generation_config.json (issue 21)
+                    "min_p": 0.0, "repetition_penalty": 1.0}
     chat = api_for("openai-chat", Dialect("sglang")).payload(GREEDY, [], "m")
     assert chat["stream_options"] == {"include_usage": True, "continuous_usage_stats": True}
     assert chat["ignore_eos"] is True and chat["return_spec_tokens_details"] is True and "return_token_ids" not in chat
@@ -50,6 +53,7 @@ def test_vllm_bodies_carry_vllms_extensions_but_not_sglangs():
     chat = api_for("openai-chat", Dialect("vllm")).payload(GREEDY, [], "m")
     for body in (comp, chat):
         assert body["ignore_eos"] is True and body["top_k"] == 20
+        assert (body["min_p"], body["repetition_penalty"]) == (0.0, 1.0)
         assert "return_spec_tokens_details" not in body
     assert comp["return_token_ids"] is True
     assert chat["stream_options"] == {"include_usage": True, "continuous_usage_stats": True}
@@ -62,11 +66,14 @@ def test_extra_body_fields_are_added_last_and_win(api):
     assert body["chat_template_kwargs"] == {"enable_thinking": False} and body["temperature"] == 0.5
 
 
-def test_top_k_off_and_no_seed_send_nothing():
+def test_top_k_off_is_sent_as_off_where_the_dialect_has_it_and_no_seed_sends_nothing():
+    """top_k off goes out as -1 to SGLang and vLLM (a field left out is filled from the model's generation config,
+    issue 21); plain OpenAI has no top_k at all."""
     turn = Turn(request_id="r", messages=({"role": "user", "content": "x"},), max_tokens=4, top_k=-1, seed=None)
     for name in ("plain", "sglang", "vllm"):
         body = api_for("openai-chat", Dialect(name)).payload(turn, [], "m")  # type: ignore[arg-type]
-        assert "top_k" not in body and "seed" not in body
+        assert "seed" not in body
+        assert body.get("top_k") == (None if name == "plain" else -1)
 
 
 # ------------------------------------------------------------------------------------------ deciding the dialect

@@ -155,3 +155,48 @@ def test_grid_values_the_server_collapsed_are_called_out(tmp_path):
     warnings = effective_warnings(Manifest.model_validate({"server_configs": {"a": cfg(4), "b": cfg(8)}}))
     assert "server b: requested num_draft_tokens=8 but the server runs 4" in warnings
     assert any(w.startswith("server configurations a, b ran the same effective settings") for w in warnings)
+
+
+def test_deterministic_engine_changes_are_read_back_and_said():
+    """--enable-deterministic-inference is not a seed switch: on the simulated Blackwell node it turns the radix
+    cache off (flashinfer), forces the pytorch sampler and, at TP 4, custom all-reduce off
+    (SGLang arg_groups/attention_hook.py::handle_deterministic_inference). /server_info reports the resolved fields;
+    rig reads them back and the run and the report say what changed."""
+    from rig.server.effective import change_lines
+    from rig.sim.args import resolve
+
+    cfg = ServerConfig(engine="sim", steps=0, tp=4, deterministic=True)
+    argv = engine_for("sim").argv(cfg, "127.0.0.1", 1)[3:]  # the server's own flags
+    info = {**resolve(argv).as_dict(), "internal_states": [{}]}  # what the sim's /server_info lists
+    eff = effective_config(cfg, info, {})
+    assert {k: eff["effective"][k] for k in ("radix_cache", "attention_backend", "sampling_backend",
+                                             "custom_all_reduce")} == \
+        {"radix_cache": False, "attention_backend": "flashinfer", "sampling_backend": "pytorch",
+         "custom_all_reduce": False}
+    lines = change_lines("sim-s0", eff)
+    assert len(lines) == 1 and "radix (prefix) cache OFF (attention backend flashinfer" in lines[0]
+    assert "sampling backend pytorch" in lines[0] and "custom all-reduce off" in lines[0]
+    plain = ServerConfig(engine="sim", steps=0, tp=4)
+    info = {**resolve(engine_for("sim").argv(plain, "127.0.0.1", 1)[3:]).as_dict(), "internal_states": [{}]}
+    eff = effective_config(plain, info, {})
+    assert eff["effective"]["radix_cache"] is True and change_lines("sim-s0", eff) == []
+
+
+def test_report_prints_what_deterministic_inference_changed(tmp_path):
+    """The manifest's effective config of a deterministic server (radix cache off, pytorch sampler) reaches the
+    report as one line, so a figure is not read as the default engine's."""
+    import json
+
+    _sampled_run(tmp_path / "d", honoured=True)
+    path = tmp_path / "d" / "manifest.json"
+    data = json.loads(path.read_text())
+    data["server_configs"]["cfg2"]["effective"]["effective"].update(
+        deterministic_inference=True, radix_cache=False, attention_backend="flashinfer", sampling_backend="pytorch",
+        custom_all_reduce=False)
+    path.write_text(json.dumps(data))
+    res = CliRunner().invoke(cli, ["report", str(tmp_path / "d")])
+    assert res.exit_code == 0, res.output
+    flat = " ".join(res.output.split())
+    assert "server cfg2: deterministic inference changes the engine, not only the seeds: radix (prefix) cache OFF " \
+           "(attention backend flashinfer" in flat
+    assert "server cfg0: deterministic" not in flat

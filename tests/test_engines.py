@@ -15,9 +15,17 @@ def test_sglang_argv_steps_4_matches_the_campaign_flags():
     argv = engine_for("sglang").argv(cfg, "10.0.0.5", 30000)
     assert argv == ["/venv/bin/python", "-m", "sglang.launch_server", "--model-path", "/models/qwen",
                     "--tp-size", "4", "--host", "10.0.0.5", "--port", "30000", "--enable-metrics",
-                    "--speculative-algorithm", "NEXTN", "--speculative-num-steps", "4",
+                    "--enable-cache-report", "--speculative-algorithm", "NEXTN", "--speculative-num-steps", "4",
                     "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "5",
                     "--mem-fraction-static", "0.85"]
+
+
+def test_sglang_and_sim_ask_for_the_cache_report():
+    """cached_tokens on SGLang's OpenAI routes is null without --enable-cache-report
+    (entrypoints/openai/usage_processor.py); the vLLM adapter passes its equivalent, so must this one."""
+    for engine in ("sglang", "sim"):
+        argv = engine_for(engine).argv(ServerConfig(engine=engine, steps=0), "h", 1)
+        assert argv.count("--enable-cache-report") == 1
 
 
 def test_steps_0_means_no_speculation_and_sim_uses_rig_python():

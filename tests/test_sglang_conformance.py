@@ -23,12 +23,13 @@ from support import DOUBLES, free_port
 
 pytestmark = pytest.mark.server
 PROMPT = "Write a detailed technical essay on how a modern CPU executes instructions, with examples."
-# A Qwen3.5 node's flags, including two the simulator does not model (--reasoning-parser, mamba strategy), and a
-# draft-token count SGLang changes (topk 1 forces steps + 1: arg_groups/speculative_hook.py).
+# A Qwen3.5 node's flags, including three the simulator does not model (--reasoning-parser, mamba strategy, overlap
+# schedule), and a draft-token count SGLang changes (topk 1 forces steps + 1: arg_groups/speculative_hook.py).
+# no_buffer needs --disable-overlap-schedule (arg_groups/mamba_hook.py::validate_mamba_no_buffer asserts it).
 SPEC_FLAGS = ["--speculative-algorithm", "NEXTN", "--speculative-num-steps", "3", "--speculative-eagle-topk", "1",
               "--speculative-num-draft-tokens", "8", "--enable-cache-report", "--enable-metrics",
               "--decode-log-interval", "1", "--reasoning-parser", "qwen3", "--mamba-radix-cache-strategy",
-              "no_buffer"]
+              "no_buffer", "--disable-overlap-schedule"]
 DETERMINISTIC_FLAGS = ["--enable-deterministic-inference"]
 IMPLS = ("sim", "double")
 
@@ -389,3 +390,72 @@ def test_empty_input_is_400(twin, route, body, message):
     status, got = run(_post(twin["spec"] + route, body))
     assert status == 400
     assert got == {"object": "error", "message": message, "type": "BadRequestError", "param": None, "code": 400}
+
+
+# ---------------------------------------------------------------- round 2 (issue 21)
+def test_duplicate_inflight_rid_is_refused_in_the_stream(twin):
+    """managers/tokenizer_manager.py (~3833): a rid still in rid_to_state raises ValueError("Duplicate request ID
+    detected: <rid>"); http_server.py::stream_results sends it as an error event, then [DONE]. Once the first
+    request finished, the rid is free again."""
+    url = twin["spec"] + "/generate"
+    body = {"text": PROMPT, "rid": "same-rid", "stream": True,
+            "sampling_params": {"max_new_tokens": 60, "temperature": 0, "ignore_eos": True}}
+
+    async def go():
+        async with aiohttp.ClientSession() as s:
+            async with s.post(url, json=body) as first:
+                await first.content.readline()  # the first request is in flight
+                second = await _post(url, body)
+                async for _ in first.content:
+                    pass
+        third = await _post(url, {**body, "sampling_params": {"max_new_tokens": 2}})
+        return second, third
+
+    (status, events), (status3, events3) = run(go())
+    assert status == 200
+    assert events == [{"error": {"message": "Duplicate request ID detected: same-rid", "type": "invalid_request_error",
+                                 "code": 400, "retryable": False}}, "[DONE]"]
+    assert status3 == 200 and events3[-1] == "[DONE]" and "meta_info" in events3[-2]
+
+
+def test_deterministic_server_info_shows_what_the_flag_changed(twin):
+    """attention_hook.py::handle_deterministic_inference (Blackwell: flashinfer, no radix cache) and
+    overrides.py::_deterministic_sampling_backend (pytorch); TP 4: custom all-reduce off. /server_info reports the
+    resolved fields; the speculative server (no flag) keeps its radix cache."""
+    det = run(_get_json(twin["det"] + "/server_info"))
+    assert (det["attention_backend"], det["disable_radix_cache"], det["sampling_backend"]) == \
+        ("flashinfer", True, "pytorch")
+    assert det["disable_custom_all_reduce"] is True
+    spec = run(_get_json(twin["spec"] + "/server_info"))
+    assert spec["disable_radix_cache"] is False and spec["sampling_backend"] == "flashinfer"
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_mamba_no_buffer_without_disable_overlap_schedule_is_refused(impl):
+    """arg_groups/mamba_hook.py::validate_mamba_no_buffer asserts disable_overlap_schedule; the launch fails."""
+    argv, env = _command(impl, ["--mamba-radix-cache-strategy", "no_buffer"], free_port())
+    p = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
+    assert p.returncode != 0
+    assert "no_buffer do not support overlap schedule. Try to set disable_overlap_schedule=True." in p.stderr
+
+
+def test_idle_keepalive_connection_closed_after_5_s(twin):
+    """entrypoints/http_server.py passes timeout_keep_alive=SGLANG_TIMEOUT_KEEP_ALIVE (environ.py: 5) to uvicorn:
+    a keep-alive connection idle for 5 s is closed by the server (aiohttp's own default would keep it 75 s)."""
+    import socket
+    from urllib.parse import urlsplit
+
+    u = urlsplit(twin["spec"])
+    with socket.create_connection((u.hostname, u.port), timeout=10) as s:
+        s.sendall(f"GET /v1/models HTTP/1.1\r\nHost: {u.hostname}\r\n\r\n".encode())
+        head = s.recv(65536)
+        assert head.startswith(b"HTTP/1.1 200")
+        time.sleep(3.5)
+        s.setblocking(False)
+        with pytest.raises(BlockingIOError):
+            s.recv(1)  # still open, nothing to read
+        s.setblocking(True)
+        s.settimeout(5)
+        t0 = time.monotonic()
+        assert s.recv(1) == b""  # closed by the server ...
+        assert time.monotonic() - t0 < 3.0  # ... about 5 s after the response

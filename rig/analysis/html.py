@@ -61,7 +61,8 @@ LATENCY_COLS: list[Col] = [("point", "Point", _text), ("metric", "Metric", _text
 ACCEPT_COLS: list[Col] = [
     ("point", "Point", _text), ("steps", "Steps", _num("d")), ("level", "Level", _text),
     ("accept_length", "Accept len", _num(".3f")), ("source", "Source", _text),
-    ("from_requests", "Per-request", _num(".3f")), ("from_manifest_window", "Manifest window", _num(".3f")),
+    ("from_requests", "Per-request", _num(".3f")), ("decode_only", "Decode-only", _num(".3f")),
+    ("from_manifest_window", "Manifest window", _num(".3f")),
     ("from_server_counters", "Counters", _num(".3f")), ("server_gauge_mean", "Gauge mean", _num(".3f")),
 ]
 SERVER_COLS: list[Col] = [
@@ -227,7 +228,9 @@ def render_html(report: Report, plots: list[Path] | None = None) -> str:
         parts.append(f"<h2>What went wrong</h2><pre>{html.escape(problems.plain.split(chr(10), 1)[1])}</pre>")
     parts += ["<h2>Latency</h2><p>milliseconds; ITL percentiles are over tokens.</p>",
               table_html(report.latency, LATENCY_COLS)]
-    parts += ["<h2>Acceptance length</h2>", table_html(report.acceptance, ACCEPT_COLS)]
+    parts += ["<h2>Acceptance length</h2><p>Per-request: rig's, Σ completion tokens / Σ verifies (counts each "
+              "request's prefill token); Decode-only: Σ (tokens - 1) / Σ verifies, the figure SGLang's bench_serving "
+              "prints.</p>", table_html(report.acceptance, ACCEPT_COLS)]
     parts += ["<h2>Server vs client</h2>", table_html(report.server, SERVER_COLS)]
     if report.goodput:
         parts += [f"<h2>Goodput ({html.escape(report.goodput[0]['slos'])})</h2>",

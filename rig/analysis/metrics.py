@@ -187,6 +187,17 @@ def acceptance_from_requests(r: Requests) -> float | None:
     return float(r.tokens[m].sum() / r.verify_ct[m].sum())
 
 
+def acceptance_decode_only(r: Requests) -> float | None:
+    """Acceptance as SGLang's own tools print it: Σ (completion_tokens - 1) / Σ spec_verify_ct, the tokens the verify
+    steps committed, without each request's first token (sampled by the prefill, no verify). bench_serving's
+    "Accept length" is /server_info internal_states[0].avg_spec_accept_length = accepted tokens / verify forwards
+    counted in decode batches (managers/scheduler_components/metrics_reporter.py; benchmark/serving.py)."""
+    m = r.ok & (r.verify_ct > 0) & np.isfinite(r.tokens) & (r.tokens >= 1)
+    if not m.any():
+        return None
+    return float((r.tokens[m] - 1).sum() / r.verify_ct[m].sum())
+
+
 def acceptance_from_counters(engine: str | None, before: dict[str, float], after: dict[str, float]) -> float | None:
     """Acceptance length from counter deltas; the engine adapter knows its counter names and formula."""
     from rig.server.engines import ENGINES

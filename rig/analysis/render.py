@@ -42,14 +42,17 @@ def render_latency(rows: list[dict[str, Any]]) -> Table:
 
 def render_acceptance(rows: list[dict[str, Any]]) -> Table:
     """Acceptance length per point, with every source side by side."""
-    t = Table(title="Acceptance length (tokens per verify step)", title_justify="left", header_style="bold")
-    for c in ("Point", "Steps", "Level", "Accept len", "Source", "Per-request", "Manifest window", "Counters",
-              "Gauge mean"):
+    t = Table(title="Acceptance length (tokens per verify step)", title_justify="left", header_style="bold",
+              caption="Per-request: rig's, Σ completion tokens / Σ verifies (counts each request's prefill token); "
+                      "Decode-only: Σ (tokens - 1) / Σ verifies, the figure SGLang's bench_serving prints",
+              caption_justify="left")
+    for c in ("Point", "Steps", "Level", "Accept len", "Source", "Per-request", "Decode-only", "Manifest window",
+              "Counters", "Gauge mean"):
         t.add_column(c, justify="left" if c in ("Point", "Source") else "right", overflow="fold")
     for r in rows:
         t.add_row(
             r["point"], fmt(r["steps"], "d"), _level(r), fmt(r["accept_length"], ".3f"), r["source"] or "–",
-            fmt(r["from_requests"], ".3f"), fmt(r["from_manifest_window"], ".3f"),
+            fmt(r["from_requests"], ".3f"), fmt(r.get("decode_only"), ".3f"), fmt(r["from_manifest_window"], ".3f"),
             fmt(r["from_server_counters"], ".3f"), fmt(r["server_gauge_mean"], ".3f"),
         )
     return t

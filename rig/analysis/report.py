@@ -118,6 +118,7 @@ def build_report(run_dir: Path | str | Run, slos: list[m.Slo] | None = None, cdf
                 "accept_length": row["accept_length"],
                 "source": row["accept_source"],
                 "from_requests": m.acceptance_from_requests(r),
+                "decode_only": m.acceptance_decode_only(r),
                 "from_manifest_window": float(wa) if wa is not None else None,
                 "from_server_counters": counter_window_acceptance(p.engine, series),
                 "server_gauge_mean": m.nanmean(gauge.values) if not gauge.empty else None,

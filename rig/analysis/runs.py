@@ -251,8 +251,10 @@ def effective_warnings(manifest: Manifest) -> list[str]:
             ran.setdefault(json.dumps(cfg.knobs, sort_keys=True, default=str), []).append(cid)
         if eff.get("seeds_honoured") is False and sampled:
             out.append(f"server {cid} does not honour per-request seeds (SGLang needs "
-                       f"--enable-deterministic-inference; rig run --deterministic): sampled workloads "
-                       f"({', '.join(sorted(sampled))}) draw different outputs for the same request at every point")
+                       f"--enable-deterministic-inference; rig run --deterministic, which also changes the engine: "
+                       f"pytorch sampler, and the prefix cache off unless the attention backend is fa3/fa4/triton): "
+                       f"sampled workloads ({', '.join(sorted(sampled))}) draw different outputs for the same request "
+                       f"at every point")
     for cids in ran.values():
         if len(cids) > 1:  # e.g. --grid num_draft_tokens=4,8 with topk 1: both ran steps + 1
             out.append(f"server configurations {', '.join(cids)} ran the same effective settings (the server "

@@ -101,6 +101,19 @@ def effective_limits(run: Run, p: PointInfo) -> dict[str, Any]:
     return {"max_running_requests": max_running, "max_total_num_tokens": max_tokens}
 
 
+def dp_ranks(run: Run, p: PointInfo) -> int:
+    """Data-parallel ranks of the point's server: /server_info lists one internal_states entry per rank
+    (entrypoints/http_server.py), else its dp_size; 1 when the server does not say."""
+    info = run.server_config(p.server_config).server_info
+    if not isinstance(info, dict):
+        return 1
+    states = info.get("internal_states")
+    if isinstance(states, list) and states:
+        return len(states)
+    dp = info.get("dp_size")
+    return dp if isinstance(dp, int) and dp > 0 else 1
+
+
 def _stat(s: Series, fn: str) -> float | None:
     if s.empty:
         return None
@@ -125,6 +138,8 @@ def summarize_point(run: Run, p: PointInfo, series: dict[str, Series] | None = N
         **limits,
     }
     cap = limits["max_running_requests"]
+    if cap is not None:  # the cap is per DP rank; the running gauge is summed over the ranks (_series)
+        cap *= dp_ranks(run, p)
     # The campaign's C=64 regression: the running batch pinned at the (speculation-lowered) cap while requests queue.
     row["at_running_cap"] = bool(
         cap is not None and row["running_max"] is not None and row["running_max"] >= cap

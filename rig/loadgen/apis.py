@@ -31,6 +31,10 @@ class StreamState:
     """What the stream has told us so far."""
 
     text_parts: list[str] = field(default_factory=list)
+    # chat: the content pieces alone (text_parts also holds the reasoning of a server with a reasoning parser, for
+    # the hash and length); the next turn resends only the content as the assistant's reply, as real clients do
+    reply_parts: list[str] = field(default_factory=list)
+    reasoning: bool = False  # a reasoning_content piece arrived
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     cached_tokens: int | None = None
@@ -51,6 +55,11 @@ class StreamState:
     @property
     def text(self) -> str:
         return "".join(self.text_parts)
+
+    @property
+    def reply(self) -> str:
+        """The assistant's reply as a client resends it in the next turn: without the reasoning text."""
+        return "".join(self.reply_parts) if self.reasoning else self.text
 
 
 def _finish_name(fr: Any) -> str | None:
@@ -244,8 +253,15 @@ class _OpenAIBase(Api):
             # (SGLang 0.5.23 openai/serving_completions.py, serving_chat.py). Servers that validate their bodies
             # refuse it (transformers serve: 422), so only SGLang's dialect sends it.
             body["return_spec_tokens_details"] = True
-        if d.top_k and turn.top_k and turn.top_k > 0:
-            body["top_k"] = turn.top_k
+        if d.top_k:
+            # Every sampling parameter the records state, sent: a field left out is filled from the model's
+            # generation_config.json -- SGLang's chat route (--sampling-defaults model, its default: openai/protocol.py
+            # ChatCompletionRequest.to_sampling_params), vLLM's chat and completions (--generation-config auto) -- so
+            # top_k -1 (off), min_p 0 and repetition_penalty 1 go out explicitly (both accept -1 as off). Plain
+            # OpenAI has none of these fields (the run warns what it cannot send).
+            body["top_k"] = turn.top_k if turn.top_k and turn.top_k > 0 else -1
+            body["min_p"] = 0.0
+            body["repetition_penalty"] = 1.0
         if turn.seed is not None:
             body["seed"] = turn.seed
         return body
@@ -298,8 +314,10 @@ class _OpenAIBase(Api):
             n = len(ids)
         elif piece and isinstance(ct, int):
             # Continuous usage stats: the server's running count; tokens of chunks without text (none is sent in
-            # SGLang's chat) go to the next chunk with text, so the per-chunk counts sum to the server's total.
-            n = ct - state._usage_tokens if ct > state._usage_tokens else 1
+            # SGLang's chat) go to the next chunk with text, so the per-chunk counts sum to the server's total. A
+            # step's reasoning and content chunks carry the same count (serving_chat.py::_generate_stream_content):
+            # the second one brings no new token.
+            n = ct - state._usage_tokens if ct > state._usage_tokens else 0
             state._usage_tokens = max(state._usage_tokens, ct)
         else:
             n = 1 if piece else 0
@@ -434,6 +452,16 @@ class OpenAIChat(_OpenAIBase):
         if not isinstance(content, str) or not isinstance(reasoning, str):
             raise StreamError("malformed event: delta content is not a string")
         return reasoning + content
+
+    def _fold_choice(self, choice: dict[str, Any], usage: Any, state: StreamState) -> int:
+        n = super()._fold_choice(choice, usage, state)
+        delta = choice.get("delta")  # vetted by _piece
+        if delta:
+            if delta.get("content"):
+                state.reply_parts.append(delta["content"])
+            if delta.get("reasoning_content"):
+                state.reasoning = True
+        return n
 
 
 APIS: dict[str, Api] = {a.name: a for a in (SGLangNative(), OpenAICompletions(), OpenAIChat())}

@@ -378,6 +378,35 @@ def _split(base_url: str) -> tuple[str, int, str]:
     return http1.split_url(base_url)
 
 
+def reuse_trace() -> aiohttp.TraceConfig:
+    """Marks, in a request's trace context, that aiohttp sent it on a reused keep-alive connection."""
+
+    async def reused(session: aiohttp.ClientSession, ctx: Any, params: Any) -> None:
+        if isinstance(ctx.trace_request_ctx, dict):
+            ctx.trace_request_ctx["reused"] = True
+
+    trace = aiohttp.TraceConfig()
+    trace.on_connection_reuseconn.append(reused)
+    return trace
+
+
+async def _post(session: aiohttp.ClientSession, url: str, body: dict[str, Any], headers: dict[str, str] | None,
+                timeout: aiohttp.ClientTimeout) -> aiohttp.ClientResponse:
+    """POST, sent once more when it went out on a reused keep-alive connection that the server had closed (SGLang
+    closes one idle for 5 s: environ.py SGLANG_TIMEOUT_KEEP_ALIVE, uvicorn's timeout_keep_alive) and no byte of a
+    response came: a server closes an idle connection only when no request is on it, so nothing was processed. A
+    new connection that breaks is never retried (the server may have the request). aiohttp itself retries only
+    idempotent methods. As the lean client does (LeanRequest.run)."""
+    for attempt in (0, 1):
+        ctx: dict[str, bool] = {"reused": False}
+        try:
+            return await session.post(url, json=body, headers=headers, timeout=timeout, trace_request_ctx=ctx)
+        except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError):
+            if attempt or not ctx["reused"]:
+                raise
+    raise AssertionError("unreachable")
+
+
 async def _stream_aiohttp(
     session: aiohttp.ClientSession,
     base_url: str,
@@ -402,7 +431,7 @@ async def _stream_aiohttp(
     total_at = loop.time() + timeouts.total_s
     try:
         async with asyncio.timeout_at(first_at) as deadline, \
-                session.post(base_url + api.path, json=body, headers=headers, timeout=timeout) as resp:
+                await _post(session, base_url + api.path, body, headers, timeout) as resp:
             out.http_status = resp.status
             if resp.status != 200:
                 text = (await resp.text(errors="replace"))[:4096].replace("\n", " ")

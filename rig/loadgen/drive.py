@@ -24,7 +24,8 @@ import numpy as np
 
 from rig.loadgen import http1
 from rig.loadgen.apis import api_for
-from rig.loadgen.client import LeanRequest, Outcome, request_fields, stream_request, unexpected_error
+from rig.loadgen.client import (LeanRequest, Outcome, request_fields, reuse_trace, stream_request,
+                               unexpected_error)
 from rig.loadgen.health import LoopMonitor
 from rig.loadgen.gc_gaps import GapCollector
 from rig.loadgen.pacer import Pacer
@@ -68,8 +69,9 @@ def make_session(kind: str | None = None) -> "http1.Pool | aiohttp.ClientSession
     if kind != "aiohttp":
         raise ValueError(f"{HTTP_CLIENT_ENV} must be 'lean' or 'aiohttp', not {kind!r}")
     connector = aiohttp.TCPConnector(limit=0, limit_per_host=0, ttl_dns_cache=300, force_close=False)
-    # A large read buffer: a 64 KiB buffer throttles long streamed responses (vLLM #39963).
-    return aiohttp.ClientSession(connector=connector, read_bufsize=2**20)
+    # A large read buffer: a 64 KiB buffer throttles long streamed responses (vLLM #39963). The trace marks a request
+    # sent on a reused keep-alive connection, which the client may send once more (client.py::_post).
+    return aiohttp.ClientSession(connector=connector, read_bufsize=2**20, trace_configs=[reuse_trace()])
 
 
 def _lower_priority() -> None:
@@ -269,7 +271,7 @@ class PointRun:
                 for k in range(j + 1, session.n_requests):
                     self._skip(session, k, session.turns[k], f"not sent: turn {j} failed")
                 return
-            history = [*history, *turn.messages, {"role": "assistant", "content": out.state.text}]
+            history = [*history, *turn.messages, {"role": "assistant", "content": out.state.reply}]
 
     async def _closed_loop(self, http: Http, start: float) -> None:
         todo = self.plan.session_iter()

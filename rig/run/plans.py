@@ -106,11 +106,20 @@ def build_plans(spec: RunSpec, p: Point, url: str, model: str, api: str, ids: li
     conc = p.concurrency or 1
     if offsets is None and load.requests_for(p.concurrency, p.rate) is None:
         # Bound by duration: no session list crosses Ray; generators build theirs as they go.
-        return [GeneratorPlan(generator=ids[i], sessions=(), slots=slots, lazy=LazySessions(
+        plans = [GeneratorPlan(generator=ids[i], sessions=(), slots=slots, lazy=LazySessions(
                     p.workload, load.seed, conc, n_gen, i, limit=LAZY_SESSION_LIMIT), **common)
-                for i, (_, slots) in enumerate(split_closed([], conc, n_gen))]
-    if offsets is None:
-        return [GeneratorPlan(generator=ids[i], sessions=tuple(mine), slots=slots, **common)
-                for i, (mine, slots) in enumerate(split_closed(sessions, p.concurrency or 1, n_gen))]
-    return [GeneratorPlan(generator=ids[i], sessions=tuple(mine), arrivals=tuple(offs), slots=cap, **common)
-            for i, (mine, offs, cap) in enumerate(split_open(sessions, offsets, n_gen, p.concurrency))]
+                 for i, (_, slots) in enumerate(split_closed([], conc, n_gen))]
+    elif offsets is None:
+        plans = [GeneratorPlan(generator=ids[i], sessions=tuple(mine), slots=slots, **common)
+                 for i, (mine, slots) in enumerate(split_closed(sessions, p.concurrency or 1, n_gen))]
+    else:
+        plans = [GeneratorPlan(generator=ids[i], sessions=tuple(mine), arrivals=tuple(offs), slots=cap, **common)
+                 for i, (mine, offs, cap) in enumerate(split_open(sessions, offsets, n_gen, p.concurrency))]
+    return [replace(plan, warmup=own_warmup(plan.warmup, plan.generator)) for plan in plans]
+
+
+def own_warmup(warm: tuple[Session, ...], generator: int) -> tuple[Session, ...]:
+    """Each generator's warm-up under request ids of its own: the generators warm up at once, and SGLang refuses a
+    rid that is still in flight ("Duplicate request ID detected", managers/tokenizer_manager.py)."""
+    return tuple(replace(s, turns=tuple(replace(t, request_id=f"{t.request_id}-g{generator}") for t in s.turns))
+                 for s in warm)

@@ -52,6 +52,15 @@ def _sglang_effective(info: dict[str, Any], startup: dict[str, Any]) -> dict[str
         out["max_running_requests"] = mrr
     det = info.get("enable_deterministic_inference")
     out["deterministic_inference"] = bool(det) if det is not None else None
+    # What the engine runs with, beyond the knobs: --enable-deterministic-inference changes these
+    # (arg_groups/attention_hook.py::handle_deterministic_inference, overrides.py::_deterministic_*).
+    if isinstance(info.get("disable_radix_cache"), bool):
+        out["radix_cache"] = not info["disable_radix_cache"]
+    for key in ("attention_backend", "sampling_backend"):
+        if isinstance(info.get(key), str):
+            out[key] = info[key]
+    if isinstance(info.get("disable_custom_all_reduce"), bool):
+        out["custom_all_reduce"] = not info["disable_custom_all_reduce"]
     return out
 
 
@@ -85,9 +94,32 @@ def effective_config(cfg: ServerConfig, server_info: Any, startup: dict[str, Any
 
 
 def change_lines(config_id: str, eff: dict[str, Any]) -> list[str]:
-    """One warning line per requested value the server changed."""
-    return [f"server {config_id}: requested {c['knob']}={c['requested']} but the server runs {c['effective']}"
-            for c in eff.get("changed") or []]
+    """One warning line per requested value the server changed, and one for what deterministic inference cost."""
+    out = [f"server {config_id}: requested {c['knob']}={c['requested']} but the server runs {c['effective']}"
+           for c in eff.get("changed") or []]
+    line = deterministic_line(config_id, eff)
+    return out + [line] if line else out
+
+
+def deterministic_line(config_id: str, eff: dict[str, Any]) -> str | None:
+    """What --enable-deterministic-inference changed in the engine, read back from /server_info: it is not a seed
+    switch (SGLang arg_groups/attention_hook.py::handle_deterministic_inference, overrides.py)."""
+    got = eff.get("effective") or {}
+    if not got.get("deterministic_inference") or "radix_cache" not in got:
+        return None
+    parts = []
+    if got.get("radix_cache") is False:
+        parts.append(f"radix (prefix) cache OFF (attention backend {got.get('attention_backend')}: SGLang keeps the "
+                     "cache under deterministic inference only on fa3/fa4/triton), so multi-turn prefixes are "
+                     "prefilled again")
+    else:
+        parts.append(f"radix cache on (attention backend {got.get('attention_backend')})")
+    if got.get("sampling_backend"):
+        parts.append(f"sampling backend {got['sampling_backend']}")
+    if got.get("custom_all_reduce") is False:
+        parts.append("custom all-reduce off (NCCL tree)")
+    return (f"server {config_id}: deterministic inference changes the engine, not only the seeds: "
+            + "; ".join(parts) + " -- its throughput and latency are not those of the default engine")
 
 
 def label_knobs(knobs: dict[str, Any], eff: dict[str, Any] | None) -> dict[str, Any]:

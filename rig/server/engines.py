@@ -93,6 +93,9 @@ class SGLangAdapter(EngineAdapter):
             "--host", host,
             "--port", str(port),
             "--enable-metrics",
+            # usage.prompt_tokens_details.cached_tokens on the OpenAI routes is null without it
+            # (entrypoints/openai/usage_processor.py::calculate_response_usage; off by default in 0.5.23)
+            "--enable-cache-report",
         ]
         if cfg.served_model_name:
             argv += ["--served-model-name", cfg.served_model_name]

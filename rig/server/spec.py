@@ -30,7 +30,8 @@ class ServerConfig(BaseModel):
     num_draft_tokens: int | None = Field(None, ge=1)  # default steps + 1 (chain)
     draft_model_path: str | None = Field(None, description="Draft model path (EAGLE/STANDALONE).")
     deterministic: bool = Field(
-        False, description="SGLang/sim: --enable-deterministic-inference, so per-request seeds are honoured.")
+        False, description="SGLang/sim: --enable-deterministic-inference, so per-request seeds are honoured; it also "
+                           "changes the engine (pytorch sampler, prefix cache off unless fa3/fa4/triton attention).")
     extra_args: tuple[str, ...] = Field((), description="Extra engine argument, passed verbatim; repeat for each token "
                                                      "(--server-arg=--foo --server-arg=1).")
     env: dict[str, str] = Field(default_factory=dict)

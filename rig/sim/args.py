@@ -13,6 +13,8 @@ from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from rig.sim.resolution import refusal, resolve_backends
+
 if TYPE_CHECKING:
     from rig.sim.faults import Fault
 
@@ -28,7 +30,7 @@ MODELLED = frozenset({
     "disable_radix_cache", "enable_metrics", "bucket_time_to_first_token", "bucket_inter_token_latency",
     "bucket_e2e_request_latency", "speculative_algorithm", "speculative_draft_model_path",
     "speculative_draft_model_revision", "speculative_num_steps", "speculative_eagle_topk",
-    "speculative_num_draft_tokens", "enable_deterministic_inference",
+    "speculative_num_draft_tokens", "enable_deterministic_inference", "sampling_defaults",
 })
 MODELLED_ALGORITHMS = {"EAGLE", "EAGLE3", "NEXTN"}  # chain drafts from an MTP head / EAGLE draft
 KNOWN_ALGORITHMS = MODELLED_ALGORITHMS | {"STANDALONE", "NGRAM", "DFLASH", "DSPARK", "UNO"}
@@ -220,8 +222,6 @@ def resolve(argv: list[str] | None = None, parser: argparse.ArgumentParser | Non
 
     if ns.served_model_name is None:
         ns.served_model_name = ns.model_path
-    if ":" in ns.served_model_name:
-        fail("--served-model-name must not contain ':' (that is LoRA base:adapter syntax)")
     if ns.tokenizer_path is None:
         ns.tokenizer_path = ns.model_path
     if ns.log_level_http is None:
@@ -237,7 +237,11 @@ def resolve(argv: list[str] | None = None, parser: argparse.ArgumentParser | Non
         fail("--mem-fraction-static must be between 0 and 1")
     if ns.max_running_requests is not None and ns.max_running_requests < 1:
         fail("--max-running-requests must be >= 1")
+    found = refusal(ns)  # SGLang's resolution asserts and ValueErrors (rig/sim/resolution.py)
+    if found:
+        fail(found)
     _resolve_speculative(ns, args.warnings, fail)
+    resolve_backends(ns, args.warnings)
     return args
 
 
@@ -257,10 +261,7 @@ def _resolve_speculative(ns: argparse.Namespace, warnings: list[str], fail: Any)
     if ns.max_running_requests is None:
         ns.max_running_requests = 48
         warnings.append(MAX_RUNNING_WARNING)
-    if ns.speculative_num_steps is None:
-        if ns.speculative_eagle_topk is not None or ns.speculative_num_draft_tokens is not None:
-            fail("--speculative-eagle-topk and --speculative-num-draft-tokens need --speculative-num-steps "
-                 "(leave all three unset for the automatic choice)")
+    if ns.speculative_num_steps is None:  # topk / draft tokens without steps: refused above (resolution.py)
         ns.speculative_num_steps, ns.speculative_eagle_topk, ns.speculative_num_draft_tokens = 3, 1, 4
     elif ns.speculative_eagle_topk is None:
         fail("--speculative-num-steps needs --speculative-eagle-topk (SGLang fails later on topk None)")

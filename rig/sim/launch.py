@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
 import sys
 
@@ -12,6 +13,7 @@ from aiohttp import web
 from rig.sim.args import SGLANG_VERSION, ServerArgs, context_length_allowed, main_error, resolve
 from rig.sim.capacity import Capacity, CapacityError, compute_capacity
 from rig.sim.engine import Engine
+from rig.sim.generation import GenerationConfigError, chat_defaults
 from rig.sim.prometheus import SimMetrics
 from rig.sim.profile import REFERENCE_PROFILE, Profile, ProfileError, load_profile
 from rig.sim.requests import Sampling
@@ -22,6 +24,16 @@ from rig.sim.text import token_id, tokenize
 
 log = logging.getLogger("rig.sim")
 READY_LINE = "The server is fired up and ready to roll!"
+
+
+def keepalive_timeout() -> float:
+    """Seconds an idle keep-alive connection stays open: uvicorn's timeout_keep_alive, which SGLang sets from
+    SGLANG_TIMEOUT_KEEP_ALIVE (environ.py: 5; entrypoints/http_server.py passes it to uvicorn)."""
+    raw = os.environ.get("SGLANG_TIMEOUT_KEEP_ALIVE", "5")
+    try:
+        return float(int(raw))
+    except ValueError:
+        main_error(f"SGLANG_TIMEOUT_KEEP_ALIVE must be an integer, got {raw!r}")
 
 
 def configure_logging(level: str, tp: int) -> None:
@@ -101,7 +113,9 @@ def build_server(args: ServerArgs, profile: Profile, cap: Capacity, context_len:
                  (metrics.spec_num_draft_tokens, args.speculative_num_draft_tokens or 0)):
         g.set(v)
     engine.start()
-    return SimServer(args, profile, cap, engine, metrics, context_len, profile_path)
+    srv = SimServer(args, profile, cap, engine, metrics, context_len, profile_path)
+    srv.chat_defaults = chat_defaults(args.model_path, args.sampling_defaults, profile.notes)
+    return srv
 
 
 def prepare(argv: list[str] | None = None) -> tuple[ServerArgs, Profile, Capacity, int, str]:
@@ -123,6 +137,10 @@ def prepare(argv: list[str] | None = None) -> tuple[ServerArgs, Profile, Capacit
                                context_length=context_len)
     except CapacityError as e:
         main_error(str(e))
+    try:
+        chat_defaults(args.model_path, args.sampling_defaults, profile.notes)
+    except GenerationConfigError as e:
+        main_error(str(e))
     if args.mem_fraction_static is None:
         args.ns.mem_fraction_static = profile.default_mem_fraction_static
     if args.chunked_prefill_size is None:
@@ -135,8 +153,11 @@ def prepare(argv: list[str] | None = None) -> tuple[ServerArgs, Profile, Capacit
 async def serve(args: ServerArgs, profile: Profile, cap: Capacity, context_len: int, profile_path: str) -> None:
     _startup_lines(args, cap, profile)
     srv = build_server(args, profile, cap, context_len, profile_path)
+    if srv.chat_defaults:  # serving_chat.py logs this once
+        log.info("Using default chat sampling params from model generation config: %s", srv.chat_defaults)
     engine = srv.engine
-    runner = web.AppRunner(create_app(srv), access_log=None, handle_signals=False)
+    runner = web.AppRunner(create_app(srv), access_log=None, handle_signals=False,
+                           keepalive_timeout=keepalive_timeout())
     await runner.setup()
     site = web.TCPSite(runner, args.host, args.port, reuse_address=True)
     try:

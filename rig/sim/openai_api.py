@@ -14,7 +14,7 @@ from rig.sim.engine import Stream
 from rig.sim.requests import Sampling
 from rig.sim.responses import finish_name, matched_stop, meta_info, speculative_fields, usage
 from rig.sim.sampling import BadRequest, build, stops_of
-from rig.sim.server import DONE, SimServer, read_json, sse, start_sse
+from rig.sim.server import DONE, DuplicateRid, SimServer, read_json, sse, start_sse
 from rig.sim.text import render_chat
 
 
@@ -39,9 +39,12 @@ _CHAT_NO_STREAM = (
 )
 
 
-def _sampling(body: dict, max_new: int) -> tuple[Sampling, tuple[str, ...]]:
-    """OpenAI fields -> SGLang sampling params (seed -> sampling_seed); unknown fields are ignored."""
-    p: dict[str, Any] = {"max_new_tokens": max_new}
+def _sampling(body: dict, max_new: int, defaults: dict[str, Any] | None = None) -> tuple[Sampling, tuple[str, ...]]:
+    """OpenAI fields -> SGLang sampling params (seed -> sampling_seed); unknown fields are ignored. ``defaults``: the
+    model's generation defaults for the fields the request leaves out (chat only: protocol.py
+    ChatCompletionRequest.to_sampling_params; min_p and repetition_penalty are taken but not modelled)."""
+    p: dict[str, Any] = dict(defaults or {})
+    p["max_new_tokens"] = max_new
     for k in ("temperature", "top_p", "top_k", "ignore_eos", "n"):
         if body.get(k) is not None:
             p[k] = body[k]
@@ -99,7 +102,10 @@ async def completions(request: web.Request) -> web.StreamResponse:
         srv.check_length(len(tok_ids), s.max_new_tokens)
     except BadRequest as e:
         return _oai_error(str(e))
-    st = srv.submit(toks, tok_ids, s, rid=body.get("rid"), stops=stops)
+    try:  # serving_completions.py: a ValueError before the first chunk is a 400, streaming or not
+        st = srv.submit(toks, tok_ids, s, rid=body.get("rid"), stops=stops)
+    except DuplicateRid as e:
+        return _oai_error(str(e))
     rid = f"cmpl-{st.rid}"
     want_ids = bool(body.get("return_token_ids"))
     continuous = _continuous_usage(body)
@@ -172,7 +178,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         max_new = body.get("max_completion_tokens", body.get("max_tokens"))
         if max_new is None:
             max_new = max(0, srv.context_len - len(tok_ids))  # bounded only by the context
-        s, stops = _sampling(body, max_new)
+        s, stops = _sampling(body, max_new, srv.chat_defaults)
         srv.check_length(len(tok_ids), s.max_new_tokens)
         if body.get("stream"):
             for key, message in _CHAT_NO_STREAM:
@@ -182,7 +188,10 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         return _oai_error(str(e), err_type="BadRequest")
     except BadRequest as e:
         return _oai_error(str(e))
-    st = srv.submit(toks, tok_ids, s, rid=body.get("rid"), stops=stops)
+    try:  # serving_chat.py: a ValueError before the first chunk is a 400, streaming or not
+        st = srv.submit(toks, tok_ids, s, rid=body.get("rid"), stops=stops)
+    except DuplicateRid as e:
+        return _oai_error(str(e))
     rid = f"chatcmpl-{st.rid}"
     model = body.get("model") or srv.model
     created = int(time.time())

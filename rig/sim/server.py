@@ -21,6 +21,7 @@ from rig.sim.engine import Engine, Stream
 from rig.sim.prometheus import CONTENT_TYPE, SimMetrics
 from rig.sim.profile import Profile
 from rig.sim.requests import Sampling
+from rig.sim.resolution import MODEL_ARCH
 from rig.sim.responses import native_body
 from rig.sim.sampling import BadRequest, ContractError, parse_native
 from rig.sim.text import token_id, tokenize
@@ -29,7 +30,14 @@ log = logging.getLogger("rig.sim")
 access_log = logging.getLogger("rig.sim.access")
 ALWAYS_ALLOWED = ("/health", "/ready", "/metrics")
 ADMIN_PATHS = ("/flush_cache",)
-MODEL_ARCH = "Qwen3_5MoeForConditionalGeneration"
+
+
+class DuplicateRid(BadRequest):
+    """managers/tokenizer_manager.py (_validate_and_register_rids, ~line 3833): a rid already in rid_to_state (a
+    request not yet finished) is a ValueError, which each route answers in its own shape."""
+
+    def __init__(self, rid: str) -> None:
+        super().__init__(f"Duplicate request ID detected: {rid}")
 
 
 class SimServer:
@@ -48,6 +56,8 @@ class SimServer:
         self.shutting_down = False
         self.started = time.time()
         self.model = args.served_model_name
+        self.chat_defaults: dict[str, Any] = {}  # the model's generation defaults for chat (generation.py)
+        self._rids: dict[str, Stream] = {}  # client-given rids of unfinished requests (SGLang's rid_to_state)
 
     # ---- shared helpers for the native and OpenAI routes ----
     def submit(self, toks: list[str], ids: list[int], s: Sampling, *, rid: str | None,
@@ -61,7 +71,19 @@ class SimServer:
             seed = None
         if seed != s.seed:
             s = dataclasses.replace(s, seed=seed)
-        return self.engine.submit(toks, ids, s, rid=rid, stops=stops)
+        if rid is not None:
+            known = self._rids.get(rid)
+            if known is not None and not known.finished:
+                raise DuplicateRid(rid)
+        st = self.engine.submit(toks, ids, s, rid=rid, stops=stops)
+        if rid is not None:
+            self._rids[rid] = st
+        return st
+
+    def _release(self, st: Stream) -> None:
+        """The request left rid_to_state (finished or aborted): its rid may be used again."""
+        if self._rids.get(st.rid) is st:
+            del self._rids[st.rid]
 
     def tokenize_prompt(self, text: str | None, ids: Any) -> tuple[list[str], list[int]]:
         if ids is not None:
@@ -97,6 +119,7 @@ class SimServer:
         finally:
             if not st.finished:
                 self.engine.abort(st)
+            self._release(st)
 
     async def wait_finished(self, st: Stream) -> None:
         try:
@@ -106,6 +129,7 @@ class SimServer:
         finally:
             if not st.finished:
                 self.engine.abort(st)
+            self._release(st)
 
 
 def validation_error(message: str) -> web.Response:
@@ -370,7 +394,16 @@ async def generate(request: web.Request) -> web.StreamResponse:
                                                    "code": 400}})))
         await resp.write(DONE)
         return resp
-    st = srv.submit(toks, tok_ids, sampling, rid=rid, stops=stops)
+    try:
+        st = srv.submit(toks, tok_ids, sampling, rid=rid, stops=stops)
+    except DuplicateRid as e:
+        if not stream:  # http_server.py::_create_error_response
+            return web.json_response({"error": {"message": str(e)}}, status=400)
+        resp = await start_sse(request)  # http_server.py::stream_results: the ValueError inside the stream
+        await resp.write(sse(json.dumps({"error": {"message": str(e), "type": "invalid_request_error",
+                                                   "code": 400, "retryable": False}})))
+        await resp.write(DONE)
+        return resp
     if not stream:
         await srv.wait_finished(st)
         return web.Response(text=native_body(st, srv.engine, enable_metrics=em), content_type="application/json")

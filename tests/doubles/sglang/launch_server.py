@@ -25,6 +25,7 @@ import time
 from aiohttp import web
 
 from rig.sim.args import _add_sglang_arguments, load_table
+from rig.sim.resolution import refusal, resolve_backends
 
 
 def parse() -> argparse.Namespace:
@@ -32,6 +33,9 @@ def parse() -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="sglang serve")
     _add_sglang_arguments(p, load_table()["arguments"])
     ns = p.parse_args()
+    found = refusal(ns)  # the resolution hooks' asserts and ValueErrors, as the simulator applies them
+    if found:
+        p.error(found)
     # arg_groups/speculative_hook.py::_handle_eagle_family (NEXTN is EAGLE; (3,1,4) when unset; topk 1 forces
     # draft tokens = steps + 1; max running requests 48 when unset)
     ns.resolved_warnings = []
@@ -47,6 +51,7 @@ def parse() -> argparse.Namespace:
             ns.max_running_requests = 48
     if ns.served_model_name is None:
         ns.served_model_name = ns.model_path
+    resolve_backends(ns, ns.resolved_warnings)  # what --enable-deterministic-inference changes (attention_hook.py)
     return ns
 
 
@@ -54,6 +59,7 @@ ARGS = parse()
 STEPS = ARGS.speculative_num_steps or 0
 STATE = {"generated": 0, "verify": 0, "calls": 0, "inflight": 0}
 WORDS = ["alpha", "beta", "gamma", "delta", "eps", "zeta", "eta", "theta"]
+RIDS: set = set()  # rids of unfinished /generate requests
 DRAWS = itertools.count()  # the server's own RNG for unseeded (or seed-ignoring) sampled requests
 # api/v1/api_types.py::_FIELDS_SamplingParams
 NATIVE_FIELDS = ("max_new_tokens", "stop", "stop_token_ids", "stop_regex", "temperature", "top_p", "top_k", "min_p",
@@ -146,7 +152,24 @@ async def generate(request: web.Request) -> web.StreamResponse:
         return web.json_response({"error": f"unknown field `{unknown[0]}`, expected one of {listed}"}, status=400)
     n = int(sp.get("max_new_tokens", 128))
     words = words_for(body.get("text", ""), n, sp.get("sampling_seed"), float(sp.get("temperature", 1.0)))
+    rid = body.get("rid")
     resp = await sse_response(request)
+    if rid is not None and rid in RIDS:  # managers/tokenizer_manager.py: a rid still in rid_to_state; the stream
+        # carries the ValueError (http_server.py::stream_results)
+        await resp.write(data({"error": {"message": f"Duplicate request ID detected: {rid}",
+                                         "type": "invalid_request_error", "code": 400, "retryable": False}}))
+        await resp.write(b"data: [DONE]\n\n")
+        return resp
+    if rid is not None:
+        RIDS.add(rid)
+    try:
+        await _generate_stream(resp, body, n, words)
+    finally:
+        RIDS.discard(rid)
+    return resp
+
+
+async def _generate_stream(resp: web.StreamResponse, body: dict, n: int, words: list[str]) -> None:
     async for done, verify in steps_of(n):
         # managers/tokenizer_manager.py::_handle_batch_output: the keys of every chunk's meta_info
         meta = {"id": body.get("rid"), "finish_reason": {"type": "length", "length": n} if done == n else None,
@@ -157,7 +180,6 @@ async def generate(request: web.Request) -> web.StreamResponse:
         await resp.write(data({"text": " ".join(words[:done]), "output_ids": [WORDS.index(w) for w in words[:done]],
                                "meta_info": meta}))
     await resp.write(b"data: [DONE]\n\n")
-    return resp
 
 
 def _usage(prompt_tokens: int, done: int) -> dict:
@@ -322,7 +344,9 @@ def main() -> None:
     print(f"max_total_num_tokens=1000, chunked_prefill_size=8192, max_prefill_tokens=16384, "
           f"max_running_requests={ARGS.max_running_requests or 2048}, context_len=4096, available_gpu_mem=1.00 GB",
           flush=True)
-    web.run_app(app, host=ARGS.host, port=ARGS.port, print=None, shutdown_timeout=1.0)
+    # uvicorn's timeout_keep_alive = SGLANG_TIMEOUT_KEEP_ALIVE (environ.py: 5 s; entrypoints/http_server.py)
+    web.run_app(app, host=ARGS.host, port=ARGS.port, print=None, shutdown_timeout=1.0,
+                keepalive_timeout=float(os.environ.get("SGLANG_TIMEOUT_KEEP_ALIVE", "5")))
 
 
 if __name__ == "__main__":
