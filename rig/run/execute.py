@@ -69,7 +69,7 @@ class PointExecutor:
         store.save()
         self.progress.status(f"{pid}: warming up")
         handles = [h for _, h in self.fleet.active]
-        warm_ok = ray.get([g.prepare.remote(pl) for g, pl in zip(handles, plans)])
+        warm_ok = self.warm_up(handles, plans)
         store.update_point(pid, warmup_ok=sum(warm_ok))
         if self.stop.is_set():  # stopped during warm-up: do not start the level
             store.update_point(pid, status="interrupted", ended_ts=time.time())
@@ -142,6 +142,35 @@ class PointExecutor:
                                    if k.endswith("_total")} if after else None)
         self.finish_point(pid, plans, results, server_died)
         self.progress.point_end(pid, store.entry(pid))
+
+    def warm_up(self, handles: list[Any], plans: list[GeneratorPlan]) -> list[int]:
+        """Each generator's warm-up (successes per generator), watched like a level: a stop request cancels it, and
+        a generator that does not return within STOP_GRACE_S of it is left behind (the point is not run). A blocking
+        get here held a Ctrl-C for the request timeout against a server that stalls mid-stream."""
+        refs = [g.prepare.remote(pl) for g, pl in zip(handles, plans)]
+        stop_since: float | None = None
+        while True:
+            done, pending = ray.wait(refs, num_returns=len(refs), timeout=0.5)
+            if not pending:
+                break
+            if self.stop.is_set():
+                if stop_since is None:
+                    stop_since = self.stop.at or time.monotonic()
+                    self.fleet.stop_all()  # cancels the warm-up requests
+                if time.monotonic() - stop_since > STOP_GRACE_S:
+                    for ref in pending:
+                        with contextlib.suppress(Exception):
+                            ray.cancel(ref, force=False)
+                    break
+        out: list[int] = []
+        for ref in refs:
+            try:
+                out.append(int(ray.get(ref, timeout=0)))
+            except Exception:  # not back (stopped) or its generator died: the level's own wait deals with the rest
+                if not self.stop.is_set():
+                    raise
+                out.append(0)
+        return out
 
     def internal_error(self, pid: str, err: Exception) -> None:
         """Record an unexpected exception on its point (one line) and its traceback in logs/driver.log."""

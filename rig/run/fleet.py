@@ -43,8 +43,8 @@ class Fleet:
         self.placement: cluster.Placement | None = None
         self.started_ray = False
 
-    def setup(self, spec: RunSpec, run_dir: Path, progress: Progress, on_connect: Callable[[], None]
-              ) -> ClusterInfo:
+    def setup(self, spec: RunSpec, run_dir: Path, progress: Progress, on_connect: Callable[[], None],
+              stop: Callable[[], bool] | None = None) -> ClusterInfo:
         """Connect Ray, place and start the generators, check them; return the manifest's cluster section."""
         n = spec.clients
         self.started_ray = not ray.is_initialized()
@@ -53,6 +53,8 @@ class Fleet:
         try:
             layout = cluster.connect(spec.cluster, n)
             on_connect()  # after ray.init, which installs its own SIGTERM handler in the driver
+            if stop is not None and stop():  # Ctrl-C while Ray started: place nothing
+                raise KeyboardInterrupt
             gpus = max(engine_for(c.engine).num_gpus(c) for c in spec.server_configs())
             self.placement = cluster.plan_placement(spec.cluster, layout["nodes"], gpus, n)
             Gen = generator_class()
@@ -63,6 +65,8 @@ class Fleet:
             self.gen_info = cluster.wait_started(self.generators, spec.cluster.placement_timeout_s)
             cluster.verify_generators(self.placement, self.gen_info)
             cluster.set_outputs(spec.cluster, run_dir, spec.run_id, self.generators, self.gen_info)
+            if stop is not None and stop():
+                raise KeyboardInterrupt
         except cluster.ClusterError as e:
             raise RunError(str(e)) from None
         corpus = self._check_corpus(spec)

@@ -88,7 +88,7 @@ class Runner:
             if self.handle_signals:  # after ray.init, which installs its own SIGTERM handler in the driver
                 install_signal_handlers(self.stop)
 
-        self.store.set_cluster(self.fleet.setup(self.spec, self.run_dir, self.progress, on_connect))
+        self.store.set_cluster(self.fleet.setup(self.spec, self.run_dir, self.progress, on_connect, self.stop.is_set))
         self.store.save()
 
     def _run_claimed(self) -> Manifest:
@@ -170,6 +170,8 @@ class Runner:
                 if current != p.config_id:
                     stop_current()
                     current = None
+                    if self.stop.is_set():  # stopped while the last engine shut down: launch no other
+                        break
                     try:
                         server_entry = self.server.launch(p.server)
                     except (ServerError, ray.exceptions.RayTaskError) as e:
