@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import subprocess
@@ -64,3 +65,89 @@ def test_one_ctrl_c_during_a_stalled_warm_up_stops_within_10s(tmp_path):
     finally:
         server.kill()
         server.wait()
+
+
+# ------------------------------------------------------------------------------ 2. a few seconds of full disk
+class _DiskFullFor:
+    """``atomic_write`` that fails with ``err`` until ``seconds`` have passed, then writes (a disk freed again)."""
+
+    def __init__(self, monkeypatch, seconds: float, err: int = errno.ENOSPC):
+        import rig.results as results
+
+        self.real = results.atomic_write
+        self.until = time.monotonic() + seconds
+        self.err = err
+        self.failures = 0
+        monkeypatch.setattr(results, "atomic_write", self)
+        monkeypatch.setattr(results, "RETRY_MAX_S", 0.2)  # the test's backoff: short steps
+
+    def __call__(self, path, content):
+        if time.monotonic() < self.until:
+            self.failures += 1
+            raise OSError(self.err, os.strerror(self.err), str(path))
+        return self.real(path, content)
+
+
+def _metric_rows(n: int) -> list[dict]:
+    return [{"run_id": "r", "point": "p", "ts": float(i), "name": "m", "labels": "{}", "value": 1.0} for i in range(n)]
+
+
+@pytest.mark.parametrize("err", [errno.ENOSPC, errno.EIO])
+def test_a_part_writer_keeps_every_row_through_a_transient_disk_error(tmp_path, monkeypatch, err):
+    from rig.results import SERVER_METRICS_SCHEMA, PartWriter, read_server_metrics
+
+    disk = _DiskFullFor(monkeypatch, 1.0, err)
+    w = PartWriter(tmp_path / "server_metrics" / "point=p", SERVER_METRICS_SCHEMA, max_age_s=0.0)
+    for row in _metric_rows(5):
+        w.add(row)
+    w.maybe_flush()  # the disk is full: no exception, the rows wait
+    assert w.pending == 5 and w.rows_written == 0 and w.write_failures == 1
+    assert w.last_error is not None and os.strerror(err) in w.last_error
+    for row in _metric_rows(3):
+        w.add(row)
+    w.close()  # retried until the disk is back
+    assert disk.failures >= 2
+    assert w.pending == 0 and w.rows_written == 8
+    assert len(read_server_metrics(tmp_path)) == 8
+
+
+def test_a_part_writer_that_cannot_write_for_good_counts_what_it_kept(tmp_path, monkeypatch):
+    from rig.results import SERVER_METRICS_SCHEMA, PartWriter
+
+    _DiskFullFor(monkeypatch, 3600.0)
+    w = PartWriter(tmp_path / "m", SERVER_METRICS_SCHEMA, retry_s=0.5)
+    for row in _metric_rows(4):
+        w.add(row)
+    t0 = time.monotonic()
+    with pytest.raises(OSError):
+        w.close()
+    assert 0.25 <= time.monotonic() - t0 < 3.0  # retried for its budget, not for ever
+    assert w.pending == 4 and w.rows_written == 0 and w.write_failures >= 2
+
+
+def test_the_server_metrics_writer_survives_a_full_disk_mid_point(tmp_path, monkeypatch):
+    import asyncio
+
+    from rig.results import read_server_metrics
+    from rig.server.actor import ServerActor
+    from rig.server.spec import ServerConfig
+
+    actor = ServerActor(ServerConfig(engine="external", url="http://127.0.0.1:9"), str(tmp_path), "logs/s.log")
+
+    async def samples():
+        return [("sglang:num_running_reqs", "{}", 1.0)]
+
+    actor._scrape = samples  # the server answers /metrics (what the writer does with it is under test)
+
+    async def point():
+        await actor.start_scrape("r", "p", 0.05)
+        actor._scrape_writer.max_age_s = 0.1
+        _DiskFullFor(monkeypatch, 0.6)  # full for a while during the point
+        await asyncio.sleep(1.2)
+        return await actor.stop_scrape(), await actor.scrape_lost()
+
+    parts, lost = asyncio.run(point())
+    assert lost is None and parts
+    rows = read_server_metrics(tmp_path)
+    assert len(rows) >= 15  # every sample of the point, those taken while the disk was full included
+    assert len(set(rows.column("ts").to_pylist())) == len(rows)  # each sample once: none written twice

@@ -131,9 +131,23 @@ class PointExecutor:
                 server_died = ray.get(exit_ref, timeout=5)
         # A stopped run skips the closing snapshot: a swamped server would hold the stop up for its timeout.
         stopping = self.stop.is_set()
-        after = ray.get(server.metrics_snapshot.remote()) if server_died is None and not stopping else {}
-        metric_parts = ray.get(server.stop_scrape.remote()) if server_died is None else []
-        self.gather(pid, results, metric_parts)
+        # What follows only adds to the point (counters, server metrics, gathered parts): a fault there is the
+        # point's flag, never a loss of the generators' results and their accounting (finish_point always runs).
+        after: dict[str, float] = {}
+        metric_parts: list[str] = []
+        try:
+            after = ray.get(server.metrics_snapshot.remote()) if server_died is None and not stopping else {}
+            if server_died is None:
+                metric_parts = ray.get(server.stop_scrape.remote())
+                lost = ray.get(server.scrape_lost.remote())
+                if lost:
+                    self._flag(pid, "metrics_unwritten", lost)
+        except Exception as e:
+            self._flag(pid, "metrics_unwritten", f"server metrics not saved: {_first_line(e)}")
+        try:
+            self.gather(pid, results, metric_parts)
+        except Exception as e:
+            self._flag(pid, "metrics_unwritten", f"server metrics not copied: {_first_line(e)}")
         # Counter increases over the point's window (warm-up excluded): the server's own token accounting.
         store.update_point(
             pid, ended_ts=time.time(),
@@ -142,6 +156,12 @@ class PointExecutor:
                                    if k.endswith("_total")} if after else None)
         self.finish_point(pid, plans, results, server_died)
         self.progress.point_end(pid, store.entry(pid))
+
+    def _flag(self, pid: str, flag: str, why: str) -> None:
+        """A flag with its reason on the point (kept by finish_point's verdict) and on screen."""
+        entry = self.store.entry(pid)
+        entry.flag_reasons = {**entry.flag_reasons, flag: why}
+        self.progress.status(f"{pid}: warning: {why}")
 
     def warm_up(self, handles: list[Any], plans: list[GeneratorPlan]) -> list[int]:
         """Each generator's warm-up (successes per generator), watched like a level: a stop request cancels it, and

@@ -72,6 +72,7 @@ class ServerActor:
         self.argv: list[str] = []
         self._scrape_task: asyncio.Task | None = None
         self._scrape_writer: PartWriter | None = None
+        self._scrape_lost: str | None = None  # the last point's server-metrics rows that could not be written
         self._http: aiohttp.ClientSession | None = None
 
     # ------------------------------------------------------------------ lifecycle
@@ -267,11 +268,19 @@ class ServerActor:
             self._scrape_task = None
         parts: list[str] = []
         if self._scrape_writer is not None:
-            await asyncio.to_thread(self._scrape_writer.close)
-            parts = [str((self._scrape_writer.directory / p).relative_to(self.spool_root))
-                     for p in self._scrape_writer.parts]
+            writer = self._scrape_writer
+            self._scrape_lost = None
+            try:
+                await asyncio.to_thread(writer.close)  # a transient disk error is retried there (PartWriter)
+            except OSError as e:  # still failing: what was written stays, what was not is counted
+                self._scrape_lost = f"{writer.pending} server-metrics rows not written ({e.strerror or e})"
+            parts = [str((writer.directory / p).relative_to(self.spool_root)) for p in writer.parts]
             self._scrape_writer = None
         return parts
+
+    async def scrape_lost(self) -> str | None:
+        """Why some of the last point's server-metrics rows are not on disk (None: all of them are)."""
+        return self._scrape_lost
 
     async def read_file(self, rel_path: str) -> bytes:
         return (self.spool_root / rel_path).read_bytes()
