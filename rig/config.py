@@ -71,6 +71,7 @@ class LoadSpec(BaseModel):
     def _positive_levels(cls, v: list[int]) -> list[int]:
         if any(c < 1 for c in v):
             raise ValueError("concurrency levels must be >= 1")
+        _no_duplicates(v, "concurrency level")
         return v
 
     @field_validator("rates")
@@ -78,6 +79,7 @@ class LoadSpec(BaseModel):
     def _positive_rates(cls, v: list[float]) -> list[float]:
         if any(r <= 0 for r in v):
             raise ValueError("rates must be > 0")
+        _no_duplicates(v, "rate")
         return v
 
     @model_validator(mode="after")
@@ -204,6 +206,15 @@ class RunSpec(BaseModel):
     def _steps(cls, v: list[int]) -> list[int]:
         if not v or any(s < 0 for s in v):
             raise ValueError("steps must be a non-empty list of integers >= 0")
+        _no_duplicates(v, "steps value")
+        return v
+
+    @field_validator("workloads")
+    @classmethod
+    def _workloads(cls, v: list[WorkloadSpec]) -> list[WorkloadSpec]:
+        if not v:
+            raise ValueError("give at least one workload (an empty list would run nothing)")
+        _no_duplicates([w.name for w in v], "workload")  # a point's id carries the workload's name
         return v
 
     @field_validator("server_grid")
@@ -215,6 +226,7 @@ class RunSpec(BaseModel):
                 raise ValueError(f"cannot sweep {key!r}; sweepable: {', '.join(sorted(allowed))}")
             if not isinstance(values, list) or not values:
                 raise ValueError(f"{key}: give a non-empty list of values")
+            _no_duplicates(values, f"{key} value")
         return v
 
     @property
@@ -234,11 +246,25 @@ class RunSpec(BaseModel):
                 except ValidationError as e:
                     raise SpecError(_one_line(e, prefix="server")) from None
                 _check_sim_flags(cfg)
+                if any(c.config_id() == cfg.config_id() for c in configs):  # e.g. values YAML reads as equal
+                    raise SpecError(f"server: two configurations of the grid are the same server "
+                                    f"({cfg.config_id()}); list each value once")
                 configs.append(cfg)
         return configs
 
     def api_for(self, engine_default: str) -> str:
         return self.load.api or engine_default
+
+
+def _no_duplicates(values: list[Any], what: str) -> None:
+    """Refuse a value listed twice: it would name the same point twice (one copy pending for ever, the run
+    'partial'). Measuring a point again is what --repeat is for."""
+    seen: list[Any] = []
+    for x in values:
+        if x in seen:
+            raise ValueError(f"{what} {x!r} is listed twice; list each once (--repeat N measures every point N "
+                             f"times)")
+        seen.append(x)
 
 
 def _check_sim_flags(cfg: ServerConfig) -> None:

@@ -151,3 +151,45 @@ def test_the_server_metrics_writer_survives_a_full_disk_mid_point(tmp_path, monk
     rows = read_server_metrics(tmp_path)
     assert len(rows) >= 15  # every sample of the point, those taken while the disk was full included
     assert len(set(rows.column("ts").to_pylist())) == len(rows)  # each sample once: none written twice
+
+
+# ------------------------------------------------------------------------------ the CLI before anything starts
+def cli(*args: str, env: dict[str, str] | None = None):
+    """`rig ARGS` in this process (click's runner): for checks that happen before Ray starts."""
+    from click.testing import CliRunner
+
+    from rig.cli import cli as rig_cli
+
+    return CliRunner().invoke(rig_cli, list(args), env=env)
+
+
+def refused(result, *needles: str, code: int = 2) -> str:
+    """Exit ``code``, no traceback, and one error line holding every needle."""
+    assert result.exit_code == code, (result.exit_code, result.output, result.exception)
+    assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
+    lines = [ln for ln in result.output.splitlines() if "Error" in ln or "error" in ln]
+    assert len(lines) == 1, result.output
+    for n in needles:
+        assert n in lines[0], (n, lines[0])
+    return lines[0]
+
+
+# ------------------------------------------------------------------------------ 3. duplicate levels/configurations
+@pytest.mark.parametrize("args, needle", [
+    (["--concurrency", "1,1,2"], "concurrency level 1 is listed twice"),
+    (["--steps", "1,1"], "steps value 1 is listed twice"),
+    (["--workload", "realistic,realistic"], "workload 'realistic' is listed twice"),
+    (["--grid", "eagle_topk=1,1"], "eagle_topk value 1 is listed twice"),
+    (["--mode", "poisson", "--rate", "2,2"], "rate 2.0 is listed twice"),
+])
+def test_a_level_or_configuration_listed_twice_is_refused_before_anything_starts(tmp_path, args, needle):
+    line = refused(cli("sweep", *args, "--out", str(tmp_path), "--dry-run"), needle, "--repeat")
+    assert "Traceback" not in line
+    assert not any(tmp_path.iterdir())  # nothing started, nothing written
+
+
+def test_grid_values_that_are_one_server_are_refused(tmp_path):
+    from rig.config import SpecError, build_spec
+
+    with pytest.raises(SpecError, match="listed twice"):
+        build_spec({"server_grid": {"eagle_topk": [1, 1.0]}}, {})
