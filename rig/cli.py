@@ -329,8 +329,12 @@ def check(cluster_file: Path, connect: bool) -> None:
         return
     import ray
 
+    from rig.cluster import ClusterError
+
     try:
         layout = ray_connect(c, 1)
+    except ClusterError as e:  # rig's own line: unreachable, or not Ray
+        raise click.ClickException(str(e)) from None
     except Exception as e:  # unreachable cluster
         raise click.ClickException(f"cannot reach Ray at {c.address}: {str(e).splitlines()[0]}") from None
     try:

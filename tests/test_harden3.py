@@ -193,3 +193,74 @@ def test_grid_values_that_are_one_server_are_refused(tmp_path):
 
     with pytest.raises(SpecError, match="listed twice"):
         build_spec({"server_grid": {"eagle_topk": [1, 1.0]}}, {})
+
+
+# ------------------------------------------------------------------------------ 4. a live port that is not Ray
+class _NotRay:
+    """A TCP server on loopback that accepts and then stays silent (or answers ``reply``), like Redis on 6379."""
+
+    def __init__(self, reply: bytes = b""):
+        import socket
+        import threading
+
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(8)
+        self.port = self.sock.getsockname()[1]
+        self.reply = reply
+        self.conns: list = []
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.conns.append(conn)
+            if self.reply:
+                conn.sendall(self.reply)
+
+    def close(self) -> None:
+        for c in self.conns:
+            c.close()
+        self.sock.close()
+
+
+@pytest.mark.parametrize("reply, needle", [(b"", "no answer within"), (b"-ERR unknown command 'PRI'\r\n", "-ERR")])
+def test_a_cluster_address_that_is_not_ray_fails_with_rigs_line_within_the_bound(tmp_path, reply, needle):
+    from support import rig
+
+    srv = _NotRay(reply)
+    try:
+        f = tmp_path / "c.yaml"
+        f.write_text(f"cluster:\n  address: 127.0.0.1:{srv.port}\n")
+        t0 = time.monotonic()
+        proc = rig("check", "--cluster", str(f), timeout=40)
+        took = time.monotonic() - t0
+    finally:
+        srv.close()
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("rig: error: "), proc.stderr[-3000:]
+    assert f"127.0.0.1:{srv.port}" in lines[0] and "not Ray" in lines[0] and needle in lines[0], lines[0]
+    assert took < 20, took
+
+
+def test_address_auto_joins_exactly_the_address_it_checked(tmp_path, monkeypatch):
+    import rig.cluster as cluster
+    from rig.config import ClusterSpec
+
+    srv = _NotRay()
+    joined: list[str] = []
+    monkeypatch.setenv("RAY_ADDRESS", f"127.0.0.1:{srv.port}")
+    monkeypatch.setattr(cluster, "_H2_SETTINGS", 0)  # pretend the probe passes (a zeroed frame header) ...
+    monkeypatch.setattr(cluster, "_read_some", lambda conn, n, t: bytes(9))
+    monkeypatch.setattr(cluster.ray, "init", lambda address, **kw: joined.append(address))  # ... and record the join
+    monkeypatch.setattr(cluster, "describe_nodes", lambda: {})
+    monkeypatch.setattr(cluster.ray, "is_initialized", lambda: False)
+    try:
+        cluster.connect(ClusterSpec(address="auto"), 1)
+    finally:
+        srv.close()
+    assert joined == [f"127.0.0.1:{srv.port}"]  # not 'auto', which Ray resolves on its own (another job's GCS)
