@@ -264,3 +264,53 @@ def test_address_auto_joins_exactly_the_address_it_checked(tmp_path, monkeypatch
     finally:
         srv.close()
     assert joined == [f"127.0.0.1:{srv.port}"]  # not 'auto', which Ray resolves on its own (another job's GCS)
+
+
+# ------------------------------------------------------------------------------ 5. SLO verdicts and cancelled requests
+def _requests(ok_e2e: list[float], cancelled_e2e: list[float], cancelled_ttft: list[float] | None = None):
+    import numpy as np
+
+    from rig.analysis import metrics as m
+
+    n_ok, n_c = len(ok_e2e), len(cancelled_e2e)
+    n = n_ok + n_c
+    nan = [float("nan")] * n_c
+    e2e = np.array(ok_e2e + cancelled_e2e)
+    ttft = np.array([0.1] * n_ok + (cancelled_ttft or nan))
+    return m.Requests(ok=np.array([True] * n_ok + [False] * n_c), cancelled=np.array([False] * n_ok + [True] * n_c),
+                      tokens=np.array([10.0] * n_ok + [float("nan")] * n_c), ttft=ttft, e2e=e2e,
+                      send=np.zeros(n), end=e2e.copy(), slip=np.zeros(n), e2e_from_intended=e2e.copy(),
+                      verify_ct=np.full(n, np.nan))
+
+
+def test_an_slo_verdict_says_how_cancelled_requests_were_counted_and_can_count_them_at_their_lower_bound():
+    from rig.analysis.metrics import parse_slo
+    from rig.analysis.slo import describe, evaluate_slos
+
+    # 97 requests done in 1 s; 63 cancelled at the level's end after running 4.9-5.2 s; 3 never sent (ran 0 s)
+    r = _requests([1.0] * 97, [4.9, 5.0, 5.2] * 21 + [0.0] * 3)
+    slo = [parse_slo("e2e=4.8s")]
+    left_out = evaluate_slos(r, slo, 90)
+    assert left_out["meets"] and left_out["note"] == "66 cancelled request(s) left out"
+    low = evaluate_slos(r, slo, 90, cancelled="lower-bound")
+    assert not low["meets"] and low["note"] == "66 cancelled request(s) counted at their lower bound"
+    assert low["per_slo"][0]["value_s"] == pytest.approx(5.0, abs=0.21)  # the never-sent three are not counted
+    assert describe(slo, 90, "lower-bound") == "p90 e2e<=4800ms; cancelled requests at their lower bound"
+    # TTFT: a cancelled request's own first-token time when one came, else the time it ran
+    r2 = _requests([1.0] * 8, [6.0, 6.0], cancelled_ttft=[0.2, float("nan")])
+    v = evaluate_slos(r2, [parse_slo("ttft=1s")], 95, cancelled="lower-bound")["per_slo"][0]["value_s"]
+    assert v == pytest.approx(0.2 + 0.55 * (6.0 - 0.2))  # values 0.1 x8, 0.2 (its first token), 6.0 (ran 6 s)
+    assert evaluate_slos(r2, [parse_slo("ttft=1s")], 95)["per_slo"][0]["value_s"] == pytest.approx(0.1)
+    with pytest.raises(ValueError, match="excluded or lower-bound"):
+        evaluate_slos(r, slo, 90, cancelled="ignore")
+
+
+def test_a_point_with_cancelled_requests_is_flagged(tmp_path):
+    from rig.analysis.points import flag_reasons
+    from rig.analysis.runs import PointInfo
+
+    p = PointInfo.model_construct(point="p", status="complete", flags=[], flag_reasons={}, in_manifest=True,
+                                  unreadable_parts=[], missing_parts=[], requests_scheduled=10, generators=[])
+    why = flag_reasons(p, _requests([1.0] * 7, [5.0] * 3))
+    assert why.get("has_cancelled") == "3 of 10 requests cancelled"
+    assert "has_cancelled" not in flag_reasons(p, _requests([1.0] * 10, []))

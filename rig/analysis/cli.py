@@ -44,6 +44,10 @@ def _fail(e: Exception) -> click.ClickException:
               help="An SLO for goodput, e.g. --slo ttft=500ms --slo tpot=50ms (metrics: ttft, tpot, e2e).")
 @click.option("--slo-percentile", type=click.FloatRange(0, 100, min_open=True),
               help="Percentile a point's requests must meet the SLOs at (default 99, or the search's).")
+@click.option("--slo-cancelled", type=click.Choice(["excluded", "lower-bound"]), default="excluded",
+              show_default=True,
+              help="How SLO verdicts count cancelled requests: left out, or at their known minimum (the time they ran "
+                   "before they were cancelled; TTFT: their first token's time if one came).")
 @click.option("--json-full", "json_full", is_flag=True,
               help="Print every section as one JSON object (campaign rows, frontier, best per level and per SLO, "
                    "SLO search, tune).")
@@ -52,7 +56,8 @@ def _fail(e: Exception) -> click.ClickException:
                    "--thresholds slip_p99_ms=20,cpu_pct=80 (names: slip_p99_ms, loop_lag_p99_ms, cpu_pct, "
                    "rate_ratio, min_window_s).")
 def report(run_dir: Path, as_json: bool, csv_dir: Path | None, plots_dir: Path | None, html_file: Path | None,
-           slos: list[Slo], slo_percentile: float | None, json_full: bool, thresholds: str | None) -> None:
+           slos: list[Slo], slo_percentile: float | None, json_full: bool, thresholds: str | None,
+           slo_cancelled: str = "excluded") -> None:
     """Tables, percentiles, acceptance, server state, goodput and losslessness of RUN_DIR, from Parquet alone."""
     from rig.analysis.report import build_report, export_csv, full_json, to_json
 
@@ -69,7 +74,8 @@ def report(run_dir: Path, as_json: bool, csv_dir: Path | None, plots_dir: Path |
                 err.print(f"[yellow]! {w}[/yellow]")
             click.echo(to_json(rows))
             return
-        rep = build_report(run_dir, slos=slos, slo_percentile=slo_percentile, thresholds=thresholds)
+        rep = build_report(run_dir, slos=slos, slo_percentile=slo_percentile, thresholds=thresholds,
+                           slo_cancelled=slo_cancelled)
     except (AnalysisInputError, OSError, ValueError) as e:
         raise _fail(e) from None
     if as_json or json_full:
