@@ -326,7 +326,14 @@ def build_spec(yaml_data: dict[str, Any] | None, overrides: dict[str, Any]) -> R
         spec = RunSpec.model_validate(data)
     except ValidationError as e:
         raise SpecError(_one_line(e)) from None
-    spec.server_configs()  # every server configuration of the grid, before anything starts (SpecError)
+    configs = spec.server_configs()  # every server configuration of the grid, before anything starts (SpecError)
+    if spec.server.engine == "external" and len(configs) > 1:
+        # rig launches nothing for an external server, so it cannot apply a steps value or a grid knob: every
+        # "configuration" would be the one server at --url, relabelled, and a comparison of them noise.
+        raise SpecError(f"server.engine external: rig measures the one server at {spec.server.url} and cannot apply "
+                        f"steps or grid values to it, so {len(configs)} configurations would all be that same server; "
+                        f"give one --steps value (what it runs), or let rig launch the engine (--engine sglang, vllm "
+                        f"or sim)")
     _check_trace(spec)
     return spec
 

@@ -314,3 +314,52 @@ def test_a_point_with_cancelled_requests_is_flagged(tmp_path):
     why = flag_reasons(p, _requests([1.0] * 7, [5.0] * 3))
     assert why.get("has_cancelled") == "3 of 10 requests cancelled"
     assert "has_cancelled" not in flag_reasons(p, _requests([1.0] * 10, []))
+
+
+# ------------------------------------------------------------------------------ 6. what cannot be a finding
+def test_compare_with_a_level_at_0_tok_s_gives_no_margin_instead_of_a_traceback(tmp_path):
+    import json as _json
+
+    from click.testing import CliRunner
+
+    from rig.analysis.cli import compare as compare_cmd
+    from rig.analysis.synthetic import record, write_requests, write_run
+
+    def point(name: str, steps: int) -> dict:
+        return {"point": name, "server_config": f"cfg{steps}", "engine": "sim", "workload": "greedy", "steps": steps,
+                "load_mode": "closed", "concurrency": 4, "rate": None, "repeat": 0, "status": "complete",
+                "flags": [], "generators": []}
+
+    d = tmp_path / "run"
+    write_run(d, {"run_id": "run", "status": "complete", "points": [point("base", 0), point("cand", 2)]})
+    for name, steps, ok in (("base", 0, True), ("cand", 2, False)):
+        rows = [record(point=name, steps=steps, workload="greedy", load_mode="closed", concurrency=4, repeat=0,
+                       generator=0, clock_offset_s=0.0, request_id=f"r{i}", send_ts=100.0 + i, end_ts=101.0 + i,
+                       e2e_s=1.0, ttft_s=0.1 if ok else None, first_token_ts=100.1 + i if ok else None,
+                       completion_tokens=50 if ok else 0, status="ok" if ok else "failed", ok=ok,
+                       error=None if ok else "HTTP 500") for i in range(8)]
+        write_requests(d, name, 0, rows)
+    r = CliRunner().invoke(compare_cmd, [str(d), "--baseline-steps", "0", "--json"])
+    assert r.exit_code == 0 and r.exception is None, (r.output, r.exception)
+    [best] = _json.loads(r.stdout[r.stdout.index("{"):])["best"]
+    assert best["best"] == "steps=0" and best["runner_up_aggregate_tok_s"] == 0.0
+    assert best["margin"] is None and best["ci_low"] is None
+    assert "steps=2 has 0 tok/s: no margin" in best["incomplete"]
+    r = CliRunner().invoke(compare_cmd, [str(d), "--baseline-steps", "0"])  # the table too
+    assert r.exit_code == 0 and r.exception is None, (r.output, r.exception)
+
+
+@pytest.mark.parametrize("command", [["report", "RUN"], ["sweep", "--search", "concurrency", "--dry-run"],
+                                     ["tune", "--steps", "0,1", "--dry-run"]])
+def test_an_slo_limit_of_zero_is_refused_with_one_line(tmp_path, command):
+    args = [str(tmp_path) if a == "RUN" else a for a in command]
+    refused(cli(*args, "--slo", "ttft=0"), "ttft=0", "above 0")
+
+
+def test_several_configurations_of_one_external_server_are_refused(tmp_path):
+    for command in (["tune", "--slo", "ttft=1s"], ["sweep"]):
+        refused(cli(*command, "--engine", "external", "--url", "http://127.0.0.1:9", "--steps", "0,4", "--dry-run"),
+                "external", "same server", "one --steps value")
+    # one configuration of it is fine: what the server runs
+    ok = cli("sweep", "--engine", "external", "--url", "http://127.0.0.1:9", "--steps", "0", "--dry-run")
+    assert ok.exit_code == 0, ok.output
