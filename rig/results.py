@@ -300,6 +300,25 @@ class PartWriter:
         retry_transient(self.flush, self.retry_s)
 
 
+# What a run directory holds of its own (an output path there would overwrite the run's data).
+RUN_OWN = frozenset({MANIFEST, REQUESTS_DIR, SERVER_METRICS_DIR, LOGS_DIR, "gpu_metrics", "superseded", ".lock"})
+
+
+def run_file_clash(path: Path | str) -> str | None:
+    """Why writing ``path`` (a file or a directory of outputs) would overwrite a run's own files, or None.
+
+    A run's own files are its manifest and everything under its records, metrics, logs and superseded folders;
+    a file next to them (``RUN/report.html``) is fine."""
+    target = Path(path).expanduser().resolve()
+    for run in target.parents:
+        if not (run / MANIFEST).is_file():
+            continue
+        first = target.relative_to(run).parts[0]
+        if first in RUN_OWN:
+            return f"{path} is inside run {run}'s own {first}"
+    return None
+
+
 def requests_dir(run_dir: Path, point: str, generator: int) -> Path:
     return Path(run_dir) / REQUESTS_DIR / f"point={point}" / f"gen={generator}"
 

@@ -363,3 +363,37 @@ def test_several_configurations_of_one_external_server_are_refused(tmp_path):
     # one configuration of it is fine: what the server runs
     ok = cli("sweep", "--engine", "external", "--url", "http://127.0.0.1:9", "--steps", "0", "--dry-run")
     assert ok.exit_code == 0, ok.output
+
+
+# ------------------------------------------------------------------------------ 7. outputs never overwrite a run
+def _golden_copy(tmp_path: Path) -> Path:
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(HERE / "data" / "golden" / "run", run)
+    return run
+
+
+def test_report_and_fit_outputs_never_overwrite_a_runs_own_files(tmp_path):
+    run = _golden_copy(tmp_path)
+    before = {p: p.read_bytes() for p in run.rglob("*") if p.is_file()}
+    part = next((run / "requests").rglob("part-*.parquet"))
+    for args in (["report", str(run), "--html", str(run / "manifest.json")],
+                 ["report", str(run), "--html", str(part)],
+                 ["report", str(run), "--csv", str(run / "requests")],
+                 ["report", str(run), "--plots", str(run / "logs" / "plots")],
+                 ["sim", "fit", str(run), "-o", str(run / "manifest.json")]):
+        refused(cli(*args), "never writes over a run's own files", str(run))
+    assert {p: p.read_bytes() for p in run.rglob("*") if p.is_file()} == before
+    # next to the run's files is fine
+    ok = cli("report", str(run), "--html", str(run / "report.html"))
+    assert ok.exit_code == 0, ok.output
+    assert (run / "report.html").read_text().startswith("<!")
+
+
+def test_an_output_path_that_cannot_be_written_is_one_line_without_errno_noise(tmp_path):
+    run = _golden_copy(tmp_path)
+    (tmp_path / "adir").mkdir()
+    line = refused(cli("report", str(run), "--html", str(tmp_path / "adir")), "cannot write", "Is a directory",
+                   code=1)
+    assert "[Errno" not in line

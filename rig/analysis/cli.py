@@ -31,6 +31,8 @@ class InputError(click.ClickException):
 def _fail(e: Exception) -> click.ClickException:
     """A AnalysisInputError is about what the user gave (no such run, nothing to compare): exit 2; I/O faults exit 1."""
     msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+    if isinstance(e, OSError) and e.strerror:  # 'cannot write x: Is a directory', not '[Errno 21] ...'
+        msg = f"cannot write {e.filename}: {e.strerror}" if e.filename else e.strerror
     return InputError(msg) if isinstance(e, AnalysisInputError) else click.ClickException(msg)
 
 
@@ -62,6 +64,12 @@ def report(run_dir: Path, as_json: bool, csv_dir: Path | None, plots_dir: Path |
     from rig.analysis.report import build_report, export_csv, full_json, to_json
 
     err = Console(stderr=True)
+    from rig.results import run_file_clash
+
+    for flag, out in (("--html", html_file), ("--csv", csv_dir), ("--plots", plots_dir)):
+        clash = run_file_clash(out) if out is not None else None
+        if clash:  # checked before anything is read or written: the run must stay readable
+            raise InputError(f"{flag} {out}: {clash}; rig never writes over a run's own files (choose another path)")
     try:
         if as_json and not (csv_dir or plots_dir or html_file or slos or json_full):
             # The campaign table alone is much cheaper than the whole report (no ITL, no losslessness).
