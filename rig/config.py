@@ -25,6 +25,9 @@ _LIMITS = Thresholds()
 ApiName = Literal["sglang-native", "openai-completions", "openai-chat"]
 LoadMode = Literal["closed", "poisson", "gamma", "trace"]
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+# More in-flight requests than a rig run can hold (100,000 slots already swamp a generator's loop; each slot is a
+# task and a connection): a level above this is a typo, refused before anything starts.
+MAX_LEVEL = 1_000_000
 
 
 class SpecError(ValueError):
@@ -51,7 +54,7 @@ class LoadSpec(BaseModel):
                                    description="Closed-loop levels, e.g. 1,4,16,32,64; open loop: in-flight cap.")
     rates: list[float] = Field(default_factory=list, description="Open-loop arrival rates in requests/s, e.g. 1,2,4.")
     burstiness: float = Field(1.0, gt=0, description="gamma: coefficient of variation of inter-arrivals.")  # 1: Poisson
-    max_concurrency: int | None = Field(None, ge=1)  # open loop: cap on in-flight requests (whole point)
+    max_concurrency: int | None = Field(None, ge=1, le=MAX_LEVEL)  # open loop: cap on in-flight requests (whole point)
     # open loop: rate x a minute; the closed-loop rule is requests_for()
     requests: int | None = Field(None, ge=1, description="Sessions per level (default: 4 at C=1, 2xC otherwise).")
     duration_s: float | None = Field(None, gt=0, description="Seconds per level (instead of a request count).")
@@ -71,6 +74,8 @@ class LoadSpec(BaseModel):
     def _positive_levels(cls, v: list[int]) -> list[int]:
         if any(c < 1 for c in v):
             raise ValueError("concurrency levels must be >= 1")
+        if any(c > MAX_LEVEL for c in v):
+            raise ValueError(f"a concurrency level of at most {MAX_LEVEL:,} (each slot is a task and a connection)")
         _no_duplicates(v, "concurrency level")
         return v
 
@@ -341,6 +346,12 @@ def build_spec(yaml_data: dict[str, Any] | None, overrides: dict[str, Any]) -> R
 def notices(spec: RunSpec) -> list[str]:
     """What the spec will do that a user might not expect (said before the run starts, not an error)."""
     out = []
+    n = spec.load.requests
+    above = [c for c in (spec.load.concurrency if spec.load.mode == "closed" else []) if n is not None and c > n]
+    if above:
+        out.append(f"--requests {n} is below concurrency {', '.join(map(str, above))}: at most {n} requests are ever "
+                   f"in flight there, so such a level measures concurrency {n} (give --requests >= the concurrency, "
+                   f"or --duration)")
     for wl in spec.workloads:
         if wl.name != "dataset":
             continue

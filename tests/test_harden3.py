@@ -397,3 +397,26 @@ def test_an_output_path_that_cannot_be_written_is_one_line_without_errno_noise(t
     line = refused(cli("report", str(run), "--html", str(tmp_path / "adir")), "cannot write", "Is a directory",
                    code=1)
     assert "[Errno" not in line
+
+
+# ------------------------------------------------------------------------------ 8. huge concurrency, few requests
+def test_an_absurd_concurrency_is_refused_and_few_requests_below_it_are_noted(tmp_path):
+    refused(cli("run", "--concurrency", "100000000", "--requests", "10", "--dry-run"), "load.concurrency",
+            "at most 1,000,000")
+    r = cli("run", "--concurrency", "1,64", "--requests", "8", "--dry-run")
+    assert r.exit_code == 0, r.output
+    notes = [ln for ln in r.output.splitlines() if ln.startswith("rig: note:")]
+    assert notes == ["rig: note: --requests 8 is below concurrency 64: at most 8 requests are ever in flight there, "
+                     "so such a level measures concurrency 8 (give --requests >= the concurrency, or --duration)"]
+
+
+def test_a_closed_level_splits_without_walking_its_concurrency_and_idle_slots_are_not_made():
+    from rig.run.plans import split_closed
+
+    sessions = list(range(10))
+    t0 = time.monotonic()
+    split = split_closed(sessions, 1_000_000, 3)  # type: ignore[arg-type]
+    assert time.monotonic() - t0 < 0.05
+    assert [len(m) for m, _ in split] == [4, 3, 3] and [s for _, s in split] == [4, 3, 3]
+    assert [s for _, s in split_closed([], 1_000_000, 3)] == [333_334, 333_333, 333_333]  # duration-bound: all slots
+    assert split_closed(list(range(8)), 4, 2) == [([0, 2, 4, 6], 2), ([1, 3, 5, 7], 2)]
