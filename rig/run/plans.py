@@ -37,7 +37,7 @@ def split_closed(sessions: list[Session], concurrency: int, n_gen: int) -> list[
         slots = concurrency // n_gen + (g < concurrency % n_gen)  # slots s < C with s mod G == g (no loop over C)
         mine = [sess for i, sess in enumerate(sessions) if (i % concurrency) % n_gen == g]
         if sessions:  # a fixed count: a slot beyond this generator's sessions would only wait (a million did so)
-            slots = max(1, min(slots, len(mine)))
+            slots = min(slots, len(mine))
         out.append((mine, slots))
     return out
 
