@@ -300,12 +300,32 @@ def _one_line(err: ValidationError, prefix: str = "") -> str:
     return f"{loc}: {msg}{shown}{more}"
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing a key given twice in one mapping (it would keep the last one silently)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)  # type: ignore[no-untyped-call]
+            if isinstance(key, (str, int, float, bool)) and key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"key {key!r} is given twice in one mapping", key_node.start_mark)
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
 def load_yaml(path: Path | str) -> dict[str, Any]:
     p = Path(path)
     try:
-        data = yaml.safe_load(p.read_text())
+        data = yaml.load(p.read_text(encoding="utf-8"), Loader=_UniqueKeyLoader)  # noqa: S506 (a safe loader)
     except FileNotFoundError:
         raise SpecError(f"{p}: no such file") from None
+    except IsADirectoryError:
+        raise SpecError(f"{p}: is a directory; give a YAML file") from None
+    except UnicodeDecodeError:
+        raise SpecError(f"{p}: not a text file (not UTF-8); give a YAML file") from None
+    except OSError as e:
+        raise SpecError(f"{p}: cannot read it ({e.strerror or type(e).__name__})") from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark else ""

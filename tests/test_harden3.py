@@ -420,3 +420,28 @@ def test_a_closed_level_splits_without_walking_its_concurrency_and_idle_slots_ar
     assert [len(m) for m, _ in split] == [4, 3, 3] and [s for _, s in split] == [4, 3, 3]
     assert [s for _, s in split_closed([], 1_000_000, 3)] == [333_334, 333_333, 333_333]  # duration-bound: all slots
     assert split_closed(list(range(8)), 4, 2) == [([0, 2, 4, 6], 2), ([1, 3, 5, 7], 2)]
+
+
+# ------------------------------------------------------------------------------ 9. bad input files, one line
+@pytest.mark.parametrize("kind", ["directory", "binary", "duplicate keys"])
+def test_a_config_or_cluster_file_that_is_not_yaml_text_is_one_line(tmp_path, kind):
+    path = tmp_path / "f.yaml"
+    if kind == "directory":
+        path.mkdir()
+        needle = "is a directory"
+    elif kind == "binary":
+        path.write_bytes(bytes(range(128, 256)) * 2)
+        needle = "not a text file"
+    else:
+        path.write_text("load:\n  seed: 1\nload:\n  seed: 2\n")
+        needle = "key 'load' is given twice"
+    refused(cli("run", "--config", str(path), "--dry-run"), str(path), needle)
+    refused(cli("sweep", "--cluster", str(path), "--dry-run"), str(path), needle)
+    refused(cli("check", "--cluster", str(path)), str(path), needle)
+
+
+def test_an_empty_workload_list_is_refused_before_anything_starts(tmp_path):
+    f = tmp_path / "spec.yaml"
+    f.write_text("workloads: []\n")
+    refused(cli("run", "--config", str(f), "--out", str(tmp_path / "out"), "--dry-run"), "workloads",
+            "at least one workload")
