@@ -28,26 +28,34 @@ _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 # More in-flight requests than a rig run can hold (100,000 slots already swamp a generator's loop; each slot is a
 # task and a connection): a level above this is a typo, refused before anything starts.
 MAX_LEVEL = 1_000_000
+# Sessions a fixed-count level builds up front in the driver (as rig.run.plans.LAZY_SESSION_LIMIT bounds a
+# duration-bound one); more would take the driver's memory before the first request. --duration is for longer levels.
+MAX_REQUESTS = 10_000_000
 
 
 class SpecError(ValueError):
     """A user-caused configuration error; its message is one line."""
 
 
+# A request's timeouts below this cannot be met by any server (a loopback round trip and a first byte take longer;
+# 2 ms was recorded as an internal error): refused, as a typo for seconds.
+MIN_TIMEOUT_S = 0.01
+
+
 class Timeouts(BaseModel):
     """How long one request may take, by phase: the spec's values, which the load generator's client enforces."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
-    connect_s: float = Field(10.0, gt=0)
-    first_token_s: float = Field(600.0, gt=0, description="Seconds to wait for a first token.")  # queueing counts
-    total_s: float = Field(3600.0, gt=0, description="Seconds a whole request may take.")
+    connect_s: float = Field(10.0, ge=MIN_TIMEOUT_S)
+    first_token_s: float = Field(600.0, ge=MIN_TIMEOUT_S, description="Seconds to wait for a first token.")  # queueing counts
+    total_s: float = Field(3600.0, ge=MIN_TIMEOUT_S, description="Seconds a whole request may take.")
 
 
 class LoadSpec(BaseModel):
     """How load is offered at each level of a point."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)  # inf or nan is no rate, duration or spread
 
     mode: LoadMode = Field("closed", description="Load pattern.")
     concurrency: list[int] = Field(default_factory=lambda: [1, 4, 16, 32, 64],
@@ -56,14 +64,15 @@ class LoadSpec(BaseModel):
     burstiness: float = Field(1.0, gt=0, description="gamma: coefficient of variation of inter-arrivals.")  # 1: Poisson
     max_concurrency: int | None = Field(None, ge=1, le=MAX_LEVEL)  # open loop: cap on in-flight requests (whole point)
     # open loop: rate x a minute; the closed-loop rule is requests_for()
-    requests: int | None = Field(None, ge=1, description="Sessions per level (default: 4 at C=1, 2xC otherwise).")
+    requests: int | None = Field(None, ge=1, le=MAX_REQUESTS,
+                                 description="Sessions per level (default: 4 at C=1, 2xC otherwise).")
     duration_s: float | None = Field(None, gt=0, description="Seconds per level (instead of a request count).")
     grace_s: float = Field(10.0, ge=0, description="With --duration: seconds in-flight requests may run past a level's "
                                                    "end before they are cancelled (default 10).")
     warmup_requests: int = Field(1, ge=0, description="Warm-up requests per generator, kept out of the results.")
     trace_speed: float = Field(1.0, gt=0, description="Trace replay speed factor.")  # >1 replays faster
     api: ApiName | None = None  # default: the engine's (sglang-native for sim and sglang)
-    seed: int = Field(0, description="Workload seed (same seed, same requests on every point).")
+    seed: int = Field(0, ge=0, lt=2**63, description="Workload seed (same seed, same requests on every point).")
     timeouts: Timeouts = Field(default_factory=Timeouts)
     # the validity limits (rig.contracts.Thresholds) a run may set; its defaults are the contract's
     slip_threshold_s: float = Field(_LIMITS.slip_p99_ms / 1e3, gt=0)  # p99 schedule slip above this flags the point
@@ -178,7 +187,7 @@ class RunSpec(BaseModel):
     cluster: ClusterSpec = Field(default_factory=ClusterSpec)
     clients: int = Field(1, ge=1, description="Load generators (default 1; one per client host).")
     repeat: int = Field(1, ge=1, description="Repeat every point n times.")
-    metrics_interval_s: float = Field(1.0, gt=0, description="Seconds between /metrics samples.")
+    metrics_interval_s: float = Field(1.0, gt=0, allow_inf_nan=False, description="Seconds between /metrics samples.")
     flush_cache: bool = Field(True, description="/flush_cache between points.")
     fail_fast: bool = Field(False, description="Stop at the first failed point.")
     # the key itself never enters the spec, manifest or logs
@@ -204,6 +213,18 @@ class RunSpec(BaseModel):
             raise ValueError(f"not a file: {v}")
         if not os.access(v, os.R_OK):
             raise ValueError(f"not readable: {v}")
+        try:
+            key = v.read_bytes().decode("utf-8").strip()
+        except UnicodeDecodeError:
+            raise ValueError(f"{v} is not a text file (an API key is one line of text)") from None
+        except OSError as e:
+            raise ValueError(f"{v}: {e.strerror}") from None
+        if not key:
+            raise ValueError(f"{v} is empty (no key would be sent); put the key in it, or drop --api-key-file")
+        if len(key.split()) > 1 or not key.isprintable():
+            # two lines (or a space) in a header value is refused by the client as header injection, which read
+            # as the server's fault; the key itself is never shown
+            raise ValueError(f"{v} holds more than one word or line; an API key is one line with no spaces")
         return v
 
     @field_validator("steps")

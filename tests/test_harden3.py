@@ -445,3 +445,33 @@ def test_an_empty_workload_list_is_refused_before_anything_starts(tmp_path):
     f.write_text("workloads: []\n")
     refused(cli("run", "--config", str(f), "--out", str(tmp_path / "out"), "--dry-run"), "workloads",
             "at least one workload")
+
+
+# ------------------------------------------------------------------------------ also seen: values checked up front
+@pytest.mark.parametrize("args, needle", [
+    (["--seed", "-1"], "load.seed"),
+    (["--mode", "poisson", "--rate", "inf"], "finite"),
+    (["--mode", "poisson", "--rate", "nan"], "finite"),
+    (["--mode", "gamma", "--rate", "1", "--burstiness", "inf"], "load.burstiness"),
+    (["--duration", "nan"], "load.duration_s"),
+    (["--requests", "1000000000"], "load.requests"),
+    (["--first-token-timeout", "0.002"], "first_token_s"),
+])
+def test_values_are_checked_before_anything_starts(tmp_path, args, needle):
+    refused(cli("run", *args, "--out", str(tmp_path), "--dry-run"), needle)
+
+
+def test_a_dataset_max_tokens_beyond_any_model_is_refused(tmp_path):
+    f = tmp_path / "d.jsonl"
+    f.write_text('{"prompt": "hi", "max_tokens": 1000000000000}\n')
+    refused(cli("run", "--dataset", str(f), "--dry-run"), f"{f}:1", "max_tokens", "1,000,000")
+
+
+@pytest.mark.parametrize("content, needle", [(b"key-one\nkey-two\n", "more than one word or line"),
+                                             (bytes(range(128, 200)), "not a text file"),
+                                             (b"  \n", "is empty")])
+def test_api_key_file_problems_name_the_file_in_one_line(tmp_path, content, needle):
+    f = tmp_path / "key"
+    f.write_bytes(content)
+    line = refused(cli("run", "--api-key-file", str(f), "--dry-run"), str(f), needle)
+    assert "key-one" not in line and "key-two" not in line  # the key itself is never shown

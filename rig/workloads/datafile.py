@@ -2,7 +2,7 @@
 
 JSONL: one object per line with ``prompt`` (a non-empty string) or ``messages`` (a non-empty list of
 ``{"role": system|user|assistant|tool, "content": str}`` with at least one user message), not both; optional
-``max_tokens`` (integer >= 1) and ``timestamp`` (seconds, number >= 0). Other keys are ignored. Blank lines are
+``max_tokens`` (integer, 1 to 1,000,000) and ``timestamp`` (seconds, number >= 0). Other keys are ignored. Blank lines are
 skipped. Timestamps must be on every entry or on none, and must not decrease (equal is fine): a decreasing timestamp is
 an error rather than something we sort silently, because sorting would reorder request ids against the file.
 
@@ -90,8 +90,11 @@ def _messages(raw: Any, where: str) -> tuple[dict[str, str], ...]:
 def _max_tokens(v: Any, where: str) -> int | None:
     if v is None:
         return None
-    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-        raise WorkloadError(f"{where}: 'max_tokens' must be an integer >= 1 (got {_short(v)})")
+    from rig.workloads.spec import _MAX_TOKENS_LIMIT  # the one limit of every token count (spec.py says why)
+
+    if isinstance(v, bool) or not isinstance(v, int) or v < 1 or v > _MAX_TOKENS_LIMIT:
+        raise WorkloadError(f"{where}: 'max_tokens' must be an integer from 1 to {_MAX_TOKENS_LIMIT:,} "
+                            f"(got {_short(v)})")
     return v
 
 
