@@ -301,6 +301,11 @@ def resume_spec(run_dir: Path) -> RunSpec:
                                f"({str(e).splitlines()[0][:120]}); start a new run instead") from None
     if not isinstance(old.spec, dict):
         raise click.UsageError(f"cannot resume {run_dir}: its manifest.json holds no run spec")
+    from rig.results import MASKED_CREDENTIALS
+
+    if MASKED_CREDENTIALS in str((old.spec.get("server") or {}).get("url") or ""):
+        raise click.UsageError(f"cannot resume {run_dir}: its server URL carried credentials, which rig does not "
+                               f"store; start a new run (send a key with --api-key-env or --api-key-file)")
     try:
         return RunSpec.model_validate(old.spec)
     except ValidationError as e:

@@ -17,6 +17,7 @@ import errno
 import fnmatch
 import json
 import os
+import re
 import threading
 import time
 from pathlib import Path
@@ -350,9 +351,20 @@ def read_server_metrics(run_dir: Path | str, columns: Iterable[str] | None = Non
     return _read_parts(Path(run_dir) / SERVER_METRICS_DIR, SERVER_METRICS_SCHEMA, columns)
 
 
+# user:password@ (or a token@) in any URL: a secret the manifest must not hold (the scheme and host stay readable)
+_URL_CREDENTIALS = re.compile(r"(?P<scheme>\b[a-zA-Z][a-zA-Z0-9+.-]*://)[^/\s\"'@]+@")
+MASKED_CREDENTIALS = "***@"
+
+
+def mask_url_credentials(text: str) -> str:
+    """``text`` with the credentials of every URL in it replaced: http://u:p@h:1/ -> http://***@h:1/."""
+    return _URL_CREDENTIALS.sub(lambda m: m.group("scheme") + MASKED_CREDENTIALS, text)
+
+
 def write_manifest(run_dir: Path | str, manifest: contracts.Manifest) -> None:
-    """Write the manifest atomically (a transient disk error is retried: see retry_transient)."""
-    text = manifest.to_json()
+    """Write the manifest atomically (a transient disk error is retried: see retry_transient), with any URL's
+    credentials masked."""
+    text = mask_url_credentials(manifest.to_json())
     retry_transient(lambda: atomic_write(Path(run_dir) / MANIFEST, text))
 
 

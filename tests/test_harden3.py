@@ -475,3 +475,22 @@ def test_api_key_file_problems_name_the_file_in_one_line(tmp_path, content, need
     f.write_bytes(content)
     line = refused(cli("run", "--api-key-file", str(f), "--dry-run"), str(f), needle)
     assert "key-one" not in line and "key-two" not in line  # the key itself is never shown
+
+
+def test_credentials_in_a_url_never_reach_the_manifest(tmp_path):
+    import json as _json
+
+    from rig.config import build_spec
+    from rig.contracts import Manifest, ServerConfigEntry
+    from rig.results import write_manifest
+
+    spec = build_spec({}, {"server": {"engine": "external", "url": "http://alice:s3cr3t@127.0.0.1:9/"},
+                           "out": str(tmp_path), "run_id": "c"})
+    m = Manifest(run_id="c", spec=_json.loads(spec.model_dump_json()),
+                 server_configs={"x": ServerConfigEntry(url="http://alice:s3cr3t@127.0.0.1:9")})
+    write_manifest(tmp_path, m)
+    text = (tmp_path / "manifest.json").read_text()
+    assert "s3cr3t" not in text and "alice" not in text
+    assert "http://***@127.0.0.1:9" in text
+    r = cli("sweep", "--resume", str(tmp_path))  # a resume cannot send the masked URL: one line says so
+    refused(r, "credentials", "start a new run")
