@@ -51,15 +51,19 @@ def print_dry_run(spec: RunSpec) -> None:
     click.echo("\n# server commands (one launch per configuration)")
     for cfg in spec.server_configs():
         eng = engine_for(cfg.engine)
-        host = cfg.host or "0.0.0.0"
+        # The address it binds, as ServerLifecycle.launch chooses it: loopback for the embedded default (one
+        # machine), all interfaces of the server node on a cluster.
+        host = cfg.host or ("127.0.0.1" if spec.cluster.address is None else "0.0.0.0")
         # A command to paste into a shell on the server node: a concrete port (SGLang's default when rig would
-        # pick a free one at run time), shell-quoted for display only (rig itself runs argument lists).
+        # pick a free one at run time, said after it), shell-quoted for display only (rig runs argument lists).
         argv = eng.argv(cfg, host, cfg.port or DRY_RUN_PORT) if eng.launches_process else []
         if argv and not cfg.python:
             argv[0] = "python"  # the server node's interpreter, not this machine's path (--engine-python pins one)
         import shlex
 
         line = shlex.join(argv) if argv else f"(nothing launched: external server at {cfg.url})"
+        if argv and not cfg.port:
+            line += f"  # rig picks a free port at run time ({DRY_RUN_PORT} shown)"
         click.echo(f"{cfg.config_id()}: {line}")
     click.echo("\n# placement")
     c = spec.cluster

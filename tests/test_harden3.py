@@ -494,3 +494,14 @@ def test_credentials_in_a_url_never_reach_the_manifest(tmp_path):
     assert "http://***@127.0.0.1:9" in text
     r = cli("sweep", "--resume", str(tmp_path))  # a resume cannot send the masked URL: one line says so
     refused(r, "credentials", "start a new run")
+
+
+def test_dry_run_shows_the_address_the_embedded_engine_really_binds():
+    r = cli("run", "--steps", "2", "--dry-run")
+    assert r.exit_code == 0, r.output
+    [line] = [ln for ln in r.output.splitlines() if "-m rig.sim" in ln]
+    assert "--host 127.0.0.1 --port 30000" in line and line.endswith("# rig picks a free port at run time (30000 shown)")
+    r = cli("run", "--steps", "2", "--port", "31000", "--dry-run")
+    [line] = [ln for ln in r.output.splitlines() if "-m rig.sim" in ln]
+    assert line.endswith("--host 127.0.0.1 --port 31000 --enable-metrics --speculative-algorithm NEXTN "
+                         "--speculative-num-steps 2 --speculative-eagle-topk 1 --speculative-num-draft-tokens 3")
