@@ -505,3 +505,39 @@ def test_dry_run_shows_the_address_the_embedded_engine_really_binds():
     [line] = [ln for ln in r.output.splitlines() if "-m rig.sim" in ln]
     assert line.endswith("--host 127.0.0.1 --port 31000 --enable-metrics --speculative-algorithm NEXTN "
                          "--speculative-num-steps 2 --speculative-eagle-topk 1 --speculative-num-draft-tokens 3")
+
+
+def test_https_against_a_plain_http_server_says_so(tmp_path):
+    import asyncio
+
+    from aiohttp import web
+
+    from rig.server.actor import ServerActor
+    from rig.server.spec import ServerConfig
+
+    async def health(request: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    async def go():
+        app = web.Application()
+        app.router.add_get("/health", health)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]
+        actor = ServerActor(ServerConfig(engine="external", url=f"https://127.0.0.1:{port}",
+                                         unreachable_timeout_s=0.5), str(tmp_path), "s.log")
+        try:
+            await actor.wait_ready(timeout_s=5)
+        except Exception as e:
+            return str(e)
+        finally:
+            if actor._http is not None:
+                await actor._http.close()
+            await runner.cleanup()
+        return "ready"
+
+    msg = asyncio.run(go())
+    assert "TLS handshake failed" in msg and "use http://" in msg, msg
+    assert "operation not permitted" not in msg.lower()

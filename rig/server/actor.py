@@ -10,6 +10,7 @@ import os
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import time
 from pathlib import Path
@@ -321,6 +322,10 @@ def _why(e: BaseException) -> str:
     if isinstance(e, asyncio.TimeoutError):
         return "no answer within 2s"
     os_err = getattr(e, "os_error", None)
+    if isinstance(os_err, ssl.SSLError):  # its errno is OpenSSL's code (1 read as 'operation not permitted')
+        reason = os_err.reason or type(os_err).__name__
+        hint = "; is it a plain http server? use http://" if "WRONG_VERSION" in str(reason).upper() else ""
+        return f"TLS handshake failed ({reason}){hint}"
     if isinstance(os_err, OSError) and os_err.errno:
         return os.strerror(os_err.errno).lower()
     return f"{type(e).__name__}: {e}"[:120]
