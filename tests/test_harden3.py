@@ -541,3 +541,21 @@ def test_https_against_a_plain_http_server_says_so(tmp_path):
     msg = asyncio.run(go())
     assert "TLS handshake failed" in msg and "use http://" in msg, msg
     assert "operation not permitted" not in msg.lower()
+
+
+def test_a_planner_that_fails_leaves_the_run_failed_not_complete(tmp_path):
+    from rig.config import build_spec
+    from rig.run.runner import Runner
+
+    def planner(runner):
+        raise ZeroDivisionError("float division by zero")
+        yield  # a generator, as planners are
+
+    spec = build_spec({}, {"out": str(tmp_path), "run_id": "p"})
+    runner = Runner(spec, planner=planner)
+    runner._setup_cluster = lambda: None  # no Ray: the failure under test comes before any point
+    with pytest.raises(ZeroDivisionError):
+        runner.run()
+    m = read_manifest(tmp_path / "p")
+    assert m["status"] == "failed"
+    assert m["error"] == "internal error: ZeroDivisionError: float division by zero"

@@ -117,6 +117,10 @@ class Runner:
         except RunError as e:  # refused or stopped by --fail-fast: the manifest says why
             self.store.set_error(str(e))
             raise
+        except Exception as e:  # a bug (a planner's, say): the run is not complete, whatever its points are
+            first = (str(e).strip().splitlines() or [""])[0][:200]
+            self.store.set_error(f"internal error: {type(e).__name__}: {first}")
+            raise
         finally:
             self.stop.finalizing = True  # from here on a second Ctrl-C is ignored: the manifest must be finished
             with contextlib.suppress(Exception, KeyboardInterrupt):
