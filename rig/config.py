@@ -48,7 +48,8 @@ class Timeouts(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     connect_s: float = Field(10.0, ge=MIN_TIMEOUT_S)
-    first_token_s: float = Field(600.0, ge=MIN_TIMEOUT_S, description="Seconds to wait for a first token.")  # queueing counts
+    # queueing counts
+    first_token_s: float = Field(600.0, ge=MIN_TIMEOUT_S, description="Seconds to wait for a first token.")
     total_s: float = Field(3600.0, ge=MIN_TIMEOUT_S, description="Seconds a whole request may take.")
 
 
@@ -263,7 +264,7 @@ class RunSpec(BaseModel):
         """One per launch: the product of steps and the server grid, in a stable order."""
         keys = sorted(self.server_grid)
         combos = itertools.product(*(self.server_grid[k] for k in keys)) if keys else [()]
-        configs = []
+        configs: list[ServerConfig] = []
         for combo in combos:
             for steps in self.steps:
                 update = dict(zip(keys, combo), steps=steps)
@@ -327,7 +328,7 @@ class _UniqueKeyLoader(yaml.SafeLoader):
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: set[Any] = set()
         for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=deep)  # type: ignore[no-untyped-call]
+            key = self.construct_object(key_node, deep=deep)
             if isinstance(key, (str, int, float, bool)) and key in seen:
                 raise yaml.constructor.ConstructorError(
                     None, None, f"key {key!r} is given twice in one mapping", key_node.start_mark)

@@ -500,7 +500,8 @@ def test_dry_run_shows_the_address_the_embedded_engine_really_binds():
     r = cli("run", "--steps", "2", "--dry-run")
     assert r.exit_code == 0, r.output
     [line] = [ln for ln in r.output.splitlines() if "-m rig.sim" in ln]
-    assert "--host 127.0.0.1 --port 30000" in line and line.endswith("# rig picks a free port at run time (30000 shown)")
+    assert "--host 127.0.0.1 --port 30000" in line
+    assert line.endswith("# rig picks a free port at run time (30000 shown)")
     r = cli("run", "--steps", "2", "--port", "31000", "--dry-run")
     [line] = [ln for ln in r.output.splitlines() if "-m rig.sim" in ln]
     assert line.endswith("--host 127.0.0.1 --port 31000 --enable-metrics --speculative-algorithm NEXTN "

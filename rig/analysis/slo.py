@@ -6,11 +6,13 @@ overloaded point (requests cancelled at a level's end are its slowest), so ``can
 cancelled request that was sent at its known minimum: E2E = the time it ran before it was cancelled, TTFT = its
 first token's time if one came, else that same running time; TPOT has no lower bound (the next token might have come
 at once), so cancelled requests stay out of a TPOT SLO either way. A request never sent (e.g. a later turn of a
-cancelled session) ran for no time and is left out. Every verdict says which way they were counted. A failed request counts as infinitely
-slow, so errors push the percentile over any limit once they exceed 100 - P percent of the requests. A request with
-one token has no TPOT and counts as meeting a TPOT SLO (as in ``metrics.goodput``). Percentiles are numpy's linear
-interpolation, like every percentile of the rig. The margin of an SLO is (limit - value) / limit: positive is
-headroom, negative the share by which the point misses; a point's margin is its smallest.
+cancelled session) ran for no time and is left out. Every verdict says which way they were counted.
+
+A failed request counts as infinitely slow, so errors push the percentile over any limit once they exceed 100 - P
+percent of the requests. A request with one token has no TPOT and counts as meeting a TPOT SLO (as in
+``metrics.goodput``). Percentiles are numpy's linear interpolation, like every percentile of the rig. The margin of
+an SLO is (limit - value) / limit: positive is headroom, negative the share by which the point misses; a point's
+margin is its smallest.
 """
 
 from __future__ import annotations

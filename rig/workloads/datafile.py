@@ -2,9 +2,10 @@
 
 JSONL: one object per line with ``prompt`` (a non-empty string) or ``messages`` (a non-empty list of
 ``{"role": system|user|assistant|tool, "content": str}`` with at least one user message), not both; optional
-``max_tokens`` (integer, 1 to 1,000,000) and ``timestamp`` (seconds, number >= 0). Other keys are ignored. Blank lines are
-skipped. Timestamps must be on every entry or on none, and must not decrease (equal is fine): a decreasing timestamp is
-an error rather than something we sort silently, because sorting would reorder request ids against the file.
+``max_tokens`` (integer, 1 to 1,000,000) and ``timestamp`` (seconds, number >= 0). Other keys are ignored. Blank
+lines are skipped. Timestamps must be on every entry or on none, and must not decrease (equal is fine): a decreasing
+timestamp is an error rather than something we sort silently, because sorting would reorder request ids against the
+file.
 
 ShareGPT: a JSON list of ``{"conversations": [{"from": "human"|"gpt"|"system", "value": str}, ...]}``. The first
 human turn is the prompt (with any system turns before it as the system message); the gpt reply after it gives a
