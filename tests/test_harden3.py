@@ -560,3 +560,35 @@ def test_a_planner_that_fails_leaves_the_run_failed_not_complete(tmp_path):
     m = read_manifest(tmp_path / "p")
     assert m["status"] == "failed"
     assert m["error"] == "internal error: ZeroDivisionError: float division by zero"
+
+
+def test_a_stop_while_one_engine_shuts_down_launches_no_other(tmp_path):
+    from rig.config import build_spec
+    from rig.contracts import ServerConfigEntry
+    from rig.run.runner import Runner
+
+    spec = build_spec({}, {"out": str(tmp_path), "run_id": "s", "steps": [0, 1], "load": {"concurrency": [1]}})
+    runner = Runner(spec)
+    runner._setup_cluster = lambda: None
+    launched: list[str] = []
+
+    def launch(cfg):
+        launched.append(cfg.config_id())
+        runner.store.set_server_config(cfg.config_id(), ServerConfigEntry(engine=cfg.engine, status="ready"))
+        runner.server.handle = object()
+        return runner.store.server_config(cfg.config_id())
+
+    def run_point(p, entry):
+        runner.store.update_point(p.point, status="complete")
+
+    def fetch_log(cid):  # the first engine is being stopped when the user presses Ctrl-C
+        runner.request_stop("stopped by SIGINT")
+
+    runner.server.launch = launch
+    runner.server.stop_server = lambda: setattr(runner.server, "handle", None)
+    runner.server.fetch_log = fetch_log
+    runner.executor.run_point = run_point
+    m = runner.run()
+    assert launched == [spec.server_configs()[0].config_id()]
+    assert m.status == "interrupted"
+    assert [p.status for p in m.points] == ["complete", "pending"]
