@@ -592,3 +592,11 @@ def test_a_stop_while_one_engine_shuts_down_launches_no_other(tmp_path):
     assert launched == [spec.server_configs()[0].config_id()]
     assert m.status == "interrupted"
     assert [p.status for p in m.points] == ["complete", "pending"]
+
+
+def test_a_concurrency_search_with_fewer_requests_than_its_maximum_says_so():
+    r = cli("sweep", "--search", "concurrency", "--slo", "ttft=1s", "--requests", "4", "--search-max", "16",
+            "--dry-run")
+    assert r.exit_code == 0, r.output
+    assert "rig: note: --requests 4 is below the search's maximum 16: a probe above 4 has at most 4 requests in " \
+           "flight" in r.output
