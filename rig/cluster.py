@@ -16,7 +16,7 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator, TypedDict
+from typing import Any, Callable, Iterable, Iterator, TypedDict
 
 import ray
 from ray.util.placement_group import placement_group, remove_placement_group
@@ -338,10 +338,18 @@ def verify_generators(placement: Placement, gen_info: list[dict[str, Any]]) -> N
         raise PlacementError(f"{k} generators landed on one client host ({ip}); per_host is {placement.per_host}")
 
 
-def wait_started(handles: list[Any], timeout_s: float, what: str = "generator") -> list[Any]:
-    """ray.get of each actor's info(), with a one-line error naming the actors that never got placed."""
+def wait_started(handles: list[Any], timeout_s: float, what: str = "generator",
+                 stop: Callable[[], bool] | None = None) -> list[Any]:
+    """ray.get of each actor's info(), with a one-line error naming the actors that never got placed; ``stop``
+    (a Ctrl-C) ends the wait with KeyboardInterrupt within half a second."""
     refs = [h.info.remote() for h in handles]
-    ready, pending = ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        ready, pending = ray.wait(refs, num_returns=len(refs), timeout=max(0.0, min(0.5, deadline - time.monotonic())))
+        if not pending or time.monotonic() >= deadline:
+            break
+        if stop is not None and stop():
+            raise KeyboardInterrupt
     if pending:
         idx = [refs.index(r) for r in pending]
         raise PlacementError(f"{len(pending)} {what}(s) ({', '.join(map(str, idx[:8]))}) could not be placed within "

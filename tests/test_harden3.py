@@ -600,3 +600,26 @@ def test_a_concurrency_search_with_fewer_requests_than_its_maximum_says_so():
     assert r.exit_code == 0, r.output
     assert "rig: note: --requests 4 is below the search's maximum 16: a probe above 4 has at most 4 requests in " \
            "flight" in r.output
+
+
+def test_a_stop_ends_the_wait_for_generator_placement(monkeypatch):
+    import rig.cluster as cluster
+
+    class Handle:
+        class info:
+            @staticmethod
+            def remote():
+                return object()
+
+    def never_placed(refs, num_returns, timeout):
+        time.sleep(timeout)
+        return [], list(refs)
+
+    monkeypatch.setattr(cluster.ray, "wait", never_placed)
+    stopped_at = time.monotonic() + 0.3
+    t0 = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        cluster.wait_started([Handle()], 60.0, stop=lambda: time.monotonic() >= stopped_at)
+    assert time.monotonic() - t0 < 1.5  # not the placement timeout (60 s)
+    with pytest.raises(cluster.PlacementError, match="could not be placed within 0.2s"):
+        cluster.wait_started([Handle()], 0.2)

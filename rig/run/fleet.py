@@ -62,7 +62,7 @@ class Fleet:
             self.generators = [Gen.options(**opts).remote(i, out_root)
                                for i, opts in enumerate(self.placement.generator_options)]
             self.active = list(enumerate(self.generators))
-            self.gen_info = cluster.wait_started(self.generators, spec.cluster.placement_timeout_s)
+            self.gen_info = cluster.wait_started(self.generators, spec.cluster.placement_timeout_s, stop=stop)
             cluster.verify_generators(self.placement, self.gen_info)
             cluster.set_outputs(spec.cluster, run_dir, spec.run_id, self.generators, self.gen_info)
             if stop is not None and stop():
