@@ -26,7 +26,7 @@ from functools import lru_cache
 from typing import Any
 
 from rig.workloads.errors import WorkloadError
-from rig.workloads.lengths import estimate_tokens
+from rig.workloads.lengths import MAX_TOKENS_LIMIT, estimate_tokens
 
 _ROLES = {"system", "user", "assistant", "tool"}
 # ShareGPT dumps use several speaker names; map them onto chat roles.
@@ -91,10 +91,8 @@ def _messages(raw: Any, where: str) -> tuple[dict[str, str], ...]:
 def _max_tokens(v: Any, where: str) -> int | None:
     if v is None:
         return None
-    from rig.workloads.spec import _MAX_TOKENS_LIMIT  # the one limit of every token count (spec.py says why)
-
-    if isinstance(v, bool) or not isinstance(v, int) or v < 1 or v > _MAX_TOKENS_LIMIT:
-        raise WorkloadError(f"{where}: 'max_tokens' must be an integer from 1 to {_MAX_TOKENS_LIMIT:,} "
+    if isinstance(v, bool) or not isinstance(v, int) or v < 1 or v > MAX_TOKENS_LIMIT:
+        raise WorkloadError(f"{where}: 'max_tokens' must be an integer from 1 to {MAX_TOKENS_LIMIT:,} "
                             f"(got {_short(v)})")
     return v
 
