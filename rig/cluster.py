@@ -183,6 +183,17 @@ def _auto_address() -> str:
     return found
 
 
+def session_dir() -> Path | None:
+    """The session directory of the Ray this driver is connected to (None when Ray does not say)."""
+    try:
+        from ray._private import worker  # no public API names it
+
+        node = worker._global_node
+        return Path(node.get_session_dir_path()) if node is not None else None
+    except Exception:
+        return None
+
+
 def describe_nodes() -> dict[str, Any]:
     nodes = []
     for n in ray.nodes():

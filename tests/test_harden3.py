@@ -623,3 +623,22 @@ def test_a_stop_ends_the_wait_for_generator_placement(monkeypatch):
     assert time.monotonic() - t0 < 1.5  # not the placement timeout (60 s)
     with pytest.raises(cluster.PlacementError, match="could not be placed within 0.2s"):
         cluster.wait_started([Handle()], 0.2)
+
+
+def test_a_complete_runs_ray_session_files_are_removed_and_only_its_own(tmp_path):
+    from rig.run.fleet import Fleet
+
+    ours, theirs = tmp_path / "session_2026_ours", tmp_path / "session_2026_theirs"
+    for d in (ours, theirs):
+        (d / "logs").mkdir(parents=True)
+        (d / "logs" / "raylet.out").write_text("x" * 1000)
+    (tmp_path / "session_latest").symlink_to(ours)
+    fleet = Fleet()
+    fleet.session_dir = ours
+    fleet.remove_session()
+    assert not ours.exists() and theirs.exists()
+    assert not (tmp_path / "session_latest").is_symlink()
+    fleet.session_dir = tmp_path / "not-a-session"  # never anything but a Ray session directory
+    (tmp_path / "not-a-session").mkdir()
+    fleet.remove_session()
+    assert (tmp_path / "not-a-session").exists()

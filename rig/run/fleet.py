@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -42,6 +44,7 @@ class Fleet:
         self.gen_info: list[dict[str, Any]] = []
         self.placement: cluster.Placement | None = None
         self.started_ray = False
+        self.session_dir: Path | None = None  # the local Ray this run started keeps its logs here (~230 KB a run)
 
     def setup(self, spec: RunSpec, run_dir: Path, progress: Progress, on_connect: Callable[[], None],
               stop: Callable[[], bool] | None = None) -> ClusterInfo:
@@ -52,6 +55,8 @@ class Fleet:
                         f"connecting to Ray at {spec.cluster.address}")
         try:
             layout = cluster.connect(spec.cluster, n)
+            if self.started_ray and spec.cluster.address is None:
+                self.session_dir = cluster.session_dir()
             on_connect()  # after ray.init, which installs its own SIGTERM handler in the driver
             if stop is not None and stop():  # Ctrl-C while Ray started: place nothing
                 raise KeyboardInterrupt
@@ -147,3 +152,16 @@ class Fleet:
             pass
         if self.started_ray and ray.is_initialized():
             ray.shutdown()
+
+    def remove_session(self) -> None:
+        """Remove the session directory of the local Ray this run started and has shut down (its logs: kept when
+        the run did not complete, for the tracebacks Ray's worker logs hold)."""
+        d = self.session_dir
+        if d is None or ray.is_initialized() or not d.name.startswith("session_"):
+            return
+        latest = d.parent / "session_latest"
+        with contextlib.suppress(OSError):
+            if latest.is_symlink() and latest.resolve() == d.resolve():
+                latest.unlink()
+        shutil.rmtree(d, ignore_errors=True)
+        self.session_dir = None

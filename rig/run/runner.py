@@ -131,6 +131,8 @@ class Runner:
             self.store.close_running_points()
             self.store.finish(status, self.stop.reason or None)
             self.store.save()
+            if status == "complete":  # nothing to look up in Ray's logs: do not leave them behind
+                self.fleet.remove_session()
         return self.manifest
 
     def _run_points(self, source: Iterable[Point], grid: bool) -> None:
