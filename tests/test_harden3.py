@@ -642,3 +642,70 @@ def test_a_complete_runs_ray_session_files_are_removed_and_only_its_own(tmp_path
     (tmp_path / "not-a-session").mkdir()
     fleet.remove_session()
     assert (tmp_path / "not-a-session").exists()
+
+
+def test_a_server_metrics_write_error_never_erases_a_points_accounting(tmp_path, monkeypatch):
+    """The closing steps of a point (counters, server metrics, gathering) failing: the point keeps its generators'
+    counts and status and carries a flag (it ended 'failed', requests_scheduled 0, generators [])."""
+    import types
+
+    import ray as real_ray
+
+    import rig.run.execute as execute
+    import rig.run.fleet as fleet_mod
+    from rig.config import build_spec
+    from rig.contracts import GeneratorReport, RecordCounts, ServerConfigEntry
+    from rig.run.execute import PointExecutor
+    from rig.run.fleet import Fleet
+    from rig.run.manifest_store import ManifestStore
+    from rig.run.points import expand_points
+    from rig.run.progress import Progress
+    from rig.run.signals import StopControl
+
+    never = object()  # the server's wait_exit: the engine never exits
+
+    class Call:
+        def __init__(self, fn):
+            self.fn = fn
+
+        def remote(self, *a):
+            return self.fn(*a)
+
+    def fake_get(x, timeout=None):
+        if isinstance(x, list):
+            return [fake_get(i) for i in x]
+        if isinstance(x, BaseException):
+            raise x
+        return x
+
+    fake = types.SimpleNamespace(
+        get=fake_get, exceptions=real_ray.exceptions, cancel=lambda *a, **k: None, kill=lambda *a: None,
+        wait=lambda refs, num_returns=1, timeout=None: ([r for r in refs if r is not never],
+                                                         [r for r in refs if r is never]))
+    monkeypatch.setattr(execute, "ray", fake)
+    monkeypatch.setattr(fleet_mod, "ray", fake)
+
+    report = GeneratorReport(generator=0, status="complete", scheduled=5, rows_written=5,
+                             records=RecordCounts(ok=5), window_s=0.1)
+    gen = types.SimpleNamespace(prepare=Call(lambda pl: 1), run_point=Call(lambda t: report),
+                                stop=Call(lambda: None), progress=Call(lambda: {"ok": 5}))
+    disk_full = OSError(28, "No space left on device")
+    server = types.SimpleNamespace(metrics_snapshot=Call(lambda: {}), start_scrape=Call(lambda *a: None),
+                                   wait_exit=Call(lambda: never), alive=Call(lambda: True),
+                                   stop_scrape=Call(lambda: disk_full), scrape_lost=Call(lambda: None))
+    spec = build_spec({}, {"out": str(tmp_path), "run_id": "e", "flush_cache": False, "load": {"concurrency": [1]},
+                           "steps": [0]})
+    [point] = expand_points(spec)
+    store = ManifestStore(tmp_path, "closed")
+    store.create(spec, [point])
+    fleet = Fleet()
+    fleet.active = [(0, gen)]
+    fleet.gen_info = [{"generator": 0, "node_id": None}]
+    ex = PointExecutor(spec, tmp_path, store, Progress(), StopControl(lambda m: None), fleet,
+                       types.SimpleNamespace(handle=server), None)
+    ex.gather_one = lambda pid, gid: {}
+    ex.run_point(point, ServerConfigEntry(url="http://127.0.0.1:9"))
+    e = store.entry(point.point)
+    assert e.status == "complete" and e.requests_scheduled == 5 and e.records.ok == 5
+    assert [g.generator for g in e.generators] == [0]
+    assert "metrics_unwritten" in e.flags and "No space left on device" in e.flag_reasons["metrics_unwritten"]
