@@ -203,6 +203,13 @@ class RunSpec(BaseModel):
             raise ValueError("use letters, digits, '.', '_' and '-' (max 128)")
         return v
 
+    @field_validator("out")
+    @classmethod
+    def _out_dir(cls, v: Path) -> Path:
+        if v.exists() and not v.is_dir():
+            raise ValueError(f"{v} is a file; --out names the directory runs are written under")
+        return v
+
     @field_validator("api_key_file")
     @classmethod
     def _key_file(cls, v: Path | None) -> Path | None:

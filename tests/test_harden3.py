@@ -709,3 +709,10 @@ def test_a_server_metrics_write_error_never_erases_a_points_accounting(tmp_path,
     assert e.status == "complete" and e.requests_scheduled == 5 and e.records.ok == 5
     assert [g.generator for g in e.generators] == [0]
     assert "metrics_unwritten" in e.flags and "No space left on device" in e.flag_reasons["metrics_unwritten"]
+
+
+def test_an_out_path_that_is_a_file_is_one_line(tmp_path):
+    f = tmp_path / "afile"
+    f.write_text("")
+    line = refused(cli("run", "--out", str(f), "--dry-run"), str(f), "is a file")
+    assert "Errno" not in line
