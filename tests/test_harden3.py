@@ -716,3 +716,42 @@ def test_an_out_path_that_is_a_file_is_one_line(tmp_path):
     f.write_text("")
     line = refused(cli("run", "--out", str(f), "--dry-run"), str(f), "is a file")
     assert "Errno" not in line
+
+
+def test_a_generator_stops_its_warm_up_when_asked(tmp_path):
+    """The generator half of case 1 (no Ray): stop() cancels a warm-up request the server stalls."""
+    import asyncio
+
+    from aiohttp.test_utils import TestServer
+
+    from fake_server import make_app
+    from rig.contracts import PointColumns
+    from rig.loadgen.actor import LoadGenerator
+    from rig.loadgen.plan import GeneratorPlan
+    from rig.workloads.base import Session, Turn
+
+    info = PointColumns(run_id="r", point="p0", engine="external", workload="t", api="sglang-native", steps=0,
+                        server_config="x", server_args="{}", load_mode="closed", concurrency=1, rate=None, repeat=0)
+    stalled = Session(session_id="w", turns=(Turn(request_id="w0", max_tokens=4,
+                                                  messages=({"role": "user", "content": "MODE:slowfirst"},)),))
+
+    async def go() -> tuple[int, float]:
+        server = TestServer(make_app())
+        await server.start_server()
+        gen = LoadGenerator(0, str(tmp_path))
+        plan = GeneratorPlan(point=info, generator=0, url=str(server.make_url("")).rstrip("/"), model="m",
+                             sessions=(), warmup=(stalled,))
+        try:
+            prep = asyncio.get_running_loop().create_task(gen.prepare(plan))
+            await asyncio.sleep(0.5)  # the warm-up request is in flight, its server silent
+            assert not prep.done()
+            t0 = time.monotonic()
+            await gen.stop()
+            ok = await asyncio.wait_for(prep, 2.0)
+            return ok, time.monotonic() - t0
+        finally:
+            await gen.close()
+            await server.close()
+
+    ok, took = asyncio.run(go())
+    assert ok == 0 and took < 1.0

@@ -102,8 +102,9 @@ class LoadGenerator:
         self._warm_task = asyncio.get_running_loop().create_task(self._current.warmup(self._http))
         try:
             return await asyncio.shield(self._warm_task)
-        except asyncio.CancelledError:
-            return self._current.warm_ok  # stopped: what succeeded before (nothing of a warm-up is recorded)
+        except asyncio.CancelledError:  # stopped (stop(), or this call cancelled): no warm-up request goes on
+            self._warm_task.cancel()
+            return self._current.warm_ok  # what succeeded before (nothing of a warm-up is recorded)
         finally:
             self._warm_task = None
 
