@@ -48,15 +48,19 @@ def print_dry_run(spec: RunSpec) -> None:
     click.echo("\n# server commands (one launch per configuration)")
     for cfg in spec.server_configs():
         eng = engine_for(cfg.engine)
-        host = cfg.host or "0.0.0.0"
+        # The address it binds, as ServerLifecycle.launch chooses it: loopback for the embedded default (one
+        # machine), all interfaces of the server node on a cluster.
+        host = cfg.host or ("127.0.0.1" if spec.cluster.address is None else "0.0.0.0")
         # A command to paste into a shell on the server node: a concrete port (SGLang's default when rig would
-        # pick a free one at run time), shell-quoted for display only (rig itself runs argument lists).
+        # pick a free one at run time, said after it), shell-quoted for display only (rig runs argument lists).
         argv = eng.argv(cfg, host, cfg.port or DRY_RUN_PORT) if eng.launches_process else []
         if argv and not cfg.python and cfg.engine != "command":
             argv[0] = "python"  # the server node's interpreter, not this machine's path (--engine-python pins one)
         import shlex
 
         line = shlex.join(argv) if argv else f"(nothing launched: external server at {cfg.url})"
+        if argv and not cfg.port:
+            line += f"  # rig picks a free port at run time ({DRY_RUN_PORT} shown)"
         click.echo(f"{cfg.config_id()}: {line}")
     click.echo("\n# placement")
     c = spec.cluster
@@ -320,6 +324,11 @@ def resume_spec(run_dir: Path) -> RunSpec:
                                f"({str(e).splitlines()[0][:120]}); start a new run instead") from None
     if not isinstance(old.spec, dict):
         raise click.UsageError(f"cannot resume {run_dir}: its manifest.json holds no run spec")
+    from rig.results import MASKED_CREDENTIALS
+
+    if MASKED_CREDENTIALS in str((old.spec.get("server") or {}).get("url") or ""):
+        raise click.UsageError(f"cannot resume {run_dir}: its server URL carried credentials, which rig does not "
+                               f"store; start a new run (send a key with --api-key-env or --api-key-file)")
     try:
         return RunSpec.model_validate(old.spec)
     except ValidationError as e:
@@ -348,8 +357,12 @@ def check(cluster_file: Path, connect: bool) -> None:
         return
     import ray
 
+    from rig.cluster import ClusterError
+
     try:
         layout = ray_connect(c, 1)
+    except ClusterError as e:  # rig's own line: unreachable, or not Ray
+        raise click.ClickException(str(e)) from None
     except Exception as e:  # unreachable cluster
         raise click.ClickException(f"cannot reach Ray at {c.address}: {str(e).splitlines()[0]}") from None
     try:

@@ -16,7 +16,7 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator, TypedDict
+from typing import Any, Callable, Iterable, Iterator, TypedDict
 
 import ray
 from ray.util.placement_group import placement_group, remove_placement_group
@@ -80,9 +80,9 @@ def connect(spec: ClusterSpec, n_generators: int) -> dict[str, Any]:
             ray.init(address="local", num_cpus=cpus, object_store_memory=spec.object_store_memory_mb * 2**20,
                      **common)
     else:
-        _check_reachable(spec.address)
+        address = _check_reachable(spec.address)  # 'auto' resolved: join exactly the address that was checked
         try:
-            ray.init(address=spec.address, **common)
+            ray.init(address=address, **common)
         except Exception as e:  # ConnectionError, auth mismatch, version mismatch, ...
             first = (str(e).strip().splitlines() or [type(e).__name__])[0]
             raise ClusterError(f"cannot join the Ray cluster at {spec.address}: {first[:300]}") from None
@@ -109,25 +109,61 @@ def _loopback_only() -> Iterator[None]:
             os.environ[name] = old_env
 
 
-def _check_reachable(address: str, timeout_s: float = 5.0) -> None:
-    """Fail fast on HOST:PORT nobody listens on (ray.init would retry for minutes)."""
+# The HTTP/2 client connection preface and an empty SETTINGS frame (RFC 9113 section 3.4): what a gRPC client sends
+# first. A gRPC server (Ray's GCS, and the Ray client server behind ray://) answers with its own SETTINGS frame.
+_H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])
+_H2_SETTINGS = 4  # frame type at byte 3 of a frame header
+
+
+def _check_reachable(address: str, timeout_s: float = 5.0) -> str:
+    """Fail fast, with rig's own one line, on HOST:PORT nobody listens on or where something that is not a gRPC
+    server listens (ray.init would retry for minutes, or for ever against a silent port); return the address to
+    join ('auto' resolved, so the cluster joined is the one checked)."""
     import socket
 
     shown = address
     if address == "auto":
         address = _auto_address()
         shown = f"{address} (what 'auto' found: maybe a stale record of a stopped cluster)"
-    if address.startswith(("ray://", "local")):
-        return
-    host, sep, port = address.rpartition(":")
+    if address.startswith("local"):
+        return address
+    host, sep, port = address.removeprefix("ray://").rpartition(":")
     if not sep or not port.isdigit():
         raise ClusterError(f"cluster.address {address!r}: expected HOST:PORT, 'auto' or ray://HOST:PORT")
     try:
-        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s):
-            pass
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s) as conn:
+            conn.sendall(_H2_PREFACE)
+            head = _read_some(conn, 9, timeout_s)
     except OSError as e:
         why = e.strerror or type(e).__name__
         raise ClusterError(f"cannot reach the Ray cluster at {shown}: {why}") from None
+    if len(head) < 9 or head[3] != _H2_SETTINGS:
+        seen = f"it answered {head[:24]!r}" if head else f"no answer within {timeout_s:g}s"
+        raise ClusterError(f"cannot join the Ray cluster at {shown}: something listens there but it is not Ray "
+                           f"({seen}); check the address and port (a Ray head's GCS port, 6379 by default, or "
+                           f"ray://HOST:10001)")
+    return address
+
+
+def _read_some(conn: Any, n: int, timeout_s: float) -> bytes:
+    """Up to ``n`` bytes from ``conn`` within ``timeout_s`` (fewer when the peer stops or closes)."""
+    import socket
+
+    out = b""
+    deadline = time.monotonic() + timeout_s
+    while len(out) < n:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            break
+        conn.settimeout(left)
+        try:
+            chunk = conn.recv(n - len(out))
+        except (socket.timeout, ConnectionResetError):
+            break
+        if not chunk:
+            break
+        out += chunk
+    return out
 
 
 def _auto_address() -> str:
@@ -145,6 +181,17 @@ def _auto_address() -> str:
     if not found:
         raise ClusterError(f"cluster.address 'auto': {tmp} is empty; give HOST:PORT")
     return found
+
+
+def session_dir() -> Path | None:
+    """The session directory of the Ray this driver is connected to (None when Ray does not say)."""
+    try:
+        from ray._private import worker  # no public API names it
+
+        node = worker._global_node
+        return Path(node.get_session_dir_path()) if node is not None else None
+    except Exception:
+        return None
 
 
 def describe_nodes() -> dict[str, Any]:
@@ -302,10 +349,18 @@ def verify_generators(placement: Placement, gen_info: list[dict[str, Any]]) -> N
         raise PlacementError(f"{k} generators landed on one client host ({ip}); per_host is {placement.per_host}")
 
 
-def wait_started(handles: list[Any], timeout_s: float, what: str = "generator") -> list[Any]:
-    """ray.get of each actor's info(), with a one-line error naming the actors that never got placed."""
+def wait_started(handles: list[Any], timeout_s: float, what: str = "generator",
+                 stop: Callable[[], bool] | None = None) -> list[Any]:
+    """ray.get of each actor's info(), with a one-line error naming the actors that never got placed; ``stop``
+    (a Ctrl-C) ends the wait with KeyboardInterrupt within half a second."""
     refs = [h.info.remote() for h in handles]
-    ready, pending = ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        ready, pending = ray.wait(refs, num_returns=len(refs), timeout=max(0.0, min(0.5, deadline - time.monotonic())))
+        if not pending or time.monotonic() >= deadline:
+            break
+        if stop is not None and stop():
+            raise KeyboardInterrupt
     if pending:
         idx = [refs.index(r) for r in pending]
         raise PlacementError(f"{len(pending)} {what}(s) ({', '.join(map(str, idx[:8]))}) could not be placed within "

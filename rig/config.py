@@ -25,42 +25,55 @@ _LIMITS = Thresholds()
 ApiName = Literal["sglang-native", "openai-completions", "openai-chat"]
 LoadMode = Literal["closed", "poisson", "gamma", "trace"]
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+# More in-flight requests than a rig run can hold (100,000 slots already swamp a generator's loop; each slot is a
+# task and a connection): a level above this is a typo, refused before anything starts.
+MAX_LEVEL = 1_000_000
+# Sessions a fixed-count level builds up front in the driver (as rig.run.plans.LAZY_SESSION_LIMIT bounds a
+# duration-bound one); more would take the driver's memory before the first request. --duration is for longer levels.
+MAX_REQUESTS = 10_000_000
 
 
 class SpecError(ValueError):
     """A user-caused configuration error; its message is one line."""
 
 
+# A request's timeouts below this cannot be met by any server (a loopback round trip and a first byte take longer;
+# 2 ms was recorded as an internal error): refused, as a typo for seconds.
+MIN_TIMEOUT_S = 0.01
+
+
 class Timeouts(BaseModel):
     """How long one request may take, by phase: the spec's values, which the load generator's client enforces."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
-    connect_s: float = Field(10.0, gt=0)
-    first_token_s: float = Field(600.0, gt=0, description="Seconds to wait for a first token.")  # queueing counts
-    total_s: float = Field(3600.0, gt=0, description="Seconds a whole request may take.")
+    connect_s: float = Field(10.0, ge=MIN_TIMEOUT_S)
+    # queueing counts
+    first_token_s: float = Field(600.0, ge=MIN_TIMEOUT_S, description="Seconds to wait for a first token.")
+    total_s: float = Field(3600.0, ge=MIN_TIMEOUT_S, description="Seconds a whole request may take.")
 
 
 class LoadSpec(BaseModel):
     """How load is offered at each level of a point."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)  # inf or nan is no rate, duration or spread
 
     mode: LoadMode = Field("closed", description="Load pattern.")
     concurrency: list[int] = Field(default_factory=lambda: [1, 4, 16, 32, 64],
                                    description="Closed-loop levels, e.g. 1,4,16,32,64; open loop: in-flight cap.")
     rates: list[float] = Field(default_factory=list, description="Open-loop arrival rates in requests/s, e.g. 1,2,4.")
     burstiness: float = Field(1.0, gt=0, description="gamma: coefficient of variation of inter-arrivals.")  # 1: Poisson
-    max_concurrency: int | None = Field(None, ge=1)  # open loop: cap on in-flight requests (whole point)
+    max_concurrency: int | None = Field(None, ge=1, le=MAX_LEVEL)  # open loop: cap on in-flight requests (whole point)
     # open loop: rate x a minute; the closed-loop rule is requests_for()
-    requests: int | None = Field(None, ge=1, description="Sessions per level (default: 4 at C=1, 2xC otherwise).")
+    requests: int | None = Field(None, ge=1, le=MAX_REQUESTS,
+                                 description="Sessions per level (default: 4 at C=1, 2xC otherwise).")
     duration_s: float | None = Field(None, gt=0, description="Seconds per level (instead of a request count).")
     grace_s: float = Field(10.0, ge=0, description="With --duration: seconds in-flight requests may run past a level's "
                                                    "end before they are cancelled (default 10).")
     warmup_requests: int = Field(1, ge=0, description="Warm-up requests per generator, kept out of the results.")
     trace_speed: float = Field(1.0, gt=0, description="Trace replay speed factor.")  # >1 replays faster
     api: ApiName | None = None  # default: the engine's (sglang-native for sim and sglang)
-    seed: int = Field(0, description="Workload seed (same seed, same requests on every point).")
+    seed: int = Field(0, ge=0, lt=2**63, description="Workload seed (same seed, same requests on every point).")
     timeouts: Timeouts = Field(default_factory=Timeouts)
     # the validity limits (rig.contracts.Thresholds) a run may set; its defaults are the contract's
     slip_threshold_s: float = Field(_LIMITS.slip_p99_ms / 1e3, gt=0)  # p99 schedule slip above this flags the point
@@ -71,6 +84,9 @@ class LoadSpec(BaseModel):
     def _positive_levels(cls, v: list[int]) -> list[int]:
         if any(c < 1 for c in v):
             raise ValueError("concurrency levels must be >= 1")
+        if any(c > MAX_LEVEL for c in v):
+            raise ValueError(f"a concurrency level of at most {MAX_LEVEL:,} (each slot is a task and a connection)")
+        _no_duplicates(v, "concurrency level")
         return v
 
     @field_validator("rates")
@@ -78,6 +94,7 @@ class LoadSpec(BaseModel):
     def _positive_rates(cls, v: list[float]) -> list[float]:
         if any(r <= 0 for r in v):
             raise ValueError("rates must be > 0")
+        _no_duplicates(v, "rate")
         return v
 
     @model_validator(mode="after")
@@ -174,7 +191,7 @@ class RunSpec(BaseModel):
     cluster: ClusterSpec = Field(default_factory=ClusterSpec)
     clients: int = Field(1, ge=1, description="Load generators (default 1; one per client host).")
     repeat: int = Field(1, ge=1, description="Repeat every point n times.")
-    metrics_interval_s: float = Field(1.0, gt=0, description="Seconds between /metrics samples.")
+    metrics_interval_s: float = Field(1.0, gt=0, allow_inf_nan=False, description="Seconds between /metrics samples.")
     flush_cache: bool = Field(True, description="/flush_cache between points.")
     fail_fast: bool = Field(False, description="Stop at the first failed point.")
     # the key itself never enters the spec, manifest or logs
@@ -189,6 +206,13 @@ class RunSpec(BaseModel):
             raise ValueError("use letters, digits, '.', '_' and '-' (max 128)")
         return v
 
+    @field_validator("out")
+    @classmethod
+    def _out_dir(cls, v: Path) -> Path:
+        if v.exists() and not v.is_dir():
+            raise ValueError(f"{v} is a file; --out names the directory runs are written under")
+        return v
+
     @field_validator("api_key_file")
     @classmethod
     def _key_file(cls, v: Path | None) -> Path | None:
@@ -200,6 +224,18 @@ class RunSpec(BaseModel):
             raise ValueError(f"not a file: {v}")
         if not os.access(v, os.R_OK):
             raise ValueError(f"not readable: {v}")
+        try:
+            key = v.read_bytes().decode("utf-8").strip()
+        except UnicodeDecodeError:
+            raise ValueError(f"{v} is not a text file (an API key is one line of text)") from None
+        except OSError as e:
+            raise ValueError(f"{v}: {e.strerror}") from None
+        if not key:
+            raise ValueError(f"{v} is empty (no key would be sent); put the key in it, or drop --api-key-file")
+        if len(key.split()) > 1 or not key.isprintable():
+            # two lines (or a space) in a header value is refused by the client as header injection, which read
+            # as the server's fault; the key itself is never shown
+            raise ValueError(f"{v} holds more than one word or line; an API key is one line with no spaces")
         return v
 
     @field_validator("steps")
@@ -207,6 +243,15 @@ class RunSpec(BaseModel):
     def _steps(cls, v: list[int]) -> list[int]:
         if not v or any(s < 0 for s in v):
             raise ValueError("steps must be a non-empty list of integers >= 0")
+        _no_duplicates(v, "steps value")
+        return v
+
+    @field_validator("workloads")
+    @classmethod
+    def _workloads(cls, v: list[WorkloadSpec]) -> list[WorkloadSpec]:
+        if not v:
+            raise ValueError("give at least one workload (an empty list would run nothing)")
+        _no_duplicates([w.name for w in v], "workload")  # a point's id carries the workload's name
         return v
 
     @field_validator("server_grid")
@@ -222,6 +267,7 @@ class RunSpec(BaseModel):
                 raise ValueError(f"cannot sweep {key!r}; sweepable: {', '.join(sorted(allowed))}{more}")
             if not isinstance(values, list) or not values:
                 raise ValueError(f"{key}: give a non-empty list of values")
+            _no_duplicates(values, f"{key} value")
         return v
 
     @property
@@ -241,7 +287,7 @@ class RunSpec(BaseModel):
         """The product of steps and the server grid as asked, each validated (SpecError)."""
         keys = sorted(self.server_grid)
         combos = itertools.product(*(self.server_grid[k] for k in keys)) if keys else [()]
-        configs = []
+        configs: list[ServerConfig] = []
         for combo in combos:
             for steps in self.steps:
                 update: dict[str, Any] = dict(zip(keys, combo), steps=steps)
@@ -255,6 +301,9 @@ class RunSpec(BaseModel):
                     raise SpecError(_one_line(e, prefix="server")) from None
                 _check_sim_flags(cfg)
                 _check_command(cfg, len(self.steps))
+                if any(c.config_id() == cfg.config_id() for c in configs):  # e.g. values YAML reads as equal
+                    raise SpecError(f"server: two configurations of the grid are the same server "
+                                    f"({cfg.config_id()}); list each value once")
                 configs.append(cfg)
         return configs
 
@@ -273,6 +322,17 @@ def as_it_runs(cfg: ServerConfig) -> ServerConfig:
     if cfg.eagle_topk == 1 and cfg.num_draft_tokens != cfg.steps + 1:
         return cfg.model_copy(update={"num_draft_tokens": cfg.steps + 1})
     return cfg
+
+
+def _no_duplicates(values: list[Any], what: str) -> None:
+    """Refuse a value listed twice: it would name the same point twice (one copy pending for ever, the run
+    'partial'). Measuring a point again is what --repeat is for."""
+    seen: list[Any] = []
+    for x in values:
+        if x in seen:
+            raise ValueError(f"{what} {x!r} is listed twice; list each once (--repeat N measures every point N "
+                             f"times)")
+        seen.append(x)
 
 
 def _check_sim_flags(cfg: ServerConfig) -> None:
@@ -320,12 +380,32 @@ def _one_line(err: ValidationError, prefix: str = "") -> str:
     return f"{loc}: {msg}{shown}{more}"
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing a key given twice in one mapping (it would keep the last one silently)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if isinstance(key, (str, int, float, bool)) and key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"key {key!r} is given twice in one mapping", key_node.start_mark)
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
 def load_yaml(path: Path | str) -> dict[str, Any]:
     p = Path(path)
     try:
-        data = yaml.safe_load(p.read_text())
+        data = yaml.load(p.read_text(encoding="utf-8"), Loader=_UniqueKeyLoader)  # noqa: S506 (a safe loader)
     except FileNotFoundError:
         raise SpecError(f"{p}: no such file") from None
+    except IsADirectoryError:
+        raise SpecError(f"{p}: is a directory; give a YAML file") from None
+    except UnicodeDecodeError:
+        raise SpecError(f"{p}: not a text file (not UTF-8); give a YAML file") from None
+    except OSError as e:
+        raise SpecError(f"{p}: cannot read it ({e.strerror or type(e).__name__})") from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark else ""
@@ -351,7 +431,14 @@ def build_spec(yaml_data: dict[str, Any] | None, overrides: dict[str, Any]) -> R
         spec = RunSpec.model_validate(data)
     except ValidationError as e:
         raise SpecError(_one_line(e)) from None
-    spec.server_configs()  # every server configuration of the grid, before anything starts (SpecError)
+    configs = spec.server_configs()  # every server configuration of the grid, before anything starts (SpecError)
+    if spec.server.engine == "external" and len(configs) > 1:
+        # rig launches nothing for an external server, so it cannot apply a steps value or a grid knob: every
+        # "configuration" would be the one server at --url, relabelled, and a comparison of them noise.
+        raise SpecError(f"server.engine external: rig measures the one server at {spec.server.url} and cannot apply "
+                        f"steps or grid values to it, so {len(configs)} configurations would all be that same server; "
+                        f"give one --steps value (what it runs), or let rig launch the engine (--engine sglang, vllm "
+                        f"or sim)")
     _check_trace(spec)
     _check_dialect(spec)
     return spec
@@ -385,6 +472,12 @@ def notices(spec: RunSpec) -> list[str]:
                    f"{as_it_runs(c).num_draft_tokens}: SGLang uses steps + 1 with eagle_topk 1 and none without "
                    f"speculation (speculative_hook.py); {len(changed)} of {len(asked)} configuration(s) are planned "
                    f"and recorded as they run, {len(spec.server_configs())} launched")
+    n = spec.load.requests
+    above = [c for c in (spec.load.concurrency if spec.load.mode == "closed" else []) if n is not None and c > n]
+    if above:
+        out.append(f"--requests {n} is below concurrency {', '.join(map(str, above))}: at most {n} requests are ever "
+                   f"in flight there, so such a level measures concurrency {n} (give --requests >= the concurrency, "
+                   f"or --duration)")
     for wl in spec.workloads:
         if wl.name != "dataset":
             continue

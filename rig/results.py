@@ -14,9 +14,11 @@ buffered in memory and every few seconds (or rows) a whole part file is written 
 from __future__ import annotations
 
 import contextlib
+import errno
 import fnmatch
 import json
 import os
+import re
 import threading
 import time
 from pathlib import Path
@@ -79,6 +81,31 @@ GPU_METRICS_SCHEMA = pa.schema(
 
 
 empty_record = contracts.empty_record
+
+# A disk that is full, over quota or failing for a moment: a write is tried again (a full disk is often freed
+# within seconds by a log rotation or a cleanup; the issue-23 case was ~8 s). Any other error is not retried.
+TRANSIENT_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EAGAIN, errno.EINTR})
+RETRY_S = 30.0  # how long a closing write (or a manifest write) keeps retrying a transient error
+RETRY_FIRST_S, RETRY_MAX_S = 0.1, 2.0  # backoff between attempts: doubling from the first to the max
+
+
+def retry_transient(fn: Callable[[], Any], retry_s: float = RETRY_S,
+                    on_error: Callable[[OSError], object] | None = None) -> Any:
+    """``fn()``, tried again with backoff while it raises a transient OSError (TRANSIENT_ERRNOS), for up to
+    ``retry_s``; then (or at once for any other error) its error is raised. ``on_error`` sees every failure."""
+    deadline = time.monotonic() + retry_s
+    delay = RETRY_FIRST_S
+    while True:
+        try:
+            return fn()
+        except OSError as e:
+            if on_error is not None:
+                on_error(e)
+            if e.errno not in TRANSIENT_ERRNOS or time.monotonic() + delay > deadline:
+                raise
+            time.sleep(delay)
+            delay = min(2 * delay, RETRY_MAX_S)
+
 
 # Rows per piece of a TableBuilder, by column kind: each piece is ~0.05-0.1 ms of conversion.
 PIECE_ROWS_LIST, PIECE_ROWS_TEXT, PIECE_ROWS_SCALAR = 64, 128, 512
@@ -192,11 +219,19 @@ class PartWriter:
     ``add`` is cheap; ``maybe_flush`` writes a part when the buffer is old or large; ``close`` writes the rest.
     Thread-safe, so a flusher task and the request path may share it. ``repair``: called with a row Arrow cannot
     convert, to make it convertible in place (``contracts.repair_record``); without it such a row is an error.
+
+    A disk that fails for a while (full, I/O error: TRANSIENT_ERRNOS) never costs rows: a part that cannot be
+    written keeps its rows buffered; ``maybe_flush`` records the error and leaves them for its next call, ``close``
+    retries for ``retry_s`` with backoff, then raises with the rows still counted in ``pending`` (the caller
+    reports them as not written). ``last_error`` and ``write_failures`` say what happened.
     """
 
     def __init__(self, directory: Path | str, schema: pa.Schema, *, max_rows: int = 5000, max_age_s: float = 2.0,
-                 repair: Callable[[dict[str, Any]], object] | None = None):
+                 repair: Callable[[dict[str, Any]], object] | None = None, retry_s: float = RETRY_S):
         self.directory = Path(directory)
+        self.retry_s = retry_s
+        self.last_error: str | None = None  # the last write that failed, in a few words
+        self.write_failures = 0
         self.schema = schema
         self.repair = repair
         self.rows_repaired = 0
@@ -228,7 +263,10 @@ class PartWriter:
                 len(self._rows) >= self.max_rows or time.monotonic() - (self._oldest or 0) >= self.max_age_s
             )
         if due:
-            self.flush()
+            try:
+                self.flush()
+            except OSError:  # recorded by write(); the rows stay buffered for the next call or close()
+                pass
 
     def flush(self) -> None:
         rows = self.take(force=True)
@@ -272,11 +310,13 @@ class PartWriter:
             path = self.directory / part_name(self._next_part)
             try:
                 atomic_write(path, table)
-            except OSError:
+            except OSError as e:
                 # Disk full or unwritable: keep the rows for the next attempt, drop the half-written temp file.
                 self.untake(rows)
                 with contextlib.suppress(OSError):
                     path.with_name(path.name + ".tmp").unlink()
+                self.write_failures += 1
+                self.last_error = f"{path.name}: {e.strerror or e}"
                 raise
             self._next_part += 1
             self.rows_written += len(rows)
@@ -287,7 +327,27 @@ class PartWriter:
         return len(self._rows)
 
     def close(self) -> None:
-        self.flush()
+        """Write every buffered row, retrying a transient disk error for ``retry_s`` (then raising it)."""
+        retry_transient(self.flush, self.retry_s)
+
+
+# What a run directory holds of its own (an output path there would overwrite the run's data).
+RUN_OWN = frozenset({MANIFEST, REQUESTS_DIR, SERVER_METRICS_DIR, LOGS_DIR, "gpu_metrics", "superseded", ".lock"})
+
+
+def run_file_clash(path: Path | str) -> str | None:
+    """Why writing ``path`` (a file or a directory of outputs) would overwrite a run's own files, or None.
+
+    A run's own files are its manifest and everything under its records, metrics, logs and superseded folders;
+    a file next to them (``RUN/report.html``) is fine."""
+    target = Path(path).expanduser().resolve()
+    for run in target.parents:
+        if not (run / MANIFEST).is_file():
+            continue
+        first = target.relative_to(run).parts[0]
+        if first in RUN_OWN:
+            return f"{path} is inside run {run}'s own {first}"
+    return None
 
 
 def requests_dir(run_dir: Path, point: str, generator: int) -> Path:
@@ -329,9 +389,21 @@ def read_gpu_metrics(run_dir: Path | str, columns: Iterable[str] | None = None) 
     return _read_parts(Path(run_dir) / GPU_METRICS_DIR, GPU_METRICS_SCHEMA, columns)
 
 
+# user:password@ (or a token@) in any URL: a secret the manifest must not hold (the scheme and host stay readable)
+_URL_CREDENTIALS = re.compile(r"(?P<scheme>\b[a-zA-Z][a-zA-Z0-9+.-]*://)[^/\s\"'@]+@")
+MASKED_CREDENTIALS = "***@"
+
+
+def mask_url_credentials(text: str) -> str:
+    """``text`` with the credentials of every URL in it replaced: http://u:p@h:1/ -> http://***@h:1/."""
+    return _URL_CREDENTIALS.sub(lambda m: m.group("scheme") + MASKED_CREDENTIALS, text)
+
+
 def write_manifest(run_dir: Path | str, manifest: contracts.Manifest) -> None:
-    """Write the manifest atomically."""
-    atomic_write(Path(run_dir) / MANIFEST, manifest.to_json())
+    """Write the manifest atomically (a transient disk error is retried: see retry_transient), with any URL's
+    credentials masked."""
+    text = mask_url_credentials(manifest.to_json())
+    retry_transient(lambda: atomic_write(Path(run_dir) / MANIFEST, text))
 
 
 def load_manifest(run_dir: Path | str) -> contracts.Manifest:

@@ -126,6 +126,24 @@ def test_a_failing_round_is_counted_not_fatal(tmp_path):
     assert (s.stats.samples, s.stats.failed, s.stats.last_error) == (1, 1, "OSError: connection refused")
 
 
+def test_a_disk_that_stays_full_costs_the_rows_not_the_point(tmp_path, monkeypatch):
+    """The sampler's stop survives a part writer that still cannot write after its retries: the rows it could not
+    write are counted and the error named; nothing raises into the point's end."""
+    fake = node(1)
+    src = NvmlSource.open(["0"], fake.module())
+    writer = PartWriter(tmp_path / "gpu_metrics" / "point=p1", GPU_METRICS_SCHEMA, max_age_s=60)
+    sampler = GpuSampler(src, writer, {"run_id": "r", "point": "p1", "node": "n"}, interval_s=10.0)
+    sampler.sample_once()
+
+    def full(*_a, **_k):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(writer, "close", full)
+    stats = sampler.stop()
+    assert stats.rows_unwritten == writer.pending == 2
+    assert stats.last_error == "gpu_metrics not written: No space left on device"
+
+
 def test_the_server_actor_records_why_telemetry_is_absent(tmp_path, monkeypatch):
     """Outside Ray, on this machine: no GPU assigned; with one named, the real pynvml finds no driver library."""
     import asyncio

@@ -84,9 +84,12 @@ _GOOD = '{"prompt": "hello"}\n'
     (_GOOD + _GOOD + '{"max_tokens": 10}\n', 3, "missing 'prompt' (a string) or 'messages'"),
     (_GOOD + '{"prompt": 42}\n', 2, "'prompt' must be a non-empty string (got 42)"),
     (_GOOD + '{"prompt": "  "}\n', 2, "'prompt' must be a non-empty string"),
-    (_GOOD + '{"prompt": "x", "max_tokens": -5}\n', 2, "'max_tokens' must be an integer >= 1 (got -5)"),
-    (_GOOD + '{"prompt": "x", "max_tokens": 2.5}\n', 2, "'max_tokens' must be an integer >= 1 (got 2.5)"),
-    (_GOOD + '{"prompt": "x", "max_tokens": true}\n', 2, "'max_tokens' must be an integer >= 1 (got True)"),
+    (_GOOD + '{"prompt": "x", "max_tokens": -5}\n', 2, "'max_tokens' must be an integer from 1 to"
+     " 1,000,000 (got -5)"),
+    (_GOOD + '{"prompt": "x", "max_tokens": 2.5}\n', 2, "'max_tokens' must be an integer from 1 to"
+     " 1,000,000 (got 2.5)"),
+    (_GOOD + '{"prompt": "x", "max_tokens": true}\n', 2, "'max_tokens' must be an integer from 1 to"
+     " 1,000,000 (got True)"),
     ('[1, 2]\n', 1, "expected a JSON object, got list"),
     ('{"prompt": "a", "messages": []}\n', 1, "has both 'prompt' and 'messages'"),
     ('{"messages": "hi"}\n', 1, "'messages' must be a non-empty list (got 'hi')"),

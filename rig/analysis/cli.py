@@ -31,6 +31,8 @@ class InputError(click.ClickException):
 def _fail(e: Exception) -> click.ClickException:
     """A AnalysisInputError is about what the user gave (no such run, nothing to compare): exit 2; I/O faults exit 1."""
     msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+    if isinstance(e, OSError) and e.strerror:  # 'cannot write x: Is a directory', not '[Errno 21] ...'
+        msg = f"cannot write {e.filename}: {e.strerror}" if e.filename else e.strerror
     return InputError(msg) if isinstance(e, AnalysisInputError) else click.ClickException(msg)
 
 
@@ -44,6 +46,10 @@ def _fail(e: Exception) -> click.ClickException:
               help="An SLO for goodput, e.g. --slo ttft=500ms --slo tpot=50ms (metrics: ttft, tpot, e2e).")
 @click.option("--slo-percentile", type=click.FloatRange(0, 100, min_open=True),
               help="Percentile a point's requests must meet the SLOs at (default 99, or the search's).")
+@click.option("--slo-cancelled", type=click.Choice(["excluded", "lower-bound"]), default="excluded",
+              show_default=True,
+              help="How SLO verdicts count cancelled requests: left out, or at their known minimum (the time they ran "
+                   "before they were cancelled; TTFT: their first token's time if one came).")
 @click.option("--json-full", "json_full", is_flag=True,
               help="Print every section as one JSON object (campaign rows, frontier, best per level and per SLO, "
                    "SLO search, tune).")
@@ -58,11 +64,17 @@ def _fail(e: Exception) -> click.ClickException:
               show_default=True, help="What the speculative schedule by load ranks settings by (each under the SLOs).")
 def report(run_dir: Path, as_json: bool, csv_dir: Path | None, plots_dir: Path | None, html_file: Path | None,
            slos: list[Slo], slo_percentile: float | None, json_full: bool, thresholds: str | None,
-           gpu_hour_price: float | None, objective: str) -> None:
+           gpu_hour_price: float | None, objective: str, slo_cancelled: str = "excluded") -> None:
     """Tables, percentiles, acceptance, server state, goodput and losslessness of RUN_DIR, from Parquet alone."""
     from rig.analysis.report import build_report, export_csv, full_json, to_json
 
     err = Console(stderr=True)
+    from rig.results import run_file_clash
+
+    for flag, out in (("--html", html_file), ("--csv", csv_dir), ("--plots", plots_dir)):
+        clash = run_file_clash(out) if out is not None else None
+        if clash:  # checked before anything is read or written: the run must stay readable
+            raise InputError(f"{flag} {out}: {clash}; rig never writes over a run's own files (choose another path)")
     try:
         if as_json and not (csv_dir or plots_dir or html_file or slos or json_full) and objective == "throughput":
             # The campaign table alone is much cheaper than the whole report (no ITL, no losslessness).
@@ -76,7 +88,8 @@ def report(run_dir: Path, as_json: bool, csv_dir: Path | None, plots_dir: Path |
             click.echo(to_json(rows))
             return
         rep = build_report(run_dir, slos=slos, slo_percentile=slo_percentile, thresholds=thresholds,
-                           gpu_hour_price=gpu_hour_price, objective=objective)
+                           gpu_hour_price=gpu_hour_price, objective=objective,
+                           slo_cancelled=slo_cancelled)
     except (AnalysisInputError, OSError, ValueError) as e:
         raise _fail(e) from None
     if as_json or json_full:

@@ -93,8 +93,8 @@ def paired_speedups(base: Side, cand: Side, resamples: int = RESAMPLES, seed: in
     for metric in metrics:
         x = m.as_float(j[f"{metric}_base"]) if j.num_rows else np.empty(0)
         y = m.as_float(j[f"{metric}_cand"]) if j.num_rows else np.empty(0)
-        ratio = (y / x) if metric == "decode_tok_s" else (x / y)  # > 1: the candidate is better
-        with np.errstate(divide="ignore", invalid="ignore"):
+        with np.errstate(divide="ignore", invalid="ignore"):  # a zero either side is no pair (dropped below)
+            ratio = (y / x) if metric == "decode_tok_s" else (x / y)  # > 1: the candidate is better
             logs = np.log(ratio)
         logs = logs[np.isfinite(logs)]
         row: dict[str, Any] = {
@@ -216,7 +216,13 @@ def best_per_level(sides: list[Side], resamples: int = RESAMPLES, seed: int = SE
         if len(ranked) > 1:
             run_cfg, runner = ranked[1]
             b_mean, r_mean = row["best_aggregate_tok_s"], float(np.mean([v for _, v in runner]))
-            row.update(runner_up=run_cfg, runner_up_aggregate_tok_s=r_mean, margin=b_mean / r_mean - 1)
+            row.update(runner_up=run_cfg, runner_up_aggregate_tok_s=r_mean)
+            if r_mean <= 0:  # every request of the runner-up failed: a margin over nothing is not a finding
+                row["incomplete"] = "; ".join(x for x in (row["incomplete"], f"{run_cfg} has 0 tok/s: no margin")
+                                              if x)
+                out.append(row)
+                continue
+            row["margin"] = b_mean / r_mean - 1
             if len(best) > 1 and len(runner) > 1:
                 bv, rv = np.array([v for _, v in best]), np.array([v for _, v in runner])
                 bs = bv[rng.integers(0, bv.size, (resamples, bv.size))].mean(1)
@@ -226,7 +232,8 @@ def best_per_level(sides: list[Side], resamples: int = RESAMPLES, seed: int = SE
                 bs = b_mean * np.mean([_rescale_samples(s, rng, resamples) for s, _ in best], axis=0)
                 rs = r_mean * np.mean([_rescale_samples(s, rng, resamples) for s, _ in runner], axis=0)
                 method = "requests"
-            margins = bs / rs - 1
+            with np.errstate(divide="ignore", invalid="ignore"):
+                margins = bs / rs - 1
             margins = margins[np.isfinite(margins)]
             if margins.size:
                 alpha = (1 - CONFIDENCE) / 2

@@ -159,6 +159,8 @@ def best_per_slo(run: Run, rows: list[dict[str, Any]], meets: dict[str, bool], s
             "best": best["config"] if best["top"] else None, "steps": best["steps"] if best["top"] else None,
             "server_config": best["server_config"] if best["top"] else None,
             "max_passing": _level(best["top"]) if best["top"] else None, "min_failing": best["min_failing"],
+            # how that point's cancelled requests were counted (rig.analysis.slo.cancelled_note)
+            "max_passing_note": best["top"].get("slo_note") if best["top"] else None,
             "best_aggregate_tok_s": best["top"]["aggregate_tok_s"] if best["top"] else None,
             "runner_up": runner["config"] if runner and runner["top"] else None,
             "runner_up_max_passing": _level(runner["top"]) if runner and runner["top"] else None,

@@ -325,7 +325,10 @@ def parse_slo(text: str) -> Slo:
     metric = m.group(1).lower()
     if metric not in SLO_METRICS:
         raise ValueError(f"bad SLO {text!r}: metric must be one of {', '.join(SLO_METRICS)}")
-    return Slo(metric, float(m.group(2)) * _UNITS[m.group(3) or ""])
+    limit = float(m.group(2)) * _UNITS[m.group(3) or ""]
+    if limit <= 0:  # nothing meets a zero limit, and a margin is relative to it (a division by zero)
+        raise ValueError(f"bad SLO {text!r}: the limit must be above 0")
+    return Slo(metric, limit)
 
 
 def goodput(r: Requests, slos: list[Slo], wall_s: float | None) -> dict[str, Any]:

@@ -85,6 +85,9 @@ def flag_reasons(p: PointInfo, r: m.Requests) -> dict[str, str]:
     failed = int((~r.ok & ~r.cancelled).sum()) if r.n else 0
     if failed:
         why["has_failures"] = f"{failed:,} of {r.n:,} requests failed"
+    cancelled = int((r.cancelled & ~r.ok).sum()) if r.n else 0
+    if cancelled:  # a note: they are left out of percentiles and SLO verdicts unless counted at their lower bound
+        why["has_cancelled"] = f"{cancelled:,} of {r.n:,} requests cancelled"
     for g in p.generators:
         if g.status and g.status != "complete":
             why[f"generator_{g.status}"] = f"{_gen_name(g)}: {g.error or g.status}"

@@ -74,7 +74,8 @@ def adaptive_slos(manifest: Manifest) -> tuple[list[m.Slo], float | None]:
 
 def build_report(run_dir: Path | str | Run, slos: list[m.Slo] | None = None, cdf_resolution: int = 200,
                  slo_percentile: float | None = None, thresholds: str | None = None,
-                 gpu_hour_price: float | None = None, objective: str = "throughput") -> Report:
+                 gpu_hour_price: float | None = None, objective: str = "throughput",
+                 slo_cancelled: str = "excluded") -> Report:
     """Read each point once and compute every section of the report (SLOs: the given ones, else those of the
     run's SLO search or tune; ``thresholds``: judge validity again, see rig.analysis.runs.load_run; the price per
     GPU-hour: the given one, else the run's cluster file's; ``objective``: what the speculative schedule ranks by,
@@ -136,8 +137,8 @@ def build_report(run_dir: Path | str | Run, slos: list[m.Slo] | None = None, cdf
             good.append(g)
             row.update(goodput_fraction=g["fraction"], goodput_req_s=g["goodput_req_s"],
                        goodput_tok_s=g["goodput_tok_s"])
-            verdict = evaluate_slos(r, slos, pct)
-            row.update(slo_meets=verdict["meets"], slo_margin=verdict["margin"])
+            verdict = evaluate_slos(r, slos, pct, slo_cancelled)
+            row.update(slo_meets=verdict["meets"], slo_margin=verdict["margin"], slo_note=verdict["note"])
             meets[p.point] = verdict["meets"]
         campaign.append(row)
     order = {r["point"]: i for i, r in enumerate(sorted(campaign, key=sort_key))}
@@ -160,7 +161,7 @@ def build_report(run_dir: Path | str | Run, slos: list[m.Slo] | None = None, cdf
         slo_percentile=pct,
         frontier=frontier_rows(campaign),
         best_per_level=best_per_level(run, campaign, meets if slos else None),
-        best_per_slo=best_per_slo(run, campaign, meets, describe(slos, pct)) if slos else [],
+        best_per_slo=best_per_slo(run, campaign, meets, describe(slos, pct, slo_cancelled)) if slos else [],
         search=run.manifest.search,
         tune=run.manifest.tune,
         series=series_by_point,

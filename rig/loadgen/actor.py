@@ -39,6 +39,7 @@ class LoadGenerator:
         self._http = None
         self._current: PointRun | None = None
         self._task: asyncio.Task | None = None
+        self._warm_task: asyncio.Task | None = None  # the warm-up in progress (stop cancels it)
 
     def _fill(self, template: str) -> str:
         return spool.fill(template, self.host, self.node_ip, self.node_id)
@@ -96,7 +97,16 @@ class LoadGenerator:
         if self._http is None or self._http.closed:
             self._http = make_session()
         self._current = PointRun(plan, self.spool_root, self.host, self.clock_offset_s)
-        return await self._current.warmup(self._http)
+        # A task of its own, so that ``stop`` can cancel it: a server that stalls mid-stream would otherwise hold
+        # the warm-up (and the run's Ctrl-C) for the request timeout (3,600 s by default).
+        self._warm_task = asyncio.get_running_loop().create_task(self._current.warmup(self._http))
+        try:
+            return await asyncio.shield(self._warm_task)
+        except asyncio.CancelledError:  # stopped (stop(), or this call cancelled): no warm-up request goes on
+            self._warm_task.cancel()
+            return self._current.warm_ok  # what succeeded before (nothing of a warm-up is recorded)
+        finally:
+            self._warm_task = None
 
     async def run_point(self, start_wall: float) -> GeneratorReport:
         """Start at the common wall-clock time ``start_wall`` (driver clock) and drive the prepared point."""
@@ -129,7 +139,10 @@ class LoadGenerator:
             await asyncio.to_thread(self.shipper.ship, self._rel_dir())
 
     async def stop(self) -> None:
-        """Stop the running point: in-flight requests are recorded as cancelled, part files closed."""
+        """Stop the running point (in-flight requests are recorded as cancelled, part files closed) or its warm-up."""
+        if self._warm_task is not None and not self._warm_task.done():
+            self._warm_task.cancel()
+            await asyncio.gather(self._warm_task, return_exceptions=True)
         if self._task is not None and not self._task.done() and self._current is not None:
             # Rows already taken reach the disk first: cancelling thousands of requests on a swamped loop can take
             # longer than the driver waits before it kills this actor.

@@ -141,6 +141,7 @@ class PointRun:
         self.started_mono: float | None = None
         self.ended_mono: float | None = None
         self.cancel_reason = "cancelled: the run was stopped"  # what a cancelled in-flight request records
+        self.warm_ok = 0  # warm-up requests that succeeded so far
         self._parts = ThreadPoolExecutor(1, thread_name_prefix="rig-parts", initializer=_lower_priority)
         self._pacer: Pacer | None = None  # the open loop's sender while it runs: other work lets due sends go first
         self._gap_waiters: list[asyncio.Future] = []  # flush steps waiting for a gap in the schedule
@@ -562,15 +563,16 @@ class PointRun:
                 w.set_result(None)
 
     async def warmup(self, http: Http) -> int:
-        """Send the warm-up sessions; nothing is recorded. Returns how many succeeded."""
-        ok = 0
+        """Send the warm-up sessions; nothing is recorded. Returns how many succeeded (also kept in ``warm_ok``, for
+        a warm-up that is cancelled)."""
+        self.warm_ok = 0
         for session in self.plan.warmup:
             history: list[dict[str, str]] = []
             for turn in session.turns:
                 out = await stream_request(http, self.plan.url, self.api, turn, history, self.plan.model,
                                            self.timeouts, self.headers)
-                ok += out.status == "ok"
-        return ok
+                self.warm_ok += out.status == "ok"
+        return self.warm_ok
 
     async def _warm(self, http: http1.Pool, start_mono: float) -> None:
         """Open loop: open idle keep-alive connections before the common start, so the first sends find one.

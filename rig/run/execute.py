@@ -69,7 +69,7 @@ class PointExecutor:
         store.save()
         self.progress.status(f"{pid}: warming up")
         handles = [h for _, h in self.fleet.active]
-        warm_ok = ray.get([g.prepare.remote(pl) for g, pl in zip(handles, plans)])
+        warm_ok = self.warm_up(handles, plans)
         store.update_point(pid, warmup_ok=sum(warm_ok))
         if self.stop.is_set():  # stopped during warm-up: do not start the level
             store.update_point(pid, status="interrupted", ended_ts=time.time())
@@ -134,11 +134,25 @@ class PointExecutor:
                 server_died = ray.get(exit_ref, timeout=5)
         # A stopped run skips the closing snapshot: a swamped server would hold the stop up for its timeout.
         stopping = self.stop.is_set()
-        after = ray.get(server.metrics_snapshot.remote()) if server_died is None and not stopping else {}
-        metric_parts = ray.get(server.stop_scrape.remote()) if server_died is None else []
-        if server_died is None and server_entry.telemetry is not None and server_entry.telemetry.source:
-            store.update_point(pid, gpu_telemetry=ray.get(server.gpu_stats.remote()))
-        self.gather(pid, results, metric_parts)
+        # What follows only adds to the point (counters, server metrics, gathered parts): a fault there is the
+        # point's flag, never a loss of the generators' results and their accounting (finish_point always runs).
+        after: dict[str, float] = {}
+        metric_parts: list[str] = []
+        try:
+            after = ray.get(server.metrics_snapshot.remote()) if server_died is None and not stopping else {}
+            if server_died is None:
+                metric_parts = ray.get(server.stop_scrape.remote())
+                lost = ray.get(server.scrape_lost.remote())
+                if lost:
+                    self._flag(pid, "metrics_unwritten", lost)
+                if server_entry.telemetry is not None and server_entry.telemetry.source:
+                    store.update_point(pid, gpu_telemetry=ray.get(server.gpu_stats.remote()))
+        except Exception as e:
+            self._flag(pid, "metrics_unwritten", f"server metrics not saved: {_first_line(e)}")
+        try:
+            self.gather(pid, results, metric_parts)
+        except Exception as e:
+            self._flag(pid, "metrics_unwritten", f"server metrics not copied: {_first_line(e)}")
         # Counter increases over the point's window (warm-up excluded): the server's own token accounting.
         store.update_point(
             pid, ended_ts=time.time(),
@@ -147,6 +161,41 @@ class PointExecutor:
                                    if k.endswith("_total")} if after else None)
         self.finish_point(pid, plans, results, server_died)
         self.progress.point_end(pid, store.entry(pid))
+
+    def _flag(self, pid: str, flag: str, why: str) -> None:
+        """A flag with its reason on the point (kept by finish_point's verdict) and on screen."""
+        entry = self.store.entry(pid)
+        entry.flag_reasons = {**entry.flag_reasons, flag: why}
+        self.progress.status(f"{pid}: warning: {why}")
+
+    def warm_up(self, handles: list[Any], plans: list[GeneratorPlan]) -> list[int]:
+        """Each generator's warm-up (successes per generator), watched like a level: a stop request cancels it, and
+        a generator that does not return within STOP_GRACE_S of it is left behind (the point is not run). A blocking
+        get here held a Ctrl-C for the request timeout against a server that stalls mid-stream."""
+        refs = [g.prepare.remote(pl) for g, pl in zip(handles, plans)]
+        stop_since: float | None = None
+        while True:
+            done, pending = ray.wait(refs, num_returns=len(refs), timeout=0.5)
+            if not pending:
+                break
+            if self.stop.is_set():
+                if stop_since is None:
+                    stop_since = self.stop.at or time.monotonic()
+                    self.fleet.stop_all()  # cancels the warm-up requests
+                if time.monotonic() - stop_since > STOP_GRACE_S:
+                    for ref in pending:
+                        with contextlib.suppress(Exception):
+                            ray.cancel(ref, force=False)
+                    break
+        out: list[int] = []
+        for ref in refs:
+            try:
+                out.append(int(ray.get(ref, timeout=0)))
+            except Exception:  # not back (stopped) or its generator died: the level's own wait deals with the rest
+                if not self.stop.is_set():
+                    raise
+                out.append(0)
+        return out
 
     def internal_error(self, pid: str, err: Exception) -> None:
         """Record an unexpected exception on its point (one line) and its traceback in logs/driver.log."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -42,9 +44,10 @@ class Fleet:
         self.gen_info: list[dict[str, Any]] = []
         self.placement: cluster.Placement | None = None
         self.started_ray = False
+        self.session_dir: Path | None = None  # the local Ray this run started keeps its logs here (~230 KB a run)
 
-    def setup(self, spec: RunSpec, run_dir: Path, progress: Progress, on_connect: Callable[[], None]
-              ) -> ClusterInfo:
+    def setup(self, spec: RunSpec, run_dir: Path, progress: Progress, on_connect: Callable[[], None],
+              stop: Callable[[], bool] | None = None) -> ClusterInfo:
         """Connect Ray, place and start the generators, check them; return the manifest's cluster section."""
         n = spec.clients
         self.started_ray = not ray.is_initialized()
@@ -52,7 +55,11 @@ class Fleet:
                         f"connecting to Ray at {spec.cluster.address}")
         try:
             layout = cluster.connect(spec.cluster, n)
+            if self.started_ray and spec.cluster.address is None:
+                self.session_dir = cluster.session_dir()
             on_connect()  # after ray.init, which installs its own SIGTERM handler in the driver
+            if stop is not None and stop():  # Ctrl-C while Ray started: place nothing
+                raise KeyboardInterrupt
             gpus = max(engine_for(c.engine).num_gpus(c) for c in spec.server_configs())
             self.placement = cluster.plan_placement(spec.cluster, layout["nodes"], gpus, n)
             Gen = generator_class()
@@ -60,9 +67,11 @@ class Fleet:
             self.generators = [Gen.options(**opts).remote(i, out_root)
                                for i, opts in enumerate(self.placement.generator_options)]
             self.active = list(enumerate(self.generators))
-            self.gen_info = cluster.wait_started(self.generators, spec.cluster.placement_timeout_s)
+            self.gen_info = cluster.wait_started(self.generators, spec.cluster.placement_timeout_s, stop=stop)
             cluster.verify_generators(self.placement, self.gen_info)
             cluster.set_outputs(spec.cluster, run_dir, spec.run_id, self.generators, self.gen_info)
+            if stop is not None and stop():
+                raise KeyboardInterrupt
         except cluster.ClusterError as e:
             raise RunError(str(e)) from None
         corpus = self._check_corpus(spec)
@@ -143,3 +152,16 @@ class Fleet:
             pass
         if self.started_ray and ray.is_initialized():
             ray.shutdown()
+
+    def remove_session(self) -> None:
+        """Remove the session directory of the local Ray this run started and has shut down (its logs: kept when
+        the run did not complete, for the tracebacks Ray's worker logs hold)."""
+        d = self.session_dir
+        if d is None or ray.is_initialized() or not d.name.startswith("session_"):
+            return
+        latest = d.parent / "session_latest"
+        with contextlib.suppress(OSError):
+            if latest.is_symlink() and latest.resolve() == d.resolve():
+                latest.unlink()
+        shutil.rmtree(d, ignore_errors=True)
+        self.session_dir = None

@@ -138,6 +138,9 @@ class ManifestStore:
                 records = RecordCounts(**rows_by_status(self.run_dir, p.point))
                 self.update_point(p.point, status="interrupted", records=records, requests_scheduled=records.total,
                                   ended_ts=p.ended_ts or time.time())
+        for cfg in self.data.server_configs.values():
+            if cfg.status == "starting":  # stopped while its engine started: it never served a point
+                cfg.status = "interrupted"
 
     def finish(self, status: str, stop_reason: str | None) -> None:
         self.data.status = status

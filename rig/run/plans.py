@@ -36,8 +36,10 @@ def split_closed(sessions: list[Session], concurrency: int, n_gen: int) -> list[
     """Concurrency C over G generators sums to C; session i goes to slot i mod C, slot s to generator s mod G."""
     out: list[tuple[list[Session], int]] = []
     for g in range(n_gen):
-        slots = sum(1 for s in range(concurrency) if s % n_gen == g)
+        slots = concurrency // n_gen + (g < concurrency % n_gen)  # slots s < C with s mod G == g (no loop over C)
         mine = [sess for i, sess in enumerate(sessions) if (i % concurrency) % n_gen == g]
+        if sessions:  # a fixed count: a slot beyond this generator's sessions would only wait (a million did so)
+            slots = min(slots, len(mine))
         out.append((mine, slots))
     return out
 

@@ -88,7 +88,7 @@ class Runner:
             if self.handle_signals:  # after ray.init, which installs its own SIGTERM handler in the driver
                 install_signal_handlers(self.stop)
 
-        self.store.set_cluster(self.fleet.setup(self.spec, self.run_dir, self.progress, on_connect))
+        self.store.set_cluster(self.fleet.setup(self.spec, self.run_dir, self.progress, on_connect, self.stop.is_set))
         self.store.save()
 
     def _run_claimed(self) -> Manifest:
@@ -117,6 +117,10 @@ class Runner:
         except RunError as e:  # refused or stopped by --fail-fast: the manifest says why
             self.store.set_error(str(e))
             raise
+        except Exception as e:  # a bug (a planner's, say): the run is not complete, whatever its points are
+            first = (str(e).strip().splitlines() or [""])[0][:200]
+            self.store.set_error(f"internal error: {type(e).__name__}: {first}")
+            raise
         finally:
             self.stop.finalizing = True  # from here on a second Ctrl-C is ignored: the manifest must be finished
             with contextlib.suppress(Exception, KeyboardInterrupt):
@@ -127,6 +131,8 @@ class Runner:
             self.store.close_running_points()
             self.store.finish(status, self.stop.reason or None)
             self.store.save()
+            if status == "complete":  # nothing to look up in Ray's logs: do not leave them behind
+                self.fleet.remove_session()
         return self.manifest
 
     def _run_points(self, source: Iterable[Point], grid: bool) -> None:
@@ -170,6 +176,8 @@ class Runner:
                 if current != p.config_id:
                     stop_current()
                     current = None
+                    if self.stop.is_set():  # stopped while the last engine shut down: launch no other
+                        break
                     try:
                         server_entry = self.server.launch(p.server)
                     except (ServerError, ray.exceptions.RayTaskError) as e:

@@ -10,6 +10,7 @@ import os
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import time
 from pathlib import Path
@@ -79,6 +80,7 @@ class ServerActor:
         self.argv: list[str] = []
         self._scrape_task: asyncio.Task | None = None
         self._scrape_writer: PartWriter | None = None
+        self._scrape_lost: str | None = None  # the last point's server-metrics rows that could not be written
         self._http: aiohttp.ClientSession | None = None
         self._gpu_source: Source | None = None  # open_telemetry: NVML, the simulator's model, or none
         self._gpu_sampler: GpuSampler | None = None
@@ -336,9 +338,13 @@ class ServerActor:
             self._scrape_task = None
         parts: list[str] = []
         if self._scrape_writer is not None:
-            await asyncio.to_thread(self._scrape_writer.close)
-            parts = [str((self._scrape_writer.directory / p).relative_to(self.spool_root))
-                     for p in self._scrape_writer.parts]
+            writer = self._scrape_writer
+            self._scrape_lost = None
+            try:
+                await asyncio.to_thread(writer.close)  # a transient disk error is retried there (PartWriter)
+            except OSError as e:  # still failing: what was written stays, what was not is counted
+                self._scrape_lost = f"{writer.pending} server-metrics rows not written ({e.strerror or e})"
+            parts = [str((writer.directory / p).relative_to(self.spool_root)) for p in writer.parts]
             self._scrape_writer = None
         if self._gpu_sampler is not None:
             sampler, self._gpu_sampler = self._gpu_sampler, None
@@ -346,6 +352,10 @@ class ServerActor:
             self._gpu_stats = {"source": sampler.source.source, **stats.as_dict()}
             parts += [str((sampler.writer.directory / p).relative_to(self.spool_root)) for p in sampler.writer.parts]
         return parts
+
+    async def scrape_lost(self) -> str | None:
+        """Why some of the last point's server-metrics rows are not on disk (None: all of them are)."""
+        return self._scrape_lost
 
     async def read_file(self, rel_path: str) -> bytes:
         return (self.spool_root / rel_path).read_bytes()
@@ -389,6 +399,10 @@ def _why(e: BaseException) -> str:
     if isinstance(e, asyncio.TimeoutError):
         return "no answer within 2s"
     os_err = getattr(e, "os_error", None)
+    if isinstance(os_err, ssl.SSLError):  # its errno is OpenSSL's code (1 read as 'operation not permitted')
+        reason = os_err.reason or type(os_err).__name__
+        hint = "; is it a plain http server? use http://" if "WRONG_VERSION" in str(reason).upper() else ""
+        return f"TLS handshake failed ({reason}){hint}"
     if isinstance(os_err, OSError) and os_err.errno:
         return os.strerror(os_err.errno).lower()
     return f"{type(e).__name__}: {e}"[:120]

@@ -231,10 +231,12 @@ class SamplerStats:
     cpu_s: float = 0.0  # thread CPU time spent sampling (time.thread_time)
     wall_s: float = 0.0  # wall time inside sample()
     rows: int = 0
+    rows_unwritten: int = 0  # rows the part writer still could not write at stop (a disk that stayed full)
 
     def as_dict(self) -> dict[str, Any]:
         return {"samples": self.samples, "failed": self.failed, "last_error": self.last_error,
-                "rows": self.rows, "cpu_s": round(self.cpu_s, 6), "wall_s": round(self.wall_s, 6)}
+                "rows": self.rows, "rows_unwritten": self.rows_unwritten, "cpu_s": round(self.cpu_s, 6),
+                "wall_s": round(self.wall_s, 6)}
 
 
 class GpuSampler:
@@ -310,5 +312,9 @@ class GpuSampler:
         if self._thread.is_alive():
             self._thread.join(timeout=10)
         self.sample_once()
-        self.writer.close()
+        try:
+            self.writer.close()  # a transient disk error is retried there (PartWriter)
+        except OSError as e:  # still failing: what was written stays, what was not is counted, the point goes on
+            self.stats.rows_unwritten = self.writer.pending
+            self.stats.last_error = f"gpu_metrics not written: {e.strerror or e}"
         return self.stats

@@ -50,6 +50,11 @@ def fit_cmd(run_dir: Path | None, campaign: bool, output: Path | None, start: Pa
 
     if campaign == (run_dir is not None):
         raise click.UsageError("give either --campaign or RUN_DIR")
+    from rig.results import run_file_clash
+
+    clash = run_file_clash(output) if output is not None else None
+    if clash:  # before the fit (minutes), not after it: the run must stay readable
+        raise click.UsageError(f"-o {output}: {clash}; rig never writes over a run's own files (choose another path)")
     free: tuple[str, ...]
     try:
         if run_dir is None:  # --campaign (checked above: exactly one of the two)

@@ -41,6 +41,10 @@ def search_settings(variable: str, slo_texts: tuple[str, ...], percentile: float
         if start < 1 or start != int(start) or maximum < start:
             raise click.BadParameter(f"the search starts at {start:g} and stops at {maximum:g}",
                                      param_hint="--concurrency")
+        if kw.get("requests") and kw["requests"] < maximum:  # a 'max passing 16' from 4 requests measured 4
+            click.echo(f"rig: note: --requests {kw['requests']} is below the search's maximum {maximum:g}: a probe "
+                       f"above {kw['requests']} has at most {kw['requests']} requests in flight (give --requests >= "
+                       f"--search-max, or --duration)", err=True)
     else:
         if kw.get("mode") in ("closed", "trace"):
             raise click.UsageError("--search rate needs an open loop (--mode poisson or gamma)")

@@ -2,9 +2,10 @@
 
 JSONL: one object per line with ``prompt`` (a non-empty string) or ``messages`` (a non-empty list of
 ``{"role": system|user|assistant|tool, "content": str}`` with at least one user message), not both; optional
-``max_tokens`` (integer >= 1) and ``timestamp`` (seconds, number >= 0). Other keys are ignored. Blank lines are
-skipped. Timestamps must be on every entry or on none, and must not decrease (equal is fine): a decreasing timestamp is
-an error rather than something we sort silently, because sorting would reorder request ids against the file.
+``max_tokens`` (integer, 1 to 1,000,000) and ``timestamp`` (seconds, number >= 0). Other keys are ignored. Blank
+lines are skipped. Timestamps must be on every entry or on none, and must not decrease (equal is fine): a decreasing
+timestamp is an error rather than something we sort silently, because sorting would reorder request ids against the
+file.
 
 ShareGPT: a JSON list of ``{"conversations": [{"from": "human"|"gpt"|"system", "value": str}, ...]}``. The first
 human turn is the prompt (with any system turns before it as the system message); the gpt reply after it gives a
@@ -25,7 +26,7 @@ from functools import lru_cache
 from typing import Any
 
 from rig.workloads.errors import WorkloadError
-from rig.workloads.lengths import estimate_tokens
+from rig.workloads.lengths import MAX_TOKENS_LIMIT, estimate_tokens
 
 _ROLES = {"system", "user", "assistant", "tool"}
 # ShareGPT dumps use several speaker names; map them onto chat roles.
@@ -90,8 +91,9 @@ def _messages(raw: Any, where: str) -> tuple[dict[str, str], ...]:
 def _max_tokens(v: Any, where: str) -> int | None:
     if v is None:
         return None
-    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-        raise WorkloadError(f"{where}: 'max_tokens' must be an integer >= 1 (got {_short(v)})")
+    if isinstance(v, bool) or not isinstance(v, int) or v < 1 or v > MAX_TOKENS_LIMIT:
+        raise WorkloadError(f"{where}: 'max_tokens' must be an integer from 1 to {MAX_TOKENS_LIMIT:,} "
+                            f"(got {_short(v)})")
     return v
 
 

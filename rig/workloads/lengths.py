@@ -22,6 +22,9 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 TEXT_CHARS_PER_TOKEN = 4.5
 CODE_CHARS_PER_TOKEN = 3.5
+# No prompt, output or tool result is longer (tokens); bigger is a typo that would eat memory. The spec's lengths and a
+# dataset's max_tokens both hold to it.
+MAX_TOKENS_LIMIT = 1_000_000
 
 
 class Dist(BaseModel):

@@ -49,7 +49,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from rig.workloads.errors import WorkloadError
-from rig.workloads.lengths import CODE_CHARS_PER_TOKEN, TEXT_CHARS_PER_TOKEN, Dist
+from rig.workloads.lengths import CODE_CHARS_PER_TOKEN, MAX_TOKENS_LIMIT, TEXT_CHARS_PER_TOKEN, Dist
 
 WorkloadName = Literal["greedy", "realistic", "agentic", "dataset"]
 
@@ -75,7 +75,7 @@ _DIST_DEFAULTS: dict[str, dict[str, float]] = {
     "tool_output_tokens": _dist(800, 0.8, 50, 8000),
     "think_time_s": _dist(1.5, 1.0, 0, 60),
 }
-_MAX_TOKENS_LIMIT = 1_000_000  # no prompt, output or tool result is longer; bigger is a typo that would eat memory
+_MAX_TOKENS_LIMIT = MAX_TOKENS_LIMIT  # rig.workloads.lengths says why
 _TOKEN_DISTS = ("chat_prompt_tokens", "chat_output_tokens", "code_prompt_tokens", "code_output_tokens",
                 "agent_turns", "agent_output_tokens", "tool_output_tokens")
 
