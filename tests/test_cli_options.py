@@ -104,6 +104,7 @@ _SPECIAL: dict[str, tuple[list[str], str, Any]] = {
     "load.mode": (["--rate", "1"], "gamma", "gamma"),
     "load.burstiness": (["--rate", "1"], "2.5", 2.5),
     "run_id": ([], "run-1", "run-1"),
+    "out": ([], "/tmp", Path("/tmp")),  # a directory: --out naming a file is refused (issue 23)
 }
 
 
