@@ -3,8 +3,10 @@ engine, a concurrency sweep, the campaign's table with energy per token. Prints;
 
 On a GPU node (no package index needed; see README "Installing on a GPU node with no package index"):
 
-    python3 scripts/wheelhouse.py install WH --target /tmp/site && export PYTHONPATH=/tmp/site:$PWD
-    python3 benchmarks/gpu_transformers_serve.py [--concurrency 1,2,4,8,16,32,64] [--out results]
+    python3 benchmarks/gpu_transformers_serve.py --wheelhouse WH [--concurrency 1,4,16,32,64] [--out results]
+
+``--wheelhouse WH`` installs rig's wheelhouse (scripts/wheelhouse.py build, where pip works) into a folder first
+and runs with it on PYTHONPATH; without it, rig and its dependencies must already import.
 
 The model is built locally from a config with random weights (rig.server.tiny_model --preset gpu-1b: 1.0 B
 parameters, bf16), so nothing comes from a model hub; its text is nonsense but every kernel, batch and byte on the
@@ -62,6 +64,19 @@ def rig(*args: str, check: bool = True) -> tuple[int, str]:
     return code, "".join(lines)
 
 
+def install_and_rerun(wheelhouse: str, site: str) -> int:
+    """Install the wheelhouse into ``site`` (no index), then run this script again with it on PYTHONPATH (so the
+    engine and Ray's workers, which inherit the environment, see the same packages)."""
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "wheelhouse.py"), "install", wheelhouse,
+                           "--target", site])
+    if done.returncode != 0:
+        print(f"gpu_transformers_serve: installing {wheelhouse} failed (exit {done.returncode})", file=sys.stderr)
+        return 2
+    path = os.pathsep.join(p for p in (site, str(ROOT), os.environ.get("PYTHONPATH")) if p)
+    env = {**os.environ, "PYTHONPATH": path, "RIG_WHEELHOUSE_SITE": site}
+    return subprocess.run([sys.executable, __file__, *sys.argv[1:]], env=env).returncode
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--concurrency", default="1,2,4,8,16,32,64")
@@ -74,7 +89,11 @@ def main() -> int:
     ap.add_argument("--gpu-hour-price", type=float, default=None, help="USD per GPU-hour for $ per million tokens")
     ap.add_argument("--extra", action="append", default=[], help="another rig flag for the sweep (repeatable)")
     ap.add_argument("--resume", default=None, help="continue this run directory's sweep (rig sweep --resume)")
+    ap.add_argument("--wheelhouse", default=None, help="install this wheelhouse first (no package index needed)")
+    ap.add_argument("--site", default="/tmp/rig-site", help="where --wheelhouse installs")
     args = ap.parse_args()
+    if args.wheelhouse and os.environ.get("RIG_WHEELHOUSE_SITE") != args.site:
+        return install_and_rerun(args.wheelhouse, args.site)
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # inherited by Ray's workers and the engine: no hub look-ups
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
