@@ -52,6 +52,33 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def start_sim(log_dir: Path, name: str, model: str, extra: list[str],
+              timeout_s: float = 30) -> tuple[subprocess.Popen, str, Path]:
+    """``python -m rig.sim`` (TP 4, seed 7, loopback, a free port, its log in ``log_dir``), returned once /health
+    answers 200; RuntimeError with the log if it exits first or never answers."""
+    import time
+    import urllib.request
+
+    port = free_port()
+    log = log_dir / f"{name}.log"
+    argv = [sys.executable, "-m", "rig.sim", "--model-path", model, "--tp-size", "4", "--host", "127.0.0.1",
+            "--port", str(port), "--random-seed", "7", *extra]
+    proc = subprocess.Popen(argv, stdout=log.open("w"), stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(log.read_text())
+        try:
+            with urllib.request.urlopen(url + "/health", timeout=5) as r:
+                if r.status == 200:
+                    return proc, url, log
+        except Exception:
+            time.sleep(0.05)
+    proc.kill()
+    raise RuntimeError(f"sim did not become healthy: {log.read_text()}")
+
+
 def engine_procs(owner: str | os.PathLike[str], marker: str = "sglang.launch_server") -> list[psutil.Process]:
     """Live engine processes (cmdline contains ``marker``) started by the test that used ``owner``, not by others."""
     found = []

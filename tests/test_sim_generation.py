@@ -6,15 +6,12 @@ from __future__ import annotations
 import asyncio
 import json
 import subprocess
-import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import aiohttp
 import pytest
 
-from support import free_port
+from support import start_sim
 
 pytestmark = pytest.mark.server
 PROMPT = "Write a detailed technical essay on how a modern CPU executes instructions, with examples."
@@ -22,24 +19,7 @@ LONG = " ".join(f"Section {i}: the pipeline fetches, decodes and retires instruc
 
 
 def _start(tmp: Path, name: str, model: Path, extra: list[str]) -> tuple[subprocess.Popen, str, Path]:
-    port = free_port()
-    log = tmp / f"{name}.log"
-    argv = [sys.executable, "-m", "rig.sim", "--model-path", str(model), "--tp-size", "4", "--host", "127.0.0.1",
-            "--port", str(port), "--random-seed", "7", "--enable-cache-report", "--enable-metrics", *extra]
-    proc = subprocess.Popen(argv, stdout=log.open("w"), stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(log.read_text())
-        try:
-            with urllib.request.urlopen(url + "/health", timeout=5) as r:
-                if r.status == 200:
-                    return proc, url, log
-        except Exception:
-            time.sleep(0.05)
-    proc.kill()
-    raise RuntimeError(f"sim did not become healthy: {log.read_text()}")
+    return start_sim(tmp, name, str(model), ["--enable-cache-report", "--enable-metrics", *extra])
 
 
 @pytest.fixture(scope="module")

@@ -5,14 +5,13 @@ from __future__ import annotations
 import asyncio
 import json
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import aiohttp
 import pytest
 
-from support import free_port
+from support import start_sim
 
 pytestmark = pytest.mark.server
 
@@ -22,24 +21,7 @@ PROMPT = "Write a detailed technical essay on how a modern CPU executes instruct
 
 
 def _start(tmp: Path, name: str, extra: list[str]) -> tuple[subprocess.Popen, str, Path]:
-    port = free_port()
-    log = tmp / f"{name}.log"
-    argv = [sys.executable, "-m", "rig.sim", "--model-path", "Qwen/Qwen3.5-122B-A10B", "--tp-size", "4",
-            "--host", "127.0.0.1", "--port", str(port), "--random-seed", "7", *extra]
-    proc = subprocess.Popen(argv, stdout=log.open("w"), stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    import urllib.request
-
-    while time.monotonic() < deadline:
-        try:
-            with urllib.request.urlopen(url + "/health", timeout=5) as r:
-                if r.status == 200:
-                    return proc, url, log
-        except Exception:
-            time.sleep(0.05)
-    proc.kill()
-    raise RuntimeError(f"sim did not become healthy: {log.read_text()}")
+    return start_sim(tmp, name, "Qwen/Qwen3.5-122B-A10B", extra)
 
 
 @pytest.fixture(scope="module")
