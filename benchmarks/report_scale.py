@@ -30,7 +30,7 @@ STEPS = (0, 1, 2, 3, 4)
 LEVELS = (1, 4, 16, 32, 64)
 WORKLOADS = ("greedy", "realistic")
 GENERATORS = 4
-PART_ROWS = 50_000
+PART_ROWS = 50_000  # rows per part file (--part-rows: 100 M records are better written in fewer, larger parts)
 
 
 def _chunks(rng: np.random.Generator, tokens: np.ndarray, ttft: np.ndarray, e2e: np.ndarray, accept: float):

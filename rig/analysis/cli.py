@@ -69,7 +69,8 @@ def report(run_dir: Path, as_json: bool, csv_dir: Path | None, plots_dir: Path |
                 err.print(f"[yellow]! {w}[/yellow]")
             click.echo(to_json(rows))
             return
-        rep = build_report(run_dir, slos=slos, slo_percentile=slo_percentile, thresholds=thresholds)
+        rep = build_report(run_dir, slos=slos, slo_percentile=slo_percentile, thresholds=thresholds,
+                           cdf_resolution=200 if plots_dir or html_file else 0)  # CDFs are drawn, never printed
     except (AnalysisInputError, OSError, ValueError) as e:
         raise _fail(e) from None
     if as_json or json_full:

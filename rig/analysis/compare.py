@@ -9,6 +9,14 @@ the runner-up is best/runner-up − 1. The interval resamples repeats when both 
 resamples each point's requests and scales the point's aggregate by the resampled/observed ratio of Σtokens/Σlatency
 (closed loop: throughput = concurrency × Σtokens/ΣE2E by Little's law) or of Σtokens (open loop: the arrival rate is
 fixed), which captures request-to-request variability but not run-to-run drift.
+
+Every bootstrap costs what it needs, not what the run holds: a resample draws min(n, ``BOOTSTRAP_DRAWS``) items with
+replacement from the n observed (an m-out-of-n bootstrap, Bickel, Götze & van Zwet 1997), and when m < n each
+resampled statistic's deviation from the observed one is scaled by sqrt(m / n), the ratio of their standard errors
+(the statistics here, means and ratios of sums, are smooth, where this rescaling is consistent). Up to
+``BOOTSTRAP_DRAWS`` items the interval is the full bootstrap's, draw for draw; beyond, its bounds differ from the full
+bootstrap's by less than the full bootstrap's own seed-to-seed variation (``benchmarks/report_scale.py --bootstrap``
+prints both), and the run's warnings say so.
 """
 
 from __future__ import annotations
@@ -31,6 +39,7 @@ RESAMPLES = 2000
 SEED = 0
 CONFIDENCE = 0.95
 _BATCH_CELLS = 4_000_000  # resamples × pairs per batch: bounds bootstrap memory
+BOOTSTRAP_DRAWS = 5_000  # items drawn per resample at most (m-out-of-n beyond; see the module docstring)
 
 
 @dataclass
@@ -42,15 +51,35 @@ class Side:
     label: str
 
 
+def draws(n: int) -> int:
+    """Items one resample draws from ``n`` observed (all of them up to BOOTSTRAP_DRAWS)."""
+    return min(n, BOOTSTRAP_DRAWS)
+
+
+def shrink(stats: np.ndarray, observed: float, n: int, m: int) -> np.ndarray:
+    """Resampled statistics of m draws put on the scale of n: deviations from ``observed`` times sqrt(m/n)."""
+    return stats if m >= n else observed + (stats - observed) * np.sqrt(m / n)
+
+
+def note_subsample(run: Run, n: int) -> None:
+    """Say once per run that its intervals came from the m-out-of-n bootstrap (only when one did)."""
+    if n > BOOTSTRAP_DRAWS:
+        run.note(f"bootstrap intervals over more than {BOOTSTRAP_DRAWS:,} requests resample {BOOTSTRAP_DRAWS:,} of "
+                 "them at a time, their spread scaled by sqrt(m/n) (m-out-of-n bootstrap; README: Analysis at scale)")
+
+
 def bootstrap_mean_ci(x: np.ndarray, resamples: int = RESAMPLES, seed: int = SEED) -> tuple[float, float]:
-    """Percentile bootstrap interval of the mean of ``x`` (seeded, vectorised in batches)."""
+    """Percentile bootstrap interval of the mean of ``x`` (seeded, vectorised in batches; m-out-of-n beyond
+    BOOTSTRAP_DRAWS items)."""
     rng = np.random.default_rng(seed)
     n = x.size
+    k = draws(n)
     means = np.empty(resamples)
-    step = max(1, _BATCH_CELLS // max(n, 1))
+    step = max(1, _BATCH_CELLS // max(k, 1))
     for i in range(0, resamples, step):
         b = min(step, resamples - i)
-        means[i:i + b] = x[rng.integers(0, n, size=(b, n))].mean(axis=1)
+        means[i:i + b] = x[rng.integers(0, n, size=(b, k))].mean(axis=1)
+    means = shrink(means, float(x.mean()), n, k)
     alpha = (1 - CONFIDENCE) / 2
     lo, hi = np.quantile(means, [alpha, 1 - alpha])
     return float(lo), float(hi)
@@ -106,6 +135,8 @@ def paired_speedups(base: Side, cand: Side, resamples: int = RESAMPLES, seed: in
             "incomplete": note,
         }
         if logs.size:
+            for side in (base, cand):
+                note_subsample(side.run, logs.size)
             lo, hi = bootstrap_mean_ci(logs, resamples, seed)
             row.update(speedup=float(np.exp(logs.mean())), ci_low=float(np.exp(lo)), ci_high=float(np.exp(hi)),
                        median_ratio=float(np.exp(np.median(logs))))
@@ -166,15 +197,18 @@ def _rescale_samples(side: Side, rng: np.random.Generator, resamples: int) -> np
     if tok.size == 0 or tok.sum() <= 0:
         return np.full(resamples, np.nan)
     closed = not side.point.open_loop
-    observed = tok.sum() / lat.sum() if closed else tok.sum()
+    k = draws(tok.size)
+    note_subsample(side.run, tok.size)
+    # m draws sum m/n of what n do: the open loop's statistic (Σtokens) is compared per draw
+    observed = tok.sum() / lat.sum() if closed else tok.sum() * (k / tok.size if k < tok.size else 1)
     out = np.empty(resamples)
-    step = max(1, _BATCH_CELLS // tok.size)
+    step = max(1, _BATCH_CELLS // k)
     for i in range(0, resamples, step):
         n = min(step, resamples - i)
-        idx = rng.integers(0, tok.size, size=(n, tok.size))
+        idx = rng.integers(0, tok.size, size=(n, k))
         s = tok[idx].sum(axis=1)
         out[i:i + n] = (s / lat[idx].sum(axis=1) if closed else s) / observed
-    return out
+    return shrink(out, 1.0, tok.size, k)
 
 
 def config_label(s: Side) -> str:
@@ -186,16 +220,21 @@ def config_label(s: Side) -> str:
     return config
 
 
-def best_per_level(sides: list[Side], resamples: int = RESAMPLES, seed: int = SEED) -> list[dict[str, Any]]:
-    """Per (workload, load level): the configuration with the highest aggregate tok/s and its margin (with CI)."""
+def best_per_level(sides: list[Side], resamples: int = RESAMPLES, seed: int = SEED,
+                   rows: dict[str, dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    """Per (workload, load level): the configuration with the highest aggregate tok/s and its margin (with CI).
+
+    ``rows``: the campaign rows of the sides' points by point name, when the caller has them (one run's report)."""
     rng = np.random.default_rng(seed)
     levels: dict[tuple, dict[str, list[tuple[Side, float]]]] = defaultdict(lambda: defaultdict(list))
     why: dict[int, list[str]] = {}
     at_level: dict[tuple, list[Side]] = defaultdict(list)
     for s in sides:
-        r = load_requests(s.run, s.point)
-        point_row = campaign_row(s.run, s.point, r)
-        why[id(s)] = incomplete(s, r)
+        point_row = rows.get(s.point.point) if rows is not None else None
+        if point_row is None:
+            r = load_requests(s.run, s.point)
+            point_row = campaign_row(s.run, s.point, r)
+        why[id(s)] = sorted(set(point_row["flags"]) & INCOMPLETE)  # incomplete(s, r): the row's flags are its flags
         p = s.point
         at_level[(p.workload, p.load_mode, p.concurrency, p.rate)].append(s)  # with or without rows
         if point_row["aggregate_tok_s"] is None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -41,11 +42,18 @@ def check_lossless(run: Run) -> dict[str, Any]:
         t = pa.concat_tables(parts)
         if t.num_rows == 0:
             continue
-        per_req = t.group_by("request_id").aggregate([("output_hash", "count_distinct"), ("pi", "count")])
-        checked += int(pc.sum(pc.greater(per_req["pi_count"], 1)).as_py() or 0)
-        bad = per_req.filter(pc.greater(per_req["output_hash_count_distinct"], 1))["request_id"]
-        if len(bad) == 0:
+        # Strings to integer codes once per column (one hash pass each), then counting in numpy: a request id with
+        # rows in two or more points was checked; one whose rows carry two hash codes mismatches.
+        ids = pc.dictionary_encode(t["request_id"]).combine_chunks()
+        codes = np.asarray(ids.indices.to_numpy(zero_copy_only=False), dtype=np.int64)
+        hashes = pc.dictionary_encode(t["output_hash"]).combine_chunks().indices.to_numpy(zero_copy_only=False)
+        checked += int((np.bincount(codes, minlength=len(ids.dictionary)) > 1).sum())
+        one = np.zeros(len(ids.dictionary), dtype=hashes.dtype)
+        one[codes] = hashes  # one of each id's hash codes (whichever): a row that differs from it means two
+        differ = np.unique(codes[hashes != one[codes]])
+        if differ.size == 0:
             continue
+        bad = ids.dictionary.take(pa.array(differ))
         rows = t.filter(pc.is_in(t["request_id"], value_set=bad)).sort_by([("request_id", "ascending"),
                                                                            ("pi", "ascending")])
         by_req: dict[str, dict[str, str]] = defaultdict(dict)

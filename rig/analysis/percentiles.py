@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-import pyarrow.compute as pc
 
 from rig.analysis import metrics as m
 from rig.analysis.runs import PointInfo, Run, read_point_requests
@@ -17,9 +16,10 @@ STAT_KEYS = ("n", "mean", "p50", "p90", "p95", "p99")
 
 
 def read_itl(run: Run, p: PointInfo) -> tuple[np.ndarray, np.ndarray]:
-    """ITL values and token weights of the point's ok requests, sorted by value (see metrics.sort_weighted)."""
-    t = read_point_requests(run.run_dir, p.point, m.ITL_COLUMNS, filter=pc.field("ok") == True, on_skip=run.skipped(p))  # noqa: E712
-    return m.sort_weighted(*m.itl_values(t["chunk_offsets_s"], t["chunk_tokens"]))
+    """ITL values and token weights of the point's ok requests (unsorted: percentiles select, CDFs sort)."""
+    # Read whole and masked by ok in numpy: filtering list columns in Arrow copies every list.
+    t = read_point_requests(run.run_dir, p.point, ["ok", *m.ITL_COLUMNS], on_skip=run.skipped(p))
+    return m.itl_values(t["chunk_offsets_s"], t["chunk_tokens"], m.as_bool(t["ok"]))
 
 
 def latency_rows(p: PointInfo, r: m.Requests, itl: tuple[np.ndarray, np.ndarray] | None) -> list[dict[str, Any]]:
@@ -30,9 +30,8 @@ def latency_rows(p: PointInfo, r: m.Requests, itl: tuple[np.ndarray, np.ndarray]
         "tpot": (r.tpot[ok], None),
         "e2e": (r.e2e[ok], None),
     }
-    presorted = {"itl"}
     if itl is not None:
-        values["itl"] = itl  # sorted by read_itl
+        values["itl"] = itl
     if p.open_loop:
         values["ttft_from_intended"] = (r.ttft_from_intended[ok], None)
         values["e2e_from_intended"] = (r.e2e_from_intended[ok], None)
@@ -41,7 +40,7 @@ def latency_rows(p: PointInfo, r: m.Requests, itl: tuple[np.ndarray, np.ndarray]
     for name in LATENCY_METRICS + OPEN_LOOP_METRICS:
         if name not in values:
             continue
-        s = m.summarize(*values[name], presorted=name in presorted)
+        s = m.summarize(*values[name])
         row: dict[str, Any] = {"point": p.point, "metric": name, "n": s["n"]}
         for k in STAT_KEYS[1:]:
             row[f"{k}_ms"] = s[k] * 1e3 if s[k] is not None else None

@@ -70,7 +70,8 @@ def adaptive_slos(manifest: Manifest) -> tuple[list[m.Slo], float | None]:
 def build_report(run_dir: Path | str | Run, slos: list[m.Slo] | None = None, cdf_resolution: int = 200,
                  slo_percentile: float | None = None, thresholds: str | None = None) -> Report:
     """Read each point once and compute every section of the report (SLOs: the given ones, else those of the
-    run's SLO search or tune; ``thresholds``: judge validity again, see rig.analysis.runs.load_run)."""
+    run's SLO search or tune; ``thresholds``: judge validity again, see rig.analysis.runs.load_run;
+    ``cdf_resolution``: quantiles per latency CDF for the plots, 0 for none)."""
     from rig.analysis.frontier import best_per_level, best_per_slo, frontier_rows, mark_frontier
     from rig.analysis.slo import DEFAULT_PERCENTILE, describe, evaluate_slos
 
@@ -91,12 +92,13 @@ def build_report(run_dir: Path | str | Run, slos: list[m.Slo] | None = None, cdf
         itl = read_itl(run, p)
         latency += latency_rows(p, r, itl)
         ok = r.ok
-        cdfs[p.point] = {
-            "ttft": cdf_points(r.ttft[ok], n=cdf_resolution),
-            "tpot": cdf_points(r.tpot[ok], n=cdf_resolution),
-            "itl": cdf_points(*itl, n=cdf_resolution, presorted=True),
-            "e2e": cdf_points(r.e2e[ok], n=cdf_resolution),
-        }
+        if cdf_resolution:  # only plots draw them (0: the terminal, JSON and CSV need none)
+            cdfs[p.point] = {
+                "ttft": cdf_points(r.ttft[ok], n=cdf_resolution),
+                "tpot": cdf_points(r.tpot[ok], n=cdf_resolution),
+                "itl": cdf_points(*itl, n=cdf_resolution),
+                "e2e": cdf_points(r.e2e[ok], n=cdf_resolution),
+            }
         wa = p.window_acceptance.accept_length if p.window_acceptance is not None else None
         gauge = series["accept_length_gauge"]
         accept_rows.append(

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -30,6 +32,8 @@ SPECULATIVE_KNOBS = frozenset(
     {"steps", "spec_algorithm", "spec_method", "eagle_topk", "num_draft_tokens", "draft_model_path"}
 )
 CLOSED = "closed"
+MEMO_ENTRIES = 2  # derived per-point arrays a Run keeps (a 100 M-record run's point is ~160 MB of them)
+T = TypeVar("T")
 
 
 class AnalysisInputError(Exception):
@@ -76,6 +80,28 @@ class Run:
     manifest: Manifest
     points: list[PointInfo]
     warnings: list[str] = field(default_factory=list)
+    _memo: OrderedDict[tuple, Any] = field(default_factory=OrderedDict, repr=False, compare=False)
+
+    def memo(self, what: str, point: str, make: Callable[[], T]) -> T:
+        """``make()`` for (what, point), kept for the next call while the point's part files are unchanged (the
+        report's later sections read a point again; a run still being written is re-read). Keeps the last
+        MEMO_ENTRIES results."""
+        stamp = []
+        for f in point_files(self.run_dir, point):
+            try:
+                st = os.stat(f)
+                stamp.append((f, st.st_size, st.st_mtime_ns))
+            except OSError:
+                stamp.append((f, -1, -1))
+        key = (what, point, tuple(stamp))
+        if key in self._memo:
+            self._memo.move_to_end(key)
+            return self._memo[key]
+        got = make()
+        self._memo[key] = got
+        while len(self._memo) > MEMO_ENTRIES:
+            self._memo.popitem(last=False)
+        return got
 
     @property
     def run_id(self) -> str:
