@@ -1,6 +1,12 @@
 """Time `rig report` on a synthetic run of 10 million request records (prints figures; asserts nothing).
 
-    .venv/bin/python benchmarks/report_scale.py [--rows 10000000] [--keep DIR]
+    .venv/bin/python benchmarks/report_scale.py [--rows 10000000] [--data DIR] [--repeat N] [--steps ...]
+
+Every figure is a command in a process of its own (wall time, CPU time, peak RSS from its rusage), printed beside the
+raw scan of the same files (the floor: decoding every column the report reads, nothing else) and the load average, so
+it reads as a multiple of the floor on a machine shared with other work. ``engines`` computes the campaign's per-point
+aggregates and exact percentiles with pyarrow+numpy (what rig does), DuckDB and Polars on the same files and checks
+that their figures agree. ``bootstrap`` sets the m-out-of-n bootstrap against the full one.
 
 The run has 5 steps values x 5 concurrency levels x 2 workloads (greedy at temperature 0, realistic sampled), 4
 generators per point with clock offsets, realistic columns, and chunk lists (offsets and tokens per chunk) on a
@@ -11,8 +17,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
+import os
 import shutil
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -168,59 +176,228 @@ def du(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
 
 
+def ensure_run(run_dir: Path, rows: int, sample: float) -> str:
+    """Generate the run into ``run_dir`` unless it already holds one of ``rows`` records (reused across runs: 10 M
+    records take minutes to write, 100 M most of an hour)."""
+    stamp = run_dir / ".bench-rows"
+    if stamp.exists() and stamp.read_text() == f"{rows} {sample} {PART_ROWS}":
+        return "reused"
+    shutil.rmtree(run_dir, ignore_errors=True)
+    run_dir.mkdir(parents=True)
+    t = time.perf_counter()
+    make_run(run_dir, rows, sample)
+    stamp.write_text(f"{rows} {sample} {PART_ROWS}")
+    return f"generated in {time.perf_counter() - t:.0f} s"
+
+
+def load() -> str:
+    return "load average " + " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+# --- what is timed, each in a process of its own (its own peak RSS) ------------------------------------------------
+
+def floor(run_dir: str) -> None:
+    """The raw scan: every request column the report reads (metrics, ITL lists, ids and hashes, statuses and errors)
+    and the server metrics, decoded once from every part file with pyarrow's multi-threaded scanner and dropped."""
+    import pyarrow.dataset as ds
+
+    from rig.analysis.metrics import ITL_COLUMNS, REQUEST_COLUMNS
+
+    cols = sorted(set(REQUEST_COLUMNS + ITL_COLUMNS + ["output_hash", "temperature", "error"]))
+    for kind, schema, columns in (("requests", REQUEST_SCHEMA, cols), ("server_metrics", SERVER_METRICS_SCHEMA, None)):
+        files = sorted(str(p) for p in Path(run_dir, kind).rglob("*.parquet"))
+        for _ in ds.dataset(files, schema=schema, format="parquet").to_batches(columns=columns):
+            pass
+
+
+Q = (0.5, 0.9, 0.95, 0.99)
+
+
+def engine_pyarrow(run_dir: str) -> dict:
+    """Per point with pyarrow's scanner into numpy, as rig's report computes (np.percentile: exact, linear)."""
+    import pyarrow.dataset as ds
+
+    out = {}
+    for d in sorted(Path(run_dir, "requests").glob("point=*")):
+        files = sorted(str(p) for p in d.rglob("*.parquet"))
+        t = ds.dataset(files, schema=REQUEST_SCHEMA, format="parquet").to_table(
+            columns=["ok", "clock_offset_s", "send_ts", "end_ts", "ttft_s", "e2e_s", "completion_tokens"])
+        ok = t["ok"].to_numpy(zero_copy_only=False)
+        off = t["clock_offset_s"].to_numpy()
+        wall = float(np.max(t["end_ts"].to_numpy() - off) - np.min(t["send_ts"].to_numpy() - off))
+        ttft, e2e = t["ttft_s"].to_numpy()[ok], t["e2e_s"].to_numpy()[ok]
+        tok = t["completion_tokens"].to_numpy().astype(float)[ok]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            tpot = np.where(tok > 1, (e2e - ttft) / (tok - 1), np.nan)
+        tpot = tpot[np.isfinite(tpot)]
+        out[d.name.split("=", 1)[1]] = [len(ok), int(ok.sum()), float(tok.sum()), wall,
+                                        *(float(x) for v in (ttft, tpot, e2e) for x in np.quantile(v, Q)),
+                                        float(ttft.mean())]
+    return out
+
+
+_SQL = """
+SELECT point, count(*), sum(ok::INT), sum(completion_tokens) FILTER (WHERE ok),
+       max(end_ts - clock_offset_s) - min(send_ts - clock_offset_s),
+       quantile_cont(ttft_s, {q}) FILTER (WHERE ok),
+       quantile_cont(CASE WHEN completion_tokens > 1 THEN (e2e_s - ttft_s) / (completion_tokens - 1) END, {q})
+           FILTER (WHERE ok),
+       quantile_cont(e2e_s, {q}) FILTER (WHERE ok), avg(ttft_s) FILTER (WHERE ok)
+FROM read_parquet($files, union_by_name = true) GROUP BY point
+"""
+
+
+def engine_duckdb(run_dir: str) -> dict:
+    """One SQL statement over every part file (DuckDB: multi-threaded, out-of-core; quantile_cont is exact)."""
+    import duckdb
+
+    files = sorted(str(p) for p in Path(run_dir, "requests").rglob("*.parquet"))
+    rows = duckdb.connect().execute(_SQL.format(q=list(Q)), {"files": files}).fetchall()
+    return {r[0]: [r[1], int(r[2]), float(r[3]), r[4], *r[5], *r[6], *r[7], r[8]] for r in rows}
+
+
+def engine_polars(run_dir: str) -> dict:
+    """One lazy query over every part file (Polars: scan_parquet, group_by, exact linear quantiles)."""
+    import polars as pl
+
+    files = sorted(str(p) for p in Path(run_dir, "requests").rglob("*.parquet"))
+    ok, tok = pl.col("ok"), pl.col("completion_tokens")
+    tpot = pl.when(tok > 1).then((pl.col("e2e_s") - pl.col("ttft_s")) / (tok - 1))
+    aggs = [pl.len(), ok.sum(), tok.filter(ok).sum().cast(pl.Float64).alias("tokens"),
+            ((pl.col("end_ts") - pl.col("clock_offset_s")).max()
+             - (pl.col("send_ts") - pl.col("clock_offset_s")).min()).alias("wall")]
+    for name, e in (("ttft", pl.col("ttft_s")), ("tpot", tpot), ("e2e", pl.col("e2e_s"))):
+        aggs += [e.filter(ok).quantile(q, interpolation="linear").alias(f"{name}{q}") for q in Q]
+    aggs.append(pl.col("ttft_s").filter(ok).mean().alias("ttft_mean"))
+    df = pl.scan_parquet(files).group_by("point").agg(aggs).collect()
+    return {r[0]: list(r[1:]) for r in df.iter_rows()}
+
+
+ENGINES = {"pyarrow+numpy": engine_pyarrow, "duckdb": engine_duckdb, "polars": engine_polars}
+
+
+def child(step: str, run_dir: str, out: str) -> None:
+    """Run one timed step in this (child) process; engines write their figures to ``out`` for the agreement check."""
+    if step == "floor":
+        floor(run_dir)
+    elif step in ENGINES:
+        Path(out).write_text(json.dumps(ENGINES[step](run_dir)))
+
+
+def timed(argv: list[str]) -> tuple[float, float, float, int]:
+    """(wall s, CPU s, peak RSS MiB, exit code) of a command, from its own rusage."""
+    t = time.perf_counter()
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, status, ru = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - t
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return wall, ru.ru_utime + ru.ru_stime, ru.ru_maxrss / 1024, proc.returncode
+
+
+def rig_cmd() -> list[str]:
+    return [sys.executable, "-c", "from rig.cli import main; main()"]
+
+
+def bootstrap_error(run_dir: Path, seeds: int = 5) -> None:
+    """The m-out-of-n bootstrap against the full one, on the paired decode-speed ratio of two large points: how far
+    its bounds fall from the full bootstrap's, next to how far the full one's own bounds move from seed to seed."""
+    from rig.analysis import compare as cmp
+    from rig.analysis.runs import load_run
+
+    run = load_run(run_dir)
+    a, b = run.points[0], run.points[5]  # greedy steps 0 and 1 at concurrency 1: the same request ids
+    base, cand = cmp.Side(run, a, a.point), cmp.Side(run, b, b.point)
+    full, sub = [], []
+    draws = cmp.BOOTSTRAP_DRAWS
+    for seed in range(seeds):
+        cmp.BOOTSTRAP_DRAWS = 10**12
+        t = time.process_time()
+        [f] = cmp.paired_speedups(base, cand, 500, seed, metrics=("decode_tok_s",))
+        tf = time.process_time() - t
+        cmp.BOOTSTRAP_DRAWS = draws
+        t = time.process_time()
+        [s] = cmp.paired_speedups(base, cand, 500, seed, metrics=("decode_tok_s",))
+        ts = time.process_time() - t
+        full.append((f["ci_low"], f["ci_high"], tf))
+        sub.append((s["ci_low"], s["ci_high"], ts))
+    fa, sa = np.array(full), np.array(sub)
+    width = float(np.mean(fa[:, 1] - fa[:, 0]))
+    between = float(np.max(np.abs(fa[:, :2] - sa[:, :2]))) / width
+    seed_to_seed = float(np.max(np.ptp(fa[:, :2], axis=0))) / width
+    print(f"bootstrap ({f['pairs']:,} pairs, 500 resamples, {seeds} seeds): full {np.mean(fa[:, 2]):.2f} s CPU, "
+          f"{draws:,} draws {np.mean(sa[:, 2]):.2f} s CPU; bounds differ by at most {between:.1%} of the interval "
+          f"width (full bootstrap seed to seed: {seed_to_seed:.1%})")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", type=int, default=10_000_000)
     ap.add_argument("--chunk-sample", type=float, default=0.01, help="fraction of rows with chunk lists")
-    ap.add_argument("--keep", type=Path, help="write the run here and keep it")
+    ap.add_argument("--data", type=Path, help="the run directory: generated there once, reused while it matches "
+                                              "--rows (default: a temporary directory, removed)")
+    ap.add_argument("--part-rows", type=int, default=PART_ROWS, help="rows per part file")
+    ap.add_argument("--repeat", type=int, default=1, help="time each step this many times (the best is printed)")
+    ap.add_argument("--steps", default="floor,engines,json,terminal,html,all",
+                    help="comma list of: floor, engines, json, terminal, html, all, startup, bootstrap")
+    ap.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     args = ap.parse_args()
-    from click.testing import CliRunner
-
-    from rig.analysis.cli import report
-    from rig.analysis.report import build_report, to_json
-    from rig.analysis.tables import campaign_table
-
+    if args.child:
+        child(*args.child)
+        return
+    globals()["PART_ROWS"] = args.part_rows
+    steps = args.steps.split(",")
     tmp = None
-    if args.keep:
-        run_dir = args.keep
-        run_dir.mkdir(parents=True, exist_ok=True)
-    else:
+    run_dir = args.data
+    if run_dir is None:
         tmp = tempfile.mkdtemp(prefix="rig-report-scale-")
         run_dir = Path(tmp) / "bench"
     try:
-        t = time.perf_counter()
-        make_run(run_dir, args.rows, args.chunk_sample)
-        gen_s = time.perf_counter() - t
+        how = ensure_run(run_dir, args.rows, args.chunk_sample)
         files = len(list(run_dir.rglob("*.parquet")))
-        print(f"records: {args.rows:,} in {files} part files, {du(run_dir) / 2**20:,.0f} MiB on disk "
-              f"(chunk lists on {args.chunk_sample:.1%}); generated in {gen_s:.1f} s")
-        timings = {}
-        t = time.perf_counter()
-        rows = campaign_table(run_dir)
-        timings["campaign_table() (what `rig run` prints)"] = time.perf_counter() - t
-        t = time.perf_counter()
-        r = CliRunner().invoke(report, [str(run_dir), "--json"])
-        timings["rig report --json"] = time.perf_counter() - t
-        assert r.exit_code == 0, r.output
-        t = time.perf_counter()
-        rep = build_report(run_dir, [])
-        timings["build_report() (every section, incl. ITL + losslessness)"] = time.perf_counter() - t
-        t = time.perf_counter()
-        r = CliRunner().invoke(report, [str(run_dir), "--slo", "ttft=500ms", "--slo", "tpot=50ms"])
-        timings["rig report (terminal, with SLOs)"] = time.perf_counter() - t
-        assert r.exit_code == 0, r.output
-        t = time.perf_counter()
+        print(f"records: {args.rows:,} in {files} part files, {du(run_dir) / 2**30:,.2f} GiB on disk (chunk lists on "
+              f"{args.chunk_sample:.1%}); {how}; {os.cpu_count()} CPUs; {load()}")
         out = Path(tempfile.mkdtemp(prefix="rig-report-out-"))
-        r = CliRunner().invoke(report, [str(run_dir), "--csv", str(out / "csv"), "--plots", str(out / "plots"),
-                                        "--html", str(out / "r.html")])
-        timings["rig report --csv --plots --html"] = time.perf_counter() - t
-        assert r.exit_code == 0, r.output
+        me = [sys.executable, str(Path(__file__).resolve())]
+        slo = ["--slo", "ttft=500ms", "--slo", "tpot=50ms"]
+        commands = {
+            "floor": ("raw scan of the same files (the floor)", me + ["--child", "floor", str(run_dir), "-"]),
+            "startup": ("rig --help (interpreter and imports)", rig_cmd() + ["--help"]),
+            "json": ("rig report --json (campaign table)", rig_cmd() + ["report", str(run_dir), "--json"]),
+            "terminal": ("rig report (terminal, every section, SLOs)", rig_cmd() + ["report", str(run_dir), *slo]),
+            "html": ("rig report --html (with its plots), SLOs",
+                     rig_cmd() + ["report", str(run_dir), *slo, "--html", str(out / "r.html")]),
+            "all": ("rig report --csv --plots --html, SLOs",
+                    rig_cmd() + ["report", str(run_dir), *slo, "--csv", str(out / "csv"), "--plots",
+                                 str(out / "plots"), "--html", str(out / "r2.html")]),
+        }
+        base = None
+        for step in steps:
+            if step == "engines":
+                figures = {}
+                for name in ENGINES:
+                    best = min((timed(me + ["--child", name, str(run_dir), str(out / f"{name}.json")])
+                                for _ in range(args.repeat)), key=lambda x: x[0])
+                    figures[name] = json.loads((out / f"{name}.json").read_text())
+                    ratio = f"{best[0] / base:4.1f}x floor" if base else ""
+                    print(f"  engine {name:<14} per-point aggregates + exact percentiles  {best[0]:6.2f} s  "
+                          f"CPU {best[1]:6.2f} s  peak RSS {best[2]:6,.0f} MiB  {ratio}  ({load()})")
+                ref = figures["pyarrow+numpy"]
+                for name, got in figures.items():
+                    worst = max(abs(x - y) / max(abs(x), 1e-300) for p in ref for x, y in zip(ref[p], got[p]))
+                    print(f"  {name}: figures agree with numpy's to a relative {worst:.1e}")
+                continue
+            if step == "bootstrap":
+                bootstrap_error(run_dir)
+                continue
+            label, argv = commands[step]
+            runs = [timed(argv) for _ in range(args.repeat)]
+            wall, cpu, rss, rc = min(runs, key=lambda x: x[0])
+            if step == "floor":
+                base = wall
+            ratio = f"{wall / base:4.1f}x floor" if base and step != "floor" else ""
+            print(f"  {label:<46} {wall:6.2f} s  CPU {cpu:6.2f} s  peak RSS {rss:6,.0f} MiB  {ratio}  "
+                  f"{'exit ' + str(rc) if rc else ''}({load()})", flush=True)
         shutil.rmtree(out, ignore_errors=True)
-        for k, v in timings.items():
-            print(f"{k:<58} {v:7.2f} s   ({args.rows / v / 1e6:5.1f} M records/s)")
-        print(f"points: {len(rows)}; lossless groups checked: {rep.lossless['groups_checked']}, "
-              f"requests compared: {rep.lossless['requests_checked']:,}; JSON size {len(to_json(rows)):,} B")
-        print(f"peak RSS: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**10:,.0f} MiB")
     finally:
         if tmp:
             shutil.rmtree(tmp, ignore_errors=True)

@@ -11,6 +11,7 @@ import click
 import yaml
 
 from rig.analysis.cli import compare, report
+from rig.analysis.query import query
 from rig.cli_options import csv_ints, resolve_spec, run_options, spec_field
 from rig.config import RunSpec, SpecError, build_spec, load_yaml
 from rig.contracts import PointEntry
@@ -395,6 +396,7 @@ def tune(steps_csv: str | None, slo_texts: tuple[str, ...], slo_percentile: floa
 # Commands that live with their subsystem, imported directly: a broken import fails loudly, not by hiding a command.
 cli.add_command(report)
 cli.add_command(compare)
+cli.add_command(query)
 cli.add_command(sim)
 
 

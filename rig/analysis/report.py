@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import csv
 import json
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -14,7 +16,7 @@ from rig.analysis import metrics as m
 from rig.analysis.lossless import check_lossless, mismatch_rows
 from rig.analysis.percentiles import cdf_points, latency_rows, read_itl
 from rig.analysis.points import INVALIDATING, campaign_row, load_requests, sort_key
-from rig.analysis.runs import Run, load_run
+from rig.analysis.runs import PointInfo, Run, load_run
 from rig.contracts import Manifest
 from rig.analysis.server_series import Series, counter_window_acceptance, point_series, summarize_point
 
@@ -67,6 +69,61 @@ def adaptive_slos(manifest: Manifest) -> tuple[list[m.Slo], float | None]:
     return [], None
 
 
+class Reader:
+    """Reads the report's points one or two ahead of the one being summarised, on a second thread: Arrow's reads and
+    numpy's array work release the GIL, so reading the next point overlaps with the percentiles of this one (the
+    report's arithmetic is unchanged: the same functions on the same arrays). Then the losslessness check, which needs
+    no point's figures, runs beside the last points. Each task's warnings are added in the order a single pass would
+    add them."""
+
+    AHEAD = 2  # points read ahead (memory: a 100 M-record run's point is ~200 MB of arrays)
+
+    def __init__(self, run: Run) -> None:
+        self.run = run
+        self.pool = ThreadPoolExecutor(1, thread_name_prefix="rig-report-reader")
+        self.todo = list(run.points)
+        self.ahead: deque[Future] = deque()
+        self.check: Future | None = None
+        self._fill()
+
+    def _deferred(self, fn: Callable[..., Any], *args: Any) -> tuple[Any, list[str]]:
+        with self.run.deferred_notes() as notes:
+            return fn(*args), notes
+
+    def _inputs(self, p: PointInfo) -> tuple[m.Requests, dict[str, Series], tuple[np.ndarray, np.ndarray]]:
+        return load_requests(self.run, p), point_series(self.run, p.point), read_itl(self.run, p)
+
+    def _fill(self) -> None:
+        while self.todo and len(self.ahead) < self.AHEAD:
+            self.ahead.append(self.pool.submit(self._deferred, self._inputs, self.todo.pop(0)))
+        if not self.todo and self.check is None:
+            self.check = self.pool.submit(self._deferred, check_lossless, self.run)
+
+    def _take(self, future: Future) -> Any:
+        try:
+            got, notes = future.result()
+        except BaseException:
+            self.pool.shutdown(wait=True, cancel_futures=True)
+            raise
+        for n in notes:
+            self.run.note(n)
+        return got
+
+    def next(self, p: PointInfo) -> tuple[m.Requests, dict[str, Series], tuple[np.ndarray, np.ndarray]]:
+        """The requests, server series and ITL of ``p`` (the next point of run.points)."""
+        got = self._take(self.ahead.popleft())
+        self._fill()
+        return got
+
+    def lossless(self) -> dict[str, Any]:
+        """check_lossless(run), once every point was taken."""
+        self._fill()
+        assert self.check is not None
+        got = self._take(self.check)
+        self.pool.shutdown(wait=True)
+        return got
+
+
 def build_report(run_dir: Path | str | Run, slos: list[m.Slo] | None = None, cdf_resolution: int = 200,
                  slo_percentile: float | None = None, thresholds: str | None = None) -> Report:
     """Read each point once and compute every section of the report (SLOs: the given ones, else those of the
@@ -84,12 +141,11 @@ def build_report(run_dir: Path | str | Run, slos: list[m.Slo] | None = None, cdf
     meets: dict[str, bool] = {}
     campaign, latency, accept_rows, server, good = [], [], [], [], []
     series_by_point, cdfs = {}, {}
+    reader = Reader(run)
     for p in run.points:
-        r = load_requests(run, p)
-        series = point_series(run, p.point)
+        r, series, itl = reader.next(p)
         series_by_point[p.point] = series
         row = campaign_row(run, p, r, series)
-        itl = read_itl(run, p)
         latency += latency_rows(p, r, itl)
         ok = r.ok
         if cdf_resolution:  # only plots draw them (0: the terminal, JSON and CSV need none)
@@ -134,6 +190,7 @@ def build_report(run_dir: Path | str | Run, slos: list[m.Slo] | None = None, cdf
     order = {r["point"]: i for i, r in enumerate(sorted(campaign, key=sort_key))}
     by_order = lambda rows: sorted(rows, key=lambda x: order.get(x["point"], 0))  # noqa: E731
     mark_frontier(run, campaign)
+    lossless = reader.lossless()
     return Report(
         run=run,
         campaign=by_order(campaign),
@@ -141,7 +198,7 @@ def build_report(run_dir: Path | str | Run, slos: list[m.Slo] | None = None, cdf
         acceptance=by_order(accept_rows),
         server=by_order(server),
         goodput=by_order(good),
-        lossless=check_lossless(run),
+        lossless=lossless,
         slos=slos,
         slo_percentile=pct,
         frontier=frontier_rows(campaign),

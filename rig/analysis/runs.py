@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from collections import OrderedDict
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, TypeVar
+from typing import Any, Callable, Iterable, Iterator, TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -81,6 +83,8 @@ class Run:
     points: list[PointInfo]
     warnings: list[str] = field(default_factory=list)
     _memo: OrderedDict[tuple, Any] = field(default_factory=OrderedDict, repr=False, compare=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+    _local: threading.local = field(default_factory=threading.local, repr=False, compare=False)
 
     def memo(self, what: str, point: str, make: Callable[[], T]) -> T:
         """``make()`` for (what, point), kept for the next call while the point's part files are unchanged (the
@@ -94,14 +98,27 @@ class Run:
             except OSError:
                 stamp.append((f, -1, -1))
         key = (what, point, tuple(stamp))
-        if key in self._memo:
-            self._memo.move_to_end(key)
-            return self._memo[key]
+        with self._lock:
+            if key in self._memo:
+                self._memo.move_to_end(key)
+                return self._memo[key]
         got = make()
-        self._memo[key] = got
-        while len(self._memo) > MEMO_ENTRIES:
-            self._memo.popitem(last=False)
+        with self._lock:
+            self._memo[key] = got
+            while len(self._memo) > MEMO_ENTRIES:
+                self._memo.popitem(last=False)
         return got
+
+    @contextmanager
+    def deferred_notes(self) -> Iterator[list[str]]:
+        """Warnings this thread notes inside the block are collected in the list it yields instead of added: a
+        reader thread's warnings are added by the report in point order (``note`` each), as a sequential pass would."""
+        notes: list[str] = []
+        self._local.notes = notes
+        try:
+            yield notes
+        finally:
+            self._local.notes = None
 
     @property
     def run_id(self) -> str:
@@ -112,8 +129,11 @@ class Run:
         return self.manifest.status
 
     def note(self, warning: str) -> None:
-        """Add a warning once."""
-        if warning not in self.warnings:
+        """Add a warning once (inside ``deferred_notes``: collect it)."""
+        deferred = getattr(self._local, "notes", None)
+        if deferred is not None:
+            deferred.append(warning)
+        elif warning not in self.warnings:
             self.warnings.append(warning)
 
     def point(self, name: str) -> PointInfo:
