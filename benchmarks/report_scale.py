@@ -302,19 +302,20 @@ def bootstrap_error(run_dir: Path, seeds: int = 5) -> None:
     """The m-out-of-n bootstrap against the full one, on the paired decode-speed ratio of two large points: how far
     its bounds fall from the full bootstrap's, next to how far the full one's own bounds move from seed to seed."""
     from rig.analysis import compare as cmp
+    from rig.analysis import resample as rs
     from rig.analysis.runs import load_run
 
     run = load_run(run_dir)
     a, b = run.points[0], run.points[5]  # greedy steps 0 and 1 at concurrency 1: the same request ids
     base, cand = cmp.Side(run, a, a.point), cmp.Side(run, b, b.point)
     full, sub = [], []
-    draws = cmp.BOOTSTRAP_DRAWS
+    draws = rs.BOOTSTRAP_DRAWS
     for seed in range(seeds):
-        cmp.BOOTSTRAP_DRAWS = 10**12
+        rs.BOOTSTRAP_DRAWS = 10**12
         t = time.process_time()
         [f] = cmp.paired_speedups(base, cand, 500, seed, metrics=("decode_tok_s",))
         tf = time.process_time() - t
-        cmp.BOOTSTRAP_DRAWS = draws
+        rs.BOOTSTRAP_DRAWS = draws
         t = time.process_time()
         [s] = cmp.paired_speedups(base, cand, 500, seed, metrics=("decode_tok_s",))
         ts = time.process_time() - t

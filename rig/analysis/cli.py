@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from rig.analysis.gate import Threshold, parse_threshold
 from rig.analysis.metrics import Slo, parse_slo
 from rig.analysis.runs import AnalysisInputError
 
@@ -151,6 +152,23 @@ def _best_table(rows: list[dict[str, Any]]) -> Table:
     return t
 
 
+def _thresholds(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> list[Threshold]:
+    try:
+        return [parse_threshold(v) for v in values]
+    except ValueError as e:
+        raise click.BadParameter(str(e)) from None
+
+
+def _gate_line(g: dict[str, Any]) -> Text:
+    """'FAIL tpot_p99 <= +3.0%  A:p -> B:p: +5.2% (95% CI ...): why' (one per pair of points and metric)."""
+    fail = g["verdict"] == "fail"
+    line = Text("FAIL" if fail else "pass", style="bold red" if fail else "green")
+    line.append(f"  {g['metric']} <= +{g['threshold']:.1%}  {g['baseline']} -> {g['candidate']}: {g['why']}")
+    if g.get("incomplete"):
+        line.append(f"  ! incomplete: {g['incomplete']}", style="bold red")
+    return line
+
+
 @click.command("compare")
 @click.argument("a")
 @click.argument("b", required=False)
@@ -159,22 +177,33 @@ def _best_table(rows: list[dict[str, Any]]) -> Table:
               help="Bootstrap resamples.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Bootstrap seed.")
 @click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON.")
-def compare(a: str, b: str | None, baseline_steps: int | None, resamples: int, seed: int, as_json: bool) -> None:
+@click.option("--max-regression", "max_regression", multiple=True, callback=_thresholds, metavar="METRIC[_STAT]=PCT%",
+              help="CI gate: exit 1 only when the candidate is worse than this with 95% confidence (paired "
+                   "bootstrap interval entirely beyond it), e.g. --max-regression tpot_p99=3% (metrics: ttft, tpot, "
+                   "e2e, decode_tok_s; stats: mean (default), p50, p90, p95, p99, gm). One line per metric says why.")
+def compare(a: str, b: str | None, baseline_steps: int | None, resamples: int, seed: int, as_json: bool,
+            max_regression: list[Threshold]) -> None:
     """Paired speedups of B over baseline A (runs, or RUN_DIR:POINT), or of one run's points over --baseline-steps."""
     from rig.analysis.compare import compare as run_compare
     from rig.analysis.report import to_json
 
     try:
-        result = run_compare(a, b, baseline_steps, resamples, seed)
+        result = run_compare(a, b, baseline_steps, resamples, seed, max_regression)
     except (AnalysisInputError, OSError, ValueError) as e:
         raise _fail(e) from None
     err = Console(stderr=True)
     for w in result["warnings"]:
         err.print(f"[yellow]! {w}[/yellow]")
+    failed = any(g["verdict"] == "fail" for g in result.get("gate", []))
     if as_json:
         click.echo(to_json(result))
-        return
-    out = Console(width=max(Console().width, 160) if not sys.stdout.isatty() else None)
-    out.print(f"[bold]Compare: {result['mode']}[/bold]  ({result['resamples']} resamples, seed {result['seed']})")
-    out.print(_speedup_table(result["speedups"]))
-    out.print(_best_table(result["best"]))
+    else:
+        out = Console(width=max(Console().width, 160) if not sys.stdout.isatty() else None)
+        out.print(f"[bold]Compare: {result['mode']}[/bold]  ({result['resamples']} resamples, seed {result['seed']})")
+        out.print(_speedup_table(result["speedups"]))
+        out.print(_best_table(result["best"]))
+        for g in result.get("gate", []):
+            out.print(_gate_line(g), highlight=False, soft_wrap=True)
+    if failed:
+        raise SystemExit(1)
+
