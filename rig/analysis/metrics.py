@@ -223,18 +223,18 @@ def itl_values(offsets: pa.ChunkedArray | pa.Array, tokens: pa.ChunkedArray | pa
     if rows is not None:
         keep &= rows
     flat = as_float(pc.list_flatten(offsets))  # the elements of every non-null list, row after row
-    elem_keep = np.repeat(keep, n_off)
-    first = np.zeros(flat.size, dtype=bool)  # a list's first chunk is TTFT, not ITL
-    starts = np.cumsum(n_off) - n_off
-    first[starts[n_off > 0]] = True
+    sel = np.repeat(keep, n_off) if not keep.all() else np.ones(flat.size, dtype=bool)
+    sel[(np.cumsum(n_off) - n_off)[n_off > 0]] = False  # a list's first chunk is TTFT, not ITL
     # Token counts aligned with flat offsets; rows without counts get one token per chunk.
-    tok = np.ones(flat.size)
     with_tok = keep & ~no_tok
-    if with_tok.any():
-        tok_flat = as_float(pc.list_flatten(tokens))
-        tok[np.repeat(with_tok, n_off)] = tok_flat[np.repeat(with_tok, np.maximum(n_tok, 0))]
+    if (np.maximum(n_tok, 0) == n_off).all():  # every row's counts pair with its offsets (the usual case)
+        tok = as_float(pc.list_flatten(tokens))
+    else:
+        tok = np.ones(flat.size)
+        if with_tok.any():
+            tok_flat = as_float(pc.list_flatten(tokens))
+            tok[np.repeat(with_tok, n_off)] = tok_flat[np.repeat(with_tok, np.maximum(n_tok, 0))]
     gaps = np.diff(flat, prepend=np.nan)
-    sel = elem_keep & ~first
     gaps, tok = gaps[sel], tok[sel]
     good = np.isfinite(gaps) & (tok > 0)
     return gaps[good] / tok[good], tok[good]
@@ -260,7 +260,7 @@ def _expanded_percentiles(v: np.ndarray, w: np.ndarray, total: float, q: np.ndar
     statistics and the same interpolation as the sorted path, so the same numbers."""
     h = (total - 1) * q / 100.0
     lo, hi = np.floor(h), np.ceil(h)
-    expanded = np.repeat(v, w.astype(np.int64))
+    expanded = np.repeat(v, w.astype(np.int64)) if total != v.size else v.copy()  # all ones: nothing to repeat
     expanded.partition(np.unique(np.concatenate([lo, hi]).astype(np.int64)))
     v_lo, v_hi = expanded[lo.astype(np.int64)], expanded[hi.astype(np.int64)]
     return [float(x) for x in v_lo + (h - lo) * (v_hi - v_lo)]
