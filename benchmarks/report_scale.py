@@ -27,6 +27,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from rig.contracts import (ClusterInfo, GeneratorHost, GeneratorReport, Manifest, PointEntry, PointIdentity,
@@ -141,8 +142,6 @@ def make_point(rng: np.random.Generator, run_dir: Path, point: str, steps: int, 
 
 def pc_if_else(mask: np.ndarray, values: pa.Array | None, typ: pa.DataType, n: int) -> pa.Array:
     """values where mask, null elsewhere."""
-    import pyarrow.compute as pc
-
     if values is None or not mask.any():
         return pa.nulls(n, typ)
     return pc.if_else(pa.array(mask), values, pa.nulls(n, typ))
@@ -180,14 +179,51 @@ def ensure_run(run_dir: Path, rows: int, sample: float) -> str:
     """Generate the run into ``run_dir`` unless it already holds one of ``rows`` records (reused across runs: 10 M
     records take minutes to write, 100 M most of an hour)."""
     stamp = run_dir / ".bench-rows"
-    if stamp.exists() and stamp.read_text() == f"{rows} {sample} {PART_ROWS}":
+    want = f"{rows} {sample} {PART_ROWS}"
+    if stamp.exists() and stamp.read_text().strip() == want:
         return "reused"
     shutil.rmtree(run_dir, ignore_errors=True)
     run_dir.mkdir(parents=True)
     t = time.perf_counter()
-    make_run(run_dir, rows, sample)
-    stamp.write_text(f"{rows} {sample} {PART_ROWS}")
+    # in a child process: this one stays small, so the children it times do not inherit its peak RSS
+    subprocess.run([sys.executable, str(Path(__file__).resolve()), "--child", "generate", str(run_dir),
+                    f"{rows},{sample},{PART_ROWS}"], check=True)
+    stamp.write_text(want)
     return f"generated in {time.perf_counter() - t:.0f} s"
+
+
+def scale_up(src: Path, dst: Path, times: int) -> str:
+    """``times`` copies of every point of run ``src`` in ``dst``, one part file per point and generator (fewer, larger
+    parts): copy k's request and session ids end in ``#k`` and its timestamps move k point-lengths on, so each point
+    holds ``times`` as many distinct requests over ``times`` as long. Writing 100 M records this way takes minutes
+    where ``make_run`` takes hours on 2 cores."""
+    from rig.results import load_manifest
+
+    t0 = time.perf_counter()
+    shutil.rmtree(dst, ignore_errors=True)
+    manifest: Manifest = load_manifest(src)
+    ts_cols = ("intended_send_ts", "send_ts", "first_token_ts", "end_ts")
+    for entry in manifest.points:
+        span = (entry.ended_ts or 0) - (entry.started_ts or 0)
+        for gen_dir in sorted((src / "requests" / f"point={entry.point}").glob("gen=*")):
+            table = pq.read_table(sorted(str(p) for p in gen_dir.glob("*.parquet")), schema=REQUEST_SCHEMA)
+            out = dst / "requests" / f"point={entry.point}" / gen_dir.name
+            out.mkdir(parents=True)
+            with pq.ParquetWriter(out / part_name(0), REQUEST_SCHEMA) as w:
+                for k in range(times):
+                    copy = table
+                    for c in ("request_id", "session_id"):
+                        copy = copy.set_column(copy.schema.get_field_index(c), c,
+                                               pc.binary_join_element_wise(copy[c], pa.scalar(f"#{k}"), ""))
+                    for c in ts_cols:
+                        copy = copy.set_column(copy.schema.get_field_index(c), c, pc.add(copy[c], k * span))
+                    w.write_table(copy, row_group_size=PART_ROWS)
+        shutil.copytree(src / "server_metrics" / f"point={entry.point}",
+                        dst / "server_metrics" / f"point={entry.point}")
+        entry.ended_ts = (entry.started_ts or 0) + times * span
+        entry.requests_scheduled = (entry.requests_scheduled or 0) * times
+    write_manifest(dst, manifest)
+    return f"{times} copies of {src} written in {time.perf_counter() - t0:.0f} s"
 
 
 def load() -> str:
@@ -278,7 +314,11 @@ ENGINES = {"pyarrow+numpy": engine_pyarrow, "duckdb": engine_duckdb, "polars": e
 
 def child(step: str, run_dir: str, out: str) -> None:
     """Run one timed step in this (child) process; engines write their figures to ``out`` for the agreement check."""
-    if step == "floor":
+    if step == "generate":
+        rows, sample, part_rows = out.split(",")
+        globals()["PART_ROWS"] = int(part_rows)
+        make_run(Path(run_dir), int(rows), float(sample))
+    elif step == "floor":
         floor(run_dir)
     elif step in ENGINES:
         Path(out).write_text(json.dumps(ENGINES[step](run_dir)))
@@ -340,11 +380,23 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=1, help="time each step this many times (the best is printed)")
     ap.add_argument("--steps", default="floor,engines,json,terminal,html,all",
                     help="comma list of: floor, engines, json, terminal, html, all, startup, bootstrap")
+    ap.add_argument("--scale-up", type=int, metavar="TIMES",
+                    help="make --data from TIMES copies of the --rows/TIMES run (generated or reused next to it)")
     ap.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
         child(*args.child)
         return
+    if args.scale_up:
+        if args.data is None:
+            ap.error("--scale-up needs --data")
+        small = args.data.with_name(args.data.name + f"-base{args.rows // args.scale_up}")
+        ensure_run(small, args.rows // args.scale_up, args.chunk_sample)
+        stamp = args.data / ".bench-rows"
+        want = f"{args.rows} {args.chunk_sample} scaled {args.scale_up}"
+        if not (stamp.exists() and stamp.read_text().strip() == want):
+            print(scale_up(small, args.data, args.scale_up))
+            stamp.write_text(want)
     globals()["PART_ROWS"] = args.part_rows
     steps = args.steps.split(",")
     tmp = None
@@ -353,7 +405,7 @@ def main() -> None:
         tmp = tempfile.mkdtemp(prefix="rig-report-scale-")
         run_dir = Path(tmp) / "bench"
     try:
-        how = ensure_run(run_dir, args.rows, args.chunk_sample)
+        how = "scaled up" if args.scale_up else ensure_run(run_dir, args.rows, args.chunk_sample)
         files = len(list(run_dir.rglob("*.parquet")))
         print(f"records: {args.rows:,} in {files} part files, {du(run_dir) / 2**30:,.2f} GiB on disk (chunk lists on "
               f"{args.chunk_sample:.1%}); {how}; {os.cpu_count()} CPUs; {load()}")

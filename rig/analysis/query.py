@@ -171,7 +171,8 @@ def run_query(opened: Opened, sql: str, limit: int | None = None) -> tuple[pa.Ta
         rel = opened.con.sql(sql)
         if rel is None:  # a statement, not a query: nothing to show
             return pa.table({}), False
-        reader = rel.fetch_record_batch(10_000)
+        # DuckDB 1.4 renamed fetch_record_batch (kept, deprecated) to to_arrow_reader
+        reader = rel.to_arrow_reader(10_000) if hasattr(rel, "to_arrow_reader") else rel.fetch_record_batch(10_000)
         batches, rows = [], 0
         for batch in reader:
             batches.append(batch)
