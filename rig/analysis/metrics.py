@@ -237,6 +237,9 @@ def itl_values(offsets: pa.ChunkedArray | pa.Array, tokens: pa.ChunkedArray | pa
     gaps = np.diff(flat, prepend=np.nan)
     gaps, tok = gaps[sel], tok[sel]
     good = np.isfinite(gaps) & (tok > 0)
+    if good.all():  # the usual case: no third copy of either array
+        gaps /= tok
+        return gaps, tok
     return gaps[good] / tok[good], tok[good]
 
 
@@ -282,7 +285,8 @@ def weighted_percentiles(
     if not presorted and q.size <= _SELECT_MAX_QS:
         v, w = np.asarray(values, dtype=float), np.asarray(weights, dtype=float)
         keep = np.isfinite(v) & (w > 0)
-        v, w = v[keep], w[keep]
+        if not keep.all():
+            v, w = v[keep], w[keep]
         if not v.size:
             return [None] * q.size
         total = w.sum()
@@ -310,8 +314,9 @@ def summarize(values: np.ndarray, weights: np.ndarray | None = None, presorted: 
     else:
         w = np.asarray(weights, dtype=float)
         m = np.isfinite(v) & (w > 0)
-        n = int(w[m].sum())
-        mean = float((v[m] * w[m]).sum() / w[m].sum()) if m.any() else None
+        vm, wm = (v, w) if m.all() else (v[m], w[m])  # the same values in the same order: the same sums
+        n = int(wm.sum())
+        mean = float((vm * wm).sum() / wm.sum()) if m.any() else None
     pcts = weighted_percentiles(v, weights, PERCENTILES, presorted)
     out: dict[str, Any] = {"n": n, "mean": mean}
     out.update({f"p{q}": x for q, x in zip(PERCENTILES, pcts)})
