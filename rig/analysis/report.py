@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -11,12 +12,13 @@ from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
+import pyarrow as pa
 
 from rig.analysis import metrics as m
 from rig.analysis.lossless import check_lossless, mismatch_rows
 from rig.analysis.percentiles import cdf_points, latency_rows, read_itl
 from rig.analysis.points import INVALIDATING, campaign_row, load_requests, sort_key
-from rig.analysis.runs import PointInfo, Run, load_run
+from rig.analysis.runs import PointInfo, Run, load_run, point_files
 from rig.contracts import Manifest
 from rig.analysis.server_series import Series, counter_window_acceptance, point_series, summarize_point
 
@@ -76,7 +78,11 @@ class Reader:
     no point's figures, runs beside the last points. Each task's warnings are added in the order a single pass would
     add them."""
 
-    AHEAD = 2  # points read ahead (memory: a 100 M-record run's point is ~200 MB of arrays)
+    # Memory bounds: a point's arrays are about 10x its part files' size on disk. Small points are read two ahead
+    # and the losslessness check runs beside the last ones; a run with large points (a 100 M-record run's are
+    # 270 MB of files) reads one ahead and checks losslessness alone, after the points.
+    SMALL_POINT = 64 * 2**20  # bytes on disk
+    SMALL_RUN = 2 * 2**30
 
     def __init__(self, run: Run) -> None:
         self.run = run
@@ -84,6 +90,9 @@ class Reader:
         self.todo = list(run.points)
         self.ahead: deque[Future] = deque()
         self.check: Future | None = None
+        sizes = [sum(os.path.getsize(f) for f in point_files(run.run_dir, p.point)) for p in run.points]
+        self.depth = 2 if max(sizes, default=0) <= self.SMALL_POINT else 1
+        self.overlap_check = sum(sizes) <= self.SMALL_RUN
         self._fill()
 
     def _deferred(self, fn: Callable[..., Any], *args: Any) -> tuple[Any, list[str]]:
@@ -94,9 +103,9 @@ class Reader:
         return load_requests(self.run, p), point_series(self.run, p.point), read_itl(self.run, p)
 
     def _fill(self) -> None:
-        while self.todo and len(self.ahead) < self.AHEAD:
+        while self.todo and len(self.ahead) < self.depth:
             self.ahead.append(self.pool.submit(self._deferred, self._inputs, self.todo.pop(0)))
-        if not self.todo and self.check is None:
+        if not self.todo and self.check is None and self.overlap_check:
             self.check = self.pool.submit(self._deferred, check_lossless, self.run)
 
     def _take(self, future: Future) -> Any:
@@ -112,13 +121,15 @@ class Reader:
     def next(self, p: PointInfo) -> tuple[m.Requests, dict[str, Series], tuple[np.ndarray, np.ndarray]]:
         """The requests, server series and ITL of ``p`` (the next point of run.points)."""
         got = self._take(self.ahead.popleft())
+        pa.default_memory_pool().release_unused()  # hand the last point's Arrow buffers back to the system
         self._fill()
         return got
 
     def lossless(self) -> dict[str, Any]:
         """check_lossless(run), once every point was taken."""
-        self._fill()
-        assert self.check is not None
+        pa.default_memory_pool().release_unused()
+        if self.check is None:  # a large run: now, with no point's arrays held
+            self.check = self.pool.submit(self._deferred, check_lossless, self.run)
         got = self._take(self.check)
         self.pool.shutdown(wait=True)
         return got
