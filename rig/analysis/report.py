@@ -78,9 +78,10 @@ class Reader:
     no point's figures, runs beside the last points. Each task's warnings are added in the order a single pass would
     add them."""
 
-    # Memory bounds: a point's arrays are about 10x its part files' size on disk. Small points are read two ahead
-    # and the losslessness check runs beside the last ones; a run with large points (a 100 M-record run's are
-    # 270 MB of files) reads one ahead and checks losslessness alone, after the points.
+    # Memory bounds: reading and deriving a point takes about 5x its part files' size on disk at its peak. Small
+    # points are read two ahead and the losslessness check runs beside the last ones; large points (a 100 M-record
+    # run's are 270 MB of files, 1.2 GB at the peak) are read one at a time, when asked for, and losslessness is
+    # checked alone after them: the report's memory is that of its largest point, whatever the number of points.
     SMALL_POINT = 64 * 2**20  # bytes on disk
     SMALL_RUN = 2 * 2**30
 
@@ -91,7 +92,7 @@ class Reader:
         self.ahead: deque[Future] = deque()
         self.check: Future | None = None
         sizes = [sum(os.path.getsize(f) for f in point_files(run.run_dir, p.point)) for p in run.points]
-        self.depth = 2 if max(sizes, default=0) <= self.SMALL_POINT else 1
+        self.depth = 2 if max(sizes, default=0) <= self.SMALL_POINT else 0
         self.overlap_check = sum(sizes) <= self.SMALL_RUN
         self._fill()
 
@@ -120,6 +121,8 @@ class Reader:
 
     def next(self, p: PointInfo) -> tuple[m.Requests, dict[str, Series], tuple[np.ndarray, np.ndarray]]:
         """The requests, server series and ITL of ``p`` (the next point of run.points)."""
+        if not self.ahead:  # large points: this one, now
+            self.ahead.append(self.pool.submit(self._deferred, self._inputs, self.todo.pop(0)))
         got = self._take(self.ahead.popleft())
         pa.default_memory_pool().release_unused()  # hand the last point's Arrow buffers back to the system
         self._fill()
@@ -127,6 +130,7 @@ class Reader:
 
     def lossless(self) -> dict[str, Any]:
         """check_lossless(run), once every point was taken."""
+        self.run.forget()  # the points' kept arrays: what follows reads again the few points it needs
         pa.default_memory_pool().release_unused()
         if self.check is None:  # a large run: now, with no point's arrays held
             self.check = self.pool.submit(self._deferred, check_lossless, self.run)

@@ -109,6 +109,11 @@ class Run:
                 self._memo.popitem(last=False)
         return got
 
+    def forget(self) -> None:
+        """Drop what ``memo`` kept."""
+        with self._lock:
+            self._memo.clear()
+
     @contextmanager
     def deferred_notes(self) -> Iterator[list[str]]:
         """Warnings this thread notes inside the block are collected in the list it yields instead of added: a
