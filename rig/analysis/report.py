@@ -71,6 +71,21 @@ def adaptive_slos(manifest: Manifest) -> tuple[list[m.Slo], float | None]:
     return [], None
 
 
+def _hand_back_large_frees() -> None:
+    """glibc keeps a freed block below its mmap threshold in the arena of the thread that freed it, and raises the
+    threshold to the size of every large block freed (up to 32 MB): a large point's 16 MB arrays, made by two
+    threads, would then hold two arenas' high-water marks. Fixing the threshold at 1 MiB maps every such array on
+    its own and unmaps it when freed (glibc only; elsewhere nothing changes)."""
+    import ctypes
+    import ctypes.util
+
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        libc.mallopt(-3, 1 << 20)  # M_MMAP_THRESHOLD (malloc.h)
+    except (OSError, AttributeError):
+        pass
+
+
 class Reader:
     """Reads the report's points one or two ahead of the one being summarised, on a second thread: Arrow's reads and
     numpy's array work release the GIL, so reading the next point overlaps with the percentiles of this one (the
@@ -93,6 +108,8 @@ class Reader:
         self.check: Future | None = None
         sizes = [sum(os.path.getsize(f) for f in point_files(run.run_dir, p.point)) for p in run.points]
         self.depth = 2 if max(sizes, default=0) <= self.SMALL_POINT else 0
+        if not self.depth:
+            _hand_back_large_frees()
         self.overlap_check = sum(sizes) <= self.SMALL_RUN
         self._fill()
 

@@ -390,6 +390,12 @@ def read_point_requests(
     return _read(point_files(Path(run_dir), point), REQUEST_SCHEMA, list(columns), filter, on_skip)
 
 
+def read_request_files(files: list[str], columns: Iterable[str],
+                       on_skip: Callable[[str], None] | None = None) -> pa.Table:
+    """Selected request columns of the given part files (a point's, a few at a time: see percentiles.read_itl)."""
+    return _read(files, REQUEST_SCHEMA, list(columns), None, on_skip)
+
+
 def read_point_server_metrics(
     run_dir: Path | str, point: str, names: Iterable[str] | None = None, on_skip: Callable[[str], None] | None = None
 ) -> pa.Table:
