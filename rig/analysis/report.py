@@ -222,6 +222,9 @@ def build_report(run_dir: Path | str | Run, slos: list[m.Slo] | None = None, cdf
     order = {r["point"]: i for i, r in enumerate(sorted(campaign, key=sort_key))}
     by_order = lambda rows: sorted(rows, key=lambda x: order.get(x["point"], 0))  # noqa: E731
     mark_frontier(run, campaign)
+    # the intervals are computed while the reader thread checks losslessness (beside the last points, in a small run)
+    best_level = best_per_level(run, campaign, meets if slos else None)
+    best_slo = best_per_slo(run, campaign, meets, describe(slos, pct)) if slos else []
     lossless = reader.lossless()
     return Report(
         run=run,
@@ -234,8 +237,8 @@ def build_report(run_dir: Path | str | Run, slos: list[m.Slo] | None = None, cdf
         slos=slos,
         slo_percentile=pct,
         frontier=frontier_rows(campaign),
-        best_per_level=best_per_level(run, campaign, meets if slos else None),
-        best_per_slo=best_per_slo(run, campaign, meets, describe(slos, pct)) if slos else [],
+        best_per_level=best_level,
+        best_per_slo=best_slo,
         search=run.manifest.search,
         tune=run.manifest.tune,
         series=series_by_point,
