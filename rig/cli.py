@@ -16,7 +16,6 @@ from rig.cli_options import csv_ints, resolve_spec, run_options, spec_field
 from rig.config import RunSpec, SpecError, build_spec, load_yaml
 from rig.contracts import PointEntry
 from rig.sim.cli import sim
-from rig.tune.cli import parse_slos, resumed_planner, search_settings
 from rig.tune.search import MAX_CONCURRENCY, MAX_RATE
 
 if TYPE_CHECKING:  # imported when used: a command loads only what it needs
@@ -243,6 +242,9 @@ def sweep(steps_csv: str | None, grid: tuple[str, ...], resume_dir: Path | None,
           search_slos: tuple[str, ...], slo_percentile: float, search_max: float | None, search_tolerance: float,
           **kw: Any) -> None:
     """Run a grid of server configurations x workloads x load levels into one run directory."""
+    # rig.tune.cli imports the runner, and so Ray (0.4 s): imported where used, so `rig report` starts without it
+    from rig.tune.cli import resumed_planner, search_settings
+
     if search is not None:
         settings = search_settings(search, search_slos, slo_percentile, search_max, search_tolerance, kw)
         if resume_dir is not None:
@@ -368,6 +370,7 @@ def tune(steps_csv: str | None, slo_texts: tuple[str, ...], slo_percentile: floa
     simulator's model to them, predict every configuration's SLO boundary, measure only where that decides the
     answer, refit, and stop when the measured answer is stable. --concurrency gives the load levels to choose
     from. Resume an interrupted tune with `rig sweep --resume RUN_DIR`."""
+    from rig.tune.cli import parse_slos
     from rig.tune.probe import slo_texts as to_texts
     from rig.tune.tune import TuneSettings, tune_planner
 
