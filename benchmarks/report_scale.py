@@ -324,10 +324,12 @@ def child(step: str, run_dir: str, out: str) -> None:
         Path(out).write_text(json.dumps(ENGINES[step](run_dir)))
 
 
-def timed(argv: list[str]) -> tuple[float, float, float, int]:
-    """(wall s, CPU s, peak RSS MiB, exit code) of a command, from its own rusage."""
+def timed(argv: list[str], code: Path | None = None) -> tuple[float, float, float, int]:
+    """(wall s, CPU s, peak RSS MiB, exit code) of a command, from its own rusage; ``code``: run that copy of rig
+    (first on the path, and the working directory, which ``python -c`` puts before it)."""
     t = time.perf_counter()
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    env = {**os.environ, "PYTHONPATH": str(code)} if code else None
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, cwd=code)
     _, status, ru = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - t
     proc.returncode = os.waitstatus_to_exitcode(status)
@@ -379,9 +381,13 @@ def main() -> None:
     ap.add_argument("--part-rows", type=int, default=PART_ROWS, help="rows per part file")
     ap.add_argument("--repeat", type=int, default=1, help="time each step this many times (the best is printed)")
     ap.add_argument("--steps", default="floor,engines,json,terminal,html,all",
-                    help="comma list of: floor, engines, json, terminal, html, all, startup, bootstrap")
+                    help="comma list of: floor, engines, json, terminal, html, all, startup, bootstrap (and "
+                         "baseline-terminal, baseline-html with --baseline-code)")
     ap.add_argument("--scale-up", type=int, metavar="TIMES",
                     help="make --data from TIMES copies of the --rows/TIMES run (generated or reused next to it)")
+    ap.add_argument("--baseline-code", type=Path, metavar="DIR",
+                    help="a copy of another version's rig package (e.g. git archive REV rig | tar -x -C DIR): the "
+                         "steps named baseline-terminal and baseline-html run it on the same files")
     ap.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -423,6 +429,10 @@ def main() -> None:
                     rig_cmd() + ["report", str(run_dir), *slo, "--csv", str(out / "csv"), "--plots",
                                  str(out / "plots"), "--html", str(out / "r2.html")]),
         }
+        if args.baseline_code:
+            for name in ("terminal", "html"):
+                label, argv = commands[name]
+                commands[f"baseline-{name}"] = (f"  the same with {args.baseline_code}", argv)
         base = None
         for step in steps:
             if step == "engines":
@@ -443,7 +453,8 @@ def main() -> None:
                 bootstrap_error(run_dir)
                 continue
             label, argv = commands[step]
-            runs = [timed(argv) for _ in range(args.repeat)]
+            code = args.baseline_code.resolve() if step.startswith("baseline-") else None
+            runs = [timed(argv, code) for _ in range(args.repeat)]
             wall, cpu, rss, rc = min(runs, key=lambda x: x[0])
             if step == "floor":
                 base = wall
