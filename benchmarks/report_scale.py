@@ -1,6 +1,12 @@
 """Time `rig report` on a synthetic run of 10 million request records (prints figures; asserts nothing).
 
-    .venv/bin/python benchmarks/report_scale.py [--rows 10000000] [--keep DIR]
+    .venv/bin/python benchmarks/report_scale.py [--rows 10000000] [--data DIR] [--repeat N] [--steps ...]
+
+Every figure is a command in a process of its own (wall time, CPU time, peak RSS from its rusage), printed beside the
+raw scan of the same files (the floor: decoding every column the report reads, nothing else) and the load average, so
+it reads as a multiple of the floor on a machine shared with other work. ``engines`` computes the campaign's per-point
+aggregates and exact percentiles with pyarrow+numpy (what rig does), DuckDB and Polars on the same files and checks
+that their figures agree. ``bootstrap`` sets the m-out-of-n bootstrap against the full one.
 
 The run has 5 steps values x 5 concurrency levels x 2 workloads (greedy at temperature 0, realistic sampled), 4
 generators per point with clock offsets, realistic columns, and chunk lists (offsets and tokens per chunk) on a
@@ -11,14 +17,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
+import os
 import shutil
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from rig.contracts import (ClusterInfo, GeneratorHost, GeneratorReport, Manifest, PointEntry, PointIdentity,
@@ -30,7 +39,7 @@ STEPS = (0, 1, 2, 3, 4)
 LEVELS = (1, 4, 16, 32, 64)
 WORKLOADS = ("greedy", "realistic")
 GENERATORS = 4
-PART_ROWS = 50_000
+PART_ROWS = 50_000  # rows per part file (--part-rows: 100 M records are better written in fewer, larger parts)
 
 
 def _chunks(rng: np.random.Generator, tokens: np.ndarray, ttft: np.ndarray, e2e: np.ndarray, accept: float):
@@ -133,8 +142,6 @@ def make_point(rng: np.random.Generator, run_dir: Path, point: str, steps: int, 
 
 def pc_if_else(mask: np.ndarray, values: pa.Array | None, typ: pa.DataType, n: int) -> pa.Array:
     """values where mask, null elsewhere."""
-    import pyarrow.compute as pc
-
     if values is None or not mask.any():
         return pa.nulls(n, typ)
     return pc.if_else(pa.array(mask), values, pa.nulls(n, typ))
@@ -168,59 +175,293 @@ def du(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
 
 
+def ensure_run(run_dir: Path, rows: int, sample: float) -> str:
+    """Generate the run into ``run_dir`` unless it already holds one of ``rows`` records (reused across runs: 10 M
+    records take minutes to write, 100 M most of an hour)."""
+    stamp = run_dir / ".bench-rows"
+    want = f"{rows} {sample} {PART_ROWS}"
+    if stamp.exists() and stamp.read_text().strip() == want:
+        return "reused"
+    shutil.rmtree(run_dir, ignore_errors=True)
+    run_dir.mkdir(parents=True)
+    t = time.perf_counter()
+    # in a child process: this one stays small, so the children it times do not inherit its peak RSS
+    subprocess.run([sys.executable, str(Path(__file__).resolve()), "--child", "generate", str(run_dir),
+                    f"{rows},{sample},{PART_ROWS}"], check=True)
+    stamp.write_text(want)
+    return f"generated in {time.perf_counter() - t:.0f} s"
+
+
+def scale_up(src: Path, dst: Path, times: int) -> str:
+    """``times`` copies of every point of run ``src`` in ``dst``, one part file per point and generator (fewer, larger
+    parts): copy k's request and session ids end in ``#k`` and its timestamps move k point-lengths on, so each point
+    holds ``times`` as many distinct requests over ``times`` as long. Writing 100 M records this way takes minutes
+    where ``make_run`` takes hours on 2 cores."""
+    from rig.results import load_manifest
+
+    t0 = time.perf_counter()
+    shutil.rmtree(dst, ignore_errors=True)
+    manifest: Manifest = load_manifest(src)
+    ts_cols = ("intended_send_ts", "send_ts", "first_token_ts", "end_ts")
+    for entry in manifest.points:
+        span = (entry.ended_ts or 0) - (entry.started_ts or 0)
+        for gen_dir in sorted((src / "requests" / f"point={entry.point}").glob("gen=*")):
+            table = pq.read_table(sorted(str(p) for p in gen_dir.glob("*.parquet")), schema=REQUEST_SCHEMA)
+            out = dst / "requests" / f"point={entry.point}" / gen_dir.name
+            out.mkdir(parents=True)
+            with pq.ParquetWriter(out / part_name(0), REQUEST_SCHEMA) as w:
+                for k in range(times):
+                    copy = table
+                    for c in ("request_id", "session_id"):
+                        copy = copy.set_column(copy.schema.get_field_index(c), c,
+                                               pc.binary_join_element_wise(copy[c], pa.scalar(f"#{k}"), ""))
+                    for c in ts_cols:
+                        copy = copy.set_column(copy.schema.get_field_index(c), c, pc.add(copy[c], k * span))
+                    w.write_table(copy, row_group_size=PART_ROWS)
+        shutil.copytree(src / "server_metrics" / f"point={entry.point}",
+                        dst / "server_metrics" / f"point={entry.point}")
+        entry.ended_ts = (entry.started_ts or 0) + times * span
+        entry.requests_scheduled = (entry.requests_scheduled or 0) * times
+    write_manifest(dst, manifest)
+    return f"{times} copies of {src} written in {time.perf_counter() - t0:.0f} s"
+
+
+def load() -> str:
+    return "load average " + " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+# --- what is timed, each in a process of its own (its own peak RSS) ------------------------------------------------
+
+def floor(run_dir: str) -> None:
+    """The raw scan: every request column the report reads (metrics, ITL lists, ids and hashes, statuses and errors)
+    and the server metrics, decoded once from every part file with pyarrow's multi-threaded scanner and dropped."""
+    import pyarrow.dataset as ds
+
+    from rig.analysis.metrics import ITL_COLUMNS, REQUEST_COLUMNS
+
+    cols = sorted(set(REQUEST_COLUMNS + ITL_COLUMNS + ["output_hash", "temperature", "error"]))
+    for kind, schema, columns in (("requests", REQUEST_SCHEMA, cols), ("server_metrics", SERVER_METRICS_SCHEMA, None)):
+        files = sorted(str(p) for p in Path(run_dir, kind).rglob("*.parquet"))
+        for _ in ds.dataset(files, schema=schema, format="parquet").to_batches(columns=columns):
+            pass
+
+
+Q = (0.5, 0.9, 0.95, 0.99)
+
+
+def engine_pyarrow(run_dir: str) -> dict:
+    """Per point with pyarrow's scanner into numpy, as rig's report computes (np.percentile: exact, linear)."""
+    import pyarrow.dataset as ds
+
+    out = {}
+    for d in sorted(Path(run_dir, "requests").glob("point=*")):
+        files = sorted(str(p) for p in d.rglob("*.parquet"))
+        t = ds.dataset(files, schema=REQUEST_SCHEMA, format="parquet").to_table(
+            columns=["ok", "clock_offset_s", "send_ts", "end_ts", "ttft_s", "e2e_s", "completion_tokens"])
+        ok = t["ok"].to_numpy(zero_copy_only=False)
+        off = t["clock_offset_s"].to_numpy()
+        wall = float(np.max(t["end_ts"].to_numpy() - off) - np.min(t["send_ts"].to_numpy() - off))
+        ttft, e2e = t["ttft_s"].to_numpy()[ok], t["e2e_s"].to_numpy()[ok]
+        tok = t["completion_tokens"].to_numpy().astype(float)[ok]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            tpot = np.where(tok > 1, (e2e - ttft) / (tok - 1), np.nan)
+        tpot = tpot[np.isfinite(tpot)]
+        out[d.name.split("=", 1)[1]] = [len(ok), int(ok.sum()), float(tok.sum()), wall,
+                                        *(float(x) for v in (ttft, tpot, e2e) for x in np.quantile(v, Q)),
+                                        float(ttft.mean())]
+    return out
+
+
+_SQL = """
+SELECT point, count(*), sum(ok::INT), sum(completion_tokens) FILTER (WHERE ok),
+       max(end_ts - clock_offset_s) - min(send_ts - clock_offset_s),
+       quantile_cont(ttft_s, {q}) FILTER (WHERE ok),
+       quantile_cont(CASE WHEN completion_tokens > 1 THEN (e2e_s - ttft_s) / (completion_tokens - 1) END, {q})
+           FILTER (WHERE ok),
+       quantile_cont(e2e_s, {q}) FILTER (WHERE ok), avg(ttft_s) FILTER (WHERE ok)
+FROM read_parquet($files, union_by_name = true) GROUP BY point
+"""
+
+
+def engine_duckdb(run_dir: str) -> dict:
+    """One SQL statement over every part file (DuckDB: multi-threaded, out-of-core; quantile_cont is exact)."""
+    import duckdb
+
+    files = sorted(str(p) for p in Path(run_dir, "requests").rglob("*.parquet"))
+    rows = duckdb.connect().execute(_SQL.format(q=list(Q)), {"files": files}).fetchall()
+    return {r[0]: [r[1], int(r[2]), float(r[3]), r[4], *r[5], *r[6], *r[7], r[8]] for r in rows}
+
+
+def engine_polars(run_dir: str) -> dict:
+    """One lazy query over every part file (Polars: scan_parquet, group_by, exact linear quantiles)."""
+    import polars as pl
+
+    files = sorted(str(p) for p in Path(run_dir, "requests").rglob("*.parquet"))
+    ok, tok = pl.col("ok"), pl.col("completion_tokens")
+    tpot = pl.when(tok > 1).then((pl.col("e2e_s") - pl.col("ttft_s")) / (tok - 1))
+    aggs = [pl.len(), ok.sum(), tok.filter(ok).sum().cast(pl.Float64).alias("tokens"),
+            ((pl.col("end_ts") - pl.col("clock_offset_s")).max()
+             - (pl.col("send_ts") - pl.col("clock_offset_s")).min()).alias("wall")]
+    for name, e in (("ttft", pl.col("ttft_s")), ("tpot", tpot), ("e2e", pl.col("e2e_s"))):
+        aggs += [e.filter(ok).quantile(q, interpolation="linear").alias(f"{name}{q}") for q in Q]
+    aggs.append(pl.col("ttft_s").filter(ok).mean().alias("ttft_mean"))
+    df = pl.scan_parquet(files).group_by("point").agg(aggs).collect()
+    return {r[0]: list(r[1:]) for r in df.iter_rows()}
+
+
+ENGINES = {"pyarrow+numpy": engine_pyarrow, "duckdb": engine_duckdb, "polars": engine_polars}
+
+
+def child(step: str, run_dir: str, out: str) -> None:
+    """Run one timed step in this (child) process; engines write their figures to ``out`` for the agreement check."""
+    if step == "generate":
+        rows, sample, part_rows = out.split(",")
+        globals()["PART_ROWS"] = int(part_rows)
+        make_run(Path(run_dir), int(rows), float(sample))
+    elif step == "floor":
+        floor(run_dir)
+    elif step in ENGINES:
+        Path(out).write_text(json.dumps(ENGINES[step](run_dir)))
+
+
+def timed(argv: list[str], code: Path | None = None) -> tuple[float, float, float, int]:
+    """(wall s, CPU s, peak RSS MiB, exit code) of a command, from its own rusage; ``code``: run that copy of rig
+    (first on the path, and the working directory, which ``python -c`` puts before it)."""
+    t = time.perf_counter()
+    env = {**os.environ, "PYTHONPATH": str(code)} if code else None
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, cwd=code)
+    _, status, ru = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - t
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return wall, ru.ru_utime + ru.ru_stime, ru.ru_maxrss / 1024, proc.returncode
+
+
+def rig_cmd() -> list[str]:
+    return [sys.executable, "-c", "from rig.cli import main; main()"]
+
+
+def bootstrap_error(run_dir: Path, seeds: int = 5) -> None:
+    """The m-out-of-n bootstrap against the full one, on the paired decode-speed ratio of two large points: how far
+    its bounds fall from the full bootstrap's, next to how far the full one's own bounds move from seed to seed."""
+    from rig.analysis import compare as cmp
+    from rig.analysis import resample as rs
+    from rig.analysis.runs import load_run
+
+    run = load_run(run_dir)
+    a, b = run.points[0], run.points[5]  # greedy steps 0 and 1 at concurrency 1: the same request ids
+    base, cand = cmp.Side(run, a, a.point), cmp.Side(run, b, b.point)
+    full, sub = [], []
+    draws = rs.BOOTSTRAP_DRAWS
+    for seed in range(seeds):
+        rs.BOOTSTRAP_DRAWS = 10**12
+        t = time.process_time()
+        [f] = cmp.paired_speedups(base, cand, 500, seed, metrics=("decode_tok_s",))
+        tf = time.process_time() - t
+        rs.BOOTSTRAP_DRAWS = draws
+        t = time.process_time()
+        [s] = cmp.paired_speedups(base, cand, 500, seed, metrics=("decode_tok_s",))
+        ts = time.process_time() - t
+        full.append((f["ci_low"], f["ci_high"], tf))
+        sub.append((s["ci_low"], s["ci_high"], ts))
+    fa, sa = np.array(full), np.array(sub)
+    width = float(np.mean(fa[:, 1] - fa[:, 0]))
+    between = float(np.max(np.abs(fa[:, :2] - sa[:, :2]))) / width
+    seed_to_seed = float(np.max(np.ptp(fa[:, :2], axis=0))) / width
+    print(f"bootstrap ({f['pairs']:,} pairs, 500 resamples, {seeds} seeds): full {np.mean(fa[:, 2]):.2f} s CPU, "
+          f"{draws:,} draws {np.mean(sa[:, 2]):.2f} s CPU; bounds differ by at most {between:.1%} of the interval "
+          f"width (full bootstrap seed to seed: {seed_to_seed:.1%})")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", type=int, default=10_000_000)
     ap.add_argument("--chunk-sample", type=float, default=0.01, help="fraction of rows with chunk lists")
-    ap.add_argument("--keep", type=Path, help="write the run here and keep it")
+    ap.add_argument("--data", type=Path, help="the run directory: generated there once, reused while it matches "
+                                              "--rows (default: a temporary directory, removed)")
+    ap.add_argument("--part-rows", type=int, default=PART_ROWS, help="rows per part file")
+    ap.add_argument("--repeat", type=int, default=1, help="time each step this many times (the best is printed)")
+    ap.add_argument("--steps", default="floor,engines,json,terminal,html,all",
+                    help="comma list of: floor, engines, json, terminal, html, all, startup, bootstrap (and "
+                         "baseline-terminal, baseline-html with --baseline-code)")
+    ap.add_argument("--scale-up", type=int, metavar="TIMES",
+                    help="make --data from TIMES copies of the --rows/TIMES run (generated or reused next to it)")
+    ap.add_argument("--baseline-code", type=Path, metavar="DIR",
+                    help="a copy of another version's rig package (e.g. git archive REV rig | tar -x -C DIR): the "
+                         "steps named baseline-terminal and baseline-html run it on the same files")
+    ap.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     args = ap.parse_args()
-    from click.testing import CliRunner
-
-    from rig.analysis.cli import report
-    from rig.analysis.report import build_report, to_json
-    from rig.analysis.tables import campaign_table
-
+    if args.child:
+        child(*args.child)
+        return
+    if args.scale_up:
+        if args.data is None:
+            ap.error("--scale-up needs --data")
+        small = args.data.with_name(args.data.name + f"-base{args.rows // args.scale_up}")
+        ensure_run(small, args.rows // args.scale_up, args.chunk_sample)
+        stamp = args.data / ".bench-rows"
+        want = f"{args.rows} {args.chunk_sample} scaled {args.scale_up}"
+        if not (stamp.exists() and stamp.read_text().strip() == want):
+            print(scale_up(small, args.data, args.scale_up))
+            stamp.write_text(want)
+    globals()["PART_ROWS"] = args.part_rows
+    steps = args.steps.split(",")
     tmp = None
-    if args.keep:
-        run_dir = args.keep
-        run_dir.mkdir(parents=True, exist_ok=True)
-    else:
+    run_dir = args.data
+    if run_dir is None:
         tmp = tempfile.mkdtemp(prefix="rig-report-scale-")
         run_dir = Path(tmp) / "bench"
     try:
-        t = time.perf_counter()
-        make_run(run_dir, args.rows, args.chunk_sample)
-        gen_s = time.perf_counter() - t
+        how = "scaled up" if args.scale_up else ensure_run(run_dir, args.rows, args.chunk_sample)
         files = len(list(run_dir.rglob("*.parquet")))
-        print(f"records: {args.rows:,} in {files} part files, {du(run_dir) / 2**20:,.0f} MiB on disk "
-              f"(chunk lists on {args.chunk_sample:.1%}); generated in {gen_s:.1f} s")
-        timings = {}
-        t = time.perf_counter()
-        rows = campaign_table(run_dir)
-        timings["campaign_table() (what `rig run` prints)"] = time.perf_counter() - t
-        t = time.perf_counter()
-        r = CliRunner().invoke(report, [str(run_dir), "--json"])
-        timings["rig report --json"] = time.perf_counter() - t
-        assert r.exit_code == 0, r.output
-        t = time.perf_counter()
-        rep = build_report(run_dir, [])
-        timings["build_report() (every section, incl. ITL + losslessness)"] = time.perf_counter() - t
-        t = time.perf_counter()
-        r = CliRunner().invoke(report, [str(run_dir), "--slo", "ttft=500ms", "--slo", "tpot=50ms"])
-        timings["rig report (terminal, with SLOs)"] = time.perf_counter() - t
-        assert r.exit_code == 0, r.output
-        t = time.perf_counter()
+        print(f"records: {args.rows:,} in {files} part files, {du(run_dir) / 2**30:,.2f} GiB on disk (chunk lists on "
+              f"{args.chunk_sample:.1%}); {how}; {os.cpu_count()} CPUs; {load()}")
         out = Path(tempfile.mkdtemp(prefix="rig-report-out-"))
-        r = CliRunner().invoke(report, [str(run_dir), "--csv", str(out / "csv"), "--plots", str(out / "plots"),
-                                        "--html", str(out / "r.html")])
-        timings["rig report --csv --plots --html"] = time.perf_counter() - t
-        assert r.exit_code == 0, r.output
+        me = [sys.executable, str(Path(__file__).resolve())]
+        slo = ["--slo", "ttft=500ms", "--slo", "tpot=50ms"]
+        commands = {
+            "floor": ("raw scan of the same files (the floor)", me + ["--child", "floor", str(run_dir), "-"]),
+            "startup": ("rig --help (interpreter and imports)", rig_cmd() + ["--help"]),
+            "json": ("rig report --json (campaign table)", rig_cmd() + ["report", str(run_dir), "--json"]),
+            "terminal": ("rig report (terminal, every section, SLOs)", rig_cmd() + ["report", str(run_dir), *slo]),
+            "html": ("rig report --html (with its plots), SLOs",
+                     rig_cmd() + ["report", str(run_dir), *slo, "--html", str(out / "r.html")]),
+            "all": ("rig report --csv --plots --html, SLOs",
+                    rig_cmd() + ["report", str(run_dir), *slo, "--csv", str(out / "csv"), "--plots",
+                                 str(out / "plots"), "--html", str(out / "r2.html")]),
+        }
+        if args.baseline_code:
+            for name in ("terminal", "html"):
+                label, argv = commands[name]
+                commands[f"baseline-{name}"] = (f"  the same with {args.baseline_code}", argv)
+        base = None
+        for step in steps:
+            if step == "engines":
+                figures = {}
+                for name in ENGINES:
+                    best = min((timed(me + ["--child", name, str(run_dir), str(out / f"{name}.json")])
+                                for _ in range(args.repeat)), key=lambda x: x[0])
+                    figures[name] = json.loads((out / f"{name}.json").read_text())
+                    ratio = f"{best[0] / base:4.1f}x floor" if base else ""
+                    print(f"  engine {name:<14} per-point aggregates + exact percentiles  {best[0]:6.2f} s  "
+                          f"CPU {best[1]:6.2f} s  peak RSS {best[2]:6,.0f} MiB  {ratio}  ({load()})")
+                ref = figures["pyarrow+numpy"]
+                for name, got in figures.items():
+                    worst = max(abs(x - y) / max(abs(x), 1e-300) for p in ref for x, y in zip(ref[p], got[p]))
+                    print(f"  {name}: figures agree with numpy's to a relative {worst:.1e}")
+                continue
+            if step == "bootstrap":
+                bootstrap_error(run_dir)
+                continue
+            label, argv = commands[step]
+            code = args.baseline_code.resolve() if step.startswith("baseline-") else None
+            runs = [timed(argv, code) for _ in range(args.repeat)]
+            wall, cpu, rss, rc = min(runs, key=lambda x: x[0])
+            if step == "floor":
+                base = wall
+            ratio = f"{wall / base:4.1f}x floor" if base and step != "floor" else ""
+            print(f"  {label:<46} {wall:6.2f} s  CPU {cpu:6.2f} s  peak RSS {rss:6,.0f} MiB  {ratio}  "
+                  f"{'exit ' + str(rc) if rc else ''}({load()})", flush=True)
         shutil.rmtree(out, ignore_errors=True)
-        for k, v in timings.items():
-            print(f"{k:<58} {v:7.2f} s   ({args.rows / v / 1e6:5.1f} M records/s)")
-        print(f"points: {len(rows)}; lossless groups checked: {rep.lossless['groups_checked']}, "
-              f"requests compared: {rep.lossless['requests_checked']:,}; JSON size {len(to_json(rows)):,} B")
-        print(f"peak RSS: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**10:,.0f} MiB")
     finally:
         if tmp:
             shutil.rmtree(tmp, ignore_errors=True)

@@ -208,6 +208,7 @@ class LazyGroup(click.Group):
     lazy: dict[str, str] = {
         "report": "rig.analysis.cli:report",
         "compare": "rig.analysis.cli:compare",
+        "query": "rig.analysis.query:query",
         "sim": "rig.sim.cli:sim",
     }
 
@@ -399,10 +400,9 @@ def tune(steps_csv: str | None, slo_texts: tuple[str, ...], slo_percentile: floa
     simulator's model to them, predict every configuration's SLO boundary, measure only where that decides the
     answer, refit, and stop when the measured answer is stable. --concurrency gives the load levels to choose
     from. Resume an interrupted tune with `rig sweep --resume RUN_DIR`."""
+    from rig.tune.cli import parse_slos
     from rig.tune.probe import slo_texts as to_texts
     from rig.tune.tune import TuneSettings, tune_planner
-
-    from rig.tune.cli import parse_slos
 
     slos = parse_slos(slo_texts)
     if kw.get("rate") or kw.get("mode") not in (None, "closed"):

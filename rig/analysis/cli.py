@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from rig.analysis.gate import Threshold, parse_threshold
 from rig.analysis.metrics import Slo, parse_slo
 from rig.analysis.runs import AnalysisInputError
 
@@ -89,7 +90,9 @@ def report(run_dir: Path, as_json: bool, csv_dir: Path | None, plots_dir: Path |
             return
         rep = build_report(run_dir, slos=slos, slo_percentile=slo_percentile, thresholds=thresholds,
                            gpu_hour_price=gpu_hour_price, objective=objective,
-                           slo_cancelled=slo_cancelled)
+                           slo_cancelled=slo_cancelled,
+                           cdf_resolution=200 if plots_dir or html_file else 0)  # CDFs are drawn, never printed
+
     except (AnalysisInputError, OSError, ValueError) as e:
         raise _fail(e) from None
     if as_json or json_full:
@@ -170,6 +173,23 @@ def _best_table(rows: list[dict[str, Any]]) -> Table:
     return t
 
 
+def _thresholds(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> list[Threshold]:
+    try:
+        return [parse_threshold(v) for v in values]
+    except ValueError as e:
+        raise click.BadParameter(str(e)) from None
+
+
+def _gate_line(g: dict[str, Any]) -> Text:
+    """'FAIL tpot_p99 <= +3.0%  A:p -> B:p: +5.2% (95% CI ...): why' (one per pair of points and metric)."""
+    fail = g["verdict"] == "fail"
+    line = Text("FAIL" if fail else "pass", style="bold red" if fail else "green")
+    line.append(f"  {g['metric']} <= +{g['threshold']:.1%}  {g['baseline']} -> {g['candidate']}: {g['why']}")
+    if g.get("incomplete"):
+        line.append(f"  ! incomplete: {g['incomplete']}", style="bold red")
+    return line
+
+
 @click.command("compare")
 @click.argument("a")
 @click.argument("b", required=False)
@@ -180,28 +200,37 @@ def _best_table(rows: list[dict[str, Any]]) -> Table:
 @click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON.")
 @click.option("--gpu-hour-price", type=click.FloatRange(min=0), metavar="USD",
               help="Price of one GPU-hour: adds the $ per million output tokens ratio (default: the cluster file's).")
+@click.option("--max-regression", "max_regression", multiple=True, callback=_thresholds, metavar="METRIC[_STAT]=PCT%",
+              help="CI gate: exit 1 only when the candidate is worse than this with 95% confidence (paired "
+                   "bootstrap interval entirely beyond it), e.g. --max-regression tpot_p99=3% (metrics: ttft, tpot, "
+                   "e2e, decode_tok_s; stats: mean (default), p50, p90, p95, p99, gm). One line per metric says why.")
 def compare(a: str, b: str | None, baseline_steps: int | None, resamples: int, seed: int, as_json: bool,
-            gpu_hour_price: float | None) -> None:
+            gpu_hour_price: float | None, max_regression: list[Threshold]) -> None:
     """Paired speedups of B over baseline A (runs, or RUN_DIR:POINT), or of one run's points over --baseline-steps."""
     from rig.analysis.compare import compare as run_compare
     from rig.analysis.report import to_json
 
     try:
-        result = run_compare(a, b, baseline_steps, resamples, seed, gpu_hour_price)
+        result = run_compare(a, b, baseline_steps, resamples, seed, gpu_hour_price, max_regression)
     except (AnalysisInputError, OSError, ValueError) as e:
         raise _fail(e) from None
     err = Console(stderr=True)
     for w in result["warnings"]:
         err.print(f"[yellow]! {w}[/yellow]")
+    failed = any(g["verdict"] == "fail" for g in result.get("gate", []))
     if as_json:
         click.echo(to_json(result))
-        return
-    out = Console(width=max(Console().width, 160) if not sys.stdout.isatty() else None)
-    out.print(f"[bold]Compare: {result['mode']}[/bold]  ({result['resamples']} resamples, seed {result['seed']})")
-    out.print(_speedup_table(result["speedups"]))
-    out.print(_best_table(result["best"]))
-    if result.get("energy"):
-        out.print(_energy_table(result["energy"]))
+    else:
+        out = Console(width=max(Console().width, 160) if not sys.stdout.isatty() else None)
+        out.print(f"[bold]Compare: {result['mode']}[/bold]  ({result['resamples']} resamples, seed {result['seed']})")
+        out.print(_speedup_table(result["speedups"]))
+        out.print(_best_table(result["best"]))
+        if result.get("energy"):
+            out.print(_energy_table(result["energy"]))
+        for g in result.get("gate", []):
+            out.print(_gate_line(g), highlight=False, soft_wrap=True)
+    if failed:
+        raise SystemExit(1)
 
 
 def _energy_table(rows: list[dict[str, Any]]) -> Table:

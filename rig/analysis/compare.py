@@ -9,6 +9,9 @@ the runner-up is best/runner-up − 1. The interval resamples repeats when both 
 resamples each point's requests and scales the point's aggregate by the resampled/observed ratio of Σtokens/Σlatency
 (closed loop: throughput = concurrency × Σtokens/ΣE2E by Little's law) or of Σtokens (open loop: the arrival rate is
 fixed), which captures request-to-request variability but not run-to-run drift.
+
+Every bootstrap costs what it needs, not what the run holds (rig.analysis.resample: up to 5,000 items the full
+bootstrap, draw for draw; beyond, an m-out-of-n bootstrap, and the run's warnings say so).
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ import numpy as np
 import pyarrow as pa
 
 from rig.analysis import metrics as m
+from rig.analysis import resample as rs
+from rig.analysis.gate import Threshold, judge
 from rig.analysis.points import INCOMPLETE, campaign_row, load_requests, point_flags
 from rig.analysis.runs import (PointInfo, Run, AnalysisInputError, generator_offsets, load_run, read_point_requests,
                                sampled_workloads)
@@ -30,7 +35,7 @@ SPEEDUP_METRICS = ("e2e", "ttft", "tpot", "decode_tok_s")
 RESAMPLES = 2000
 SEED = 0
 CONFIDENCE = 0.95
-_BATCH_CELLS = 4_000_000  # resamples × pairs per batch: bounds bootstrap memory
+_BATCH_CELLS = rs.BATCH_CELLS
 
 
 @dataclass
@@ -42,15 +47,24 @@ class Side:
     label: str
 
 
+def note_subsample(run: Run, n: int) -> None:
+    """Say once per run that its intervals came from the m-out-of-n bootstrap (only when one did)."""
+    if rs.draws(n) < n:
+        run.note(rs.subsample_note())
+
+
 def bootstrap_mean_ci(x: np.ndarray, resamples: int = RESAMPLES, seed: int = SEED) -> tuple[float, float]:
-    """Percentile bootstrap interval of the mean of ``x`` (seeded, vectorised in batches)."""
+    """Percentile bootstrap interval of the mean of ``x`` (seeded, vectorised in batches; m-out-of-n beyond
+    BOOTSTRAP_DRAWS items)."""
     rng = np.random.default_rng(seed)
     n = x.size
+    k = rs.draws(n)
     means = np.empty(resamples)
-    step = max(1, _BATCH_CELLS // max(n, 1))
+    step = max(1, _BATCH_CELLS // max(k, 1))
     for i in range(0, resamples, step):
         b = min(step, resamples - i)
-        means[i:i + b] = x[rng.integers(0, n, size=(b, n))].mean(axis=1)
+        means[i:i + b] = x[rng.integers(0, n, size=(b, k))].mean(axis=1)
+    means = rs.shrink(means, float(x.mean()), n, k)
     alpha = (1 - CONFIDENCE) / 2
     lo, hi = np.quantile(means, [alpha, 1 - alpha])
     return float(lo), float(hi)
@@ -69,26 +83,53 @@ def _inputs_note(*sides: tuple[Side, list[str]]) -> str | None:
 
 
 def _per_request(side: Side) -> tuple[pa.Table, list[str]]:
-    """request_id plus the four speedup metrics of the point's ok requests, and why its inputs are incomplete."""
-    t = read_point_requests(side.run.run_dir, side.point.point, m.REQUEST_COLUMNS, on_skip=side.run.skipped(side.point))
-    r = m.requests_from_table(t, generator_offsets(side.run.manifest))
-    why = incomplete(side, r)
-    keep = pa.array(r.ok)
-    return pa.table({
-        "request_id": t["request_id"].filter(keep),
-        "e2e": r.e2e[r.ok], "ttft": r.ttft[r.ok], "tpot": r.tpot[r.ok], "decode_tok_s": r.decode_tok_s[r.ok],
-    }), why
+    """request_id plus the four speedup metrics of the point's ok requests, and why its inputs are incomplete (kept
+    for the next call: the speedups and the gate read the same point)."""
+    def read() -> tuple[pa.Table, list[str]]:
+        t = read_point_requests(side.run.run_dir, side.point.point, m.REQUEST_COLUMNS,
+                                on_skip=side.run.skipped(side.point))
+        r = m.requests_from_table(t, generator_offsets(side.run.manifest))
+        why = incomplete(side, r)
+        keep = pa.array(r.ok)
+        return pa.table({
+            "request_id": t["request_id"].filter(keep),
+            "e2e": r.e2e[r.ok], "ttft": r.ttft[r.ok], "tpot": r.tpot[r.ok], "decode_tok_s": r.decode_tok_s[r.ok],
+        }), why
+
+    return side.run.memo("per_request", side.point.point, read)
 
 
-def paired_speedups(base: Side, cand: Side, resamples: int = RESAMPLES, seed: int = SEED,
-                    metrics: tuple[str, ...] = SPEEDUP_METRICS) -> list[dict[str, Any]]:
-    """One row per metric: pairs, geometric-mean speedup, its bootstrap CI, and the median per-request ratio."""
+def gate_rows(base: Side, cand: Side, thresholds: list[Threshold], resamples: int = RESAMPLES,
+              seed: int = SEED) -> list[dict[str, Any]]:
+    """One verdict per threshold for one pair of points (rig.analysis.gate)."""
+    j, note = paired_table(base, cand)
+    rows = []
+    for t in thresholds:
+        x = m.as_float(j[f"{t.metric}_base"]) if j.num_rows else np.empty(0)
+        y = m.as_float(j[f"{t.metric}_cand"]) if j.num_rows else np.empty(0)
+        got = judge(t, x, y, resamples, seed)
+        if got.pop("subsampled", False):
+            for side in (base, cand):
+                note_subsample(side.run, got["pairs"])
+        rows.append({"baseline": base.label, "candidate": cand.label, **got, "incomplete": note})
+    return rows
+
+
+def paired_table(base: Side, cand: Side) -> tuple[pa.Table, str | None]:
+    """The requests both points served ok, joined on request_id (``<metric>_base``, ``<metric>_cand`` for e2e, ttft,
+    tpot and decode_tok_s) in request_id order, and the note on incomplete inputs (None when complete)."""
     (a, why_a), (b, why_b) = _per_request(base), _per_request(cand)
     note = _inputs_note((base, why_a), (cand, why_b))
     j = a.join(b, "request_id", left_suffix="_base", right_suffix="_cand", join_type="inner")
     # Arrow's hash join emits rows in a thread-dependent order; the bootstrap indexes by position, so without a fixed
     # order the same --seed would draw different resamples and print a different interval on every call.
-    j = j.sort_by("request_id") if j.num_rows else j
+    return (j.sort_by("request_id") if j.num_rows else j), note
+
+
+def paired_speedups(base: Side, cand: Side, resamples: int = RESAMPLES, seed: int = SEED,
+                    metrics: tuple[str, ...] = SPEEDUP_METRICS) -> list[dict[str, Any]]:
+    """One row per metric: pairs, geometric-mean speedup, its bootstrap CI, and the median per-request ratio."""
+    j, note = paired_table(base, cand)
     rows = []
     for metric in metrics:
         x = m.as_float(j[f"{metric}_base"]) if j.num_rows else np.empty(0)
@@ -106,6 +147,8 @@ def paired_speedups(base: Side, cand: Side, resamples: int = RESAMPLES, seed: in
             "incomplete": note,
         }
         if logs.size:
+            for side in (base, cand):
+                note_subsample(side.run, logs.size)
             lo, hi = bootstrap_mean_ci(logs, resamples, seed)
             row.update(speedup=float(np.exp(logs.mean())), ci_low=float(np.exp(lo)), ci_high=float(np.exp(hi)),
                        median_ratio=float(np.exp(np.median(logs))))
@@ -166,15 +209,18 @@ def _rescale_samples(side: Side, rng: np.random.Generator, resamples: int) -> np
     if tok.size == 0 or tok.sum() <= 0:
         return np.full(resamples, np.nan)
     closed = not side.point.open_loop
-    observed = tok.sum() / lat.sum() if closed else tok.sum()
+    k = rs.draws(tok.size)
+    note_subsample(side.run, tok.size)
+    # m draws sum m/n of what n do: the open loop's statistic (Σtokens) is compared per draw
+    observed = tok.sum() / lat.sum() if closed else tok.sum() * (k / tok.size if k < tok.size else 1)
     out = np.empty(resamples)
-    step = max(1, _BATCH_CELLS // tok.size)
+    step = max(1, _BATCH_CELLS // k)
     for i in range(0, resamples, step):
         n = min(step, resamples - i)
-        idx = rng.integers(0, tok.size, size=(n, tok.size))
+        idx = rng.integers(0, tok.size, size=(n, k))
         s = tok[idx].sum(axis=1)
         out[i:i + n] = (s / lat[idx].sum(axis=1) if closed else s) / observed
-    return out
+    return rs.shrink(out, 1.0, tok.size, k)
 
 
 def config_label(s: Side) -> str:
@@ -186,16 +232,21 @@ def config_label(s: Side) -> str:
     return config
 
 
-def best_per_level(sides: list[Side], resamples: int = RESAMPLES, seed: int = SEED) -> list[dict[str, Any]]:
-    """Per (workload, load level): the configuration with the highest aggregate tok/s and its margin (with CI)."""
+def best_per_level(sides: list[Side], resamples: int = RESAMPLES, seed: int = SEED,
+                   rows: dict[str, dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    """Per (workload, load level): the configuration with the highest aggregate tok/s and its margin (with CI).
+
+    ``rows``: the campaign rows of the sides' points by point name, when the caller has them (one run's report)."""
     rng = np.random.default_rng(seed)
     levels: dict[tuple, dict[str, list[tuple[Side, float]]]] = defaultdict(lambda: defaultdict(list))
     why: dict[int, list[str]] = {}
     at_level: dict[tuple, list[Side]] = defaultdict(list)
     for s in sides:
-        r = load_requests(s.run, s.point)
-        point_row = campaign_row(s.run, s.point, r)
-        why[id(s)] = incomplete(s, r)
+        point_row = rows.get(s.point.point) if rows is not None else None
+        if point_row is None:
+            r = load_requests(s.run, s.point)
+            point_row = campaign_row(s.run, s.point, r)
+        why[id(s)] = sorted(set(point_row["flags"]) & INCOMPLETE)  # incomplete(s, r): the row's flags are its flags
         p = s.point
         at_level[(p.workload, p.load_mode, p.concurrency, p.rate)].append(s)  # with or without rows
         if point_row["aggregate_tok_s"] is None:
@@ -344,8 +395,10 @@ def parse_target(text: str) -> tuple[Path, str | None]:
 
 
 def compare(a: str, b: str | None = None, baseline_steps: int | None = None, resamples: int = RESAMPLES,
-            seed: int = SEED, gpu_hour_price: float | None = None) -> dict[str, Any]:
-    """Run the comparison the arguments describe; see the module docstring."""
+            seed: int = SEED, gpu_hour_price: float | None = None,
+            max_regression: list[Threshold] | None = None) -> dict[str, Any]:
+    """Run the comparison the arguments describe; see the module docstring. ``max_regression``: the CI gate's
+    thresholds (rig.analysis.gate); its verdicts are the result's ``gate``."""
     da, pa_ = parse_target(a)
     if b is None:
         if baseline_steps is None:
@@ -381,7 +434,12 @@ def compare(a: str, b: str | None = None, baseline_steps: int | None = None, res
                            f"{', '.join(map(str, have)) or 'none'}); pick one of those for --baseline-steps")
     if not pairs:
         raise AnalysisInputError("no matching points to compare (same workload, load level and repeat)")
-    speedups = [row for base, cand in pairs for row in paired_speedups(base, cand, resamples, seed)]
+    speedups: list[dict[str, Any]] = []
+    gate: list[dict[str, Any]] = []
+    for base, cand in pairs:
+        speedups += paired_speedups(base, cand, resamples, seed)
+        if max_regression:
+            gate += gate_rows(base, cand, max_regression, resamples, seed)
     best = best_per_level(sides, resamples, seed)
     warnings: list[str] = []
     runs = list({id(s.run): s.run for s in sides}.values())  # each run once, in order
@@ -403,4 +461,6 @@ def compare(a: str, b: str | None = None, baseline_steps: int | None = None, res
            "warnings": warnings}
     if energy:  # only where a side has GPU telemetry or a price: other comparisons read as before
         out["energy"] = energy
+    if max_regression:
+        out["gate"] = gate
     return out

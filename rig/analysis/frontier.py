@@ -121,7 +121,7 @@ def best_per_level(run: Run, rows: list[dict[str, Any]], meets: dict[str, bool] 
         p = s.point
         by_label[(p.workload, p.load_mode, p.concurrency, p.rate, cmp.config_label(s))] = s
     out = []
-    for b in cmp.best_per_level(sides, resamples):
+    for b in cmp.best_per_level(sides, resamples, rows={r["point"]: r for r in rows}):
         key = (b["workload"], b["load_mode"], b["concurrency"], b["rate"])
         best, runner = by_label.get((*key, b["best"])), by_label.get((*key, b["runner_up"]))
         out.append({**b, "level": b["rate"] if b["load_mode"] not in (None, "closed") else b["concurrency"],
@@ -170,7 +170,8 @@ def best_per_slo(run: Run, rows: list[dict[str, Any]], meets: dict[str, bool], s
             row["capacity_margin"] = _known_level(best["top"]) / _known_level(runner["top"]) - 1
             same = [r for r in configs[runner["config"]] if _level(r) == _level(best["top"]) and meets.get(r["point"])]
             if same:
-                [b] = cmp.best_per_level(_sides(run, [best["top"], same[0]]), resamples)
+                [b] = cmp.best_per_level(_sides(run, [best["top"], same[0]]), resamples,
+                                         rows={r["point"]: r for r in rows})
                 if b["best"] == best["config"]:
                     row.update(throughput_margin=b["margin"], ci_low=b["ci_low"], ci_high=b["ci_high"])
         out.append(row)

@@ -211,40 +211,56 @@ def acceptance_from_counters(engine: str | None, before: dict[str, float], after
     return None
 
 
-def itl_values(offsets: pa.ChunkedArray | pa.Array,
-               tokens: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, np.ndarray]:
-    """ITL values and their token weights from chunk offset and chunk token lists (one entry per later chunk)."""
+def _lengths(lists: pa.Array, null: int) -> np.ndarray:
+    """Each list's length as int64 numpy, ``null`` for a null list."""
+    return np.asarray(pc.fill_null(pc.list_value_length(lists), null).to_numpy(zero_copy_only=False), dtype=np.int64)
+
+
+def _counts(flat: pa.Array) -> np.ndarray:
+    """Chunk token counts as integers (exact, half the memory of floats), or floats with NaN where one is null."""
+    if flat.null_count == 0 and pa.types.is_integer(flat.type):
+        return np.asarray(flat.to_numpy(zero_copy_only=False))
+    return as_float(flat)
+
+
+def itl_values(offsets: pa.ChunkedArray | pa.Array, tokens: pa.ChunkedArray | pa.Array,
+               rows: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """ITL values and their token weights from chunk offset and chunk token lists (one entry per later chunk), over
+    the rows where ``rows`` is true (all when None). Works on the flattened lists with masks: no list is copied.
+    Weights are integers when every count is known (exact as floats: the sums and percentiles do not change)."""
     if isinstance(offsets, pa.ChunkedArray):
         offsets = offsets.combine_chunks() if offsets.num_chunks else pa.array([], offsets.type)
     if isinstance(tokens, pa.ChunkedArray):
         tokens = tokens.combine_chunks() if tokens.num_chunks else pa.array([], tokens.type)
     if len(offsets) == 0:
         return np.empty(0), np.empty(0)
-    n_off = pc.fill_null(pc.list_value_length(offsets), 0)
-    n_tok = pc.fill_null(pc.list_value_length(tokens), -1)
+    n_off = _lengths(offsets, 0)
+    n_tok = _lengths(tokens, -1)
     # Lists of unequal length cannot be paired chunk by chunk; without token counts each chunk counts one token.
-    same = as_bool(pc.equal(n_off, n_tok))
-    no_tok = as_bool(pc.equal(n_tok, -1))
-    keep = same | no_tok
-    if not keep.all():
-        offsets = offsets.filter(pa.array(keep))
-        tokens = tokens.filter(pa.array(keep))
-        no_tok = no_tok[keep]
-    flat = as_float(pc.list_flatten(offsets))
-    parent = np.asarray(pc.list_parent_indices(offsets).to_numpy(zero_copy_only=False))
-    lengths = np.asarray(pc.fill_null(pc.list_value_length(offsets), 0).to_numpy(zero_copy_only=False))
-    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]) if len(lengths) else np.empty(0, dtype=int)
-    position = np.arange(len(flat)) - starts[parent]
+    no_tok = n_tok == -1
+    keep = (n_off == n_tok) | no_tok
+    if rows is not None:
+        keep &= rows
+    flat = as_float(pc.list_flatten(offsets))  # the elements of every non-null list, row after row
+    sel = np.repeat(keep, n_off) if not keep.all() else np.ones(flat.size, dtype=bool)
+    sel[(np.cumsum(n_off) - n_off)[n_off > 0]] = False  # a list's first chunk is TTFT, not ITL
     # Token counts aligned with flat offsets; rows without counts get one token per chunk.
-    tok = np.ones(len(flat))
-    if (~no_tok).any():
-        with_tok = ~no_tok[parent]
-        tok_flat = as_float(pc.list_flatten(tokens.filter(pa.array(~no_tok))))
-        tok[with_tok] = tok_flat
-    gaps = np.diff(flat, prepend=np.nan)
-    later = position > 0
-    gaps, tok = gaps[later], tok[later]
+    with_tok = keep & ~no_tok
+    if (np.maximum(n_tok, 0) == n_off).all():  # every row's counts pair with its offsets (the usual case)
+        tok = _counts(pc.list_flatten(tokens))
+    else:
+        tok_flat = _counts(pc.list_flatten(tokens)) if with_tok.any() else np.empty(0, np.int64)
+        tok = np.ones(flat.size, dtype=tok_flat.dtype)
+        if with_tok.any():
+            tok[np.repeat(with_tok, n_off)] = tok_flat[np.repeat(with_tok, np.maximum(n_tok, 0))]
+    gaps = np.empty_like(flat)  # np.diff without its two temporaries (a 100 M-record point has 20 M chunks)
+    gaps[:1] = np.nan
+    np.subtract(flat[1:], flat[:-1], out=gaps[1:])
+    gaps, tok = gaps[sel], tok[sel]
     good = np.isfinite(gaps) & (tok > 0)
+    if good.all():  # the usual case: no third copy of either array
+        gaps /= tok
+        return gaps, tok
     return gaps[good] / tok[good], tok[good]
 
 
@@ -258,18 +274,45 @@ def sort_weighted(values: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray, 
     return v[order], w[order]
 
 
+_SELECT_MAX_QS = 8  # up to this many percentiles are selected (np.partition), more (a CDF) sort once
+_EXPAND_MAX = 200_000_000  # integer weights summing to at most this are expanded for selection (8 bytes each)
+
+
+def _expanded_percentiles(v: np.ndarray, w: np.ndarray, total: Any, q: np.ndarray) -> list[float | None]:
+    """weighted_percentiles by selection: the values repeated by their (integer) weights, only the order statistics
+    the percentiles need put in place (np.partition, linear time) instead of a sort of every value; the same order
+    statistics and the same interpolation as the sorted path, so the same numbers."""
+    h = (total - 1) * q / 100.0
+    lo, hi = np.floor(h), np.ceil(h)
+    expanded = np.repeat(v, w.astype(np.int64)) if total != v.size else v.copy()  # all ones: nothing to repeat
+    expanded.partition(np.unique(np.concatenate([lo, hi]).astype(np.int64)))
+    v_lo, v_hi = expanded[lo.astype(np.int64)], expanded[hi.astype(np.int64)]
+    return [float(x) for x in v_lo + (h - lo) * (v_hi - v_lo)]
+
+
 def weighted_percentiles(
     values: np.ndarray, weights: np.ndarray | None, qs: Iterable[float], presorted: bool = False
 ) -> list[float | None]:
     """Percentiles of ``values`` each repeated ``weights`` times, exactly as np.percentile(linear) on that array.
 
-    ``presorted``: values and weights come from ``sort_weighted`` already.
+    ``presorted``: values and weights come from ``sort_weighted`` already. A few percentiles of integer weights (token
+    counts) are found by selection, without sorting (see _expanded_percentiles).
     """
     q = np.asarray(list(qs), dtype=float)
     if weights is None:
         v = np.asarray(values, dtype=float)
         v = v[np.isfinite(v)]
         return [float(x) for x in np.percentile(v, q)] if v.size else [None] * q.size
+    if not presorted and q.size <= _SELECT_MAX_QS:
+        v, w = np.asarray(values, dtype=float), np.asarray(weights)
+        keep = np.isfinite(v) & (w > 0)
+        if not keep.all():
+            v, w = v[keep], w[keep]
+        if not v.size:
+            return [None] * q.size
+        total = w.sum()  # exact for integer weights, whatever their dtype
+        if total <= _EXPAND_MAX and (w.dtype.kind in "iu" or np.array_equal(w, np.floor(w))):
+            return _expanded_percentiles(v, w, total, q)
     v, w = ((np.asarray(values, dtype=float), np.asarray(weights, dtype=float)) if presorted
             else sort_weighted(values, weights))
     if not v.size:
@@ -290,10 +333,11 @@ def summarize(values: np.ndarray, weights: np.ndarray | None = None, presorted: 
         fin = v[np.isfinite(v)]
         n, mean = int(fin.size), (float(fin.mean()) if fin.size else None)
     else:
-        w = np.asarray(weights, dtype=float)
+        w = np.asarray(weights)  # integer weights stay integers: v * w and the sums are the same as in floats
         m = np.isfinite(v) & (w > 0)
-        n = int(w[m].sum())
-        mean = float((v[m] * w[m]).sum() / w[m].sum()) if m.any() else None
+        vm, wm = (v, w) if m.all() else (v[m], w[m])  # the same values in the same order: the same sums
+        n = int(wm.sum())
+        mean = float((vm * wm).sum() / wm.sum()) if m.any() else None
     pcts = weighted_percentiles(v, weights, PERCENTILES, presorted)
     out: dict[str, Any] = {"n": n, "mean": mean}
     out.update({f"p{q}": x for q, x in zip(PERCENTILES, pcts)})

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import multiprocessing as mp
+import os
 import re
 from collections import defaultdict
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import matplotlib
 import matplotlib.ticker
@@ -231,18 +233,45 @@ def plot_frontier(report: Report, workload: str, path: Path) -> Path:
     return _save(fig, path)
 
 
+# A plot job: a module-level plot function and its arguments after the report (workers get the report by fork).
+Job = tuple[Callable[..., Path | None], tuple[Any, ...]]
+_FORKED_REPORT: Report | None = None
+MAX_WORKERS = 4
+
+
+def _run_job(job: Job) -> Path | None:
+    fn, args = job
+    assert _FORKED_REPORT is not None
+    return fn(_FORKED_REPORT, *args)
+
+
+def render_jobs(report: Report, jobs: list[Job]) -> list[Path | None]:
+    """Each job's result in order. Matplotlib holds the GIL while it draws, so on several CPUs the plots are drawn in
+    forked worker processes (they inherit the report; nothing is pickled but the paths); one by one otherwise."""
+    global _FORKED_REPORT
+    workers = min(len(jobs), os.cpu_count() or 1, MAX_WORKERS)
+    if workers < 2 or "fork" not in mp.get_all_start_methods():
+        return [fn(report, *args) for fn, args in jobs]
+    _FORKED_REPORT = report
+    try:
+        with mp.get_context("fork").Pool(workers) as pool:
+            return pool.map(_run_job, jobs, chunksize=1)
+    finally:
+        _FORKED_REPORT = None
+
+
 def write_plots(report: Report, out_dir: Path) -> list[Path]:
     """Every plot of the report as PNG files in ``out_dir``; returns the paths written."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    paths = [
-        plot_throughput(report, out_dir / "throughput_vs_concurrency.png"),
-        plot_request_speed(report, out_dir / "request_speed_vs_concurrency.png"),
-        plot_acceptance(report, out_dir / "acceptance_vs_steps.png"),
+    jobs: list[Job] = [
+        (plot_throughput, (out_dir / "throughput_vs_concurrency.png",)),
+        (plot_request_speed, (out_dir / "request_speed_vs_concurrency.png",)),
+        (plot_acceptance, (out_dir / "acceptance_vs_steps.png",)),
     ]
     if report.energy:
-        paths.append(plot_energy(report, out_dir / "energy_vs_load.png"))
+        jobs.append((plot_energy, (out_dir / "energy_vs_load.png",)))
     for wl in sorted({str(r.get("workload")) for r in report.campaign if r.get("tok_s_per_gpu") is not None}):
-        paths.append(plot_frontier(report, wl, out_dir / f"frontier_{safe_name(wl)}.png"))
+        jobs.append((plot_frontier, (wl, out_dir / f"frontier_{safe_name(wl)}.png")))
     by_level: dict[tuple[str, float | None], list[dict[str, Any]]] = defaultdict(list)
     for r in report.campaign:
         by_level[(str(r.get("workload")), _level(r))].append(r)
@@ -250,12 +279,10 @@ def write_plots(report: Report, out_dir: Path) -> list[Path]:
         closed = all(r.get("load_mode") in (None, "closed") for r in rows)
         tag = ("c" if closed else "rate") + (f"{level:g}" if level is not None else "none")
         title = f"{wl} @ {'C=' if closed else 'rate='}{level:g}" if level is not None else wl
-        paths.append(plot_latency_cdfs(report, rows, title, out_dir / f"latency_cdf_{safe_name(wl)}_{tag}.png"))
+        jobs.append((plot_latency_cdfs, (rows, title, out_dir / f"latency_cdf_{safe_name(wl)}_{tag}.png")))
     groups: dict[tuple[Any, Any], list[dict[str, Any]]] = defaultdict(list)
     for r in report.campaign:
         groups[(r.get("server_config"), r.get("workload"))].append(r)
     for (config, workload), rows in groups.items():
-        got = plot_server(report, rows, out_dir / f"server_{safe_name(str(config))}_{safe_name(str(workload))}.png")
-        if got:
-            paths.append(got)
-    return paths
+        jobs.append((plot_server, (rows, out_dir / f"server_{safe_name(str(config))}_{safe_name(str(workload))}.png")))
+    return [p for p in render_jobs(report, jobs) if p]

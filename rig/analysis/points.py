@@ -36,10 +36,17 @@ INCOMPLETE = frozenset(
 )
 
 
+# What load_requests reads: the metric columns, without request_id (the strings cost as much as all the rest).
+_METRIC_COLUMNS = [c for c in m.REQUEST_COLUMNS if c != "request_id"]
+
+
 def load_requests(run: Run, p: PointInfo) -> m.Requests:
-    """The point's per-request metric arrays (all written rows)."""
-    table = read_point_requests(run.run_dir, p.point, m.REQUEST_COLUMNS, on_skip=run.skipped(p))
-    return m.requests_from_table(table, generator_offsets(run.manifest))
+    """The point's per-request metric arrays (all written rows); read once for the report's later sections too."""
+    def read() -> m.Requests:
+        table = read_point_requests(run.run_dir, p.point, _METRIC_COLUMNS, on_skip=run.skipped(p))
+        return m.requests_from_table(table, generator_offsets(run.manifest))
+
+    return run.memo("requests", p.point, read)
 
 
 def acceptance(run: Run, p: PointInfo, r: m.Requests,

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
+import threading
+from collections import OrderedDict
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Iterator, TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -32,6 +36,8 @@ SPECULATIVE_KNOBS = frozenset(
     {"steps", "spec_algorithm", "spec_method", "eagle_topk", "num_draft_tokens", "draft_model_path"}
 )
 CLOSED = "closed"
+MEMO_ENTRIES = 2  # derived per-point arrays a Run keeps (a 100 M-record run's point is ~160 MB of them)
+T = TypeVar("T")
 
 
 class AnalysisInputError(Exception):
@@ -78,6 +84,48 @@ class Run:
     manifest: Manifest
     points: list[PointInfo]
     warnings: list[str] = field(default_factory=list)
+    _memo: OrderedDict[tuple, Any] = field(default_factory=OrderedDict, repr=False, compare=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+    _local: threading.local = field(default_factory=threading.local, repr=False, compare=False)
+
+    def memo(self, what: str, point: str, make: Callable[[], T]) -> T:
+        """``make()`` for (what, point), kept for the next call while the point's part files are unchanged (the
+        report's later sections read a point again; a run still being written is re-read). Keeps the last
+        MEMO_ENTRIES results."""
+        stamp = []
+        for f in point_files(self.run_dir, point):
+            try:
+                st = os.stat(f)
+                stamp.append((f, st.st_size, st.st_mtime_ns))
+            except OSError:
+                stamp.append((f, -1, -1))
+        key = (what, point, tuple(stamp))
+        with self._lock:
+            if key in self._memo:
+                self._memo.move_to_end(key)
+                return self._memo[key]
+        got = make()
+        with self._lock:
+            self._memo[key] = got
+            while len(self._memo) > MEMO_ENTRIES:
+                self._memo.popitem(last=False)
+        return got
+
+    def forget(self) -> None:
+        """Drop what ``memo`` kept."""
+        with self._lock:
+            self._memo.clear()
+
+    @contextmanager
+    def deferred_notes(self) -> Iterator[list[str]]:
+        """Warnings this thread notes inside the block are collected in the list it yields instead of added: a
+        reader thread's warnings are added by the report in point order (``note`` each), as a sequential pass would."""
+        notes: list[str] = []
+        self._local.notes = notes
+        try:
+            yield notes
+        finally:
+            self._local.notes = None
 
     @property
     def run_id(self) -> str:
@@ -88,8 +136,11 @@ class Run:
         return self.manifest.status
 
     def note(self, warning: str) -> None:
-        """Add a warning once."""
-        if warning not in self.warnings:
+        """Add a warning once (inside ``deferred_notes``: collect it)."""
+        deferred = getattr(self._local, "notes", None)
+        if deferred is not None:
+            deferred.append(warning)
+        elif warning not in self.warnings:
             self.warnings.append(warning)
 
     def point(self, name: str) -> PointInfo:
@@ -341,6 +392,12 @@ def read_point_requests(
 ) -> pa.Table:
     """Selected request columns of one point (an empty table with the right schema if it has no rows)."""
     return _read(point_files(Path(run_dir), point), REQUEST_SCHEMA, list(columns), filter, on_skip)
+
+
+def read_request_files(files: list[str], columns: Iterable[str],
+                       on_skip: Callable[[str], None] | None = None) -> pa.Table:
+    """Selected request columns of the given part files (a point's, a few at a time: see percentiles.read_itl)."""
+    return _read(files, REQUEST_SCHEMA, list(columns), None, on_skip)
 
 
 def read_point_server_metrics(
