@@ -6,7 +6,6 @@ import os
 import subprocess
 import sys
 
-import psutil
 import pytest
 import yaml
 
@@ -14,6 +13,7 @@ from rig.results import read_manifest, read_requests
 from vllm_fixtures import server_config
 
 from accounting import assert_accounting
+from support import OWNER_VAR, engine_procs
 
 pytestmark = [pytest.mark.slow, pytest.mark.ray]
 SHORT = {"median": 120, "sigma": 0.3, "min": 40, "max": 300}  # prompts must fit --max-model-len 2048
@@ -35,7 +35,9 @@ def vllm_run(vllm_engine_python, tiny_model_dir, tmp_path_factory):
     }
     f = out / "spec.yaml"
     f.write_text(yaml.safe_dump(spec))
-    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
+    # the owner mark lets test_no_engine_process_left find exactly this run's engines (the session's shared vLLM
+    # server of tests/test_real_engines.py may be running beside it)
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", OWNER_VAR: str(out)}
     proc = subprocess.run([sys.executable, "-m", "rig.cli", "sweep", "--config", str(f), "--out", str(out),
                            "--run-id", "v", "-q"], capture_output=True, text=True, env=env, timeout=900)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
@@ -85,5 +87,4 @@ def test_greedy_output_is_lossless_across_steps(vllm_run):
 
 
 def test_no_engine_process_left(vllm_run):
-    left = [p for p in psutil.process_iter(["cmdline"]) if "vllm.entrypoints" in " ".join(p.info["cmdline"] or [])]
-    assert left == []
+    assert engine_procs(vllm_run.parent, marker="vllm.entrypoints") == []
