@@ -1,7 +1,7 @@
 """Static checks, part of every test run (and so of .ci/run): ruff's lint and mypy's type check pass.
 
 The settings are in pyproject.toml ([tool.ruff], [tool.mypy]): the whole package is type-checked except the modules
-on the type-debt list, and the cross-package data contracts (rig/contracts.py) are checked with --strict.
+on the type-debt list, and the cross-package data contracts (rig/contracts/) are checked with --strict.
 """
 
 import shutil
@@ -38,5 +38,5 @@ def test_mypy_passes_on_the_package():
 
 
 def test_mypy_strict_passes_on_the_contracts():
-    p = _run(_tool("mypy"), "--strict", "rig/contracts.py")
+    p = _run(_tool("mypy"), "--strict", "rig/contracts")
     assert p.returncode == 0, p.stdout[-4000:] + p.stderr[-2000:]

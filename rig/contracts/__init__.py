@@ -1,0 +1,54 @@
+"""The contracts that cross package boundaries: point identity, request record, generator report, manifest, validity.
+
+The runner writes them, the load generator fills them, analysis reads them: each shape is declared here once, one
+module per seam (``point``, ``records``, ``generator``, ``validity``, ``manifest``), and re-exported here.
+The request record's Parquet schema is generated from ``RequestRecord``; the manifest is versioned and validated on
+read (older versions are migrated); a point's validity is judged by ``judge_point`` and nowhere else.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rig.contracts import records as _records
+from rig.contracts.errors import ContractError
+from rig.contracts.generator import GeneratorReport, GeneratorStatus, RecordCounts, WindowAcceptance, achieved_rate
+from rig.contracts.manifest import (
+    MANIFEST_VERSION,
+    ClusterInfo,
+    GeneratorHost,
+    GpuTelemetry,
+    Manifest,
+    PointEntry,
+    PointStatus,
+    ServerConfigEntry,
+    migrate,
+    parse_manifest,
+)
+from rig.contracts.point import IDENTITY_FIELDS, PointColumns, PointIdentity, point_name
+from rig.contracts.records import (
+    RECORD_FIELDS,
+    Int32,
+    Int64,
+    RequestRecord,
+    check_record,
+    empty_record,
+    record_schema,
+    repair_record,
+    unknown_columns,
+)
+from rig.contracts.validity import JUDGED_FLAGS, Thresholds, judge_point, thresholds_of_spec
+
+__all__ = [
+    "MANIFEST_VERSION", "ClusterInfo", "ContractError", "GeneratorHost", "GeneratorReport", "GeneratorStatus",
+    "GpuTelemetry", "IDENTITY_FIELDS", "Int32", "Int64", "JUDGED_FLAGS", "Manifest", "PointColumns", "PointEntry",
+    "PointIdentity", "PointStatus", "RECORD_FIELDS", "RecordCounts", "RequestRecord", "ServerConfigEntry",
+    "Thresholds", "WindowAcceptance", "achieved_rate", "check_record", "empty_record", "judge_point", "migrate",
+    "parse_manifest", "point_name", "record_schema", "repair_record", "thresholds_of_spec", "unknown_columns",
+]
+
+
+def __getattr__(name: str) -> Any:
+    """``REQUEST_SCHEMA`` and ``CONVERSION_ERRORS`` are made on first use (``rig.contracts.records``): importing
+    pyarrow costs ~0.4 s that the CLI's start should not pay."""
+    return getattr(_records, name)

@@ -1,0 +1,81 @@
+"""What a load generator reports for a point, and the engine's acceptance over the point's window."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class RecordCounts(BaseModel):
+    """Records of a point (or one generator) by outcome."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    ok: int = 0
+    failed: int = 0
+    cancelled: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.ok + self.failed + self.cancelled
+
+
+GeneratorStatus = Literal["complete", "partial", "failed", "interrupted"]
+
+
+class GeneratorReport(BaseModel):
+    """What one generator reports for one point (the driver adds what gathering its part files found)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    generator: int
+    host: str | None = None
+    status: GeneratorStatus | None = None
+    error: str | None = None
+    rows_written: int = 0
+    rows_unwritten: int | None = None
+    rows_repaired: int = 0  # records Arrow could not convert, written as failed ones (``repair_record``)
+    parts: list[str] | None = None
+    scheduled: int = 0
+    records: RecordCounts = Field(default_factory=RecordCounts)
+    tokens: int | None = None
+    ended_early: int = 0  # ok requests that asked for a fixed length (ignore_eos) and ended before max_tokens
+    tokens_estimated: int = 0  # ok requests whose completion tokens were counted from chunks (no usage sent)
+    slip_p50_s: float | None = None
+    slip_p99_s: float | None = None
+    achieved_rate: float | None = None  # requests/s: see ``achieved_rate``
+    rate_ratio: float | None = None  # open loop: achieved / scheduled rate of session starts (1.0 = kept up)
+    window_s: float | None = None  # the generator's level window (monotonic)
+    loop_lag_p50_ms: float | None = None
+    loop_lag_p99_ms: float | None = None
+    loop_lag_max_ms: float | None = None
+    cpu_pct: float | None = None
+    shipped_parts: int | None = None  # with results_uri: parts copied to the shared store
+    ship_errors: list[str] | None = None
+    gathered: dict[str, int] | None = None  # the driver: part files brought into the run directory
+
+
+def achieved_rate(n_sends: int, first_send: float, last_send: float) -> float | None:
+    """Requests per second actually sent: intervals between sends over the span of send times (None below two)."""
+    span = last_send - first_send
+    return (n_sends - 1) / span if n_sends > 1 and span > 0 else None
+
+
+class WindowAcceptance(BaseModel):
+    """Speculative acceptance over a point's window from the engine's own counters (deltas; warm-up excluded).
+
+    SGLang counts tokens per verify call; vLLM counts drafts, draft tokens and accepted tokens."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    accept_length: float | None = None  # mean tokens committed per step that verified a draft (None: no drafts)
+    generation_tokens: float | None = None
+    verify_calls: float | None = None  # SGLang
+    drafts: float | None = None  # vLLM: steps with a draft
+    draft_tokens: float | None = None  # vLLM: tokens proposed
+    accepted_tokens: float | None = None  # vLLM: tokens accepted
+    accept_rate: float | None = None  # vLLM: accepted / proposed
+    tokens_per_step: float | None = None  # vLLM: generated tokens per decode step over all steps
+
+
