@@ -29,12 +29,12 @@ os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # loopback-only fake cluster
 
 import ray  # noqa: E402
 from ray.cluster_utils import Cluster  # noqa: E402
+from truth_server import TruthServer  # noqa: E402
 
 from rig.config import build_spec  # noqa: E402
 from rig.results import PART_GLOB, load_manifest, read_requests  # noqa: E402
 from rig.run.execute import PointExecutor  # noqa: E402
 from rig.run.runner import Runner  # noqa: E402
-from truth_server import TruthServer  # noqa: E402
 
 MB100 = 100 * 2**20
 
@@ -49,6 +49,7 @@ def timed(cls, name: str, sink: dict) -> None:
             return orig(self, *a, **kw)
         finally:
             sink.setdefault(name, []).append((t0, time.time()))
+
     setattr(cls, name, wrapper)
 
 
@@ -62,6 +63,7 @@ def timed_fn(module, name: str, sink: dict) -> None:
             return orig(*a, **kw)
         finally:
             sink.setdefault(name, []).append((t0, time.time()))
+
     setattr(module, name, wrapper)
 
 
@@ -76,35 +78,57 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="rig-ctl-"))
     truth = TruthServer(tmp / "truth", itl_ms=0, workers=1)
     t0 = time.time()
-    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False,
-                                                      "object_store_memory": MB100})
+    c = Cluster(
+        initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False, "object_store_memory": MB100}
+    )
     marks: dict[str, list[tuple[float, float]]] = {}
     try:
         c.add_node(num_cpus=1, labels={"role": "server"}, object_store_memory=MB100)
         for _ in range(args.nodes):
-            c.add_node(num_cpus=args.per_host, labels={"role": "client"}, resources={"client": 1},
-                       object_store_memory=MB100)
+            c.add_node(
+                num_cpus=args.per_host, labels={"role": "client"}, resources={"client": 1}, object_store_memory=MB100
+            )
         c.wait_for_nodes()
         t_cluster = time.time() - t0
-        print(f"fake cluster: head + 1 server node + {args.nodes} client nodes up in {t_cluster:.1f} s "
-              f"(not part of the figures below)", flush=True)
+        print(
+            f"fake cluster: head + 1 server node + {args.nodes} client nodes up in {t_cluster:.1f} s "
+            f"(not part of the figures below)",
+            flush=True,
+        )
         import rig.cluster as rc
+
         for name in ("connect", "plan_placement", "wait_started", "set_outputs", "measure_clock_offset"):
             timed_fn(rc, name, marks)
         timed(Runner, "_setup_cluster", marks)
         timed(PointExecutor, "gather", marks)
         timed(PointExecutor, "run_point", marks)
-        spec = build_spec({}, {
-            "run_id": "ctl", "out": str(tmp / "out"), "clients": n_gen,
-            "server": {"engine": "external", "url": truth.url},
-            "workloads": [{"name": "greedy", "max_tokens": 16}],
-            "load": {"mode": "closed", "concurrency": [args.concurrency], "requests": args.requests,
-                     "warmup_requests": 0},
-            "cluster": {"address": c.address, "server_label": {"role": "server"},
-                        "client_label": {"role": "client"}, "client_resource": "client", "per_host": args.per_host,
-                        "allow_generators_on_server_node": False, "shared_results": False,
-                        "spool_dir": str(tmp / "spool-{node_id}"), "placement_timeout_s": 300},
-        })
+        spec = build_spec(
+            {},
+            {
+                "run_id": "ctl",
+                "out": str(tmp / "out"),
+                "clients": n_gen,
+                "server": {"engine": "external", "url": truth.url},
+                "workloads": [{"name": "greedy", "max_tokens": 16}],
+                "load": {
+                    "mode": "closed",
+                    "concurrency": [args.concurrency],
+                    "requests": args.requests,
+                    "warmup_requests": 0,
+                },
+                "cluster": {
+                    "address": c.address,
+                    "server_label": {"role": "server"},
+                    "client_label": {"role": "client"},
+                    "client_resource": "client",
+                    "per_host": args.per_host,
+                    "allow_generators_on_server_node": False,
+                    "shared_results": False,
+                    "spool_dir": str(tmp / "spool-{node_id}"),
+                    "placement_timeout_s": 300,
+                },
+            },
+        )
         t_run = time.time()
         Runner(spec).run()
         t_total = time.time() - t_run
@@ -117,25 +141,41 @@ def main() -> None:
         setup = marks["_setup_cluster"][0]
         gather = marks["gather"][0]
         parts = len(list(run_dir.rglob(PART_GLOB)))
-        print(f"\n{n_gen} generators ({args.nodes} hosts x {args.per_host}), {args.requests} requests, closed loop "
-              f"{args.concurrency}, 16 tokens each; run status {m.status}, {int(t.ok.sum())} ok of {len(t)}")
-        print(f"  time to ready (place + start {n_gen} actors, spool checks, clock probes): "
-              f"{setup[1] - setup[0]:.2f} s")
-        parts_of_ready = {k: sum(b - a for a, b in marks.get(k, [])) for k in
-                          ("connect", "plan_placement", "wait_started", "set_outputs", "measure_clock_offset")}
-        print("    of which: " + ", ".join(
-            f"{k} {v:.2f} s" + (f" ({len(marks[k])} calls)" if k == "measure_clock_offset" else "")
-            for k, v in parts_of_ready.items()) + "; the rest: creating the actor handles, corpus check")
+        print(
+            f"\n{n_gen} generators ({args.nodes} hosts x {args.per_host}), {args.requests} requests, closed loop "
+            f"{args.concurrency}, 16 tokens each; run status {m.status}, {int(t.ok.sum())} ok of {len(t)}"
+        )
+        print(
+            f"  time to ready (place + start {n_gen} actors, spool checks, clock probes): {setup[1] - setup[0]:.2f} s"
+        )
+        parts_of_ready = {
+            k: sum(b - a for a, b in marks.get(k, []))
+            for k in ("connect", "plan_placement", "wait_started", "set_outputs", "measure_clock_offset")
+        }
+        print(
+            "    of which: "
+            + ", ".join(
+                f"{k} {v:.2f} s" + (f" ({len(marks[k])} calls)" if k == "measure_clock_offset" else "")
+                for k, v in parts_of_ready.items()
+            )
+            + "; the rest: creating the actor handles, corpus check"
+        )
         if start_wall is not None:
-            print(f"  common start: the last generator's first send {first.max() - start_wall:+.3f} s after the "
-                  f"agreed start (the driver gives 1.0 s of notice); first sends spread {first.max() - first.min():.3f}"
-                  f" s over generators")
+            print(
+                f"  common start: the last generator's first send {first.max() - start_wall:+.3f} s after the "
+                f"agreed start (the driver gives 1.0 s of notice); first sends spread {first.max() - first.min():.3f}"
+                f" s over generators"
+            )
         else:
             print(f"  first sends spread {first.max() - first.min():.3f} s over generators")
-        print(f"  time to gather every part file ({parts} parts from {args.nodes} host spools through Ray): "
-              f"{gather[1] - gather[0]:.2f} s")
-        print(f"  whole run (ready + level + gather + manifest): {t_total:.2f} s; "
-              f"generators in the manifest: {len(m.cluster.generators)}")
+        print(
+            f"  time to gather every part file ({parts} parts from {args.nodes} host spools through Ray): "
+            f"{gather[1] - gather[0]:.2f} s"
+        )
+        print(
+            f"  whole run (ready + level + gather + manifest): {t_total:.2f} s; "
+            f"generators in the manifest: {len(m.cluster.generators)}"
+        )
     finally:
         ray.shutdown()
         c.shutdown()

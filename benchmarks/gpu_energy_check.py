@@ -61,8 +61,10 @@ def main() -> int:
         return 2
     nvml, handle = src.nvml, src.handles[0]
     info = src.gpus[0]
-    print(f"GPU {args.gpu}: {info['name']} ({info['uuid']}), NVML index {info['index']}, power limit "
-          f"{(info.get('power_limit_mw') or 0) / 1000:.0f} W")
+    print(
+        f"GPU {args.gpu}: {info['name']} ({info['uuid']}), NVML index {info['index']}, power limit "
+        f"{(info.get('power_limit_mw') or 0) / 1000:.0f} W"
+    )
     dev = torch.device(f"cuda:{args.gpu}")
     a = torch.randn(args.size, args.size, device=dev, dtype=torch.bfloat16)
     b = torch.randn(args.size, args.size, device=dev, dtype=torch.bfloat16)
@@ -111,11 +113,14 @@ def main() -> int:
             per = st.cpu_s / max(1, st.samples + st.failed)
             line = f"sampler {name:>5}: {st.samples} rounds, {per * 1e3:.3f} ms CPU per round; "
             if counter is not None:
-                line += (f"counter (rig's interpolation) {counter[0]:,.1f} J "
-                         f"({(counter[0] / direct - 1) * 100:+.2f} %); ")
+                line += (
+                    f"counter (rig's interpolation) {counter[0]:,.1f} J ({(counter[0] / direct - 1) * 100:+.2f} %); "
+                )
             if integral is not None:
-                line += (f"integral of sampled power {integral[0]:,.1f} J "
-                         f"({(integral[0] / direct - 1) * 100:+.2f} % vs the counter)")
+                line += (
+                    f"integral of sampled power {integral[0]:,.1f} J "
+                    f"({(integral[0] / direct - 1) * 100:+.2f} % vs the counter)"
+                )
             print(line)
     src.close()
     return 0

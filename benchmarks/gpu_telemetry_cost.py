@@ -27,8 +27,9 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -46,8 +47,21 @@ def free_port() -> int:
 
 def start_sim(tp: int) -> tuple[subprocess.Popen, str]:
     port = free_port()
-    argv = [sys.executable, "-m", "rig.sim", "--model-path", "Qwen/Qwen3.5-122B-A10B", "--tp-size", str(tp),
-            "--port", str(port), "--host", "127.0.0.1", "--enable-metrics", "--sim-no-access-log"]
+    argv = [
+        sys.executable,
+        "-m",
+        "rig.sim",
+        "--model-path",
+        "Qwen/Qwen3.5-122B-A10B",
+        "--tp-size",
+        str(tp),
+        "--port",
+        str(port),
+        "--host",
+        "127.0.0.1",
+        "--enable-metrics",
+        "--sim-no-access-log",
+    ]
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 180
@@ -59,8 +73,9 @@ def start_sim(tp: int) -> tuple[subprocess.Popen, str]:
         except OSError:
             time.sleep(0.2)
     proc.kill()
-    raise SystemExit(f"gpu_telemetry_cost: the simulator (--tp-size {tp}) did not become healthy "
-                     f"(exit code {proc.poll()})")
+    raise SystemExit(
+        f"gpu_telemetry_cost: the simulator (--tp-size {tp}) did not become healthy (exit code {proc.poll()})"
+    )
 
 
 def sampler(src: Source, tmp: str, interval: float) -> GpuSampler:
@@ -82,8 +97,12 @@ def cost(src: Source, rounds: int, other_cpu: Callable[[], float] | None = None)
         s.writer.close()
         cpu, wall = time.process_time() - c0, time.perf_counter() - w0
         other = (other_cpu() - other0) if other_cpu else 0.0
-    return {"cpu_ms": cpu / rounds * 1e3, "wall_ms": wall / rounds * 1e3, "other_ms": other / rounds * 1e3,
-            "rows": len(src.gpus)}
+    return {
+        "cpu_ms": cpu / rounds * 1e3,
+        "wall_ms": wall / rounds * 1e3,
+        "other_ms": other / rounds * 1e3,
+        "rows": len(src.gpus),
+    }
 
 
 def generate_latency(url: str, n: int) -> np.ndarray:
@@ -112,9 +131,11 @@ def run_sim(args: argparse.Namespace) -> None:
             src = SimulatedSource(url)
             c = cost(src, args.rounds, lambda: sum(sim.cpu_times()[:2]))
             total = c["cpu_ms"] + c["other_ms"]
-            print(f"simulated source, {c['rows']} GPUs (--tp-size {tp}): {c['cpu_ms']:.3f} ms CPU per round in the "
-                  f"sampler's process + {c['other_ms']:.3f} ms in the sim answering /sim/gpu; wall {c['wall_ms']:.3f} "
-                  f"ms per round -> {total / 10:.3f} % of one core at a 1 s interval")
+            print(
+                f"simulated source, {c['rows']} GPUs (--tp-size {tp}): {c['cpu_ms']:.3f} ms CPU per round in the "
+                f"sampler's process + {c['other_ms']:.3f} ms in the sim answering /sim/gpu; wall {c['wall_ms']:.3f} "
+                f"ms per round -> {total / 10:.3f} % of one core at a 1 s interval"
+            )
             if tp != args.tp[0]:
                 continue
             print(f"request path: {args.requests} short /generate requests one after another (ms):")
@@ -125,8 +146,10 @@ def run_sim(args: argparse.Namespace) -> None:
                         s.start()
                     lat = generate_latency(url, args.requests)
                     rounds = s.stop().samples if s else 0
-                print(f"  {label:>18}: p50 {pct(lat, 50):.2f}  p90 {pct(lat, 90):.2f}  p99 {pct(lat, 99):.2f}  "
-                      f"({rounds} sampling rounds meanwhile)")
+                print(
+                    f"  {label:>18}: p50 {pct(lat, 50):.2f}  p90 {pct(lat, 90):.2f}  p99 {pct(lat, 99):.2f}  "
+                    f"({rounds} sampling rounds meanwhile)"
+                )
         finally:
             proc.terminate()
             proc.wait(timeout=10)
@@ -135,6 +158,7 @@ def run_sim(args: argparse.Namespace) -> None:
 def run_nvml(args: argparse.Namespace) -> None:
     try:
         import pynvml
+
         pynvml.nvmlInit()
         count = pynvml.nvmlDeviceGetCount()
         pynvml.nvmlShutdown()
@@ -151,8 +175,10 @@ def run_nvml(args: argparse.Namespace) -> None:
             raise SystemExit(2) from None
         c = cost(src, args.rounds)
         src.close()
-        print(f"NVML, {n} GPU(s): {c['cpu_ms']:.3f} ms CPU per round (wall {c['wall_ms']:.3f} ms) -> "
-              f"{c['cpu_ms'] / 10:.3f} % of one core at a 1 s interval")
+        print(
+            f"NVML, {n} GPU(s): {c['cpu_ms']:.3f} ms CPU per round (wall {c['wall_ms']:.3f} ms) -> "
+            f"{c['cpu_ms'] / 10:.3f} % of one core at a 1 s interval"
+        )
     try:
         import torch
     except ImportError:
@@ -190,8 +216,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--source", choices=["simulated", "nvml"], default="simulated")
     ap.add_argument("--rounds", type=int, default=500, help="sampling rounds timed back to back")
-    ap.add_argument("--tp", type=lambda s: [int(x) for x in s.split(",")], default=[4, 8],
-                    help="simulated GPUs (--tp-size of the sim), comma-separated")
+    ap.add_argument(
+        "--tp",
+        type=lambda s: [int(x) for x in s.split(",")],
+        default=[4, 8],
+        help="simulated GPUs (--tp-size of the sim), comma-separated",
+    )
     ap.add_argument("--requests", type=int, default=300, help="requests per request-path measurement (sim)")
     args = ap.parse_args()
     info: dict[str, Any] = {"load": os.getloadavg(), "cpus": os.cpu_count()}

@@ -50,9 +50,14 @@ def rig(*args: str, check: bool = True) -> tuple[int, str]:
     """Run `rig ARGS`, echoing its output line by line as it comes (a run cut off by a time limit still shows how
     far it got); returns the exit code and the output."""
     print("$ rig " + " ".join(args), flush=True)
-    proc = subprocess.Popen([sys.executable, "-m", "rig.cli", *args], cwd=ROOT, text=True, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT,
-                            env={**os.environ, "PYTHONUNBUFFERED": "1", "RAY_USAGE_STATS_ENABLED": "0"})
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rig.cli", *args],
+        cwd=ROOT,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        env={**os.environ, "PYTHONUNBUFFERED": "1", "RAY_USAGE_STATS_ENABLED": "0"},
+    )
     lines = []
     assert proc.stdout is not None
     for line in proc.stdout:
@@ -67,8 +72,9 @@ def rig(*args: str, check: bool = True) -> tuple[int, str]:
 def install_and_rerun(wheelhouse: str, site: str) -> int:
     """Install the wheelhouse into ``site`` (no index), then run this script again with it on PYTHONPATH (so the
     engine and Ray's workers, which inherit the environment, see the same packages)."""
-    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "wheelhouse.py"), "install", wheelhouse,
-                           "--target", site])
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "wheelhouse.py"), "install", wheelhouse, "--target", site]
+    )
     if done.returncode != 0:
         print(f"gpu_transformers_serve: installing {wheelhouse} failed (exit {done.returncode})", file=sys.stderr)
         return 2
@@ -102,8 +108,10 @@ def main() -> int:
         print("gpu_transformers_serve: no NVIDIA GPU here (NVML found none); run it on a GPU node", file=sys.stderr)
         return 2
     if shutil.which("transformers") is None:
-        print("gpu_transformers_serve: the `transformers` command is not on PATH (pip install transformers[serving])",
-              file=sys.stderr)
+        print(
+            "gpu_transformers_serve: the `transformers` command is not on PATH (pip install transformers[serving])",
+            file=sys.stderr,
+        )
         return 2
     from rig.server.tiny_model import build_tiny_model
 
@@ -111,7 +119,7 @@ def main() -> int:
     model = build_tiny_model(args.model_dir, args.preset)
     print(f"model {model} ({args.preset}) ready in {time.monotonic() - t0:.1f} s", flush=True)
 
-    started = datetime.datetime.now(datetime.timezone.utc)
+    started = datetime.datetime.now(datetime.UTC)
     if args.resume:  # a sweep cut off earlier (a time limit): its finished points stay, the rest run now
         run_dir = Path(args.resume)
         rig("sweep", "--resume", str(run_dir), "--quiet")
@@ -119,9 +127,31 @@ def main() -> int:
     run_id = args.run_id or f"gpu-tserve-{started:%Y%m%dT%H%M%SZ}"
     # --tp 1 asks Ray for one GPU; --steps 0: transformers serve has no speculative decoding (the template places no
     # {steps}); --model is the path the server was started with (transformers serve refuses any other model name).
-    rig("sweep", "--engine", "command", "--command", SERVE, "--model", str(model), "--tp", "1", "--steps", "0",
-        "--workload", args.workload, "--api", args.api, "--concurrency", args.concurrency,
-        "--out", args.out, "--run-id", run_id, "--quiet", *args.extra)
+    rig(
+        "sweep",
+        "--engine",
+        "command",
+        "--command",
+        SERVE,
+        "--model",
+        str(model),
+        "--tp",
+        "1",
+        "--steps",
+        "0",
+        "--workload",
+        args.workload,
+        "--api",
+        args.api,
+        "--concurrency",
+        args.concurrency,
+        "--out",
+        args.out,
+        "--run-id",
+        run_id,
+        "--quiet",
+        *args.extra,
+    )
     return report(Path(args.out) / run_id, args, name, started)
 
 
@@ -131,8 +161,11 @@ def report(run_dir: Path, args: argparse.Namespace, gpu: str, started: datetime.
         report_args += ["--gpu-hour-price", str(args.gpu_hour_price)]
     rig(*report_args, check=False)
     manifest = json.loads((run_dir / "manifest.json").read_text())
-    print(f"# {started:%Y-%m-%d %H:%M} UTC, {gpu}, transformers serve --continuous-batching, model {args.preset}, "
-          f"run {run_dir.name}, status {manifest.get('status')}", flush=True)
+    print(
+        f"# {started:%Y-%m-%d %H:%M} UTC, {gpu}, transformers serve --continuous-batching, model {args.preset}, "
+        f"run {run_dir.name}, status {manifest.get('status')}",
+        flush=True,
+    )
     return 0
 
 

@@ -52,9 +52,11 @@ HERE = Path(__file__).resolve().parent
 CACHE = Path(os.environ.get("RIG_CACHE") or HERE.parent / ".cache").expanduser()
 VLLM_PY = CACHE / "vllm-venv" / "bin" / "python"
 TOKENIZER = CACHE / "tiny-model"
-VLLM_MAIN = ("import sys\nfrom vllm.utils.argparse_utils import FlexibleArgumentParser\n"
-             "from vllm.benchmarks.serve import add_cli_args, main\n"
-             "p = FlexibleArgumentParser(); add_cli_args(p); main(p.parse_args(sys.argv[1:]))")
+VLLM_MAIN = (
+    "import sys\nfrom vllm.utils.argparse_utils import FlexibleArgumentParser\n"
+    "from vllm.benchmarks.serve import add_cli_args, main\n"
+    "p = FlexibleArgumentParser(); add_cli_args(p); main(p.parse_args(sys.argv[1:]))"
+)
 
 
 class CpuSampler:
@@ -138,28 +140,90 @@ def run_rig(url: str, out: Path, cpus: str | list[str | None] | None, procs: int
     args = []
     for k, v in kw.items():
         args += [f"--{k.replace('_', '-')}", str(v)]
-    ps = [subprocess.Popen([*taskset(per_proc[i]), sys.executable, str(HERE / "rig_generator.py"), "--url", url,
-                            "--out", str(out), "--index", str(i), "--of", str(procs), "--start-at", str(start),
-                            *args], stdout=subprocess.PIPE, text=True) for i in range(procs)]
+    ps = [
+        subprocess.Popen(
+            [
+                *taskset(per_proc[i]),
+                sys.executable,
+                str(HERE / "rig_generator.py"),
+                "--url",
+                url,
+                "--out",
+                str(out),
+                "--index",
+                str(i),
+                "--of",
+                str(procs),
+                "--start-at",
+                str(start),
+                *args,
+            ],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(procs)
+    ]
     sampler = CpuSampler([p.pid for p in ps])
     outs = [p.communicate()[0] for p in ps]
     sampler.stop()
     sums = [json.loads(o.strip().splitlines()[-1]) for o in outs]
-    recs = ds.dataset(str(out), format="parquet").to_table(
-        columns=["ok", "chunk_offsets_s", "output_hash", "completion_tokens", "status", "error",
-                 "send_ts"]).to_pylist()
+    recs = (
+        ds.dataset(str(out), format="parquet")
+        .to_table(columns=["ok", "chunk_offsets_s", "output_hash", "completion_tokens", "status", "error", "send_ts"])
+        .to_pylist()
+    )
     return {"summaries": sums, "records": recs, "sampler": sampler}
 
 
-def run_vllm(url: str, out: Path, cpus: str | None, *, concurrency: int | None, requests: int, max_tokens: int,
-             rate: float | None = None) -> dict:
+def run_vllm(
+    url: str,
+    out: Path,
+    cpus: str | None,
+    *,
+    concurrency: int | None,
+    requests: int,
+    max_tokens: int,
+    rate: float | None = None,
+) -> dict:
     shutil.rmtree(out, ignore_errors=True)
-    cmd = [*taskset(cpus), str(VLLM_PY), "-c", VLLM_MAIN, "--backend", "openai", "--base-url", url,
-           "--endpoint", "/v1/completions", "--model", "truth", "--tokenizer", str(TOKENIZER),
-           "--dataset-name", "random", "--random-input-len", "16", "--random-output-len", str(max_tokens),
-           "--num-prompts", str(requests), "--ignore-eos", "--num-warmups", "0", "--ready-check-timeout-sec", "0",
-           "--disable-tqdm", "--save-result", "--save-detailed", "--result-dir", str(out),
-           "--result-filename", "r.json", "--seed", "1"]
+    cmd = [
+        *taskset(cpus),
+        str(VLLM_PY),
+        "-c",
+        VLLM_MAIN,
+        "--backend",
+        "openai",
+        "--base-url",
+        url,
+        "--endpoint",
+        "/v1/completions",
+        "--model",
+        "truth",
+        "--tokenizer",
+        str(TOKENIZER),
+        "--dataset-name",
+        "random",
+        "--random-input-len",
+        "16",
+        "--random-output-len",
+        str(max_tokens),
+        "--num-prompts",
+        str(requests),
+        "--ignore-eos",
+        "--num-warmups",
+        "0",
+        "--ready-check-timeout-sec",
+        "0",
+        "--disable-tqdm",
+        "--save-result",
+        "--save-detailed",
+        "--result-dir",
+        str(out),
+        "--result-filename",
+        "r.json",
+        "--seed",
+        "1",
+    ]
     if concurrency:
         cmd += ["--max-concurrency", str(concurrency)]
     if rate:
@@ -191,12 +255,20 @@ def med(xs: list[float]) -> float:
 SATURATED_PCT = 90  # a client whose event loop runs or waits to run this share of the time is the bottleneck
 
 
-def throughput(tool: str, srv: TruthServer, tmp: Path, cpus: str | list[str | None] | None, requests: int,
-               max_tokens: int, procs: int = 1) -> dict:
+def throughput(
+    tool: str,
+    srv: TruthServer,
+    tmp: Path,
+    cpus: str | list[str | None] | None,
+    requests: int,
+    max_tokens: int,
+    procs: int = 1,
+) -> dict:
     server_cpu = CpuSampler([p.pid for p in srv.procs])
     if tool == "rig":
-        r = run_rig(srv.url, tmp / "rig", cpus, procs, mode="closed", concurrency=64, requests=requests,
-                    max_tokens=max_tokens)
+        r = run_rig(
+            srv.url, tmp / "rig", cpus, procs, mode="closed", concurrency=64, requests=requests, max_tokens=max_tokens
+        )
         ok = sum(1 for x in r["records"] if x["ok"])
         last_read = max(x["ended_mono"] for x in r["summaries"])  # after the last response's last byte
         lost = sum(x["scheduled"] for x in r["summaries"]) - len(r["records"])  # requests sent but not on disk
@@ -217,19 +289,30 @@ def throughput(tool: str, srv: TruthServer, tmp: Path, cpus: str | list[str | No
     events = truth["tokens"]
     span = t1 - t0
     busy = r["sampler"].between(t0, t1, 2) + r["sampler"].between(t0, t1, 3)  # the loop ran or waited to run
-    return {"tok_s": events / span, "cpu_s": cpu, "events_per_core_s": events / cpu if cpu > 0 else float("nan"),
-            "cpu_per_1k": 1e3 * cpu / events, "ok": ok, "server_cpu_pct": 100 * server_cpu.between(t0, t1) / span,
-            "client_cpu_pct": 100 * cpu / span, "span_s": span, "events": events,
-            "loop_busy_pct": 100 * busy / span, "loop_wait_pct": 100 * r["sampler"].between(t0, t1, 3) / span,
-            "lost": lost}
+    return {
+        "tok_s": events / span,
+        "cpu_s": cpu,
+        "events_per_core_s": events / cpu if cpu > 0 else float("nan"),
+        "cpu_per_1k": 1e3 * cpu / events,
+        "ok": ok,
+        "server_cpu_pct": 100 * server_cpu.between(t0, t1) / span,
+        "client_cpu_pct": 100 * cpu / span,
+        "span_s": span,
+        "events": events,
+        "loop_busy_pct": 100 * busy / span,
+        "loop_wait_pct": 100 * r["sampler"].between(t0, t1, 3) / span,
+        "lost": lost,
+    }
 
 
 def verdict(x: dict, procs: int = 1) -> str:
     """Which side set the pace of one run: a client whose event loop was running or waiting for a CPU nearly all
     the window was the bottleneck (on a shared core it may hold only part of it)."""
     busy = x["loop_busy_pct"] / procs
-    v = (f"client {'SATURATED' if busy >= SATURATED_PCT else 'not saturated'} (its loop ran or waited to run "
-         f"{busy:.0f} % of the window, {x['loop_wait_pct'] / procs:.0f} % waiting for a CPU)")
+    v = (
+        f"client {'SATURATED' if busy >= SATURATED_PCT else 'not saturated'} (its loop ran or waited to run "
+        f"{busy:.0f} % of the window, {x['loop_wait_pct'] / procs:.0f} % waiting for a CPU)"
+    )
     if x["server_cpu_pct"] >= SATURATED_PCT:
         v += "; server saturated"
     return v + (f"; {x['lost']} RECORDS LOST (sent, not in the part files)" if x["lost"] else "")
@@ -240,25 +323,31 @@ def loadavg() -> str:
 
 
 def print_runs(tool: str, rr: list[dict], procs: int = 1) -> None:
-    print(f"    {tool:5} tok/s {med([x['tok_s'] for x in rr]):>9.0f}  events/s per client core "
-          f"{med([x['events_per_core_s'] for x in rr]):>9.0f}  client CPU s per 1k events "
-          f"{med([x['cpu_per_1k'] for x in rr]):.4f}")
+    print(
+        f"    {tool:5} tok/s {med([x['tok_s'] for x in rr]):>9.0f}  events/s per client core "
+        f"{med([x['events_per_core_s'] for x in rr]):>9.0f}  client CPU s per 1k events "
+        f"{med([x['cpu_per_1k'] for x in rr]):.4f}"
+    )
     for i, x in enumerate(rr):
-        print(f"      run {i + 1}: tok/s {x['tok_s']:.0f} over {x['span_s']:.2f} s; client CPU "
-              f"{x['client_cpu_pct']:.0f} %, server CPU {x['server_cpu_pct']:.0f} % of a core; {verdict(x, procs)}; "
-              f"ok {x['ok']}")
+        print(
+            f"      run {i + 1}: tok/s {x['tok_s']:.0f} over {x['span_s']:.2f} s; client CPU "
+            f"{x['client_cpu_pct']:.0f} %, server CPU {x['server_cpu_pct']:.0f} % of a core; {verdict(x, procs)}; "
+            f"ok {x['ok']}"
+        )
 
 
 def figure_a(args, tmp: Path) -> None:
-    print(f"(a) streamed tok/s, 64 streams, 1 token per event, {args.requests} requests x {args.max_tokens} tokens; "
-          f"truth server unpaced, {args.burst} tokens per write")
+    print(
+        f"(a) streamed tok/s, 64 streams, 1 token per event, {args.requests} requests x {args.max_tokens} tokens; "
+        f"truth server unpaced, {args.burst} tokens per write"
+    )
     for pinned in (True, False):
         cpus_c, cpus_s = ("0", "1") if pinned else (None, None)
         srv = TruthServer(tmp / "truth-a", itl_ms=0, workers=1, cpus=cpus_s, burst=args.burst)
         rows: dict[str, list[dict]] = {"rig": [], "vllm": []}
         try:
             for rep in range(args.repeats):
-                for tool in (("rig", "vllm") if rep % 2 == 0 else ("vllm", "rig")):
+                for tool in ("rig", "vllm") if rep % 2 == 0 else ("vllm", "rig"):
                     rows[tool].append(throughput(tool, srv, tmp, cpus_c, args.requests, args.max_tokens))
         finally:
             srv.stop()
@@ -268,19 +357,23 @@ def figure_a(args, tmp: Path) -> None:
             print_runs(tool, rows[tool])
         ratios = [a["tok_s"] / b["tok_s"] for a, b in zip(rows["rig"], rows["vllm"])]
         eff = [b["cpu_per_1k"] / a["cpu_per_1k"] for a, b in zip(rows["rig"], rows["vllm"])]
-        print(f"    rig / vLLM: tok/s x{med(ratios):.2f} (runs {runs(ratios, None, '.2f')}); "
-              f"events per client CPU second x{med(eff):.2f} (runs {runs(eff, None, '.2f')})")
+        print(
+            f"    rig / vLLM: tok/s x{med(ratios):.2f} (runs {runs(ratios, None, '.2f')}); "
+            f"events per client CPU second x{med(eff):.2f} (runs {runs(eff, None, '.2f')})"
+        )
 
 
 def figure_d(args, tmp: Path) -> None:
-    print(f"(d) rig only: 1 vs 2 generator processes, 64 streams in total, {args.requests} requests x "
-          f"{args.max_tokens} tokens; truth server unpaced, {args.burst} tokens per write, 1 process, unpinned")
+    print(
+        f"(d) rig only: 1 vs 2 generator processes, 64 streams in total, {args.requests} requests x "
+        f"{args.max_tokens} tokens; truth server unpaced, {args.burst} tokens per write, 1 process, unpinned"
+    )
     srv = TruthServer(tmp / "truth-d", itl_ms=0, workers=1, burst=args.burst)
     try:
         for pinned in (False, True):
             res: dict[int, list[dict]] = {1: [], 2: []}
             for rep in range(args.repeats):
-                for procs in ((1, 2) if rep % 2 == 0 else (2, 1)):
+                for procs in (1, 2) if rep % 2 == 0 else (2, 1):
                     cpus = [str(i) for i in range(procs)] if pinned else None
                     res[procs].append(throughput("rig", srv, tmp, cpus, args.requests, args.max_tokens, procs))
             print("  generator process i pinned to CPU i:" if pinned else "  unpinned:")
@@ -294,20 +387,31 @@ def figure_d(args, tmp: Path) -> None:
 
 # ---------------------------------------------------------------- (b) open loop
 
+
 def figure_b(args, tmp: Path) -> None:
     rates = [float(r) for r in args.rates.split(",")]
-    print(f"(b) open loop, Poisson, 16-token requests, {args.level_s:g} s per level, client CPU 0, server CPU 1 "
-          f"(unpaced)")
+    print(
+        f"(b) open loop, Poisson, 16-token requests, {args.level_s:g} s per level, client CPU 0, server CPU 1 (unpaced)"
+    )
     srv = TruthServer(tmp / "truth-b", itl_ms=0, workers=1, cpus="1")
     try:
         for rate in rates:
             n = int(rate * args.level_s)
             rig_rows, v_rows = [], []
             for rep in range(args.repeats):
-                for tool in (("rig", "vllm") if rep % 2 == 0 else ("vllm", "rig")):
+                for tool in ("rig", "vllm") if rep % 2 == 0 else ("vllm", "rig"):
                     if tool == "rig":
-                        r = run_rig(srv.url, tmp / "rig", "0", 1, mode="poisson", rate=rate, requests=n,
-                                    max_tokens=16, seed=rep + 1)
+                        r = run_rig(
+                            srv.url,
+                            tmp / "rig",
+                            "0",
+                            1,
+                            mode="poisson",
+                            rate=rate,
+                            requests=n,
+                            max_tokens=16,
+                            seed=rep + 1,
+                        )
                         s = r["summaries"][0]
                         flags = []
                         if s["slip_p99_s"] > 0.010:
@@ -318,33 +422,45 @@ def figure_b(args, tmp: Path) -> None:
                             flags.append(f"loop lag p99 {s['loop_lag_p99_ms']:.0f} ms")
                         ok = s["records"]["ok"]
                         st = np.sort(np.asarray([x["send_ts"] for x in r["records"]]))
-                        rig_rows.append({"span_kept": (len(st) - 1) / (st[-1] - st[0]) / rate,
-                                         "kept": s["rate_ratio"], "slip_p99_ms": s["slip_p99_s"] * 1e3,
-                                         "ok": ok, "flags": flags, "cpu_ms": 1e3 * s["cpu_s"] / max(1, n),
-                                         "cpu_pct": 100 * s["cpu_s"] / max(1e-9, s["window_s"]),
-                                         "slip_p50_ms": s["slip_p50_s"] * 1e3,
-                                         # the loop runnable but not on its core: what a late wake-up waits for
-                                         "wait_pct": 100 * r["sampler"].between(s["started_mono"], s["ended_mono"], 3)
-                                         / max(1e-9, s["ended_mono"] - s["started_mono"])})
+                        rig_rows.append(
+                            {
+                                "span_kept": (len(st) - 1) / (st[-1] - st[0]) / rate,
+                                "kept": s["rate_ratio"],
+                                "slip_p99_ms": s["slip_p99_s"] * 1e3,
+                                "ok": ok,
+                                "flags": flags,
+                                "cpu_ms": 1e3 * s["cpu_s"] / max(1, n),
+                                "cpu_pct": 100 * s["cpu_s"] / max(1e-9, s["window_s"]),
+                                "slip_p50_ms": s["slip_p50_s"] * 1e3,
+                                # the loop runnable but not on its core: what a late wake-up waits for
+                                "wait_pct": 100
+                                * r["sampler"].between(s["started_mono"], s["ended_mono"], 3)
+                                / max(1e-9, s["ended_mono"] - s["started_mono"]),
+                            }
+                        )
                     else:
-                        r = run_vllm(srv.url, tmp / "vllm", "0", concurrency=None, requests=n, max_tokens=16,
-                                     rate=rate)
+                        r = run_vllm(srv.url, tmp / "vllm", "0", concurrency=None, requests=n, max_tokens=16, rate=rate)
                         st = np.sort(np.asarray(r["result"]["start_times"]))
-                        v_rows.append({"kept": (len(st) - 1) / (st[-1] - st[0]) / rate,
-                                       "ok": r["result"]["completed"]})
+                        v_rows.append({"kept": (len(st) - 1) / (st[-1] - st[0]) / rate, "ok": r["result"]["completed"]})
                     srv.collect()
-            print(f"  {rate:g}/s ({n} requests): rig rate kept {med([x['kept'] for x in rig_rows]):.3f} "
-                  f"(runs {runs(rig_rows, 'kept', '.3f')}), p99 slip "
-                  f"{med([x['slip_p99_ms'] for x in rig_rows]):.2f} ms (runs "
-                  f"{runs(rig_rows, 'slip_p99_ms', '.2f')}), ok {[x['ok'] for x in rig_rows]}; "
-                  f"vLLM rate kept {med([x['kept'] for x in v_rows]):.3f} (runs "
-                  f"{runs(v_rows, 'kept', '.3f')}), ok {[x['ok'] for x in v_rows]}")
-            print(f"      rig rate kept measured as for vLLM (sends / span of actual sends / target): "
-                  f"{med([x['span_kept'] for x in rig_rows]):.3f} (runs {runs(rig_rows, 'span_kept', '.3f')})")
-            print(f"      rig client CPU per request {med([x['cpu_ms'] for x in rig_rows]):.3f} ms, "
-                  f"CPU% of its core {runs(rig_rows, 'cpu_pct', '.0f')}; p50 slip "
-                  f"{runs(rig_rows, 'slip_p50_ms', '.3f')} ms; its loop waited for its core "
-                  f"{runs(rig_rows, 'wait_pct', '.1f')} % of the level")
+            print(
+                f"  {rate:g}/s ({n} requests): rig rate kept {med([x['kept'] for x in rig_rows]):.3f} "
+                f"(runs {runs(rig_rows, 'kept', '.3f')}), p99 slip "
+                f"{med([x['slip_p99_ms'] for x in rig_rows]):.2f} ms (runs "
+                f"{runs(rig_rows, 'slip_p99_ms', '.2f')}), ok {[x['ok'] for x in rig_rows]}; "
+                f"vLLM rate kept {med([x['kept'] for x in v_rows]):.3f} (runs "
+                f"{runs(v_rows, 'kept', '.3f')}), ok {[x['ok'] for x in v_rows]}"
+            )
+            print(
+                f"      rig rate kept measured as for vLLM (sends / span of actual sends / target): "
+                f"{med([x['span_kept'] for x in rig_rows]):.3f} (runs {runs(rig_rows, 'span_kept', '.3f')})"
+            )
+            print(
+                f"      rig client CPU per request {med([x['cpu_ms'] for x in rig_rows]):.3f} ms, "
+                f"CPU% of its core {runs(rig_rows, 'cpu_pct', '.0f')}; p50 slip "
+                f"{runs(rig_rows, 'slip_p50_ms', '.3f')} ms; its loop waited for its core "
+                f"{runs(rig_rows, 'wait_pct', '.1f')} % of the level"
+            )
             for x in rig_rows:
                 if x["flags"]:
                     print(f"      rig flagged client_saturated: {'; '.join(x['flags'])}")
@@ -353,6 +469,7 @@ def figure_b(args, tmp: Path) -> None:
 
 
 # ---------------------------------------------------------------- (c) ITL against the server's clock
+
 
 def itl_errors_rig(records: list[dict], truth: dict) -> tuple[np.ndarray, int]:
     errs, unmatched = [], 0
@@ -384,44 +501,64 @@ def itl_errors_vllm(result: dict, truth: dict) -> tuple[np.ndarray, int]:
 
 
 def figure_c(args, tmp: Path) -> None:
-    print(f"(c) inter-token gap error vs the server's write times, one token every 10 ms per stream, "
-          f"{args.itl_tokens} tokens per request, client CPU 0, server CPU 1")
+    print(
+        f"(c) inter-token gap error vs the server's write times, one token every 10 ms per stream, "
+        f"{args.itl_tokens} tokens per request, client CPU 0, server CPU 1"
+    )
     srv = TruthServer(tmp / "truth-c", itl_ms=10, workers=1, cpus="1")
     try:
         for streams in (64, 256):
             rows: dict[str, list[dict]] = {"rig": [], "vllm": []}
             for rep in range(args.repeats):
-                for tool in (("rig", "vllm") if rep % 2 == 0 else ("vllm", "rig")):
+                for tool in ("rig", "vllm") if rep % 2 == 0 else ("vllm", "rig"):
                     n = 2 * streams
                     if tool == "rig":
-                        r = run_rig(srv.url, tmp / "rig", "0", 1, mode="closed", concurrency=streams, requests=n,
-                                    max_tokens=args.itl_tokens)
+                        r = run_rig(
+                            srv.url,
+                            tmp / "rig",
+                            "0",
+                            1,
+                            mode="closed",
+                            concurrency=streams,
+                            requests=n,
+                            max_tokens=args.itl_tokens,
+                        )
                         truth = srv.collect()
                         e, un = itl_errors_rig(r["records"], truth)
                         shared = tokens_sharing_a_read(r["records"])
                         unstamped = sum(x.get("unstamped_reads") or 0 for x in r["summaries"])
                     else:
-                        r = run_vllm(srv.url, tmp / "vllm", "0", concurrency=streams, requests=n,
-                                     max_tokens=args.itl_tokens)
+                        r = run_vllm(
+                            srv.url, tmp / "vllm", "0", concurrency=streams, requests=n, max_tokens=args.itl_tokens
+                        )
                         truth = srv.collect()
                         e, un = itl_errors_vllm(r["result"], truth)
                     sg = truth["gaps_s"]
-                    rows[tool].append({"p99": np.percentile(e, 99) * 1e3 if len(e) else float("nan"),
-                                       "p50": np.percentile(e, 50) * 1e3 if len(e) else float("nan"),
-                                       "unmatched": un, "tokens": len(e),
-                                       "shared": shared if tool == "rig" else None,
-                                       "unstamped": unstamped if tool == "rig" else None,
-                                       "server_gap_p99": np.percentile(sg, 99) * 1e3 if len(sg) else float("nan")})
+                    rows[tool].append(
+                        {
+                            "p99": np.percentile(e, 99) * 1e3 if len(e) else float("nan"),
+                            "p50": np.percentile(e, 50) * 1e3 if len(e) else float("nan"),
+                            "unmatched": un,
+                            "tokens": len(e),
+                            "shared": shared if tool == "rig" else None,
+                            "unstamped": unstamped if tool == "rig" else None,
+                            "server_gap_p99": np.percentile(sg, 99) * 1e3 if len(sg) else float("nan"),
+                        }
+                    )
             for tool in ("rig", "vllm"):
                 rr = rows[tool]
-                print(f"  {streams} streams, {tool:5}: |client gap - server gap| p99 "
-                      f"{med([x['p99'] for x in rr]):.2f} ms (runs {runs(rr, 'p99', '.2f')}), "
-                      f"p50 {med([x['p50'] for x in rr]):.3f} ms; {rr[0]['tokens']} gaps matched, "
-                      f"{sum(x['unmatched'] for x in rr)} requests unmatched; server's own gap p99 "
-                      f"{med([x['server_gap_p99'] for x in rr]):.2f} ms")
+                print(
+                    f"  {streams} streams, {tool:5}: |client gap - server gap| p99 "
+                    f"{med([x['p99'] for x in rr]):.2f} ms (runs {runs(rr, 'p99', '.2f')}), "
+                    f"p50 {med([x['p50'] for x in rr]):.3f} ms; {rr[0]['tokens']} gaps matched, "
+                    f"{sum(x['unmatched'] for x in rr)} requests unmatched; server's own gap p99 "
+                    f"{med([x['server_gap_p99'] for x in rr]):.2f} ms"
+                )
                 if tool == "rig":  # what is left of rig's error: a read late by more than one token interval
-                    print(f"      tokens that shared a read with the one before (one kernel stamp for both): runs "
-                          f"{runs(rr, 'shared', 'd')}; reads without a kernel stamp: runs {runs(rr, 'unstamped', 'd')}")
+                    print(
+                        f"      tokens that shared a read with the one before (one kernel stamp for both): runs "
+                        f"{runs(rr, 'shared', 'd')}; reads without a kernel stamp: runs {runs(rr, 'unstamped', 'd')}"
+                    )
             d = [a["p99"] - b["p99"] for a, b in zip(rows["rig"], rows["vllm"])]
             print(f"  {streams} streams: rig - vLLM error p99 {med(d):+.2f} ms")
     finally:

@@ -43,19 +43,48 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=5)
     a = ap.parse_args()
 
-    info = PointColumns(run_id="bench", point="p0", engine="external", workload="bench", api="sglang-native",
-                        steps=0, server_config="c", server_args="{}", load_mode="closed", concurrency=1, rate=None,
-                        repeat=0)
-    run = PointRun(GeneratorPlan(point=info, generator=0, url="http://127.0.0.1:9", model="m", sessions=()),
-                   tempfile.mkdtemp(), "host", 0.0)
+    info = PointColumns(
+        run_id="bench",
+        point="p0",
+        engine="external",
+        workload="bench",
+        api="sglang-native",
+        steps=0,
+        server_config="c",
+        server_args="{}",
+        load_mode="closed",
+        concurrency=1,
+        rate=None,
+        repeat=0,
+    )
+    run = PointRun(
+        GeneratorPlan(point=info, generator=0, url="http://127.0.0.1:9", model="m", sessions=()),
+        tempfile.mkdtemp(),
+        "host",
+        0.0,
+    )
     run.writer.max_rows = 10**9  # nothing is written: the buffer only
     turn = Turn(request_id="r", messages=({"role": "user", "content": "hi"},), max_tokens=16)
     session = Session(session_id="s", turns=(turn,))
-    state = StreamState(prompt_tokens=5, completion_tokens=16, finish_reason="length", text_parts=["a"] * 16,
-                        speculative={"spec_verify_ct": 4, "spec_accept_length": 2.5},
-                        server_ts={"server_received_ts": 1.0})
-    outs = [Outcome(send_mono=1.0 + i, end_mono=2.0 + i, first_mono=1.5 + i, chunk_offsets=[0.1] * 16,
-                    chunk_tokens=[1] * 16, state=state) for i in range(a.records)]
+    state = StreamState(
+        prompt_tokens=5,
+        completion_tokens=16,
+        finish_reason="length",
+        text_parts=["a"] * 16,
+        speculative={"spec_verify_ct": 4, "spec_accept_length": 2.5},
+        server_ts={"server_received_ts": 1.0},
+    )
+    outs = [
+        Outcome(
+            send_mono=1.0 + i,
+            end_mono=2.0 + i,
+            first_mono=1.5 + i,
+            chunk_offsets=[0.1] * 16,
+            chunk_tokens=[1] * 16,
+            state=state,
+        )
+        for i in range(a.records)
+    ]
 
     def record(i: int) -> None:
         run._record(session, 0, turn, outs[i].send_mono, outs[i])
@@ -73,8 +102,10 @@ def main() -> None:
     print(f"PointRun._record (whole bookkeeping of one request)   {full:6.2f} us")
     print(f"  empty_record() (a copy of a prebuilt dict)          {fresh:6.2f} us")
     print(f"  check_record() (the width check)                    {check:6.2f} us  ({100 * check / full:.1f} % of it)")
-    print(f"baseline: a record from REQUEST_SCHEMA.names          {baseline:6.2f} us  "
-          f"({baseline / fresh:.1f}x empty_record)")
+    print(
+        f"baseline: a record from REQUEST_SCHEMA.names          {baseline:6.2f} us  "
+        f"({baseline / fresh:.1f}x empty_record)"
+    )
 
 
 if __name__ == "__main__":

@@ -30,10 +30,24 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from rig.contracts import (ClusterInfo, GeneratorHost, GeneratorReport, Manifest, PointEntry, PointIdentity,
-                           ServerConfigEntry, Thresholds)
-from rig.results import (REQUEST_SCHEMA, SERVER_METRICS_SCHEMA, part_name, requests_dir, server_metrics_dir,
-                         write_manifest)
+from rig.contracts import (
+    ClusterInfo,
+    GeneratorHost,
+    GeneratorReport,
+    Manifest,
+    PointEntry,
+    PointIdentity,
+    ServerConfigEntry,
+    Thresholds,
+)
+from rig.results import (
+    REQUEST_SCHEMA,
+    SERVER_METRICS_SCHEMA,
+    part_name,
+    requests_dir,
+    server_metrics_dir,
+    write_manifest,
+)
 
 STEPS = (0, 1, 2, 3, 4)
 LEVELS = (1, 4, 16, 32, 64)
@@ -55,8 +69,17 @@ def _chunks(rng: np.random.Generator, tokens: np.ndarray, ttft: np.ndarray, e2e:
     return pa.array(offs, pa.list_(pa.float64())), pa.array(toks, pa.list_(pa.int32()))
 
 
-def make_point(rng: np.random.Generator, run_dir: Path, point: str, steps: int, conc: int, workload: str, n: int,
-               offsets: list[float], sample: float) -> tuple[float, float]:
+def make_point(
+    rng: np.random.Generator,
+    run_dir: Path,
+    point: str,
+    steps: int,
+    conc: int,
+    workload: str,
+    n: int,
+    offsets: list[float],
+    sample: float,
+) -> tuple[float, float]:
     """Write one point's rows (split over generators and part files); returns its (start, end) on the driver clock."""
     greedy = workload == "greedy"
     accept = 1.0 + 0.8 * steps if greedy else 1.0 + 0.45 * steps
@@ -78,22 +101,49 @@ def make_point(rng: np.random.Generator, run_dir: Path, point: str, steps: int, 
     hashes = np.char.add("h", (np.arange(n) * 2654435761 % 2**32).astype(str))
     ids = np.char.add(f"{workload}-", np.arange(n).astype(str))
     cols = {
-        "run_id": "bench", "point": point, "engine": "sim", "workload": workload, "api": "sglang-native",
-        "steps": steps, "server_config": f"sim-s{steps}", "server_args": json.dumps({"steps": steps}),
-        "load_mode": "closed", "concurrency": conc, "repeat": 0, "category": workload,
-        "finish_reason": "length" if greedy else "stop", "temperature": 0.0 if greedy else 0.7, "top_p": 1.0,
-        "max_tokens": 1500, "ignore_eos": greedy,
+        "run_id": "bench",
+        "point": point,
+        "engine": "sim",
+        "workload": workload,
+        "api": "sglang-native",
+        "steps": steps,
+        "server_config": f"sim-s{steps}",
+        "server_args": json.dumps({"steps": steps}),
+        "load_mode": "closed",
+        "concurrency": conc,
+        "repeat": 0,
+        "category": workload,
+        "finish_reason": "length" if greedy else "stop",
+        "temperature": 0.0 if greedy else 0.7,
+        "top_p": 1.0,
+        "max_tokens": 1500,
+        "ignore_eos": greedy,
     }
     arrays = {
-        "generator": gen.astype(np.int32), "clock_offset_s": off, "request_id": ids, "session_id": ids,
-        "turn": np.zeros(n, np.int32), "intended_send_ts": send + off, "send_ts": send + off,
-        "first_token_ts": send + off + ttft, "end_ts": send + off + e2e, "ttft_s": ttft, "e2e_s": e2e,
-        "slip_s": np.zeros(n), "e2e_from_intended_s": e2e, "prompt_tokens": rng.integers(50, 4000, n),
-        "completion_tokens": tokens.astype(np.int64), "cached_tokens": np.zeros(n, np.int64),
-        "status": np.where(ok, "ok", "failed"), "ok": ok, "http_status": np.where(ok, 200, 500).astype(np.int32),
+        "generator": gen.astype(np.int32),
+        "clock_offset_s": off,
+        "request_id": ids,
+        "session_id": ids,
+        "turn": np.zeros(n, np.int32),
+        "intended_send_ts": send + off,
+        "send_ts": send + off,
+        "first_token_ts": send + off + ttft,
+        "end_ts": send + off + e2e,
+        "ttft_s": ttft,
+        "e2e_s": e2e,
+        "slip_s": np.zeros(n),
+        "e2e_from_intended_s": e2e,
+        "prompt_tokens": rng.integers(50, 4000, n),
+        "completion_tokens": tokens.astype(np.int64),
+        "cached_tokens": np.zeros(n, np.int64),
+        "status": np.where(ok, "ok", "failed"),
+        "ok": ok,
+        "http_status": np.where(ok, 200, 500).astype(np.int32),
         "spec_verify_ct": np.where(verify > 0, verify, 0),
         "spec_accept_length": np.where(verify > 0, tokens / np.maximum(verify, 1), np.nan),
-        "output_hash": hashes, "output_chars": tokens * 4, "seed": np.arange(n, dtype=np.int64),
+        "output_hash": hashes,
+        "output_chars": tokens * 4,
+        "seed": np.arange(n, dtype=np.int64),
     }
     n_sample = int(n * sample)
     sample_idx = rng.choice(n, n_sample, replace=False) if n_sample else np.empty(0, int)
@@ -104,7 +154,7 @@ def make_point(rng: np.random.Generator, run_dir: Path, point: str, steps: int, 
         pos = np.full(n, -1)
         pos[sample_idx] = np.arange(n_sample)
         for part, lo in enumerate(range(0, gidx.size, PART_ROWS)):
-            idx = gidx[lo: lo + PART_ROWS]
+            idx = gidx[lo : lo + PART_ROWS]
             data = {}
             for f in REQUEST_SCHEMA:
                 if f.name in arrays:
@@ -133,9 +183,17 @@ def make_point(rng: np.random.Generator, run_dir: Path, point: str, steps: int, 
     }
     m = server_metrics_dir(run_dir, point)
     m.mkdir(parents=True, exist_ok=True)
-    t = pa.table({"run_id": pa.array(["bench"] * ts.size * 3), "point": pa.array([point] * ts.size * 3),
-                  "ts": samples["ts"], "name": samples["name"], "labels": pa.array(["{}"] * ts.size * 3),
-                  "value": samples["value"]}, schema=SERVER_METRICS_SCHEMA)
+    t = pa.table(
+        {
+            "run_id": pa.array(["bench"] * ts.size * 3),
+            "point": pa.array([point] * ts.size * 3),
+            "ts": samples["ts"],
+            "name": samples["name"],
+            "labels": pa.array(["{}"] * ts.size * 3),
+            "value": samples["value"],
+        },
+        schema=SERVER_METRICS_SCHEMA,
+    )
     pq.write_table(t, m / part_name(0))
     return start, end
 
@@ -159,16 +217,45 @@ def make_run(run_dir: Path, rows: int, sample: float, seed: int = 0) -> None:
         name = f"{w}-s{s}-c{c}-r0"
         t0, t1 = make_point(rng, run_dir, name, s, c, w, per_point, offsets, sample)
         configs[f"sim-s{s}"] = ServerConfigEntry(
-            engine="sim", knobs={"engine": "sim", "steps": s, "tp": 4},
-            server_info={"internal_states": [{"effective_max_running_requests_per_dp": 26 - 3 * s}]})
-        ident = PointIdentity(point=name, server_config=f"sim-s{s}", engine="sim", workload=w, steps=s,
-                              load_mode="closed", concurrency=c, rate=None, repeat=0)
-        points.append(PointEntry.new(ident).model_copy(update=dict(
-            status="complete", started_ts=t0, ended_ts=t1, requests_scheduled=per_point,
-            generators=[GeneratorReport(generator=g, status="complete") for g in range(GENERATORS)])))
-    write_manifest(run_dir, Manifest(run_id="bench", status="complete", thresholds=Thresholds(), server_configs=configs,
-                                     points=points, cluster=ClusterInfo(generators=[
-                                         GeneratorHost(generator=g, clock_offset_s=o) for g, o in enumerate(offsets)])))
+            engine="sim",
+            knobs={"engine": "sim", "steps": s, "tp": 4},
+            server_info={"internal_states": [{"effective_max_running_requests_per_dp": 26 - 3 * s}]},
+        )
+        ident = PointIdentity(
+            point=name,
+            server_config=f"sim-s{s}",
+            engine="sim",
+            workload=w,
+            steps=s,
+            load_mode="closed",
+            concurrency=c,
+            rate=None,
+            repeat=0,
+        )
+        points.append(
+            PointEntry.new(ident).model_copy(
+                update=dict(
+                    status="complete",
+                    started_ts=t0,
+                    ended_ts=t1,
+                    requests_scheduled=per_point,
+                    generators=[GeneratorReport(generator=g, status="complete") for g in range(GENERATORS)],
+                )
+            )
+        )
+    write_manifest(
+        run_dir,
+        Manifest(
+            run_id="bench",
+            status="complete",
+            thresholds=Thresholds(),
+            server_configs=configs,
+            points=points,
+            cluster=ClusterInfo(
+                generators=[GeneratorHost(generator=g, clock_offset_s=o) for g, o in enumerate(offsets)]
+            ),
+        ),
+    )
 
 
 def du(path: Path) -> int:
@@ -186,8 +273,17 @@ def ensure_run(run_dir: Path, rows: int, sample: float) -> str:
     run_dir.mkdir(parents=True)
     t = time.perf_counter()
     # in a child process: this one stays small, so the children it times do not inherit its peak RSS
-    subprocess.run([sys.executable, str(Path(__file__).resolve()), "--child", "generate", str(run_dir),
-                    f"{rows},{sample},{PART_ROWS}"], check=True)
+    subprocess.run(
+        [
+            sys.executable,
+            str(Path(__file__).resolve()),
+            "--child",
+            "generate",
+            str(run_dir),
+            f"{rows},{sample},{PART_ROWS}",
+        ],
+        check=True,
+    )
     stamp.write_text(want)
     return f"generated in {time.perf_counter() - t:.0f} s"
 
@@ -213,13 +309,17 @@ def scale_up(src: Path, dst: Path, times: int) -> str:
                 for k in range(times):
                     copy = table
                     for c in ("request_id", "session_id"):
-                        copy = copy.set_column(copy.schema.get_field_index(c), c,
-                                               pc.binary_join_element_wise(copy[c], pa.scalar(f"#{k}"), ""))
+                        copy = copy.set_column(
+                            copy.schema.get_field_index(c),
+                            c,
+                            pc.binary_join_element_wise(copy[c], pa.scalar(f"#{k}"), ""),
+                        )
                     for c in ts_cols:
                         copy = copy.set_column(copy.schema.get_field_index(c), c, pc.add(copy[c], k * span))
                     w.write_table(copy, row_group_size=PART_ROWS)
-        shutil.copytree(src / "server_metrics" / f"point={entry.point}",
-                        dst / "server_metrics" / f"point={entry.point}")
+        shutil.copytree(
+            src / "server_metrics" / f"point={entry.point}", dst / "server_metrics" / f"point={entry.point}"
+        )
         entry.ended_ts = (entry.started_ts or 0) + times * span
         entry.requests_scheduled = (entry.requests_scheduled or 0) * times
     write_manifest(dst, manifest)
@@ -231,6 +331,7 @@ def load() -> str:
 
 
 # --- what is timed, each in a process of its own (its own peak RSS) ------------------------------------------------
+
 
 def floor(run_dir: str) -> None:
     """The raw scan: every request column the report reads (metrics, ITL lists, ids and hashes, statuses and errors)
@@ -257,7 +358,8 @@ def engine_pyarrow(run_dir: str) -> dict:
     for d in sorted(Path(run_dir, "requests").glob("point=*")):
         files = sorted(str(p) for p in d.rglob("*.parquet"))
         t = ds.dataset(files, schema=REQUEST_SCHEMA, format="parquet").to_table(
-            columns=["ok", "clock_offset_s", "send_ts", "end_ts", "ttft_s", "e2e_s", "completion_tokens"])
+            columns=["ok", "clock_offset_s", "send_ts", "end_ts", "ttft_s", "e2e_s", "completion_tokens"]
+        )
         ok = t["ok"].to_numpy(zero_copy_only=False)
         off = t["clock_offset_s"].to_numpy()
         wall = float(np.max(t["end_ts"].to_numpy() - off) - np.min(t["send_ts"].to_numpy() - off))
@@ -266,9 +368,14 @@ def engine_pyarrow(run_dir: str) -> dict:
         with np.errstate(divide="ignore", invalid="ignore"):
             tpot = np.where(tok > 1, (e2e - ttft) / (tok - 1), np.nan)
         tpot = tpot[np.isfinite(tpot)]
-        out[d.name.split("=", 1)[1]] = [len(ok), int(ok.sum()), float(tok.sum()), wall,
-                                        *(float(x) for v in (ttft, tpot, e2e) for x in np.quantile(v, Q)),
-                                        float(ttft.mean())]
+        out[d.name.split("=", 1)[1]] = [
+            len(ok),
+            int(ok.sum()),
+            float(tok.sum()),
+            wall,
+            *(float(x) for v in (ttft, tpot, e2e) for x in np.quantile(v, Q)),
+            float(ttft.mean()),
+        ]
     return out
 
 
@@ -299,9 +406,14 @@ def engine_polars(run_dir: str) -> dict:
     files = sorted(str(p) for p in Path(run_dir, "requests").rglob("*.parquet"))
     ok, tok = pl.col("ok"), pl.col("completion_tokens")
     tpot = pl.when(tok > 1).then((pl.col("e2e_s") - pl.col("ttft_s")) / (tok - 1))
-    aggs = [pl.len(), ok.sum(), tok.filter(ok).sum().cast(pl.Float64).alias("tokens"),
-            ((pl.col("end_ts") - pl.col("clock_offset_s")).max()
-             - (pl.col("send_ts") - pl.col("clock_offset_s")).min()).alias("wall")]
+    aggs = [
+        pl.len(),
+        ok.sum(),
+        tok.filter(ok).sum().cast(pl.Float64).alias("tokens"),
+        (
+            (pl.col("end_ts") - pl.col("clock_offset_s")).max() - (pl.col("send_ts") - pl.col("clock_offset_s")).min()
+        ).alias("wall"),
+    ]
     for name, e in (("ttft", pl.col("ttft_s")), ("tpot", tpot), ("e2e", pl.col("e2e_s"))):
         aggs += [e.filter(ok).quantile(q, interpolation="linear").alias(f"{name}{q}") for q in Q]
     aggs.append(pl.col("ttft_s").filter(ok).mean().alias("ttft_mean"))
@@ -367,27 +479,44 @@ def bootstrap_error(run_dir: Path, seeds: int = 5) -> None:
     width = float(np.mean(fa[:, 1] - fa[:, 0]))
     between = float(np.max(np.abs(fa[:, :2] - sa[:, :2]))) / width
     seed_to_seed = float(np.max(np.ptp(fa[:, :2], axis=0))) / width
-    print(f"bootstrap ({f['pairs']:,} pairs, 500 resamples, {seeds} seeds): full {np.mean(fa[:, 2]):.2f} s CPU, "
-          f"{draws:,} draws {np.mean(sa[:, 2]):.2f} s CPU; bounds differ by at most {between:.1%} of the interval "
-          f"width (full bootstrap seed to seed: {seed_to_seed:.1%})")
+    print(
+        f"bootstrap ({f['pairs']:,} pairs, 500 resamples, {seeds} seeds): full {np.mean(fa[:, 2]):.2f} s CPU, "
+        f"{draws:,} draws {np.mean(sa[:, 2]):.2f} s CPU; bounds differ by at most {between:.1%} of the interval "
+        f"width (full bootstrap seed to seed: {seed_to_seed:.1%})"
+    )
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", type=int, default=10_000_000)
     ap.add_argument("--chunk-sample", type=float, default=0.01, help="fraction of rows with chunk lists")
-    ap.add_argument("--data", type=Path, help="the run directory: generated there once, reused while it matches "
-                                              "--rows (default: a temporary directory, removed)")
+    ap.add_argument(
+        "--data",
+        type=Path,
+        help="the run directory: generated there once, reused while it matches "
+        "--rows (default: a temporary directory, removed)",
+    )
     ap.add_argument("--part-rows", type=int, default=PART_ROWS, help="rows per part file")
     ap.add_argument("--repeat", type=int, default=1, help="time each step this many times (the best is printed)")
-    ap.add_argument("--steps", default="floor,engines,json,terminal,html,all",
-                    help="comma list of: floor, engines, json, terminal, html, all, startup, bootstrap (and "
-                         "baseline-terminal, baseline-html with --baseline-code)")
-    ap.add_argument("--scale-up", type=int, metavar="TIMES",
-                    help="make --data from TIMES copies of the --rows/TIMES run (generated or reused next to it)")
-    ap.add_argument("--baseline-code", type=Path, metavar="DIR",
-                    help="a copy of another version's rig package (e.g. git archive REV rig | tar -x -C DIR): the "
-                         "steps named baseline-terminal and baseline-html run it on the same files")
+    ap.add_argument(
+        "--steps",
+        default="floor,engines,json,terminal,html,all",
+        help="comma list of: floor, engines, json, terminal, html, all, startup, bootstrap (and "
+        "baseline-terminal, baseline-html with --baseline-code)",
+    )
+    ap.add_argument(
+        "--scale-up",
+        type=int,
+        metavar="TIMES",
+        help="make --data from TIMES copies of the --rows/TIMES run (generated or reused next to it)",
+    )
+    ap.add_argument(
+        "--baseline-code",
+        type=Path,
+        metavar="DIR",
+        help="a copy of another version's rig package (e.g. git archive REV rig | tar -x -C DIR): the "
+        "steps named baseline-terminal and baseline-html run it on the same files",
+    )
     ap.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -413,8 +542,10 @@ def main() -> None:
     try:
         how = "scaled up" if args.scale_up else ensure_run(run_dir, args.rows, args.chunk_sample)
         files = len(list(run_dir.rglob("*.parquet")))
-        print(f"records: {args.rows:,} in {files} part files, {du(run_dir) / 2**30:,.2f} GiB on disk (chunk lists on "
-              f"{args.chunk_sample:.1%}); {how}; {os.cpu_count()} CPUs; {load()}")
+        print(
+            f"records: {args.rows:,} in {files} part files, {du(run_dir) / 2**30:,.2f} GiB on disk (chunk lists on "
+            f"{args.chunk_sample:.1%}); {how}; {os.cpu_count()} CPUs; {load()}"
+        )
         out = Path(tempfile.mkdtemp(prefix="rig-report-out-"))
         me = [sys.executable, str(Path(__file__).resolve())]
         slo = ["--slo", "ttft=500ms", "--slo", "tpot=50ms"]
@@ -423,11 +554,25 @@ def main() -> None:
             "startup": ("rig --help (interpreter and imports)", rig_cmd() + ["--help"]),
             "json": ("rig report --json (campaign table)", rig_cmd() + ["report", str(run_dir), "--json"]),
             "terminal": ("rig report (terminal, every section, SLOs)", rig_cmd() + ["report", str(run_dir), *slo]),
-            "html": ("rig report --html (with its plots), SLOs",
-                     rig_cmd() + ["report", str(run_dir), *slo, "--html", str(out / "r.html")]),
-            "all": ("rig report --csv --plots --html, SLOs",
-                    rig_cmd() + ["report", str(run_dir), *slo, "--csv", str(out / "csv"), "--plots",
-                                 str(out / "plots"), "--html", str(out / "r2.html")]),
+            "html": (
+                "rig report --html (with its plots), SLOs",
+                rig_cmd() + ["report", str(run_dir), *slo, "--html", str(out / "r.html")],
+            ),
+            "all": (
+                "rig report --csv --plots --html, SLOs",
+                rig_cmd()
+                + [
+                    "report",
+                    str(run_dir),
+                    *slo,
+                    "--csv",
+                    str(out / "csv"),
+                    "--plots",
+                    str(out / "plots"),
+                    "--html",
+                    str(out / "r2.html"),
+                ],
+            ),
         }
         if args.baseline_code:
             for name in ("terminal", "html"):
@@ -438,12 +583,19 @@ def main() -> None:
             if step == "engines":
                 figures = {}
                 for name in ENGINES:
-                    best = min((timed(me + ["--child", name, str(run_dir), str(out / f"{name}.json")])
-                                for _ in range(args.repeat)), key=lambda x: x[0])
+                    best = min(
+                        (
+                            timed(me + ["--child", name, str(run_dir), str(out / f"{name}.json")])
+                            for _ in range(args.repeat)
+                        ),
+                        key=lambda x: x[0],
+                    )
                     figures[name] = json.loads((out / f"{name}.json").read_text())
                     ratio = f"{best[0] / base:4.1f}x floor" if base else ""
-                    print(f"  engine {name:<14} per-point aggregates + exact percentiles  {best[0]:6.2f} s  "
-                          f"CPU {best[1]:6.2f} s  peak RSS {best[2]:6,.0f} MiB  {ratio}  ({load()})")
+                    print(
+                        f"  engine {name:<14} per-point aggregates + exact percentiles  {best[0]:6.2f} s  "
+                        f"CPU {best[1]:6.2f} s  peak RSS {best[2]:6,.0f} MiB  {ratio}  ({load()})"
+                    )
                 ref = figures["pyarrow+numpy"]
                 for name, got in figures.items():
                     worst = max(abs(x - y) / max(abs(x), 1e-300) for p in ref for x, y in zip(ref[p], got[p]))
@@ -459,8 +611,11 @@ def main() -> None:
             if step == "floor":
                 base = wall
             ratio = f"{wall / base:4.1f}x floor" if base and step != "floor" else ""
-            print(f"  {label:<46} {wall:6.2f} s  CPU {cpu:6.2f} s  peak RSS {rss:6,.0f} MiB  {ratio}  "
-                  f"{'exit ' + str(rc) if rc else ''}({load()})", flush=True)
+            print(
+                f"  {label:<46} {wall:6.2f} s  CPU {cpu:6.2f} s  peak RSS {rss:6,.0f} MiB  {ratio}  "
+                f"{'exit ' + str(rc) if rc else ''}({load()})",
+                flush=True,
+            )
         shutil.rmtree(out, ignore_errors=True)
     finally:
         if tmp:

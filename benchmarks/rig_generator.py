@@ -22,35 +22,60 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from rig.loadgen.drive import PointRun, make_session  # noqa: E402
 from rig.contracts import PointColumns  # noqa: E402
+from rig.loadgen.drive import PointRun, make_session  # noqa: E402
 from rig.loadgen.plan import GeneratorPlan  # noqa: E402
 from rig.workloads.base import Session, Turn  # noqa: E402
 
 
 def plan_for(a: argparse.Namespace) -> GeneratorPlan:
-    info = PointColumns(run_id="bench", point="p0", engine="external", workload="bench", api="openai-completions",
-                        steps=0, server_config="truth", server_args="{}", load_mode=a.mode,
-                        concurrency=a.concurrency if a.mode == "closed" else None,
-                        rate=a.rate if a.mode == "poisson" else None, repeat=0)
+    info = PointColumns(
+        run_id="bench",
+        point="p0",
+        engine="external",
+        workload="bench",
+        api="openai-completions",
+        steps=0,
+        server_config="truth",
+        server_args="{}",
+        load_mode=a.mode,
+        concurrency=a.concurrency if a.mode == "closed" else None,
+        rate=a.rate if a.mode == "poisson" else None,
+        repeat=0,
+    )
     prompt = "Write one token after another until told to stop. " * 2
 
     def session(i: int) -> Session:
-        t = Turn(request_id=f"g{a.index}-r{i}", messages=({"role": "user", "content": prompt},),
-                 max_tokens=a.max_tokens, ignore_eos=True)
+        t = Turn(
+            request_id=f"g{a.index}-r{i}",
+            messages=({"role": "user", "content": prompt},),
+            max_tokens=a.max_tokens,
+            ignore_eos=True,
+        )
         return Session(session_id=f"g{a.index}-s{i}", turns=(t,))
 
     if a.mode == "closed":
         mine = [i for i in range(a.requests) if (i % a.concurrency) % a.of == a.index]
         slots = len([s for s in range(a.concurrency) if s % a.of == a.index])
-        return GeneratorPlan(point=info, generator=a.index, url=a.url, model="truth",
-                             sessions=tuple(session(i) for i in mine), slots=slots)
+        return GeneratorPlan(
+            point=info,
+            generator=a.index,
+            url=a.url,
+            model="truth",
+            sessions=tuple(session(i) for i in mine),
+            slots=slots,
+        )
     rng = np.random.default_rng(a.seed)
     offsets = np.cumsum(rng.exponential(1.0 / a.rate, a.requests))
     mine = list(range(a.index, a.requests, a.of))
-    return GeneratorPlan(point=info, generator=a.index, url=a.url, model="truth",
-                         sessions=tuple(session(i) for i in mine),
-                         arrivals=tuple(float(offsets[i]) for i in mine))
+    return GeneratorPlan(
+        point=info,
+        generator=a.index,
+        url=a.url,
+        model="truth",
+        sessions=tuple(session(i) for i in mine),
+        arrivals=tuple(float(offsets[i]) for i in mine),
+    )
 
 
 async def main_async(a: argparse.Namespace) -> dict:
@@ -89,9 +114,11 @@ def main() -> None:
     a = ap.parse_args()
     if a.loop == "uvloop":
         import uvloop
+
         summary = uvloop.run(main_async(a))
     else:
         import asyncio
+
         summary = asyncio.run(main_async(a))
     print(json.dumps(summary, default=str), flush=True)
 

@@ -52,10 +52,14 @@ def quantile(before: dict, after: dict, q: float) -> float:
 async def level(url: str, n: int, seconds: float, max_running: int) -> dict:
     chunks = 0
     stop_at = time.monotonic() + seconds
-    body = {"text": "Write a long essay about the sea.", "stream": True,
-            "sampling_params": {"max_new_tokens": 1500, "temperature": 0, "ignore_eos": True}}
+    body = {
+        "text": "Write a long essay about the sea.",
+        "stream": True,
+        "sampling_params": {"max_new_tokens": 1500, "temperature": 0, "ignore_eos": True},
+    }
     conn = aiohttp.TCPConnector(limit=0)
     async with aiohttp.ClientSession(connector=conn) as s:
+
         async def metrics() -> dict:
             async with s.get(url + "/metrics") as r:
                 return lag_histogram(await r.text())
@@ -77,25 +81,59 @@ async def level(url: str, n: int, seconds: float, max_running: int) -> dict:
         elapsed = time.monotonic() - t0
         after = await metrics()
     await asyncio.sleep(0.5)  # let aborted requests drain out of the server
-    return {"streams": n, "running": min(n, max_running), "chunks_s": chunks / elapsed,
-            "lag_p50": quantile(before, after, 0.5), "lag_p99": quantile(before, after, 0.99)}
+    return {
+        "streams": n,
+        "running": min(n, max_running),
+        "chunks_s": chunks / elapsed,
+        "lag_p50": quantile(before, after, 0.5),
+        "lag_p99": quantile(before, after, 0.99),
+    }
 
 
 async def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--levels", default="16,32,64,96,128,192,256")
     ap.add_argument("--seconds", type=float, default=10.0)
-    ap.add_argument("--steps", type=int, default=0,
-                    help="0 (default): no speculation, so the most streams decode at once (133 may run)")
-    ap.add_argument("--max-running-requests", type=int, default=None,
-                    help="raise the server's limit so every stream decodes (default: the model's own limit)")
+    ap.add_argument(
+        "--steps",
+        type=int,
+        default=0,
+        help="0 (default): no speculation, so the most streams decode at once (133 may run)",
+    )
+    ap.add_argument(
+        "--max-running-requests",
+        type=int,
+        default=None,
+        help="raise the server's limit so every stream decodes (default: the model's own limit)",
+    )
     a = ap.parse_args()
     port = free_port()
-    argv = [sys.executable, "-m", "rig.sim", "--model-path", "Qwen/Qwen3.5-122B-A10B", "--tp-size", "4",
-            "--port", str(port), "--enable-metrics", "--sim-no-access-log", "--log-level", "warning"]
+    argv = [
+        sys.executable,
+        "-m",
+        "rig.sim",
+        "--model-path",
+        "Qwen/Qwen3.5-122B-A10B",
+        "--tp-size",
+        "4",
+        "--port",
+        str(port),
+        "--enable-metrics",
+        "--sim-no-access-log",
+        "--log-level",
+        "warning",
+    ]
     if a.steps > 0:
-        argv += ["--speculative-algorithm", "NEXTN", "--speculative-num-steps", str(a.steps),
-                 "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", str(a.steps + 1)]
+        argv += [
+            "--speculative-algorithm",
+            "NEXTN",
+            "--speculative-num-steps",
+            str(a.steps),
+            "--speculative-eagle-topk",
+            "1",
+            "--speculative-num-draft-tokens",
+            str(a.steps + 1),
+        ]
     if a.max_running_requests:
         argv += ["--max-running-requests", str(a.max_running_requests)]
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -117,13 +155,17 @@ async def main() -> None:
         best = None
         for n in (int(x) for x in a.levels.split(",")):
             r = await level(url, n, a.seconds, max_running)
-            print(f"{r['streams']:>8} {r['running']:>8} {r['chunks_s']:>10.0f} {r['lag_p50'] * 1e3:>8.2f}ms "
-                  f"{r['lag_p99'] * 1e3:>8.2f}ms")
+            print(
+                f"{r['streams']:>8} {r['running']:>8} {r['chunks_s']:>10.0f} {r['lag_p50'] * 1e3:>8.2f}ms "
+                f"{r['lag_p99'] * 1e3:>8.2f}ms"
+            )
             if r["lag_p99"] <= 0.001:
                 best = r
         if best:
-            print(f"highest load with p99 lag <= 1 ms: {best['streams']} concurrent streams "
-                  f"({best['running']} decoding), {best['chunks_s']:.0f} chunks/s")
+            print(
+                f"highest load with p99 lag <= 1 ms: {best['streams']} concurrent streams "
+                f"({best['running']} decoding), {best['chunks_s']:.0f} chunks/s"
+            )
         else:
             print("no level stayed under 1 ms p99 lag")
     finally:

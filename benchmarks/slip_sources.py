@@ -35,8 +35,9 @@ import threading
 import time
 from array import array
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 FAR_BEHIND_S = 0.050  # sends later than this are counted, not attributed
@@ -84,6 +85,7 @@ class Trace:
                 durs(t1 - t0)
                 cpus(c1 - c0)
                 kinds(kind)
+
         return timed
 
     def calls(self) -> list[tuple[int, int, int, str]]:
@@ -94,8 +96,14 @@ class Trace:
         if phase == "start":
             self._gc_start = time.perf_counter_ns()
         else:
-            self.gcs.append((self._gc_start, time.perf_counter_ns() - self._gc_start, info["generation"],
-                             threading.get_ident() == self._main))
+            self.gcs.append(
+                (
+                    self._gc_start,
+                    time.perf_counter_ns() - self._gc_start,
+                    info["generation"],
+                    threading.get_ident() == self._main,
+                )
+            )
 
 
 def tracing_loop(trace: Trace) -> asyncio.AbstractEventLoop:
@@ -125,8 +133,13 @@ def _overlap(a0: int, a1: int, b0: int, b1: int) -> int:
     return max(0, min(a1, b1) - max(a0, b0))
 
 
-def attribute_calls(calls: list[tuple[int, int, int, str]], trace_gcs: list, trace_writes: list,
-                    sends: list[tuple[float, float]], late_s: float) -> dict[str, Any]:
+def attribute_calls(
+    calls: list[tuple[int, int, int, str]],
+    trace_gcs: list,
+    trace_writes: list,
+    sends: list[tuple[float, float]],
+    late_s: float,
+) -> dict[str, Any]:
     """Split the slip of every late send into gc / running / queued / sender / idle (see the module docstring)."""
     import bisect
 
@@ -173,8 +186,7 @@ def attribute_calls(calls: list[tuple[int, int, int, str]], trace_gcs: list, tra
             t0, dur, cpu, name = calls[i]
             ov = _overlap(t0, t0 + dur, due, sender_start)
             if ov:
-                ov_gc = sum(_overlap(g0, g1, max(t0, due), min(t0 + dur, sender_start)) for g0, g1, main in gcs
-                            if main)
+                ov_gc = sum(_overlap(g0, g1, max(t0, due), min(t0 + dur, sender_start)) for g0, g1, main in gcs if main)
                 ov -= ov_gc
                 kind = "running" if t0 < due else "queued"
                 parts[kind] += ov
@@ -190,20 +202,26 @@ def attribute_calls(calls: list[tuple[int, int, int, str]], trace_gcs: list, tra
             idle_in_write += idle
     total = sum(s - d for d, s in late) * 1e9 or 1.0
     top = lambda d: [(n, round(v / 1e6, 1)) for n, v in sorted(d.items(), key=lambda x: -x[1])[:6]]  # noqa: E731
-    return {"late": len(late), "sends": len(sends), "far_behind (not attributed)": far,
-            "late_slip_ms": round(total / 1e6, 1),
-            "share_pct": {k: round(100 * v / total, 1) for k, v in parts.items()},
-            "offcpu_ms (loop thread off its CPU or waiting for the GIL)": {k: round(v / 1e6, 1)
-                                                                           for k, v in offcpu.items()},
-            "idle_ms_while_a_part_was_written": round(idle_in_write / 1e6, 1),
-            **{f"{k}_ms": top(v) for k, v in by_label.items()}, "late_sends_overlapping": overlaps,
-            "longest_callbacks_ms": [(n, round(d / 1e6, 2))
-                                     for n, d in sorted(max_cb.items(), key=lambda x: -x[1])[:8]],
-            "gcs [count, max ms]": {f"gen{g}": [sum(1 for x in trace_gcs if x[2] == g),
-                                                round(max([x[1] for x in trace_gcs if x[2] == g] or [0]) / 1e6, 2)]
-                                    for g in (0, 1, 2)},
-            "part_writes [wall ms, thread CPU ms]": [(round(d / 1e6, 1), round(c / 1e6, 1))
-                                                     for _, d, c in trace_writes]}
+    return {
+        "late": len(late),
+        "sends": len(sends),
+        "far_behind (not attributed)": far,
+        "late_slip_ms": round(total / 1e6, 1),
+        "share_pct": {k: round(100 * v / total, 1) for k, v in parts.items()},
+        "offcpu_ms (loop thread off its CPU or waiting for the GIL)": {k: round(v / 1e6, 1) for k, v in offcpu.items()},
+        "idle_ms_while_a_part_was_written": round(idle_in_write / 1e6, 1),
+        **{f"{k}_ms": top(v) for k, v in by_label.items()},
+        "late_sends_overlapping": overlaps,
+        "longest_callbacks_ms": [(n, round(d / 1e6, 2)) for n, d in sorted(max_cb.items(), key=lambda x: -x[1])[:8]],
+        "gcs [count, max ms]": {
+            f"gen{g}": [
+                sum(1 for x in trace_gcs if x[2] == g),
+                round(max([x[1] for x in trace_gcs if x[2] == g] or [0]) / 1e6, 2),
+            ]
+            for g in (0, 1, 2)
+        },
+        "part_writes [wall ms, thread CPU ms]": [(round(d / 1e6, 1), round(c / 1e6, 1)) for _, d, c in trace_writes],
+    }
 
 
 def _schedstat() -> tuple[int, int]:
@@ -222,9 +240,10 @@ def child(a: argparse.Namespace) -> None:
     sys.path.insert(0, str(a.tree / "benchmarks"))
     import numpy as np
     import uvloop
+    from rig_generator import plan_for  # the same plan rig_generator.py and loadgen_vs_vllm.py (b) use
+
     from rig.loadgen.drive import PointRun, make_session
     from rig.results import PartWriter
-    from rig_generator import plan_for  # the same plan rig_generator.py and loadgen_vs_vllm.py (b) use
 
     trace = Trace()
     if a.trace:
@@ -236,10 +255,20 @@ def child(a: argparse.Namespace) -> None:
                 return write(self, *args)
             finally:
                 trace.writes.append((t0, time.perf_counter_ns() - t0, time.thread_time_ns() - c0))
+
         PartWriter.write = timed_write  # type: ignore[method-assign]
         gc.callbacks.append(trace.on_gc)
-    ns = argparse.Namespace(mode="poisson", rate=a.rate, requests=int(a.rate * a.level_s), max_tokens=16, index=0,
-                            of=1, seed=a.seed, url=a.url, concurrency=0)
+    ns = argparse.Namespace(
+        mode="poisson",
+        rate=a.rate,
+        requests=int(a.rate * a.level_s),
+        max_tokens=16,
+        index=0,
+        of=1,
+        seed=a.seed,
+        url=a.url,
+        concurrency=0,
+    )
     plan = plan_for(ns)
 
     async def level() -> dict:
@@ -252,14 +281,21 @@ def child(a: argparse.Namespace) -> None:
             cpu = sum(os.times()[:2]) - sum(t0[:2])
             opened = http.opened
         slips = np.asarray([s - d for d, s in run.first_sends])
-        out = {"slip_p50_ms": float(np.percentile(slips, 50) * 1e3),
-               "slip_p99_ms": float(np.percentile(slips, 99) * 1e3),
-               "slip_p999_ms": float(np.percentile(slips, 99.9) * 1e3),
-               "slip_max_ms": float(slips.max() * 1e3), "over_1ms": int((slips > 1e-3).sum()),
-               "rate_ratio": report.rate_ratio, "ok": report.records.ok, "scheduled": report.scheduled,
-               "rows_written": report.rows_written, "cpu_s": cpu,
-               "loop_waited_for_cpu_pct": round(100 * (sched1[1] - sched0[1]) / 1e9 / report.window_s, 2),
-               "switchinterval": sys.getswitchinterval(), "connections_opened": opened}
+        out = {
+            "slip_p50_ms": float(np.percentile(slips, 50) * 1e3),
+            "slip_p99_ms": float(np.percentile(slips, 99) * 1e3),
+            "slip_p999_ms": float(np.percentile(slips, 99.9) * 1e3),
+            "slip_max_ms": float(slips.max() * 1e3),
+            "over_1ms": int((slips > 1e-3).sum()),
+            "rate_ratio": report.rate_ratio,
+            "ok": report.records.ok,
+            "scheduled": report.scheduled,
+            "rows_written": report.rows_written,
+            "cpu_s": cpu,
+            "loop_waited_for_cpu_pct": round(100 * (sched1[1] - sched0[1]) / 1e9 / report.window_s, 2),
+            "switchinterval": sys.getswitchinterval(),
+            "connections_opened": opened,
+        }
         if a.trace:  # the parent attributes the slip (not on the pinned CPU)
             a.dump.write_bytes(pickle.dumps((trace.calls(), trace.gcs, trace.writes, list(run.first_sends))))
         return out
@@ -278,16 +314,38 @@ def parent(a: argparse.Namespace) -> None:
     sys.path.insert(0, str(HERE))
     from truth_server import TruthServer
 
-    print(f"{time.strftime('%H:%M:%S', time.gmtime())} UTC, load average "
-          f"{', '.join(f'{x:.2f}' for x in os.getloadavg())}; rate {a.rate:g}/s, {a.level_s:g} s, tree {a.tree}, "
-          f"{'traced' if a.trace else 'untraced'}", flush=True)
+    print(
+        f"{time.strftime('%H:%M:%S', time.gmtime())} UTC, load average "
+        f"{', '.join(f'{x:.2f}' for x in os.getloadavg())}; rate {a.rate:g}/s, {a.level_s:g} s, tree {a.tree}, "
+        f"{'traced' if a.trace else 'untraced'}",
+        flush=True,
+    )
     with tempfile.TemporaryDirectory(prefix="rig-slip-") as tmp:
         srv = TruthServer(Path(tmp) / "truth", itl_ms=0, workers=1, cpus="1")
         try:
             for rep in range(a.repeats):
-                cmd = ["taskset", "-c", "0", sys.executable, __file__, "--child", "--url", srv.url, "--out",
-                       str(Path(tmp) / f"out{rep}"), "--rate", str(a.rate), "--level-s", str(a.level_s),
-                       "--seed", str(rep + 1), "--tree", str(a.tree), "--late-ms", str(a.late_ms)]
+                cmd = [
+                    "taskset",
+                    "-c",
+                    "0",
+                    sys.executable,
+                    __file__,
+                    "--child",
+                    "--url",
+                    srv.url,
+                    "--out",
+                    str(Path(tmp) / f"out{rep}"),
+                    "--rate",
+                    str(a.rate),
+                    "--level-s",
+                    str(a.level_s),
+                    "--seed",
+                    str(rep + 1),
+                    "--tree",
+                    str(a.tree),
+                    "--late-ms",
+                    str(a.late_ms),
+                ]
                 if not a.trace:
                     cmd.append("--no-trace")
                 dump = a.dump.with_suffix(f".{rep}.pkl") if a.dump else Path(tmp) / f"trace{rep}.pkl"

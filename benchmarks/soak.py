@@ -78,17 +78,39 @@ def main() -> None:
     run_id = f"soak-{time.strftime('%Y%m%d-%H%M%S')}"
     run = out / run_id
     duration = a.minutes * 60
-    cmd = [sys.executable, "-m", "rig.cli", "run", "--workload", a.workload, "--steps", str(a.steps),
-           "--concurrency", str(a.concurrency), "--duration", f"{duration:g}", "--warmup", "2",
-           "--workload-opt", f"max_tokens={a.max_tokens}", "--out", str(out), "--run-id", run_id, "-q"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "rig.cli",
+        "run",
+        "--workload",
+        a.workload,
+        "--steps",
+        str(a.steps),
+        "--concurrency",
+        str(a.concurrency),
+        "--duration",
+        f"{duration:g}",
+        "--warmup",
+        "2",
+        "--workload-opt",
+        f"max_tokens={a.max_tokens}",
+        "--out",
+        str(out),
+        "--run-id",
+        run_id,
+        "-q",
+    ]
     print("soak:", " ".join(cmd[2:]), flush=True)
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
     t0 = time.time()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
     gen_pid = sim_pid = None
     samples: list[dict] = []
-    print(f"{'t (min)':>8} {'generator RSS MiB':>18} {'sim RSS MiB':>12} {'driver RSS MiB':>15} {'records':>9}",
-          flush=True)
+    print(
+        f"{'t (min)':>8} {'generator RSS MiB':>18} {'sim RSS MiB':>12} {'driver RSS MiB':>15} {'records':>9}",
+        flush=True,
+    )
     next_t = time.time()
     while proc.poll() is None:
         time.sleep(max(0.0, min(1.0, next_t - time.time())))
@@ -104,14 +126,22 @@ def main() -> None:
                         sim_pid = find_sim(int(c.url.rsplit(":", 1)[1]))
         except (FileNotFoundError, KeyError, IndexError, ContractError):
             pass
-        s = {"t_s": time.time() - t0, "generator_mib": rss(gen_pid), "sim_mib": rss(sim_pid),
-             "driver_mib": rss(proc.pid), "records": progress_rows(run) if run.exists() else 0}
+        s = {
+            "t_s": time.time() - t0,
+            "generator_mib": rss(gen_pid),
+            "sim_mib": rss(sim_pid),
+            "driver_mib": rss(proc.pid),
+            "records": progress_rows(run) if run.exists() else 0,
+        }
         if s["generator_mib"] is None:
             continue  # not started yet
         samples.append(s)
         fmt = lambda v: "-" if v is None else f"{v:.1f}"  # noqa: E731
-        print(f"{s['t_s'] / 60:8.1f} {fmt(s['generator_mib']):>18} {fmt(s['sim_mib']):>12} "
-              f"{fmt(s['driver_mib']):>15} {s['records']:>9}", flush=True)
+        print(
+            f"{s['t_s'] / 60:8.1f} {fmt(s['generator_mib']):>18} {fmt(s['sim_mib']):>12} "
+            f"{fmt(s['driver_mib']):>15} {s['records']:>9}",
+            flush=True,
+        )
     _, err = proc.communicate()
     wall = time.time() - t0
     print(f"rig run exited with code {proc.returncode} after {wall / 60:.1f} min", flush=True)
@@ -126,16 +156,25 @@ def main() -> None:
     dup = int(t.duplicated(["point", "request_id"]).sum())
     holds = p.requests_scheduled == len(t) == sum(counts.values()) and counts == p.records.model_dump() and dup == 0
     print(f"point {p.point}: status {p.status}, flags {p.flags}")
-    print(f"scheduled {p.requests_scheduled} = ok {counts['ok']} + failed {counts['failed']} + cancelled "
-          f"{counts['cancelled']} = {sum(counts.values())} rows; manifest records {p.records.model_dump()}; "
-          f"duplicate ids {dup} -> invariant {'HOLDS' if holds else 'BROKEN'}")
+    print(
+        f"scheduled {p.requests_scheduled} = ok {counts['ok']} + failed {counts['failed']} + cancelled "
+        f"{counts['cancelled']} = {sum(counts.values())} rows; manifest records {p.records.model_dump()}; "
+        f"duplicate ids {dup} -> invariant {'HOLDS' if holds else 'BROKEN'}"
+    )
     tokens = int(t.completion_tokens.fillna(0).sum())
     window = p.ended_ts - p.started_ts
     print(f"requests {len(t)} ({len(t) / window:.2f}/s), completion tokens {tokens} ({tokens / window:.0f}/s)")
 
     # ---- memory over time
-    summary: dict = {"run": str(run), "minutes": a.minutes, "requests": len(t), "counts": counts,
-                     "duplicates": dup, "invariant_holds": holds, "status": p.status}
+    summary: dict = {
+        "run": str(run),
+        "minutes": a.minutes,
+        "requests": len(t),
+        "counts": counts,
+        "duplicates": dup,
+        "invariant_holds": holds,
+        "status": p.status,
+    }
     if len(samples) >= 2:
         for key in ("generator_mib", "sim_mib", "driver_mib"):
             vals = [(s["t_s"], s[key]) for s in samples if s[key] is not None]
@@ -150,11 +189,19 @@ def main() -> None:
             # (steady state: caches and allocator pools have filled by then)
             whole = per_hour(vals[1] if len(vals) > 2 else vals[0], end)
             steady = per_hour(mid, end)
-            summary[key] = {"start": start[1], "middle": mid[1], "end": end[1], "max": max(v for _, v in vals),
-                            "growth_mib_per_hour": whole, "second_half_growth_mib_per_hour": steady}
-            print(f"{key.removesuffix('_mib'):>9} RSS MiB: start {start[1]:.1f}, middle {mid[1]:.1f}, end {end[1]:.1f},"
-                  f" max {summary[key]['max']:.1f}; growth {whole:+.1f} MiB/h over the level, {steady:+.1f} MiB/h "
-                  f"over its second half")
+            summary[key] = {
+                "start": start[1],
+                "middle": mid[1],
+                "end": end[1],
+                "max": max(v for _, v in vals),
+                "growth_mib_per_hour": whole,
+                "second_half_growth_mib_per_hour": steady,
+            }
+            print(
+                f"{key.removesuffix('_mib'):>9} RSS MiB: start {start[1]:.1f}, middle {mid[1]:.1f}, end {end[1]:.1f},"
+                f" max {summary[key]['max']:.1f}; growth {whole:+.1f} MiB/h over the level, {steady:+.1f} MiB/h "
+                f"over its second half"
+            )
     if a.json_out:
         Path(a.json_out).write_text(json.dumps({"summary": summary, "samples": samples}, indent=1))
 

@@ -38,8 +38,10 @@ from pathlib import Path
 import numpy as np
 import orjson
 
-HEAD_OK = (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
-           b"Transfer-Encoding: chunked\r\n\r\n")
+HEAD_OK = (
+    b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
+    b"Transfer-Encoding: chunked\r\n\r\n"
+)
 
 
 def _chunk(payload: bytes) -> bytes:
@@ -50,8 +52,7 @@ def _chunk(payload: bytes) -> bytes:
 
 def _json_response(status: str, obj: object) -> bytes:
     body = orjson.dumps(obj)
-    return (f"HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
-            .encode() + body)
+    return f"HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body
 
 
 class Recorder:
@@ -72,9 +73,16 @@ class Recorder:
         lens = np.array([len(w) for w in self.writes], dtype=np.int64)
         flat = np.concatenate([np.asarray(w) for w in self.writes]) if self.writes else np.zeros(0)
         tmp = path.with_name(path.name + ".tmp.npz")
-        np.savez(tmp, lens=lens, writes=flat, arrivals=np.asarray(self.arrivals), tags=np.asarray(self.tags, dtype=str),
-                 hashes=np.asarray(self.hashes, dtype=str),
-                 cpu_s=sum(os.times()[:2]) - self.cpu0, window_s=time.perf_counter() - self.t0)
+        np.savez(
+            tmp,
+            lens=lens,
+            writes=flat,
+            arrivals=np.asarray(self.arrivals),
+            tags=np.asarray(self.tags, dtype=str),
+            hashes=np.asarray(self.hashes, dtype=str),
+            cpu_s=sum(os.times()[:2]) - self.cpu0,
+            window_s=time.perf_counter() - self.t0,
+        )
         tmp.rename(path)
         self.reset()
 
@@ -82,10 +90,26 @@ class Recorder:
 class Stream:
     """One streaming response on one connection."""
 
-    __slots__ = ("conn", "n", "i", "due", "rid", "tag", "model", "chat", "prompt_tokens", "writes", "arrival", "itl",
-                 "mid", "body", "pos", "ends")
+    __slots__ = (
+        "conn",
+        "n",
+        "i",
+        "due",
+        "rid",
+        "tag",
+        "model",
+        "chat",
+        "prompt_tokens",
+        "writes",
+        "arrival",
+        "itl",
+        "mid",
+        "body",
+        "pos",
+        "ends",
+    )
 
-    def __init__(self, conn: "Conn", body: dict, chat: bool, itl: float, ttft: float, rid: str) -> None:
+    def __init__(self, conn: Conn, body: dict, chat: bool, itl: float, ttft: float, rid: str) -> None:
         self.conn = conn
         self.n = max(1, int(body.get("max_tokens") or body.get("max_completion_tokens") or 16))
         self.i = 0
@@ -150,8 +174,11 @@ class Stream:
         return _chunk(orjson.dumps(obj))
 
     def tail(self) -> bytes:
-        usage = {"prompt_tokens": self.prompt_tokens, "completion_tokens": self.n,
-                 "total_tokens": self.prompt_tokens + self.n}
+        usage = {
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.n,
+            "total_tokens": self.prompt_tokens + self.n,
+        }
         obj = {"id": self.rid, "object": "text_completion", "model": self.model, "choices": [], "usage": usage}
         return _chunk(orjson.dumps(obj)) + _chunk(b"[DONE]") + b"0\r\n\r\n"
 
@@ -159,7 +186,7 @@ class Stream:
 class Conn(asyncio.Protocol):
     """One client connection: HTTP/1.1 keep-alive requests, one at a time."""
 
-    def __init__(self, server: "Server") -> None:
+    def __init__(self, server: Server) -> None:
         self.server = server
         self.buf = b""
         self.transport: asyncio.Transport | None = None
@@ -197,7 +224,7 @@ class Conn(asyncio.Protocol):
                     length = int(v.strip() or 0)
             if len(self.buf) < end + 4 + length:
                 return
-            body, self.buf = self.buf[end + 4:end + 4 + length], self.buf[end + 4 + length:]
+            body, self.buf = self.buf[end + 4 : end + 4 + length], self.buf[end + 4 + length :]
             self.handle(head[0], body)
 
     def handle(self, line: str, body: bytes) -> None:
@@ -273,7 +300,7 @@ class Server:
             return
         j = min(st.i + self.burst, st.n)
         end = st.end_of(j)  # the last burst carries the usage chunk and [DONE] too
-        tr.write(st.body[st.pos:end])  # type: ignore[index]
+        tr.write(st.body[st.pos : end])  # type: ignore[index]
         t = time.perf_counter()  # the moment the burst went to the kernel: the write time of each of its tokens
         st.writes.extend([t] * (j - st.i))
         st.i, st.pos = j, end
@@ -325,12 +352,14 @@ def main() -> None:
     if a.burst < 1 or (a.burst > 1 and a.itl_ms > 0):
         ap.error("--burst must be >= 1, and > 1 only unpaced (--itl-ms 0)")
     import uvloop
+
     a.stats_dir.mkdir(parents=True, exist_ok=True)
     ttft = (a.ttft_ms if a.ttft_ms is not None else a.itl_ms) / 1e3
     uvloop.run(serve(a.port, a.itl_ms / 1e3, ttft, a.stats_dir, a.burst))
 
 
 # ---------------------------------------------------------------- used by the benchmarks
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -341,13 +370,30 @@ def free_port() -> int:
 class TruthServer:
     """Start ``workers`` truth-server processes on one port (optionally pinned to ``cpus``), dump, stop."""
 
-    def __init__(self, stats_dir: Path, itl_ms: float = 0.0, workers: int = 1, cpus: str | None = None,
-                 ttft_ms: float | None = None, burst: int = 1) -> None:
+    def __init__(
+        self,
+        stats_dir: Path,
+        itl_ms: float = 0.0,
+        workers: int = 1,
+        cpus: str | None = None,
+        ttft_ms: float | None = None,
+        burst: int = 1,
+    ) -> None:
         self.port = free_port()
         self.dir = Path(stats_dir)
         self.dir.mkdir(parents=True, exist_ok=True)
-        cmd = [sys.executable, str(Path(__file__).resolve()), "--port", str(self.port), "--itl-ms", str(itl_ms),
-               "--stats-dir", str(self.dir), "--burst", str(burst)]
+        cmd = [
+            sys.executable,
+            str(Path(__file__).resolve()),
+            "--port",
+            str(self.port),
+            "--itl-ms",
+            str(itl_ms),
+            "--stats-dir",
+            str(self.dir),
+            "--burst",
+            str(burst),
+        ]
         if ttft_ms is not None:
             cmd += ["--ttft-ms", str(ttft_ms)]
         if cpus:
@@ -391,10 +437,17 @@ class TruthServer:
             cpu += float(z["cpu_s"])
             window = max(window, float(z["window_s"]))
             arrivals.append(z["arrivals"])
-        return {"writes": writes, "gaps_s": np.concatenate(gaps) if gaps else np.zeros(0), "cpu_s": cpu,
-                "window_s": window, "arrivals": np.concatenate(arrivals) if arrivals else np.zeros(0),
-                "requests": len(writes), "tokens": int(sum(len(w) for w in writes)),
-                "by_tag": dict(zip(tags, writes)), "by_hash": dict(zip(hashes, writes))}
+        return {
+            "writes": writes,
+            "gaps_s": np.concatenate(gaps) if gaps else np.zeros(0),
+            "cpu_s": cpu,
+            "window_s": window,
+            "arrivals": np.concatenate(arrivals) if arrivals else np.zeros(0),
+            "requests": len(writes),
+            "tokens": int(sum(len(w) for w in writes)),
+            "by_tag": dict(zip(tags, writes)),
+            "by_hash": dict(zip(hashes, writes)),
+        }
 
     def stop(self) -> None:
         for p in self.procs:

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any
 
 import click
 import yaml
@@ -65,24 +66,36 @@ def print_dry_run(spec: RunSpec) -> None:
     click.echo("\n# placement")
     c = spec.cluster
     if c.address is None:
-        click.echo(f"local Ray on this machine: server actor (engine {spec.server.engine}) and {spec.clients} "
-                   f"generator(s) on one node")
+        click.echo(
+            f"local Ray on this machine: server actor (engine {spec.server.engine}) and {spec.clients} "
+            f"generator(s) on one node"
+        )
     else:
         gpus = max(engine_for(x.engine).num_gpus(x) for x in spec.server_configs())
-        sel = " ".join([f"{k}={v}" for k, v in c.server_label.items()]
-                       + ([f"resource:{c.server_resource}"] if c.server_resource else []))
-        csel = " ".join([f"{k}={v}" for k, v in c.client_label.items()]
-                        + ([f"resource:{c.client_resource}"] if c.client_resource else []))
-        click.echo(f"Ray at {c.address}: server actor on [{sel or 'any'}] with num_gpus={gpus}; "
-                   f"{spec.clients} generator(s) on [{csel or 'any'}], {c.per_host} per host")
+        sel = " ".join(
+            [f"{k}={v}" for k, v in c.server_label.items()]
+            + ([f"resource:{c.server_resource}"] if c.server_resource else [])
+        )
+        csel = " ".join(
+            [f"{k}={v}" for k, v in c.client_label.items()]
+            + ([f"resource:{c.client_resource}"] if c.client_resource else [])
+        )
+        click.echo(
+            f"Ray at {c.address}: server actor on [{sel or 'any'}] with num_gpus={gpus}; "
+            f"{spec.clients} generator(s) on [{csel or 'any'}], {c.per_host} per host"
+        )
     points = expand_points(spec)
     click.echo(f"\n# {len(points)} point(s)")
     for p in points:
         click.echo(f"{p.point}")
 
 
-def execute(spec: RunSpec, quiet: bool, resume_dir: Path | None = None,
-            planner: Callable[[Runner], Iterable[Point]] | None = None) -> int:
+def execute(
+    spec: RunSpec,
+    quiet: bool,
+    resume_dir: Path | None = None,
+    planner: Callable[[Runner], Iterable[Point]] | None = None,
+) -> int:
     """Run the spec (or a planner's adaptive points) with a progress bar, print the campaign table, return the exit
     code."""
     from rich.console import Console
@@ -97,8 +110,14 @@ def execute(spec: RunSpec, quiet: bool, resume_dir: Path | None = None,
     run_dir = resume_dir or spec.run_dir
     print_notices(spec)
     try:
-        runner = Runner(spec, progress=progress_ui.callbacks(), resume=resume_dir is not None, handle_signals=True,
-                        run_dir=resume_dir, planner=planner)
+        runner = Runner(
+            spec,
+            progress=progress_ui.callbacks(),
+            resume=resume_dir is not None,
+            handle_signals=True,
+            run_dir=resume_dir,
+            planner=planner,
+        )
         install_signal_handlers(runner.stop)  # again inside the runner once Ray is up (Ray replaces SIGTERM's handler)
         with progress_ui:
             manifest = runner.run()
@@ -135,8 +154,9 @@ def execute(spec: RunSpec, quiet: bool, resume_dir: Path | None = None,
 
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    console.print(f"results: {run_dir}  status: {status}"
-                  + (f" ({manifest.stop_reason})" if manifest.stop_reason else ""))
+    console.print(
+        f"results: {run_dir}  status: {status}" + (f" ({manifest.stop_reason})" if manifest.stop_reason else "")
+    )
     return EXIT_CODES.get(status, 1)
 
 
@@ -163,9 +183,16 @@ class _ProgressUI:
 
         self.console = console
         self.quiet = quiet
-        self.progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                                 TextColumn("{task.fields[detail]}"), TimeElapsedColumn(), console=console,
-                                 disable=quiet, transient=False)
+        self.progress = Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[detail]}"),
+            TimeElapsedColumn(),
+            console=console,
+            disable=quiet,
+            transient=False,
+        )
         self.task: TaskID | None = None
 
     def __enter__(self) -> _ProgressUI:
@@ -187,8 +214,9 @@ class _ProgressUI:
 
         def point_update(done: int, counts: dict[str, int]) -> None:
             if self.task is not None:
-                detail = (f"ok {counts.get('ok', 0)} failed {counts.get('failed', 0)} "
-                          f"in flight {counts.get('in_flight', 0)}")
+                detail = (
+                    f"ok {counts.get('ok', 0)} failed {counts.get('failed', 0)} in flight {counts.get('in_flight', 0)}"
+                )
                 self.progress.update(self.task, completed=done, detail=detail)
 
         def point_end(point: str, entry: PointEntry) -> None:
@@ -232,9 +260,12 @@ def cli() -> None:
 
 
 @cli.command()
-@click.option("--steps", type=int,
-              help="Speculative steps (0 = no speculation). "
-                   f"Default {spec_field('steps').get_default(call_default_factory=True)[0]}.")
+@click.option(
+    "--steps",
+    type=int,
+    help="Speculative steps (0 = no speculation). "
+    f"Default {spec_field('steps').get_default(call_default_factory=True)[0]}.",
+)
 @run_options
 def run(steps: int | None, **kw: Any) -> None:
     """Run one server configuration over its concurrency levels (or rates) and record every request."""
@@ -251,22 +282,55 @@ def run(steps: int | None, **kw: Any) -> None:
 @cli.command()
 @click.option("--steps", "steps_csv", help="Steps values to sweep, e.g. 0,1,2,3,4.")
 @click.option("--grid", "grid", multiple=True, help="Server knob to sweep, KEY=V1,V2 (e.g. eagle_topk=1,2).")
-@click.option("--resume", "resume_dir", type=click.Path(path_type=Path, file_okay=False),
-              help="Continue an interrupted sweep in this run directory, skipping completed points.")
-@click.option("--search", type=click.Choice(["concurrency", "rate"]),
-              help="Instead of fixed levels: per configuration, the largest concurrency (rate) meeting every --slo.")
-@click.option("--slo", "search_slos", multiple=True, metavar="METRIC=VALUE",
-              help="--search: an SLO every probe must meet, e.g. --slo ttft=500ms --slo tpot=50ms.")
-@click.option("--slo-percentile", type=click.FloatRange(0, 100, min_open=True), default=99.0, show_default=True,
-              help="--search: the percentile the SLOs apply to.")
-@click.option("--search-max", type=click.FloatRange(min=0, min_open=True),
-              help=f"--search: the largest value to probe (default {MAX_CONCURRENCY} concurrency, {MAX_RATE:g} req/s).")
-@click.option("--search-tolerance", type=click.FloatRange(min=0, min_open=True), default=0.1, show_default=True,
-              help="--search rate: stop when min failing / max passing <= 1 + this.")
+@click.option(
+    "--resume",
+    "resume_dir",
+    type=click.Path(path_type=Path, file_okay=False),
+    help="Continue an interrupted sweep in this run directory, skipping completed points.",
+)
+@click.option(
+    "--search",
+    type=click.Choice(["concurrency", "rate"]),
+    help="Instead of fixed levels: per configuration, the largest concurrency (rate) meeting every --slo.",
+)
+@click.option(
+    "--slo",
+    "search_slos",
+    multiple=True,
+    metavar="METRIC=VALUE",
+    help="--search: an SLO every probe must meet, e.g. --slo ttft=500ms --slo tpot=50ms.",
+)
+@click.option(
+    "--slo-percentile",
+    type=click.FloatRange(0, 100, min_open=True),
+    default=99.0,
+    show_default=True,
+    help="--search: the percentile the SLOs apply to.",
+)
+@click.option(
+    "--search-max",
+    type=click.FloatRange(min=0, min_open=True),
+    help=f"--search: the largest value to probe (default {MAX_CONCURRENCY} concurrency, {MAX_RATE:g} req/s).",
+)
+@click.option(
+    "--search-tolerance",
+    type=click.FloatRange(min=0, min_open=True),
+    default=0.1,
+    show_default=True,
+    help="--search rate: stop when min failing / max passing <= 1 + this.",
+)
 @run_options
-def sweep(steps_csv: str | None, grid: tuple[str, ...], resume_dir: Path | None, search: str | None,
-          search_slos: tuple[str, ...], slo_percentile: float, search_max: float | None, search_tolerance: float,
-          **kw: Any) -> None:
+def sweep(
+    steps_csv: str | None,
+    grid: tuple[str, ...],
+    resume_dir: Path | None,
+    search: str | None,
+    search_slos: tuple[str, ...],
+    slo_percentile: float,
+    search_max: float | None,
+    search_tolerance: float,
+    **kw: Any,
+) -> None:
     """Run a grid of server configurations x workloads x load levels into one run directory."""
     from rig.tune.cli import resumed_planner, search_settings
 
@@ -276,9 +340,15 @@ def sweep(steps_csv: str | None, grid: tuple[str, ...], resume_dir: Path | None,
             raise click.UsageError("--resume continues the search recorded in the run; give it without --search")
 
     if resume_dir is not None:
-        given = [f"--{k.replace('_', '-')}" for k, v in kw.items()
-                 if k not in ("quiet", "dry_run") and v not in (None, False, ())] + (["--steps"] if steps_csv else []) \
+        given = (
+            [
+                f"--{k.replace('_', '-')}"
+                for k, v in kw.items()
+                if k not in ("quiet", "dry_run") and v not in (None, False, ())
+            ]
+            + (["--steps"] if steps_csv else [])
             + (["--grid"] if grid else [])
+        )
         if given:
             raise click.UsageError(f"--resume continues the run as it was specified; drop {', '.join(given)}")
         spec = resume_spec(resume_dir)
@@ -287,8 +357,9 @@ def sweep(steps_csv: str | None, grid: tuple[str, ...], resume_dir: Path | None,
             return
         from rig.results import load_manifest
 
-        sys.exit(execute(spec, kw["quiet"], resume_dir=resume_dir,
-                         planner=resumed_planner(spec, load_manifest(resume_dir))))
+        sys.exit(
+            execute(spec, kw["quiet"], resume_dir=resume_dir, planner=resumed_planner(spec, load_manifest(resume_dir)))
+        )
     steps = csv_ints("--steps", steps_csv)
     workloads = [w.strip() for w in kw["workload"].split(",")] if kw["workload"] else None
     g: dict[str, list[Any]] = {}
@@ -321,20 +392,25 @@ def resume_spec(run_dir: Path) -> RunSpec:
     except FileNotFoundError as e:
         raise click.UsageError(f"cannot resume: {e}") from None
     except (ValueError, OSError) as e:  # cut short (a full disk, a copy interrupted), unreadable or not a manifest
-        raise click.UsageError(f"cannot resume {run_dir}: its manifest.json is unreadable "
-                               f"({str(e).splitlines()[0][:120]}); start a new run instead") from None
+        raise click.UsageError(
+            f"cannot resume {run_dir}: its manifest.json is unreadable "
+            f"({str(e).splitlines()[0][:120]}); start a new run instead"
+        ) from None
     if not isinstance(old.spec, dict):
         raise click.UsageError(f"cannot resume {run_dir}: its manifest.json holds no run spec")
     from rig.results import MASKED_CREDENTIALS
 
     if MASKED_CREDENTIALS in str((old.spec.get("server") or {}).get("url") or ""):
-        raise click.UsageError(f"cannot resume {run_dir}: its server URL carried credentials, which rig does not "
-                               f"store; start a new run (send a key with --api-key-env or --api-key-file)")
+        raise click.UsageError(
+            f"cannot resume {run_dir}: its server URL carried credentials, which rig does not "
+            f"store; start a new run (send a key with --api-key-env or --api-key-file)"
+        )
     try:
         return RunSpec.model_validate(old.spec)
     except ValidationError as e:
-        raise click.UsageError(f"cannot resume {run_dir}: its spec is not valid for this rig "
-                               f"({_one_line(e)})") from None
+        raise click.UsageError(
+            f"cannot resume {run_dir}: its spec is not valid for this rig ({_one_line(e)})"
+        ) from None
 
 
 @cli.command()
@@ -342,7 +418,8 @@ def resume_spec(run_dir: Path) -> RunSpec:
 @click.option("--connect/--no-connect", default=True, help="Also check a reachable cluster's nodes.")
 def check(cluster_file: Path, connect: bool) -> None:
     """Validate a cluster file and, when its cluster is reachable, check that its nodes match."""
-    from rig.cluster import PlacementError, connect as ray_connect, plan_placement
+    from rig.cluster import PlacementError, plan_placement
+    from rig.cluster import connect as ray_connect
     from rig.config import ClusterSpec
 
     try:
@@ -381,21 +458,53 @@ def check(cluster_file: Path, connect: bool) -> None:
 
 @cli.command("tune")
 @click.option("--steps", "steps_csv", help="Steps values to choose from, e.g. 0,1,2,3,4.")
-@click.option("--slo", "slo_texts", multiple=True, metavar="METRIC=VALUE",
-              help="An SLO the answer must meet, e.g. --slo ttft=500ms --slo tpot=50ms.")
-@click.option("--slo-percentile", type=click.FloatRange(0, 100, min_open=True), default=99.0, show_default=True,
-              help="The percentile the SLOs apply to.")
-@click.option("--start-profile", type=click.Path(dir_okay=False, exists=True, path_type=Path),
-              help="Simulator profile the model starts from (default: the shipped reference profile).")
-@click.option("--confidence", type=click.FloatRange(0, 10), default=0.2, show_default=True,
-              help="Trust a prediction without measuring when it misses the SLO by more than this share of it.")
-@click.option("--max-rounds", type=click.IntRange(1, 100), default=8, show_default=True,
-              help="Measure-and-refit rounds at most.")
-@click.option("--fit-evals", type=click.IntRange(10, 5000), default=120, show_default=True,
-              help="Objective evaluations per pass of each refit.")
+@click.option(
+    "--slo",
+    "slo_texts",
+    multiple=True,
+    metavar="METRIC=VALUE",
+    help="An SLO the answer must meet, e.g. --slo ttft=500ms --slo tpot=50ms.",
+)
+@click.option(
+    "--slo-percentile",
+    type=click.FloatRange(0, 100, min_open=True),
+    default=99.0,
+    show_default=True,
+    help="The percentile the SLOs apply to.",
+)
+@click.option(
+    "--start-profile",
+    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    help="Simulator profile the model starts from (default: the shipped reference profile).",
+)
+@click.option(
+    "--confidence",
+    type=click.FloatRange(0, 10),
+    default=0.2,
+    show_default=True,
+    help="Trust a prediction without measuring when it misses the SLO by more than this share of it.",
+)
+@click.option(
+    "--max-rounds", type=click.IntRange(1, 100), default=8, show_default=True, help="Measure-and-refit rounds at most."
+)
+@click.option(
+    "--fit-evals",
+    type=click.IntRange(10, 5000),
+    default=120,
+    show_default=True,
+    help="Objective evaluations per pass of each refit.",
+)
 @run_options
-def tune(steps_csv: str | None, slo_texts: tuple[str, ...], slo_percentile: float, start_profile: Path | None,
-         confidence: float, max_rounds: int, fit_evals: int, **kw: Any) -> None:
+def tune(
+    steps_csv: str | None,
+    slo_texts: tuple[str, ...],
+    slo_percentile: float,
+    start_profile: Path | None,
+    confidence: float,
+    max_rounds: int,
+    fit_evals: int,
+    **kw: Any,
+) -> None:
     """The best speculative setting for a load and an SLO: measure a few points per configuration, fit the
     simulator's model to them, predict every configuration's SLO boundary, measure only where that decides the
     answer, refit, and stop when the measured answer is stable. --concurrency gives the load levels to choose
@@ -411,8 +520,14 @@ def tune(steps_csv: str | None, slo_texts: tuple[str, ...], slo_percentile: floa
     if kw["workload"] and "," in kw["workload"]:
         raise click.BadParameter("rig tune answers for one workload", param_hint="--workload")
     spec = resolve_spec(kw, csv_ints("--steps", steps_csv), workloads)
-    settings = TuneSettings(tuple(to_texts(slos)), slo_percentile, str(start_profile) if start_profile else None,
-                            confidence, max_rounds, fit_evals)
+    settings = TuneSettings(
+        tuple(to_texts(slos)),
+        slo_percentile,
+        str(start_profile) if start_profile else None,
+        confidence,
+        max_rounds,
+        fit_evals,
+    )
     try:
         from rig.tune.predict import Replay
 

@@ -11,9 +11,10 @@ import json
 import os
 import types
 import typing
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Literal, TypeVar
+from typing import Any, Literal, TypeVar
 
 import click
 import yaml
@@ -113,10 +114,16 @@ SPEC_FLAGS: tuple[SpecFlag, ...] = (
     SpecFlag("--run-id", "run_id"),
 )
 # Spec fields set by a hand-written option of run_options (or by a command's own option such as --steps).
-HAND_WRITTEN = {"workloads": ("--workload", "--dataset", "--workload-opt"), "steps": ("--steps",),
-                "load.concurrency": ("--concurrency",), "load.max_concurrency": ("--concurrency",),
-                "load.rates": ("--rate",), "server_grid": ("--grid",), "server.extra_body": ("--extra-body",),
-                "server.command": ("--command",)}
+HAND_WRITTEN = {
+    "workloads": ("--workload", "--dataset", "--workload-opt"),
+    "steps": ("--steps",),
+    "load.concurrency": ("--concurrency",),
+    "load.max_concurrency": ("--concurrency",),
+    "load.rates": ("--rate",),
+    "server_grid": ("--grid",),
+    "server.extra_body": ("--extra-body",),
+    "server.command": ("--command",),
+}
 
 
 def spec_field(path: str) -> FieldInfo:
@@ -189,7 +196,7 @@ def _json_kv(name: str, items: tuple[str, ...]) -> dict[str, Any]:
         try:
             out[key.strip()] = json.loads(value)
         except ValueError:
-            if not value or value.lstrip()[:1] in "{[\"":  # meant as JSON: say where it breaks
+            if not value or value.lstrip()[:1] in '{["':  # meant as JSON: say where it breaks
                 raise click.BadParameter(f"{key.strip()}: not JSON: {value!r}", param_hint=name) from None
             out[key.strip()] = value
     return out
@@ -208,26 +215,40 @@ def run_options(f: _Command) -> _Command:
     """Options shared by `rig run`, `rig sweep` and `rig tune`."""
     by_flag = {s.flag: s.option() for s in SPEC_FLAGS}
     opts = [
-        click.option("--config", "config_file", type=click.Path(path_type=Path),
-                     help="YAML run spec (flags override it)."),
-        click.option("--cluster", "cluster_file", type=click.Path(path_type=Path),
-                     help="Cluster file (clusters/*.yaml). Default: the embedded local Ray."),
-        *[by_flag[s.flag] for s in SPEC_FLAGS[:SPEC_FLAGS.index(_flag("--dialect")) + 1]],
-        click.option("--extra-body", "extra_body", multiple=True, metavar="KEY=JSON",
-                     help=spec_field("server.extra_body").description),
-        *[by_flag[s.flag] for s in SPEC_FLAGS[SPEC_FLAGS.index(_flag("--dialect")) + 1:
-                                              SPEC_FLAGS.index(_flag("--mode"))]],
+        click.option(
+            "--config", "config_file", type=click.Path(path_type=Path), help="YAML run spec (flags override it)."
+        ),
+        click.option(
+            "--cluster",
+            "cluster_file",
+            type=click.Path(path_type=Path),
+            help="Cluster file (clusters/*.yaml). Default: the embedded local Ray.",
+        ),
+        *[by_flag[s.flag] for s in SPEC_FLAGS[: SPEC_FLAGS.index(_flag("--dialect")) + 1]],
+        click.option(
+            "--extra-body",
+            "extra_body",
+            multiple=True,
+            metavar="KEY=JSON",
+            help=spec_field("server.extra_body").description,
+        ),
+        *[
+            by_flag[s.flag]
+            for s in SPEC_FLAGS[SPEC_FLAGS.index(_flag("--dialect")) + 1 : SPEC_FLAGS.index(_flag("--mode"))]
+        ],
         click.option("--command", "command", metavar="'SERVER ARGS'", help=spec_field("server.command").description),
         click.option("--workload", help=f"{_either(typing.get_args(WorkloadName))} (sweep: comma-separated)."),
-        click.option("--dataset", type=click.Path(path_type=Path),
-                     help="dataset workload: a ShareGPT JSON or JSONL file."),
+        click.option(
+            "--dataset", type=click.Path(path_type=Path), help="dataset workload: a ShareGPT JSON or JSONL file."
+        ),
         click.option("--workload-opt", "workload_opts", multiple=True, help="Workload option KEY=VALUE (repeatable)."),
         by_flag["--mode"],
         click.option("--concurrency", help=spec_field("load.concurrency").description),
         click.option("--rate", help=spec_field("load.rates").description),
-        *[by_flag[s.flag] for s in SPEC_FLAGS[SPEC_FLAGS.index(_flag("--mode")) + 1:]],
-        click.option("--dry-run", is_flag=True,
-                     help="Print the resolved spec, server commands and placement; start nothing."),
+        *[by_flag[s.flag] for s in SPEC_FLAGS[SPEC_FLAGS.index(_flag("--mode")) + 1 :]],
+        click.option(
+            "--dry-run", is_flag=True, help="Print the resolved spec, server commands and placement; start nothing."
+        ),
         click.option("-q", "--quiet", is_flag=True, help="No progress bar."),
     ]
     for opt in reversed(opts):
@@ -273,8 +294,9 @@ def overrides_from_flags(kw: dict[str, Any], steps: list[int] | None, workloads:
     return o
 
 
-def resolve_spec(kw: dict[str, Any], steps: list[int] | None, workloads: list[str] | None,
-                 extra: dict[str, Any] | None = None) -> RunSpec:
+def resolve_spec(
+    kw: dict[str, Any], steps: list[int] | None, workloads: list[str] | None, extra: dict[str, Any] | None = None
+) -> RunSpec:
     """YAML (run spec, then cluster file) merged with flags (and ``extra``, a command's own overrides such as
     sweep's --grid); SpecError -> one line, exit 2."""
     try:
@@ -293,8 +315,10 @@ def resolve_spec(kw: dict[str, Any], steps: list[int] | None, workloads: list[st
             over["workloads"] = [{**w, **extra_wl} for w in base]
         spec = build_spec(data, over)
         if kw["api_key_env"] and not os.environ.get(kw["api_key_env"]):
-            raise SpecError(f"--api-key-env {kw['api_key_env']}: that environment variable is not set (or empty); "
-                            f"export it, or drop the flag to send no key")
+            raise SpecError(
+                f"--api-key-env {kw['api_key_env']}: that environment variable is not set (or empty); "
+                f"export it, or drop the flag to send no key"
+            )
         return spec
     except SpecError as e:
         raise click.UsageError(str(e)) from None

@@ -14,9 +14,10 @@ import contextlib
 import logging
 import os
 import time
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, TypedDict
+from typing import Any, TypedDict
 
 import ray
 from ray.util.placement_group import placement_group, remove_placement_group
@@ -70,15 +71,15 @@ def connect(spec: ClusterSpec, n_generators: int) -> dict[str, Any]:
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     if ray.is_initialized():
         return describe_nodes()
-    common = _RayInitOptions(include_dashboard=False, logging_level=logging.ERROR, log_to_driver=False,
-                  configure_logging=True)
+    common = _RayInitOptions(
+        include_dashboard=False, logging_level=logging.ERROR, log_to_driver=False, configure_logging=True
+    )
     if spec.address is None:
         # Logical CPUs are just numbers: enough for the server actor and every generator on one machine.
         cpus = spec.num_cpus or max(os.cpu_count() or 1, 1 + n_generators)
         # GPUs are detected (none on a CPU-only machine): a single-GPU-box run still gets CUDA_VISIBLE_DEVICES.
         with _loopback_only():
-            ray.init(address="local", num_cpus=cpus, object_store_memory=spec.object_store_memory_mb * 2**20,
-                     **common)
+            ray.init(address="local", num_cpus=cpus, object_store_memory=spec.object_store_memory_mb * 2**20, **common)
     else:
         address = _check_reachable(spec.address)  # 'auto' resolved: join exactly the address that was checked
         try:
@@ -139,15 +140,16 @@ def _check_reachable(address: str, timeout_s: float = 5.0) -> str:
         raise ClusterError(f"cannot reach the Ray cluster at {shown}: {why}") from None
     if len(head) < 9 or head[3] != _H2_SETTINGS:
         seen = f"it answered {head[:24]!r}" if head else f"no answer within {timeout_s:g}s"
-        raise ClusterError(f"cannot join the Ray cluster at {shown}: something listens there but it is not Ray "
-                           f"({seen}); check the address and port (a Ray head's GCS port, 6379 by default, or "
-                           f"ray://HOST:10001)")
+        raise ClusterError(
+            f"cannot join the Ray cluster at {shown}: something listens there but it is not Ray "
+            f"({seen}); check the address and port (a Ray head's GCS port, 6379 by default, or "
+            f"ray://HOST:10001)"
+        )
     return address
 
 
 def _read_some(conn: Any, n: int, timeout_s: float) -> bytes:
     """Up to ``n`` bytes from ``conn`` within ``timeout_s`` (fewer when the peer stops or closes)."""
-    import socket
 
     out = b""
     deadline = time.monotonic() + timeout_s
@@ -158,7 +160,7 @@ def _read_some(conn: Any, n: int, timeout_s: float) -> bytes:
         conn.settimeout(left)
         try:
             chunk = conn.recv(n - len(out))
-        except (socket.timeout, ConnectionResetError):
+        except (TimeoutError, ConnectionResetError):
             break
         if not chunk:
             break
@@ -176,8 +178,10 @@ def _auto_address() -> str:
     try:
         found = tmp.read_text().strip().splitlines()[0].strip()
     except (OSError, IndexError):
-        raise ClusterError("cluster.address 'auto': no Ray cluster was started on this machine (no "
-                           f"{tmp}); start one with `ray start --head`, or give HOST:PORT") from None
+        raise ClusterError(
+            "cluster.address 'auto': no Ray cluster was started on this machine (no "
+            f"{tmp}); start one with `ray start --head`, or give HOST:PORT"
+        ) from None
     if not found:
         raise ClusterError(f"cluster.address 'auto': {tmp} is empty; give HOST:PORT")
     return found
@@ -200,21 +204,27 @@ def describe_nodes() -> dict[str, Any]:
         if not n.get("Alive"):
             continue
         res = n.get("Resources", {})
-        nodes.append({
-            "node_id": n["NodeID"],
-            "ip": n.get("NodeManagerAddress"),
-            "hostname": n.get("NodeManagerHostname"),
-            "labels": {k: v for k, v in (n.get("Labels") or {}).items() if not k.startswith("ray.io/")},
-            "cpus": res.get("CPU", 0),
-            "gpus": res.get("GPU", 0),
-            "resources": {k: v for k, v in res.items() if not k.startswith(("node:", "memory", "object_store"))},
-        })
+        nodes.append(
+            {
+                "node_id": n["NodeID"],
+                "ip": n.get("NodeManagerAddress"),
+                "hostname": n.get("NodeManagerHostname"),
+                "labels": {k: v for k, v in (n.get("Labels") or {}).items() if not k.startswith("ray.io/")},
+                "cpus": res.get("CPU", 0),
+                "gpus": res.get("GPU", 0),
+                "resources": {k: v for k, v in res.items() if not k.startswith(("node:", "memory", "object_store"))},
+            }
+        )
     try:
         driver_node = ray.get_runtime_context().get_node_id()
     except Exception:
         driver_node = None
-    return {"ray_version": ray.__version__, "nodes": nodes, "driver_node": driver_node,
-            "driver_ip": ray.util.get_node_ip_address()}
+    return {
+        "ray_version": ray.__version__,
+        "nodes": nodes,
+        "driver_node": driver_node,
+        "driver_ip": ray.util.get_node_ip_address(),
+    }
 
 
 # ---------------------------------------------------------------------------------------------------- pre-flight
@@ -236,8 +246,9 @@ def _exclude(node_ids: Iterable[str]) -> dict[str, str]:
     return {NODE_ID_LABEL: f"!in({','.join(ids)})"} if ids else {}
 
 
-def plan_placement(spec: ClusterSpec, nodes: list[dict[str, Any]], n_gpus: int, n_generators: int,
-                   timeout_s: float | None = None) -> Placement:
+def plan_placement(
+    spec: ClusterSpec, nodes: list[dict[str, Any]], n_gpus: int, n_generators: int, timeout_s: float | None = None
+) -> Placement:
     """Pre-flight: check the nodes can host the server and the generators, and say how to place them."""
     if n_generators < 1:
         raise PlacementError("at least one load generator is needed (--clients >= 1)")
@@ -263,8 +274,10 @@ def plan_placement(spec: ClusterSpec, nodes: list[dict[str, Any]], n_gpus: int, 
     if n_gpus and not (spec.server_label or spec.server_resource):
         servers = [n for n in servers if n["gpus"] > 0]
     if not servers:
-        raise PlacementError(f"no alive node has {_describe_selector(spec.server_label, spec.server_resource)} "
-                             f"for the server ({len(nodes)} nodes in the cluster)")
+        raise PlacementError(
+            f"no alive node has {_describe_selector(spec.server_label, spec.server_resource)} "
+            f"for the server ({len(nodes)} nodes in the cluster)"
+        )
     if n_gpus and not any(n["gpus"] >= n_gpus for n in servers):
         best = max(n["gpus"] for n in servers)
         raise PlacementError(f"the server needs {n_gpus} GPUs on one node; the server node(s) have at most {best:g}")
@@ -301,7 +314,8 @@ def plan_placement(spec: ClusterSpec, nodes: list[dict[str, Any]], n_gpus: int, 
         hosts = sum(1 for v in slots.values() if v > 0)
         raise PlacementError(
             f"{n_generators} generator(s) asked for, but only {hosts} client host(s) with {where}{off_server} "
-            f"x per_host {per_host} = {capacity} slot(s); add client hosts or lower --clients")
+            f"x per_host {per_host} = {capacity} slot(s); add client hosts or lower --clients"
+        )
 
     selector = {**dict(spec.client_label), **_exclude(avoid)}
     pg = None
@@ -320,14 +334,26 @@ def plan_placement(spec: ClusterSpec, nodes: list[dict[str, Any]], n_gpus: int, 
             ray.get(pg.ready(), timeout=timeout_s)
         except Exception:
             remove_placement_group(pg)
-            raise PlacementError(f"could not spread {hosts} generator bundle(s) of {per_host} CPU over distinct "
-                                 f"client hosts with {where}{off_server} within {timeout_s:g}s (STRICT_SPREAD); "
-                                 f"are their CPUs in use?") from None
-        gen_opts = [{"num_cpus": 1, "scheduling_strategy": PlacementGroupSchedulingStrategy(pg, i // per_host)}
-                    for i in range(n_generators)]
-    return Placement(server_opts, gen_opts, server_node, [c["node_id"] for c in clients], local=False,
-                     placement_group=pg, server_nodes=server_ids, per_host=per_host,
-                     allow_on_server=spec.allow_generators_on_server_node)
+            raise PlacementError(
+                f"could not spread {hosts} generator bundle(s) of {per_host} CPU over distinct "
+                f"client hosts with {where}{off_server} within {timeout_s:g}s (STRICT_SPREAD); "
+                f"are their CPUs in use?"
+            ) from None
+        gen_opts = [
+            {"num_cpus": 1, "scheduling_strategy": PlacementGroupSchedulingStrategy(pg, i // per_host)}
+            for i in range(n_generators)
+        ]
+    return Placement(
+        server_opts,
+        gen_opts,
+        server_node,
+        [c["node_id"] for c in clients],
+        local=False,
+        placement_group=pg,
+        server_nodes=server_ids,
+        per_host=per_host,
+        allow_on_server=spec.allow_generators_on_server_node,
+    )
 
 
 def verify_generators(placement: Placement, gen_info: list[dict[str, Any]]) -> None:
@@ -349,8 +375,9 @@ def verify_generators(placement: Placement, gen_info: list[dict[str, Any]]) -> N
         raise PlacementError(f"{k} generators landed on one client host ({ip}); per_host is {placement.per_host}")
 
 
-def wait_started(handles: list[Any], timeout_s: float, what: str = "generator",
-                 stop: Callable[[], bool] | None = None) -> list[Any]:
+def wait_started(
+    handles: list[Any], timeout_s: float, what: str = "generator", stop: Callable[[], bool] | None = None
+) -> list[Any]:
     """ray.get of each actor's info(), with a one-line error naming the actors that never got placed; ``stop``
     (a Ctrl-C) ends the wait with KeyboardInterrupt within half a second."""
     refs = [h.info.remote() for h in handles]
@@ -363,8 +390,10 @@ def wait_started(handles: list[Any], timeout_s: float, what: str = "generator",
             raise KeyboardInterrupt
     if pending:
         idx = [refs.index(r) for r in pending]
-        raise PlacementError(f"{len(pending)} {what}(s) ({', '.join(map(str, idx[:8]))}) could not be placed within "
-                             f"{timeout_s:g}s: the cluster has no free slot for them (resources in use?)")
+        raise PlacementError(
+            f"{len(pending)} {what}(s) ({', '.join(map(str, idx[:8]))}) could not be placed within "
+            f"{timeout_s:g}s: the cluster has no free slot for them (resources in use?)"
+        )
     return ray.get(refs)
 
 
@@ -410,8 +439,7 @@ def host_clocks(gen_info: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
 
 # ---------------------------------------------------------------------------------------------------- node files
 def _on_node(node_id: str) -> dict[str, Any]:
-    return {"num_cpus": 0, "scheduling_strategy": NodeAffinitySchedulingStrategy(node_id, soft=False),
-            "max_retries": 0}
+    return {"num_cpus": 0, "scheduling_strategy": NodeAffinitySchedulingStrategy(node_id, soft=False), "max_retries": 0}
 
 
 @ray.remote
@@ -438,18 +466,18 @@ def _remove_files(root: str, rels: list[str]) -> int:
     return n
 
 
-def list_node_files(node_id: str, root: str, rel_dir: str, pattern: str = PART_GLOB,
-                    timeout_s: float = 30) -> list[str]:
+def list_node_files(
+    node_id: str, root: str, rel_dir: str, pattern: str = PART_GLOB, timeout_s: float = 30
+) -> list[str]:
     """Files under root/rel_dir on a node (works after the actor that wrote them died, while the node lives)."""
     return ray.get(_list_files.options(**_on_node(node_id)).remote(root, rel_dir, pattern), timeout=timeout_s)
 
 
-def read_node_files(node_id: str, root: str, rels: list[str], timeout_s: float = 120
-                    ) -> Iterable[tuple[str, bytes]]:
+def read_node_files(node_id: str, root: str, rels: list[str], timeout_s: float = 120) -> Iterable[tuple[str, bytes]]:
     """Yield (rel, bytes) of files on a node, a few at a time (part files are small: a few MB at most)."""
     batch = 16
     for i in range(0, len(rels), batch):
-        got = ray.get(_read_files.options(**_on_node(node_id)).remote(root, rels[i:i + batch]), timeout=timeout_s)
+        got = ray.get(_read_files.options(**_on_node(node_id)).remote(root, rels[i : i + batch]), timeout=timeout_s)
         yield from got.items()
 
 
@@ -465,8 +493,9 @@ def release(placement: Placement | None) -> None:
 
 
 # ---------------------------------------------------------------------------------------------------- results
-def set_outputs(spec: ClusterSpec, run_dir: Path, run_id: str, generators: list[Any],
-                gen_info: list[dict[str, Any]]) -> None:
+def set_outputs(
+    spec: ClusterSpec, run_dir: Path, run_id: str, generators: list[Any], gen_info: list[dict[str, Any]]
+) -> None:
     """Decide where each generator writes its part files, tell it, and record it in ``gen_info``.
 
     - ``results_uri`` a path (NFS) -> every generator writes there directly (``shared``);
@@ -489,16 +518,19 @@ def set_outputs(spec: ClusterSpec, run_dir: Path, run_id: str, generators: list[
     problems = ray.get([g.set_output.remote(root, uri) for g, (root, uri, _) in zip(generators, plans)], timeout=120)
     for info, (root, uri, mode), problem in zip(gen_info, plans, problems):
         if problem:
-            raise ClusterError(f"generator {info['generator']} on {info.get('host')} ({info.get('node_ip')}) "
-                               f"cannot write its results: {problem}")
+            raise ClusterError(
+                f"generator {info['generator']} on {info.get('host')} ({info.get('node_ip')}) "
+                f"cannot write its results: {problem}"
+            )
         info["output_mode"], info["ship_uri"] = mode, uri
     infos = ray.get([g.info.remote() for g in generators])
     for info, now in zip(gen_info, infos):
         info["spool_root"] = now["spool_root"]  # filled in for its host
 
 
-def output_for(spec: ClusterSpec, run_id: str, out_root: str, seen: bool, info: dict[str, Any]
-               ) -> tuple[str, str | None, str]:
+def output_for(
+    spec: ClusterSpec, run_id: str, out_root: str, seen: bool, info: dict[str, Any]
+) -> tuple[str, str | None, str]:
     """(root template, ship URI, mode) for one generator; see ``set_outputs``."""
     spool_root = f"{spec.spool_dir.rstrip('/')}/{run_id}"
     if spec.results_uri and not spool.is_remote_uri(spec.results_uri):
@@ -507,16 +539,19 @@ def output_for(spec: ClusterSpec, run_id: str, out_root: str, seen: bool, info: 
         return spool_root, f"{spec.results_uri}/{run_id}", "ship"
     if spec.shared_results is True:
         if not seen:
-            raise ClusterError(f"shared_results is true, but generator {info['generator']} on "
-                               f"{info.get('host')} ({info.get('node_ip')}) does not see {out_root}")
+            raise ClusterError(
+                f"shared_results is true, but generator {info['generator']} on "
+                f"{info.get('host')} ({info.get('node_ip')}) does not see {out_root}"
+            )
         return out_root, None, "direct"
     if spec.shared_results is None and seen:
         return out_root, None, "direct"
     return spool_root, None, "spool"
 
 
-def gather_parts(run_dir: Path, rel_dir: str, info: dict[str, Any], results_uri: str | None = None,
-                 run_id: str | None = None) -> dict[str, int]:
+def gather_parts(
+    run_dir: Path, rel_dir: str, info: dict[str, Any], results_uri: str | None = None, run_id: str | None = None
+) -> dict[str, int]:
     """Bring one generator's part files under ``rel_dir`` into ``run_dir``; returns counts.
 
     From the shared URI first (nothing through Ray), then anything still missing from the generator's host
@@ -532,8 +567,9 @@ def gather_parts(run_dir: Path, rel_dir: str, info: dict[str, Any], results_uri:
         return counts
     if results_uri and run_id:
         try:
-            fs, base, _ = spool.open_uri(spool.local_path(results_uri) if not spool.is_remote_uri(results_uri)
-                                         else results_uri)
+            fs, base, _ = spool.open_uri(
+                spool.local_path(results_uri) if not spool.is_remote_uri(results_uri) else results_uri
+            )
             src = f"{base}/{run_id}/{rel_dir}"
             for name in spool.list_parts(fs, src):
                 if name not in have:
@@ -553,4 +589,3 @@ def gather_parts(run_dir: Path, rel_dir: str, info: dict[str, Any], results_uri:
         if mode in ("spool", "ship"):
             counts["removed"] = remove_node_files(node, root, [r for r in listed if Path(r).name in have])
     return counts
-

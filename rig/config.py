@@ -59,17 +59,24 @@ class LoadSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)  # inf or nan is no rate, duration or spread
 
     mode: LoadMode = Field("closed", description="Load pattern.")
-    concurrency: list[int] = Field(default_factory=lambda: [1, 4, 16, 32, 64],
-                                   description="Closed-loop levels, e.g. 1,4,16,32,64; open loop: in-flight cap.")
+    concurrency: list[int] = Field(
+        default_factory=lambda: [1, 4, 16, 32, 64],
+        description="Closed-loop levels, e.g. 1,4,16,32,64; open loop: in-flight cap.",
+    )
     rates: list[float] = Field(default_factory=list, description="Open-loop arrival rates in requests/s, e.g. 1,2,4.")
     burstiness: float = Field(1.0, gt=0, description="gamma: coefficient of variation of inter-arrivals.")  # 1: Poisson
     max_concurrency: int | None = Field(None, ge=1, le=MAX_LEVEL)  # open loop: cap on in-flight requests (whole point)
     # open loop: rate x a minute; the closed-loop rule is requests_for()
-    requests: int | None = Field(None, ge=1, le=MAX_REQUESTS,
-                                 description="Sessions per level (default: 4 at C=1, 2xC otherwise).")
+    requests: int | None = Field(
+        None, ge=1, le=MAX_REQUESTS, description="Sessions per level (default: 4 at C=1, 2xC otherwise)."
+    )
     duration_s: float | None = Field(None, gt=0, description="Seconds per level (instead of a request count).")
-    grace_s: float = Field(10.0, ge=0, description="With --duration: seconds in-flight requests may run past a level's "
-                                                   "end before they are cancelled (default 10).")
+    grace_s: float = Field(
+        10.0,
+        ge=0,
+        description="With --duration: seconds in-flight requests may run past a level's "
+        "end before they are cancelled (default 10).",
+    )
     warmup_requests: int = Field(1, ge=0, description="Warm-up requests per generator, kept out of the results.")
     trace_speed: float = Field(1.0, gt=0, description="Trace replay speed factor.")  # >1 replays faster
     api: ApiName | None = None  # default: the engine's (sglang-native for sim and sglang)
@@ -98,14 +105,15 @@ class LoadSpec(BaseModel):
         return v
 
     @model_validator(mode="after")
-    def _levels_exist(self) -> "LoadSpec":
+    def _levels_exist(self) -> LoadSpec:
         if self.mode in ("poisson", "gamma") and not self.rates:
             raise ValueError(f"mode {self.mode} needs at least one rate (--rate)")
         if self.mode == "closed" and not self.concurrency:
             raise ValueError("closed-loop mode needs at least one concurrency level")
         if self.mode in ("closed", "trace") and self.rates:
-            raise ValueError(f"mode {self.mode} takes no rates (got {self.rates}); rates are for --mode poisson or "
-                             f"gamma")
+            raise ValueError(
+                f"mode {self.mode} takes no rates (got {self.rates}); rates are for --mode poisson or gamma"
+            )
         return self
 
     def levels(self) -> list[tuple[int | None, float | None]]:
@@ -180,8 +188,10 @@ class ClusterSpec(BaseModel):
 class RunSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    run_id: str = Field(default_factory=lambda: time.strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(2),
-                        description="Run directory name (default: timestamp).")
+    run_id: str = Field(
+        default_factory=lambda: time.strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(2),
+        description="Run directory name (default: timestamp).",
+    )
     out: Path = Field(Path("results"), description="Results root (default results/).")
     server: ServerConfig = Field(default_factory=ServerConfig)
     workloads: list[WorkloadSpec] = Field(default_factory=lambda: [WorkloadSpec(name="realistic")])
@@ -195,8 +205,9 @@ class RunSpec(BaseModel):
     flush_cache: bool = Field(True, description="/flush_cache between points.")
     fail_fast: bool = Field(False, description="Stop at the first failed point.")
     # the key itself never enters the spec, manifest or logs
-    api_key_env: str = Field("RIG_API_KEY",
-                             description="Environment variable holding the API key (default RIG_API_KEY).")
+    api_key_env: str = Field(
+        "RIG_API_KEY", description="Environment variable holding the API key (default RIG_API_KEY)."
+    )
     api_key_file: Path | None = Field(None, description="File holding the API key.")
 
     @field_validator("run_id")
@@ -257,8 +268,17 @@ class RunSpec(BaseModel):
     @field_validator("server_grid")
     @classmethod
     def _grid_keys(cls, v: dict[str, list[Any]], info: ValidationInfo) -> dict[str, list[Any]]:
-        allowed = set(ServerConfig.model_fields) - {"engine", "steps", "env", "url", "host", "port", "python",
-                                                    "command", "command_vars"}
+        allowed = set(ServerConfig.model_fields) - {
+            "engine",
+            "steps",
+            "env",
+            "url",
+            "host",
+            "port",
+            "python",
+            "command",
+            "command_vars",
+        }
         server = info.data.get("server")
         templated = server is not None and server.engine == "command"  # any name its template places: command_vars
         for key, values in v.items():
@@ -302,8 +322,10 @@ class RunSpec(BaseModel):
                 _check_sim_flags(cfg)
                 _check_command(cfg, len(self.steps))
                 if any(c.config_id() == cfg.config_id() for c in configs):  # e.g. values YAML reads as equal
-                    raise SpecError(f"server: two configurations of the grid are the same server "
-                                    f"({cfg.config_id()}); list each value once")
+                    raise SpecError(
+                        f"server: two configurations of the grid are the same server "
+                        f"({cfg.config_id()}); list each value once"
+                    )
                 configs.append(cfg)
         return configs
 
@@ -330,8 +352,7 @@ def _no_duplicates(values: list[Any], what: str) -> None:
     seen: list[Any] = []
     for x in values:
         if x in seen:
-            raise ValueError(f"{what} {x!r} is listed twice; list each once (--repeat N measures every point N "
-                             f"times)")
+            raise ValueError(f"{what} {x!r} is listed twice; list each once (--repeat N measures every point N times)")
         seen.append(x)
 
 
@@ -340,8 +361,10 @@ def _check_sim_flags(cfg: ServerConfig) -> None:
     if cfg.engine != "sim":
         return
     if cfg.python:
-        raise SpecError("server.python: the sim always runs on the rig's own interpreter; --engine-python is for "
-                        "sglang and vllm (drop it)")
+        raise SpecError(
+            "server.python: the sim always runs on the rig's own interpreter; --engine-python is for "
+            "sglang and vllm (drop it)"
+        )
     from rig.server.engines import engine_for
     from rig.sim.args import check_argv
 
@@ -363,9 +386,11 @@ def _check_command(cfg: ServerConfig, n_steps: int) -> None:
     except TemplateError as e:
         raise SpecError(f"server.command: {e}") from None
     if n_steps > 1 and not uses_speculation(cfg):
-        raise SpecError(f"server.command places none of {', '.join('{' + n + '}' for n in SPECULATIVE)}: sweeping "
-                        f"steps would launch the same server again for each value (put {{steps}} where the "
-                        f"server takes it, or sweep one steps value)")
+        raise SpecError(
+            f"server.command places none of {', '.join('{' + n + '}' for n in SPECULATIVE)}: sweeping "
+            f"steps would launch the same server again for each value (put {{steps}} where the "
+            f"server takes it, or sweep one steps value)"
+        )
 
 
 def _one_line(err: ValidationError, prefix: str = "") -> str:
@@ -389,7 +414,8 @@ class _UniqueKeyLoader(yaml.SafeLoader):
             key = self.construct_object(key_node, deep=deep)
             if isinstance(key, (str, int, float, bool)) and key in seen:
                 raise yaml.constructor.ConstructorError(
-                    None, None, f"key {key!r} is given twice in one mapping", key_node.start_mark)
+                    None, None, f"key {key!r} is given twice in one mapping", key_node.start_mark
+                )
             seen.add(key)
         return super().construct_mapping(node, deep=deep)
 
@@ -435,10 +461,12 @@ def build_spec(yaml_data: dict[str, Any] | None, overrides: dict[str, Any]) -> R
     if spec.server.engine == "external" and len(configs) > 1:
         # rig launches nothing for an external server, so it cannot apply a steps value or a grid knob: every
         # "configuration" would be the one server at --url, relabelled, and a comparison of them noise.
-        raise SpecError(f"server.engine external: rig measures the one server at {spec.server.url} and cannot apply "
-                        f"steps or grid values to it, so {len(configs)} configurations would all be that same server; "
-                        f"give one --steps value (what it runs), or let rig launch the engine (--engine sglang, vllm "
-                        f"or sim)")
+        raise SpecError(
+            f"server.engine external: rig measures the one server at {spec.server.url} and cannot apply "
+            f"steps or grid values to it, so {len(configs)} configurations would all be that same server; "
+            f"give one --steps value (what it runs), or let rig launch the engine (--engine sglang, vllm "
+            f"or sim)"
+        )
     _check_trace(spec)
     _check_dialect(spec)
     return spec
@@ -451,8 +479,10 @@ def _check_dialect(spec: RunSpec) -> None:
     dialect = spec.server.dialect
     api = spec.api_for(engine_for(spec.server.engine).default_api)
     if api == "sglang-native" and dialect not in (None, "sglang"):
-        raise SpecError(f"server.dialect {dialect}: the sglang-native API (/generate) is SGLang's own; use --api "
-                        f"openai-completions or openai-chat with it (or drop --dialect)")
+        raise SpecError(
+            f"server.dialect {dialect}: the sglang-native API (/generate) is SGLang's own; use --api "
+            f"openai-completions or openai-chat with it (or drop --dialect)"
+        )
 
 
 def notices(spec: RunSpec) -> list[str]:
@@ -462,22 +492,28 @@ def notices(spec: RunSpec) -> list[str]:
         from rig.server.command import uses_speculation
 
         if not uses_speculation(spec.server):
-            out.append(f"server.command places no {{steps}}: steps {','.join(map(str, spec.steps))} is recorded on "
-                       f"every row, not given to the server")
+            out.append(
+                f"server.command places no {{steps}}: steps {','.join(map(str, spec.steps))} is recorded on "
+                f"every row, not given to the server"
+            )
     asked = spec.asked_configs()
     changed = [c for c in asked if as_it_runs(c) != c]
     if changed:
         c = changed[0]
-        out.append(f"num_draft_tokens={c.num_draft_tokens} at steps {c.steps} (eagle_topk {c.eagle_topk}) runs "
-                   f"{as_it_runs(c).num_draft_tokens}: SGLang uses steps + 1 with eagle_topk 1 and none without "
-                   f"speculation (speculative_hook.py); {len(changed)} of {len(asked)} configuration(s) are planned "
-                   f"and recorded as they run, {len(spec.server_configs())} launched")
+        out.append(
+            f"num_draft_tokens={c.num_draft_tokens} at steps {c.steps} (eagle_topk {c.eagle_topk}) runs "
+            f"{as_it_runs(c).num_draft_tokens}: SGLang uses steps + 1 with eagle_topk 1 and none without "
+            f"speculation (speculative_hook.py); {len(changed)} of {len(asked)} configuration(s) are planned "
+            f"and recorded as they run, {len(spec.server_configs())} launched"
+        )
     n = spec.load.requests
     above = [c for c in (spec.load.concurrency if spec.load.mode == "closed" else []) if n is not None and c > n]
     if above:
-        out.append(f"--requests {n} is below concurrency {', '.join(map(str, above))}: at most {n} requests are ever "
-                   f"in flight there, so such a level measures concurrency {n} (give --requests >= the concurrency, "
-                   f"or --duration)")
+        out.append(
+            f"--requests {n} is below concurrency {', '.join(map(str, above))}: at most {n} requests are ever "
+            f"in flight there, so such a level measures concurrency {n} (give --requests >= the concurrency, "
+            f"or --duration)"
+        )
     for wl in spec.workloads:
         if wl.name != "dataset":
             continue
@@ -488,11 +524,15 @@ def notices(spec: RunSpec) -> list[str]:
             raise ValueError("the dataset workload needs a path")
         n = size(wl)
         if skipped_entries(wl.path):
-            out.append(f"{wl.path}: {skipped_entries(wl.path)} ShareGPT conversation(s) without a human turn skipped; "
-                       f"{n} usable")
+            out.append(
+                f"{wl.path}: {skipped_entries(wl.path)} ShareGPT conversation(s) without a human turn skipped; "
+                f"{n} usable"
+            )
         if spec.load.requests and spec.load.requests > n and not wl.cycle:
-            out.append(f"{wl.path} has {n} usable entries: each level sends {n}, not --requests "
-                       f"{spec.load.requests} (--workload-opt cycle=true repeats the file)")
+            out.append(
+                f"{wl.path} has {n} usable entries: each level sends {n}, not --requests "
+                f"{spec.load.requests} (--workload-opt cycle=true repeats the file)"
+            )
     return out
 
 
@@ -502,8 +542,9 @@ def _check_trace(spec: RunSpec) -> None:
         return
     for wl in spec.workloads:
         if wl.name != "dataset":
-            raise SpecError(f"load.mode trace replays a dataset's timestamps; workload {wl.name!r} has none "
-                            f"(use --dataset FILE)")
+            raise SpecError(
+                f"load.mode trace replays a dataset's timestamps; workload {wl.name!r} has none (use --dataset FILE)"
+            )
         from rig.workloads.dataset import entries_for
         from rig.workloads.errors import WorkloadError
 
@@ -512,5 +553,7 @@ def _check_trace(spec: RunSpec) -> None:
         except WorkloadError as e:
             raise SpecError(str(e)) from None
         if not entries or entries[0].timestamp is None:
-            raise SpecError(f"load.mode trace: {wl.path} has no 'timestamp' on its entries; give timestamps or use "
-                            f"--mode closed / poisson")
+            raise SpecError(
+                f"load.mode trace: {wl.path} has no 'timestamp' on its entries; give timestamps or use "
+                f"--mode closed / poisson"
+            )

@@ -21,8 +21,9 @@ import os
 import re
 import threading
 import time
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.dataset as ds
@@ -89,8 +90,9 @@ RETRY_S = 30.0  # how long a closing write (or a manifest write) keeps retrying 
 RETRY_FIRST_S, RETRY_MAX_S = 0.1, 2.0  # backoff between attempts: doubling from the first to the max
 
 
-def retry_transient(fn: Callable[[], Any], retry_s: float = RETRY_S,
-                    on_error: Callable[[OSError], object] | None = None) -> Any:
+def retry_transient(
+    fn: Callable[[], Any], retry_s: float = RETRY_S, on_error: Callable[[OSError], object] | None = None
+) -> Any:
     """``fn()``, tried again with backoff while it raises a transient OSError (TRANSIENT_ERRNOS), for up to
     ``retry_s``; then (or at once for any other error) its error is raised. ``on_error`` sees every failure."""
     deadline = time.monotonic() + retry_s
@@ -120,8 +122,9 @@ class TableBuilder:
     row; a column at a time over hundreds of rows costs ~9 us per row.
     """
 
-    def __init__(self, rows: list[dict[str, Any]], schema: pa.Schema,
-                 repair: Callable[[dict[str, Any]], object] | None = None) -> None:
+    def __init__(
+        self, rows: list[dict[str, Any]], schema: pa.Schema, repair: Callable[[dict[str, Any]], object] | None = None
+    ) -> None:
         self.rows = rows
         self.schema = schema
         self.repair = repair  # makes a row Arrow cannot convert convertible, in place; without it: an error
@@ -134,8 +137,13 @@ class TableBuilder:
         n = len(self.rows)
         for i, f in enumerate(self.schema):
             t = f.type
-            size = PIECE_ROWS_LIST if pa.types.is_list(t) or pa.types.is_large_list(t) else \
-                PIECE_ROWS_TEXT if pa.types.is_string(t) or pa.types.is_binary(t) else PIECE_ROWS_SCALAR
+            size = (
+                PIECE_ROWS_LIST
+                if pa.types.is_list(t) or pa.types.is_large_list(t)
+                else PIECE_ROWS_TEXT
+                if pa.types.is_string(t) or pa.types.is_binary(t)
+                else PIECE_ROWS_SCALAR
+            )
             self._todo += [(i, a, min(a + size, n)) for a in range(0, n, size)]
         self._todo.reverse()
 
@@ -226,8 +234,16 @@ class PartWriter:
     reports them as not written). ``last_error`` and ``write_failures`` say what happened.
     """
 
-    def __init__(self, directory: Path | str, schema: pa.Schema, *, max_rows: int = 5000, max_age_s: float = 2.0,
-                 repair: Callable[[dict[str, Any]], object] | None = None, retry_s: float = RETRY_S):
+    def __init__(
+        self,
+        directory: Path | str,
+        schema: pa.Schema,
+        *,
+        max_rows: int = 5000,
+        max_age_s: float = 2.0,
+        repair: Callable[[dict[str, Any]], object] | None = None,
+        retry_s: float = RETRY_S,
+    ):
         self.directory = Path(directory)
         self.retry_s = retry_s
         self.last_error: str | None = None  # the last write that failed, in a few words
@@ -292,8 +308,9 @@ class PartWriter:
     def take(self, force: bool = False) -> list[dict[str, Any]]:
         """The buffered rows if a part is due (or ``force``); the buffer starts afresh. Cheap: a swap."""
         with self._lock:
-            due = self._rows and (force or len(self._rows) >= self.max_rows
-                                  or time.monotonic() - (self._oldest or 0) >= self.max_age_s)
+            due = self._rows and (
+                force or len(self._rows) >= self.max_rows or time.monotonic() - (self._oldest or 0) >= self.max_age_s
+            )
             if not due:
                 return []
             rows, self._rows = self._rows, []

@@ -101,16 +101,86 @@ def _anything(name: str) -> type:
 
 # The GPU / ML stack SGLang imports at module level. Only these are stubbed: any other missing module stays
 # missing, so SGLang's own "is X installed?" probes (find_spec, try/except ImportError) answer as on a bare CPU box.
-HEAVY = {"IPython", "torch", "triton", "transformers", "flashinfer", "sgl_kernel", "sglang_kernel", "numpy",
-         "safetensors", "huggingface_hub", "tokenizers", "PIL", "zmq", "psutil", "requests", "aiohttp", "uvloop",
-         "fastapi", "starlette", "uvicorn", "orjson", "setproctitle", "einops", "compressed_tensors", "torchao",
-         "xgrammar", "outlines", "llguidance", "partial_json_parser", "openai", "tiktoken", "sentencepiece",
-         "prometheus_client", "pybase64", "cuda", "nvidia", "decord", "soundfile", "scipy", "interegular",
-         "msgpack", "modelscope", "blobfile", "gguf", "hf_transfer", "jinja2", "pynvml", "dill", "accelerate",
-         "peft", "datasets", "yaml", "tqdm", "filelock", "jsonschema", "grpc", "google", "ray", "cloudpickle",
-         "regex", "diffusers", "timm", "torchvision", "torchaudio", "mooncake", "nixl", "deep_gemm", "deep_ep",
-         "flash_attn", "quack", "cutlass", "tvm_ffi", "apache_tvm_ffi", "pydantic_core", "httpx", "anthropic",
-         "smg_grpc_proto", "watchfiles"}
+HEAVY = {
+    "IPython",
+    "torch",
+    "triton",
+    "transformers",
+    "flashinfer",
+    "sgl_kernel",
+    "sglang_kernel",
+    "numpy",
+    "safetensors",
+    "huggingface_hub",
+    "tokenizers",
+    "PIL",
+    "zmq",
+    "psutil",
+    "requests",
+    "aiohttp",
+    "uvloop",
+    "fastapi",
+    "starlette",
+    "uvicorn",
+    "orjson",
+    "setproctitle",
+    "einops",
+    "compressed_tensors",
+    "torchao",
+    "xgrammar",
+    "outlines",
+    "llguidance",
+    "partial_json_parser",
+    "openai",
+    "tiktoken",
+    "sentencepiece",
+    "prometheus_client",
+    "pybase64",
+    "cuda",
+    "nvidia",
+    "decord",
+    "soundfile",
+    "scipy",
+    "interegular",
+    "msgpack",
+    "modelscope",
+    "blobfile",
+    "gguf",
+    "hf_transfer",
+    "jinja2",
+    "pynvml",
+    "dill",
+    "accelerate",
+    "peft",
+    "datasets",
+    "yaml",
+    "tqdm",
+    "filelock",
+    "jsonschema",
+    "grpc",
+    "google",
+    "ray",
+    "cloudpickle",
+    "regex",
+    "diffusers",
+    "timm",
+    "torchvision",
+    "torchaudio",
+    "mooncake",
+    "nixl",
+    "deep_gemm",
+    "deep_ep",
+    "flash_attn",
+    "quack",
+    "cutlass",
+    "tvm_ffi",
+    "apache_tvm_ffi",
+    "pydantic_core",
+    "httpx",
+    "anthropic",
+    "smg_grpc_proto",
+    "watchfiles",
+}
 
 
 class _StubFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
@@ -151,10 +221,16 @@ def _type_name(t) -> str | None:
 
 
 def _action_name(a: argparse.Action) -> str:
-    known = {argparse._StoreAction: "store", argparse._StoreTrueAction: "store_true",
-             argparse._StoreFalseAction: "store_false", argparse._StoreConstAction: "store_const",
-             argparse._AppendAction: "append", argparse._CountAction: "count",
-             argparse.BooleanOptionalAction: "boolean_optional", argparse._HelpAction: "help"}
+    known = {
+        argparse._StoreAction: "store",
+        argparse._StoreTrueAction: "store_true",
+        argparse._StoreFalseAction: "store_false",
+        argparse._StoreConstAction: "store_const",
+        argparse._AppendAction: "append",
+        argparse._CountAction: "count",
+        argparse.BooleanOptionalAction: "boolean_optional",
+        argparse._HelpAction: "help",
+    }
     for cls, name in known.items():
         if type(a) is cls:
             return name
@@ -167,19 +243,22 @@ def describe(parser: argparse.ArgumentParser) -> list[dict]:
     for a in parser._actions:
         if not a.option_strings or isinstance(a, argparse._HelpAction):
             continue
-        rows.append({
-            "flags": list(a.option_strings),
-            "dest": a.dest,
-            "action": _action_name(a),
-            "nargs": a.nargs if a.nargs is None or isinstance(a.nargs, (int, str)) else str(a.nargs),
-            "type": _type_name(a.type),
-            "default": _jsonable(a.default),
-            # a set of choices (e.g. --sampling-backend) is sorted, so the table does not depend on hash order
-            "choices": _jsonable(a.choices if isinstance(a.choices, (set, frozenset)) else list(a.choices))
-            if a.choices is not None else None,
-            "const": _jsonable(a.const),
-            "required": bool(a.required),
-        })
+        rows.append(
+            {
+                "flags": list(a.option_strings),
+                "dest": a.dest,
+                "action": _action_name(a),
+                "nargs": a.nargs if a.nargs is None or isinstance(a.nargs, (int, str)) else str(a.nargs),
+                "type": _type_name(a.type),
+                "default": _jsonable(a.default),
+                # a set of choices (e.g. --sampling-backend) is sorted, so the table does not depend on hash order
+                "choices": _jsonable(a.choices if isinstance(a.choices, (set, frozenset)) else list(a.choices))
+                if a.choices is not None
+                else None,
+                "const": _jsonable(a.const),
+                "required": bool(a.required),
+            }
+        )
     return rows
 
 
@@ -194,13 +273,15 @@ def main() -> int:
             return 2
         sys.path.insert(0, str(opts.sglang_root))
     if importlib.util.find_spec("sglang") is None:
-        print("sglang_args: SGLang is not importable; pass --sglang-root or pip install --no-deps sglang==X",
-              file=sys.stderr)
+        print(
+            "sglang_args: SGLang is not importable; pass --sglang-root or pip install --no-deps sglang==X",
+            file=sys.stderr,
+        )
         return 2
     finder = _StubFinder()
     sys.meta_path.append(finder)
-    from sglang.version import __version__ as version  # noqa: E402  (after the stubs are in place)
     from sglang.srt.server_args import ServerArgs  # noqa: E402
+    from sglang.version import __version__ as version  # noqa: E402  (after the stubs are in place)
 
     parser = argparse.ArgumentParser(prog="sglang serve")
     ServerArgs.add_cli_args(parser)

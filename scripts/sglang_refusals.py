@@ -64,14 +64,18 @@ def run(cases: list[dict]) -> dict:
             else:
                 arch = case["arch"]
                 overrides.get_platform = lambda: types.SimpleNamespace(  # the GPU generation the case runs on
-                    is_sm100=arch == "sm100", is_sm120=arch == "sm120")
+                    is_sm100=arch == "sm100", is_sm120=arch == "sm120"
+                )
                 results.append({"ok": True, "set": overrides._deterministic_attention_backend(view)})
         except (AssertionError, ValueError) as e:
             results.append({"ok": False, "error": type(e).__name__, "message": str(e)})
-    return {"results": results,
-            "DETERMINISTIC_ATTENTION_BACKEND_CHOICES": list(choices.DETERMINISTIC_ATTENTION_BACKEND_CHOICES),
-            "RADIX_SUPPORTED_DETERMINISTIC_ATTENTION_BACKEND":
-                list(choices.RADIX_SUPPORTED_DETERMINISTIC_ATTENTION_BACKEND)}
+    return {
+        "results": results,
+        "DETERMINISTIC_ATTENTION_BACKEND_CHOICES": list(choices.DETERMINISTIC_ATTENTION_BACKEND_CHOICES),
+        "RADIX_SUPPORTED_DETERMINISTIC_ATTENTION_BACKEND": list(
+            choices.RADIX_SUPPORTED_DETERMINISTIC_ATTENTION_BACKEND
+        ),
+    }
 
 
 def main() -> int:

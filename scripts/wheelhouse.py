@@ -86,8 +86,7 @@ def build(args: argparse.Namespace) -> int:
         for p in args.platform:
             platform_args += ["--platform", p]
         # The closure of rig's wheel for the target interpreter, resolved by pip as the target would.
-        subprocess.run([*pip, "download", "-q", *platform_args, "-d", str(out), str(rig_wheel), *args.also],
-                       check=True)
+        subprocess.run([*pip, "download", "-q", *platform_args, "-d", str(out), str(rig_wheel), *args.also], check=True)
         shutil.copy2(rig_wheel, out / rig_wheel.name)
     have = read_have(Path(args.have) if args.have else None) - {"rig"}
     dropped = []
@@ -113,8 +112,17 @@ def install(args: argparse.Namespace) -> int:
     if not wheels:
         print(f"wheelhouse: no wheels in {wh}", file=sys.stderr)
         return 2
-    pip = [sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-input", "--no-index",
-           "--no-cache-dir"]
+    pip = [
+        sys.executable,
+        "-m",
+        "pip",
+        "install",
+        "-q",
+        "--disable-pip-version-check",
+        "--no-input",
+        "--no-index",
+        "--no-cache-dir",
+    ]
     if args.target:
         # Every wheel unpacked as it is, nothing resolved: for an interpreter one may not write to.
         cmd = [*pip, "--no-deps", "--no-compile", "--upgrade", "--target", args.target, *map(str, wheels)]
@@ -123,8 +131,10 @@ def install(args: argparse.Namespace) -> int:
         cmd = [*pip, "--find-links", str(wh), *requirements]
     done = subprocess.run(cmd)
     if done.returncode == 0 and args.target:
-        print(f"wheelhouse: installed {len(wheels)} wheels into {args.target}; export PYTHONPATH={args.target}",
-              file=sys.stderr)
+        print(
+            f"wheelhouse: installed {len(wheels)} wheels into {args.target}; export PYTHONPATH={args.target}",
+            file=sys.stderr,
+        )
     return done.returncode
 
 
@@ -134,8 +144,12 @@ def main(argv: list[str] | None = None) -> int:
     b = sub.add_parser("build", help="download rig's closure as wheels for another interpreter")
     b.add_argument("out")
     b.add_argument("--python-version", default="3.12")
-    b.add_argument("--platform", action="append", default=None,
-                   help="pip platform tag (repeatable); default: manylinux_2_28 .. manylinux2014 x86_64")
+    b.add_argument(
+        "--platform",
+        action="append",
+        default=None,
+        help="pip platform tag (repeatable); default: manylinux_2_28 .. manylinux2014 x86_64",
+    )
     b.add_argument("--have", help="file naming packages the target already has (left out)")
     b.add_argument("--also", action="append", default=[], help="another requirement to include (repeatable)")
     b.add_argument("--slim-ray", action="store_true", help="drop Ray's jars, RLlib and source maps")
@@ -144,8 +158,13 @@ def main(argv: list[str] | None = None) -> int:
     i.add_argument("--target", help="unpack into this directory (no resolution) instead of this environment")
     args = parser.parse_args(argv)
     if args.cmd == "build":
-        args.platform = args.platform or ["manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x86_64",
-                                          "manylinux2014_x86_64", "manylinux1_x86_64"]
+        args.platform = args.platform or [
+            "manylinux_2_28_x86_64",
+            "manylinux_2_27_x86_64",
+            "manylinux_2_17_x86_64",
+            "manylinux2014_x86_64",
+            "manylinux1_x86_64",
+        ]
         return build(args)
     return install(args)
 

@@ -8,10 +8,10 @@
 from __future__ import annotations
 
 import pytest
+from tserve_fixtures import tserve_executable, tserve_server  # noqa: F401
 
 # the real-engine fixtures (session-scoped: one vLLM venv, one tiny model, one server per steps value for the run)
 from vllm_fixtures import tiny_model_dir, vllm_engine_python, vllm_servers  # noqa: F401
-from tserve_fixtures import tserve_executable, tserve_server  # noqa: F401
 
 INTEGRATION = ("ray", "slow", "netns", "server")
 

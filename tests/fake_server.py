@@ -46,8 +46,13 @@ async def generate(request: web.Request) -> web.StreamResponse:
         step = 2 if i % 2 else 1  # alternate one- and two-token chunks, as under speculation
         out += " tok" * step
         done = i == n - 1
-        meta = {"id": "x", "prompt_tokens": len(text.split()), "completion_tokens": len(out.split()),
-                "cached_tokens": 0, "finish_reason": {"type": "length", "length": n} if done else None}
+        meta = {
+            "id": "x",
+            "prompt_tokens": len(text.split()),
+            "completion_tokens": len(out.split()),
+            "cached_tokens": 0,
+            "finish_reason": {"type": "length", "length": n} if done else None,
+        }
         if done:
             meta.update(spec_verify_ct=n, spec_accept_length=len(out.split()) / n)
             if mode == "badspec":  # a field of the wrong type: no mapped error covers it

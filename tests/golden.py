@@ -24,8 +24,24 @@ COMMANDS: dict[str, list[str]] = {
     "compare.txt": ["compare", "{run}", "--baseline-steps", "0"],
     "compare.json": ["compare", "{run}", "--baseline-steps", "0", "--json"],
     "dryrun.txt": ["run", "--workload", "realistic", "--steps", "4", "--run-id", "golden-dry", "--dry-run"],
-    "dryrun_sweep.txt": ["sweep", "--workload", "greedy", "--steps", "0,2", "--concurrency", "1,8", "--mode", "closed",
-                         "--requests", "16", "--run-id", "golden-dry", "--engine", "sglang", "--dry-run"],
+    "dryrun_sweep.txt": [
+        "sweep",
+        "--workload",
+        "greedy",
+        "--steps",
+        "0,2",
+        "--concurrency",
+        "1,8",
+        "--mode",
+        "closed",
+        "--requests",
+        "16",
+        "--run-id",
+        "golden-dry",
+        "--engine",
+        "sglang",
+        "--dry-run",
+    ],
 }
 
 
@@ -33,8 +49,7 @@ def rig(args: list[str], run: Path) -> str:
     """stdout and stderr of one rig command (a wide terminal, the temp dir spelled as <tmp>)."""
     env = {**os.environ, "COLUMNS": "160", "RAY_USAGE_STATS_ENABLED": "0"}
     argv = [a.replace("{run}", str(run)) for a in args]
-    p = subprocess.run([sys.executable, "-m", "rig.cli", *argv], capture_output=True, text=True, env=env,
-                       timeout=120)
+    p = subprocess.run([sys.executable, "-m", "rig.cli", *argv], capture_output=True, text=True, env=env, timeout=120)
     text = f"exit {p.returncode}\n--- stdout\n{p.stdout}--- stderr\n{p.stderr}"
     return text.replace(str(run), "<run>").replace(tempfile.gettempdir(), "<tmp>")
 
@@ -42,14 +57,20 @@ def rig(args: list[str], run: Path) -> str:
 def parquet_schemas() -> str:
     """The Parquet schemas rig writes (column names, types, order): files written before must stay readable."""
     from rig.results import GPU_METRICS_SCHEMA, REQUEST_SCHEMA, SERVER_METRICS_SCHEMA
-    return (f"requests\n{REQUEST_SCHEMA}\n\nserver metrics\n{SERVER_METRICS_SCHEMA}\n\n"
-            f"gpu metrics\n{GPU_METRICS_SCHEMA}\n")
+
+    return (
+        f"requests\n{REQUEST_SCHEMA}\n\nserver metrics\n{SERVER_METRICS_SCHEMA}\n\ngpu metrics\n{GPU_METRICS_SCHEMA}\n"
+    )
 
 
 def csv_tables(run: Path, dest: Path) -> dict[str, str]:
     """`rig report --csv`: every table file's text by name."""
-    subprocess.run([sys.executable, "-m", "rig.cli", "report", str(run), "--csv", str(dest)], check=True,
-                   capture_output=True, timeout=120)
+    subprocess.run(
+        [sys.executable, "-m", "rig.cli", "report", str(run), "--csv", str(dest)],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
     return {f"csv/{p.name}": p.read_text() for p in sorted(dest.glob("*.csv"))}
 
 
@@ -63,6 +84,7 @@ def outputs(run: Path, scratch: Path) -> dict[str, str]:
 
 if __name__ == "__main__" and sys.argv[1:] == ["--write"]:
     import shutil
+
     with tempfile.TemporaryDirectory() as tmp:
         run = Path(tmp) / "run"
         shutil.copytree(RUN, run)

@@ -21,11 +21,15 @@ async def stall(request: web.Request) -> web.StreamResponse:
     resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
     await resp.prepare(request)
     if request.path == "/v1/completions":
-        first = (b'{"id": "x", "object": "text_completion", "choices": [{"index": 0, "text": " tok", '
-                 b'"finish_reason": null}]}')
+        first = (
+            b'{"id": "x", "object": "text_completion", "choices": [{"index": 0, "text": " tok", '
+            b'"finish_reason": null}]}'
+        )
     elif request.path == "/v1/chat/completions":
-        first = (b'{"id": "x", "object": "chat.completion.chunk", "choices": [{"index": 0, '
-                 b'"delta": {"content": " tok"}, "finish_reason": null}]}')
+        first = (
+            b'{"id": "x", "object": "chat.completion.chunk", "choices": [{"index": 0, '
+            b'"delta": {"content": " tok"}, "finish_reason": null}]}'
+        )
     else:
         first = b'{"text": " tok", "meta_info": {"id": "x", "completion_tokens": 1, "finish_reason": null}}'
     await resp.write(b"data: " + first + b"\n\n")

@@ -25,17 +25,24 @@ def _env(env: dict[str, str] | None, owner: str | os.PathLike[str] | None) -> di
     return full
 
 
-def rig(*args: str, timeout: float = 240, env: dict[str, str] | None = None,
-        owner: str | os.PathLike[str] | None = None) -> subprocess.CompletedProcess:
+def rig(
+    *args: str, timeout: float = 240, env: dict[str, str] | None = None, owner: str | os.PathLike[str] | None = None
+) -> subprocess.CompletedProcess:
     """Run `rig ARGS` in a fresh interpreter (what a user runs) and wait for it."""
-    return subprocess.run([sys.executable, "-m", "rig.cli", *args], capture_output=True, text=True, timeout=timeout,
-                          env=_env(env, owner))
+    return subprocess.run(
+        [sys.executable, "-m", "rig.cli", *args], capture_output=True, text=True, timeout=timeout, env=_env(env, owner)
+    )
 
 
 def start_rig(*args: str, owner: str | os.PathLike[str] | None = None) -> subprocess.Popen:
     """Start `rig ARGS` without waiting (for tests that signal or kill it)."""
-    return subprocess.Popen([sys.executable, "-m", "rig.cli", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=_env(None, owner))
+    return subprocess.Popen(
+        [sys.executable, "-m", "rig.cli", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=_env(None, owner),
+    )
 
 
 def spec_file(tmp_path: Path, **env: str) -> Path:
@@ -52,8 +59,9 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_sim(log_dir: Path, name: str, model: str, extra: list[str],
-              timeout_s: float = 30) -> tuple[subprocess.Popen, str, Path]:
+def start_sim(
+    log_dir: Path, name: str, model: str, extra: list[str], timeout_s: float = 30
+) -> tuple[subprocess.Popen, str, Path]:
     """``python -m rig.sim`` (TP 4, seed 7, loopback, a free port, its log in ``log_dir``), returned once /health
     answers 200; RuntimeError with the log if it exits first or never answers."""
     import time
@@ -61,8 +69,22 @@ def start_sim(log_dir: Path, name: str, model: str, extra: list[str],
 
     port = free_port()
     log = log_dir / f"{name}.log"
-    argv = [sys.executable, "-m", "rig.sim", "--model-path", model, "--tp-size", "4", "--host", "127.0.0.1",
-            "--port", str(port), "--random-seed", "7", *extra]
+    argv = [
+        sys.executable,
+        "-m",
+        "rig.sim",
+        "--model-path",
+        model,
+        "--tp-size",
+        "4",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--random-seed",
+        "7",
+        *extra,
+    ]
     proc = subprocess.Popen(argv, stdout=log.open("w"), stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + timeout_s
@@ -108,8 +130,12 @@ def sglang_source(version: str) -> Path:
         return root
     wheels = cache / "wheels"
     wheels.mkdir(parents=True, exist_ok=True)
-    p = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "-q", f"sglang=={version}",
-                        "-d", str(wheels)], capture_output=True, text=True, timeout=600)
+    p = subprocess.run(
+        [sys.executable, "-m", "pip", "download", "--no-deps", "-q", f"sglang=={version}", "-d", str(wheels)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     found = sorted(wheels.glob(f"sglang-{version}-*.whl"))
     if p.returncode != 0 or not found:
         pytest.skip(f"cannot download sglang=={version} from the package index: {p.stderr.strip()[-300:]}")

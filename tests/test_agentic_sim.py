@@ -6,21 +6,47 @@ import subprocess
 import sys
 
 import pytest
+from accounting import assert_accounting
 
 from rig.results import read_requests
-
-from accounting import assert_accounting
 
 pytestmark = pytest.mark.ray
 
 
 def test_agent_sessions_grow_and_hit_the_prefix_cache(tmp_path):
-    args = ["run", "--workload", "agentic", "--steps", "2", "--concurrency", "2", "--requests", "3",
-            "--workload-opt", "agent_turns=3", "--workload-opt", "think_time_s=0.05",
-            "--workload-opt", "agent_output_tokens=16", "--workload-opt", "tool_output_tokens=120",
-            "--warmup", "0", "-q", "--out", str(tmp_path), "--run-id", "ag"]
-    proc = subprocess.run([sys.executable, "-m", "rig.cli", *args], capture_output=True, text=True, timeout=240,
-                          env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0"})
+    args = [
+        "run",
+        "--workload",
+        "agentic",
+        "--steps",
+        "2",
+        "--concurrency",
+        "2",
+        "--requests",
+        "3",
+        "--workload-opt",
+        "agent_turns=3",
+        "--workload-opt",
+        "think_time_s=0.05",
+        "--workload-opt",
+        "agent_output_tokens=16",
+        "--workload-opt",
+        "tool_output_tokens=120",
+        "--warmup",
+        "0",
+        "-q",
+        "--out",
+        str(tmp_path),
+        "--run-id",
+        "ag",
+    ]
+    proc = subprocess.run(
+        [sys.executable, "-m", "rig.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0"},
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     run = tmp_path / "ag"
     t = read_requests(run).to_pandas()

@@ -20,40 +20,115 @@ OFFSET_G1 = 2.0
 
 
 def _rows(point: str, steps: int, verify: tuple[int | None, int | None] = (None, None), hash_b: str = "hb"):
-    base = dict(run_id="r1", point=point, engine="sim", workload="greedy", steps=steps, server_config=f"cfg{steps}",
-                load_mode="closed", concurrency=2, repeat=0, temperature=0.0, ignore_eos=True)
-    a = record(**base, generator=0, clock_offset_s=0.0, request_id="a", send_ts=100.0, first_token_ts=100.5,
-               end_ts=102.5, ttft_s=0.5, e2e_s=2.5, chunk_offsets_s=[0.5, 1.5, 2.5], chunk_tokens=[1, 5, 5],
-               completion_tokens=11, status="ok", ok=True, spec_verify_ct=verify[0], output_hash="ha")
-    c = record(**base, generator=0, clock_offset_s=0.0, request_id="c", send_ts=100.2, end_ts=100.5, e2e_s=0.3,
-               status="failed", ok=False, error="boom", http_status=500)
-    b = record(**base, generator=1, clock_offset_s=OFFSET_G1, request_id="b", send_ts=101.5, first_token_ts=102.5,
-               end_ts=105.5, ttft_s=1.0, e2e_s=4.0, chunk_offsets_s=[1.0, 2.0, 4.0], chunk_tokens=[1, 10, 20],
-               completion_tokens=31, status="ok", ok=True, spec_verify_ct=verify[1], output_hash=hash_b)
+    base = dict(
+        run_id="r1",
+        point=point,
+        engine="sim",
+        workload="greedy",
+        steps=steps,
+        server_config=f"cfg{steps}",
+        load_mode="closed",
+        concurrency=2,
+        repeat=0,
+        temperature=0.0,
+        ignore_eos=True,
+    )
+    a = record(
+        **base,
+        generator=0,
+        clock_offset_s=0.0,
+        request_id="a",
+        send_ts=100.0,
+        first_token_ts=100.5,
+        end_ts=102.5,
+        ttft_s=0.5,
+        e2e_s=2.5,
+        chunk_offsets_s=[0.5, 1.5, 2.5],
+        chunk_tokens=[1, 5, 5],
+        completion_tokens=11,
+        status="ok",
+        ok=True,
+        spec_verify_ct=verify[0],
+        output_hash="ha",
+    )
+    c = record(
+        **base,
+        generator=0,
+        clock_offset_s=0.0,
+        request_id="c",
+        send_ts=100.2,
+        end_ts=100.5,
+        e2e_s=0.3,
+        status="failed",
+        ok=False,
+        error="boom",
+        http_status=500,
+    )
+    b = record(
+        **base,
+        generator=1,
+        clock_offset_s=OFFSET_G1,
+        request_id="b",
+        send_ts=101.5,
+        first_token_ts=102.5,
+        end_ts=105.5,
+        ttft_s=1.0,
+        e2e_s=4.0,
+        chunk_offsets_s=[1.0, 2.0, 4.0],
+        chunk_tokens=[1, 10, 20],
+        completion_tokens=31,
+        status="ok",
+        ok=True,
+        spec_verify_ct=verify[1],
+        output_hash=hash_b,
+    )
     return [a, c], [b]
 
 
 def _point(point: str, steps: int, **kw):
-    return {"point": point, "server_config": f"cfg{steps}", "engine": "sim", "workload": "greedy", "steps": steps,
-            "load_mode": "closed", "concurrency": 2, "rate": None, "repeat": 0, "status": "complete",
-            "requests_scheduled": 3, "records": {"ok": 2, "failed": 1, "cancelled": 0}, "flags": [],
-            "window_acceptance": None, "generators": [{"generator": 0, "status": "complete"},
-                                                      {"generator": 1, "status": "complete"}], **kw}
+    return {
+        "point": point,
+        "server_config": f"cfg{steps}",
+        "engine": "sim",
+        "workload": "greedy",
+        "steps": steps,
+        "load_mode": "closed",
+        "concurrency": 2,
+        "rate": None,
+        "repeat": 0,
+        "status": "complete",
+        "requests_scheduled": 3,
+        "records": {"ok": 2, "failed": 1, "cancelled": 0},
+        "flags": [],
+        "window_acceptance": None,
+        "generators": [{"generator": 0, "status": "complete"}, {"generator": 1, "status": "complete"}],
+        **kw,
+    }
 
 
 def _config(steps: int) -> dict:
-    return {"engine": "sim", "knobs": {"engine": "sim", "model": "m", "tp": 4, "steps": steps,
-                                       "num_draft_tokens": steps + 1 if steps else None},
-            "server_info": {"internal_states": [{"effective_max_running_requests_per_dp": 26 - 3 * steps}]},
-            "startup": {"max_total_num_tokens": 100000, "max_running_requests": 26}}
+    return {
+        "engine": "sim",
+        "knobs": {
+            "engine": "sim",
+            "model": "m",
+            "tp": 4,
+            "steps": steps,
+            "num_draft_tokens": steps + 1 if steps else None,
+        },
+        "server_info": {"internal_states": [{"effective_max_running_requests_per_dp": 26 - 3 * steps}]},
+        "startup": {"max_total_num_tokens": 100000, "max_running_requests": 26},
+    }
 
 
 def make_run(d: Path) -> Path:
     """The hand-built run: four points (steps 0, 2, 3, 4) of the same three requests on two generators."""
     manifest = {
-        "run_id": "r1", "status": "complete",
-        "cluster": {"generators": [{"generator": 0, "clock_offset_s": 0.0},
-                                   {"generator": 1, "clock_offset_s": OFFSET_G1}]},
+        "run_id": "r1",
+        "status": "complete",
+        "cluster": {
+            "generators": [{"generator": 0, "clock_offset_s": 0.0}, {"generator": 1, "clock_offset_s": OFFSET_G1}]
+        },
         "server_configs": {f"cfg{s}": _config(s) for s in (0, 2, 3, 4)},
         "points": [
             _point("p-s0", 0),
@@ -63,8 +138,12 @@ def make_run(d: Path) -> Path:
         ],
     }
     write_run(d, manifest)
-    for point, steps, verify, hb in (("p-s0", 0, (None, None), "hb"), ("p-s2", 2, (5, 10), "hb-DIFFERENT"),
-                                     ("p-s3", 3, (None, None), "hb"), ("p-s4", 4, (None, None), "hb")):
+    for point, steps, verify, hb in (
+        ("p-s0", 0, (None, None), "hb"),
+        ("p-s2", 2, (5, 10), "hb-DIFFERENT"),
+        ("p-s3", 3, (None, None), "hb"),
+        ("p-s4", 4, (None, None), "hb"),
+    ):
         g0, g1 = _rows(point, steps, verify, hb)
         write_requests(d, point, 0, g0)
         write_requests(d, point, 1, g1)
@@ -108,8 +187,15 @@ def test_campaign_columns_with_offset_correction(run_dir):
 
 
 def test_offsets_from_manifest_when_rows_lack_them(tmp_path):
-    write_run(tmp_path, {"run_id": "x", "status": "complete", "points": [_point("p", 0)],
-                         "cluster": {"generators": [{"generator": 1, "clock_offset_s": OFFSET_G1}]}})
+    write_run(
+        tmp_path,
+        {
+            "run_id": "x",
+            "status": "complete",
+            "points": [_point("p", 0)],
+            "cluster": {"generators": [{"generator": 1, "clock_offset_s": OFFSET_G1}]},
+        },
+    )
     g0, g1 = _rows("p", 0)
     for r in g0 + g1:
         r["clock_offset_s"] = None
@@ -127,8 +213,9 @@ def test_token_weighted_acceptance(run_dir):
 def test_acceptance_both_ways_named(run_dir):
     """rig's per-request figure counts each request's prefill token (42 / 15); SGLang's bench_serving prints the
     decode-only server average, (11 - 1 + 31 - 1) / 15: the report gives both, each named."""
-    from rig.analysis.render import render_acceptance
     from rich.console import Console
+
+    from rig.analysis.render import render_acceptance
 
     row = next(r for r in build_report(run_dir).acceptance if r["point"] == "p-s2")
     assert row["from_requests"] == pytest.approx(42 / 15)
@@ -250,17 +337,51 @@ def test_json_round_trip(run_dir):
 
 
 def _open_loop_run(d: Path, slips: list[float], generators: list[dict] | None = None) -> Path:
-    write_run(d, {"run_id": "o", "status": "complete", "points": [
-        {"point": "o1", "server_config": "c", "engine": "sim", "workload": "realistic", "steps": 1,
-         "load_mode": "poisson", "concurrency": None, "rate": 2.0, "repeat": 0, "status": "complete",
-         "flags": [], "generators": generators or []}]})
+    write_run(
+        d,
+        {
+            "run_id": "o",
+            "status": "complete",
+            "points": [
+                {
+                    "point": "o1",
+                    "server_config": "c",
+                    "engine": "sim",
+                    "workload": "realistic",
+                    "steps": 1,
+                    "load_mode": "poisson",
+                    "concurrency": None,
+                    "rate": 2.0,
+                    "repeat": 0,
+                    "status": "complete",
+                    "flags": [],
+                    "generators": generators or [],
+                }
+            ],
+        },
+    )
     rows = []
     for i, slip in enumerate(slips):
         intended = 10.0 + i
-        rows.append(record(point="o1", generator=0, clock_offset_s=0.0, request_id=f"o{i}", intended_send_ts=intended,
-                           send_ts=intended + slip, slip_s=slip, ttft_s=0.1, e2e_s=1.0, end_ts=intended + slip + 1.0,
-                           e2e_from_intended_s=1.0 + slip, completion_tokens=10, status="ok", ok=True,
-                           temperature=0.7))
+        rows.append(
+            record(
+                point="o1",
+                generator=0,
+                clock_offset_s=0.0,
+                request_id=f"o{i}",
+                intended_send_ts=intended,
+                send_ts=intended + slip,
+                slip_s=slip,
+                ttft_s=0.1,
+                e2e_s=1.0,
+                end_ts=intended + slip + 1.0,
+                e2e_from_intended_s=1.0 + slip,
+                completion_tokens=10,
+                status="ok",
+                ok=True,
+                temperature=0.7,
+            )
+        )
     write_requests(d, "o1", 0, rows)
     return d
 
@@ -285,29 +406,55 @@ def test_open_loop_latency_from_intended_and_slip_flag(tmp_path):
     assert lat["ttft_from_intended"]["p99_ms"] == pytest.approx(100 + 0.97 * 200)
     assert lat["slip"]["p50_ms"] == pytest.approx(0.0)
     assert lat["slip"]["mean_ms"] == pytest.approx(50.0)
-    assert "schedule_slip" not in build_report(_open_loop_run(tmp_path / "b", [0.0] * 4, _slipped(0.001))
-                                               ).campaign[0]["flags"]
+    assert (
+        "schedule_slip"
+        not in build_report(_open_loop_run(tmp_path / "b", [0.0] * 4, _slipped(0.001))).campaign[0]["flags"]
+    )
 
 
 def test_client_saturation_from_generator_reports(tmp_path):
-    gens = [{"generator": 0, "status": "complete", "cpu_pct": 97.0, "loop_lag_p99_ms": 3.0},
-            {"generator": 1, "status": "partial", "cpu_pct": 20.0}]
+    gens = [
+        {"generator": 0, "status": "complete", "cpu_pct": 97.0, "loop_lag_p99_ms": 3.0},
+        {"generator": 1, "status": "partial", "cpu_pct": 20.0},
+    ]
     flags = campaign_table(_open_loop_run(tmp_path, [0.0] * 3, gens))[0]["flags"]
     assert {"client_saturated", "generator_partial"} <= set(flags)
 
 
 def test_lossless_compares_only_configs_differing_in_speculative_knobs(tmp_path):
     def point(name, steps, tp):
-        return {"point": name, "server_config": f"c{steps}{tp}", "engine": "sim", "workload": "greedy",
-                "steps": steps, "load_mode": "closed", "concurrency": 1, "repeat": 0, "status": "complete"}
+        return {
+            "point": name,
+            "server_config": f"c{steps}{tp}",
+            "engine": "sim",
+            "workload": "greedy",
+            "steps": steps,
+            "load_mode": "closed",
+            "concurrency": 1,
+            "repeat": 0,
+            "status": "complete",
+        }
 
-    cfgs = {f"c{s}{tp}": {"engine": "sim", "knobs": {"engine": "sim", "tp": tp, "steps": s, "eagle_topk": 1}}
-            for s, tp in ((0, 4), (3, 4), (0, 2))}
-    write_run(tmp_path, {"run_id": "l", "status": "complete", "server_configs": cfgs,
-                         "points": [point("a", 0, 4), point("b", 3, 4), point("c", 0, 2)]})
+    cfgs = {
+        f"c{s}{tp}": {"engine": "sim", "knobs": {"engine": "sim", "tp": tp, "steps": s, "eagle_topk": 1}}
+        for s, tp in ((0, 4), (3, 4), (0, 2))
+    }
+    write_run(
+        tmp_path,
+        {
+            "run_id": "l",
+            "status": "complete",
+            "server_configs": cfgs,
+            "points": [point("a", 0, 4), point("b", 3, 4), point("c", 0, 2)],
+        },
+    )
     for name, h in (("a", "h1"), ("b", "h1"), ("c", "h-other-tp")):  # tp may change numerics: not compared
-        write_requests(tmp_path, name, 0, [record(point=name, request_id="q", ok=True, status="ok",
-                                                  temperature=0.0, output_hash=h)])
+        write_requests(
+            tmp_path,
+            name,
+            0,
+            [record(point=name, request_id="q", ok=True, status="ok", temperature=0.0, output_hash=h)],
+        )
     res = check_lossless(load_run(tmp_path))
     assert res["ok"] and res["groups_checked"] == 1 and res["requests_checked"] == 1
 

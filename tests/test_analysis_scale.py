@@ -43,15 +43,49 @@ def test_percentiles_by_selection_equal_the_sorted_path(seed):
 
 
 def _run(d: Path, points: int = 4, rows: int = 30) -> Path:
-    pts = [{"point": f"p{i}", "server_config": f"c{i}", "engine": "sim", "workload": "greedy", "steps": i,
-            "load_mode": "closed", "concurrency": 2, "repeat": 0, "status": "complete", "flags": [],
-            "generators": []} for i in range(points)]
+    pts = [
+        {
+            "point": f"p{i}",
+            "server_config": f"c{i}",
+            "engine": "sim",
+            "workload": "greedy",
+            "steps": i,
+            "load_mode": "closed",
+            "concurrency": 2,
+            "repeat": 0,
+            "status": "complete",
+            "flags": [],
+            "generators": [],
+        }
+        for i in range(points)
+    ]
     write_run(d, {"run_id": "scale", "status": "complete", "points": pts})
     for i in range(points):
-        write_requests(d, f"p{i}", 0, [
-            record(point=f"p{i}", steps=i, request_id=f"r{k}", ok=True, status="ok", completion_tokens=5,
-                   ttft_s=0.1, e2e_s=0.5, send_ts=100.0 + k, end_ts=100.5 + k, generator=0, temperature=0.0,
-                   output_hash="h", chunk_offsets_s=[0.1, 0.2, 0.5], chunk_tokens=[1, 2, 2]) for k in range(rows)])
+        write_requests(
+            d,
+            f"p{i}",
+            0,
+            [
+                record(
+                    point=f"p{i}",
+                    steps=i,
+                    request_id=f"r{k}",
+                    ok=True,
+                    status="ok",
+                    completion_tokens=5,
+                    ttft_s=0.1,
+                    e2e_s=0.5,
+                    send_ts=100.0 + k,
+                    end_ts=100.5 + k,
+                    generator=0,
+                    temperature=0.0,
+                    output_hash="h",
+                    chunk_offsets_s=[0.1, 0.2, 0.5],
+                    chunk_tokens=[1, 2, 2],
+                )
+                for k in range(rows)
+            ],
+        )
     return d
 
 
@@ -63,7 +97,11 @@ def test_reader_thread_adds_warnings_in_point_order(tmp_path):
     skipped = [w for w in rep.run.warnings if w.startswith("unreadable part file skipped")]
     assert [w.split("point=")[1][:2] for w in skipped] == ["p1", "p3"]
     assert {r["point"]: "unreadable_parts" in r["flags"] for r in rep.campaign} == {
-        "p0": False, "p1": True, "p2": False, "p3": True}
+        "p0": False,
+        "p1": True,
+        "p2": False,
+        "p3": True,
+    }
     assert rep.cdfs == {}  # the terminal draws no CDF
     itl = next(r for r in rep.latency if r["point"] == "p0" and r["metric"] == "itl")
     # per request: 0.1 s over 2 tokens, 0.3 s over 2 tokens -> 0.05, 0.05, 0.15, 0.15 s; p50 between them

@@ -105,22 +105,25 @@ def test_split_sums_to_the_whole(k: int) -> None:
     assert np.array_equal(merged, off)
 
 
-@pytest.mark.parametrize("call, msg", [
-    (lambda: arrivals.poisson(0, n=3), "arrival rate must be a finite number > 0"),
-    (lambda: arrivals.poisson(1e-300, n=3), "arrival rate must be a finite number > 0"),
-    (lambda: arrivals.poisson(float("nan"), n=3), "arrival rate must be a finite number > 0"),
-    (lambda: arrivals.poisson(1.0), "give exactly one of n"),
-    (lambda: arrivals.poisson(1.0, n=3, duration_s=2), "give exactly one of n"),
-    (lambda: arrivals.poisson(1.0, n=-1), "arrival count n must be"),
-    (lambda: arrivals.poisson(1.0, duration_s=-1), "arrival duration_s must be"),
-    (lambda: arrivals.poisson(1e6, duration_s=1e6), "exceeds the limit"),
-    (lambda: arrivals.gamma(1.0, 0, n=3), "arrival cv"),
-    (lambda: arrivals.poisson(1.0, n=3, seed=-2), "arrival seed"),
-    (lambda: arrivals.trace([1, 2], speed=0), "trace speed"),
-    (lambda: arrivals.trace([1, float("inf")]), "trace timestamp 1 is not a finite number"),
-    (lambda: arrivals.split([1.0], 0), "generator count"),
-    (lambda: arrivals.schedule("ramp", 1.0, n=2), "arrival pattern must be"),  # type: ignore[arg-type]
-])
+@pytest.mark.parametrize(
+    "call, msg",
+    [
+        (lambda: arrivals.poisson(0, n=3), "arrival rate must be a finite number > 0"),
+        (lambda: arrivals.poisson(1e-300, n=3), "arrival rate must be a finite number > 0"),
+        (lambda: arrivals.poisson(float("nan"), n=3), "arrival rate must be a finite number > 0"),
+        (lambda: arrivals.poisson(1.0), "give exactly one of n"),
+        (lambda: arrivals.poisson(1.0, n=3, duration_s=2), "give exactly one of n"),
+        (lambda: arrivals.poisson(1.0, n=-1), "arrival count n must be"),
+        (lambda: arrivals.poisson(1.0, duration_s=-1), "arrival duration_s must be"),
+        (lambda: arrivals.poisson(1e6, duration_s=1e6), "exceeds the limit"),
+        (lambda: arrivals.gamma(1.0, 0, n=3), "arrival cv"),
+        (lambda: arrivals.poisson(1.0, n=3, seed=-2), "arrival seed"),
+        (lambda: arrivals.trace([1, 2], speed=0), "trace speed"),
+        (lambda: arrivals.trace([1, float("inf")]), "trace timestamp 1 is not a finite number"),
+        (lambda: arrivals.split([1.0], 0), "generator count"),
+        (lambda: arrivals.schedule("ramp", 1.0, n=2), "arrival pattern must be"),  # type: ignore[arg-type]
+    ],
+)
 def test_errors_are_one_line(call, msg: str) -> None:
     with pytest.raises(ValueError) as e:
         call()
@@ -128,10 +131,18 @@ def test_errors_are_one_line(call, msg: str) -> None:
 
 
 @settings(max_examples=150, deadline=None)
-@given(pattern=st.sampled_from(["poisson", "gamma", "constant"]),
-       rate=st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.integers(-3, 10**4),
-                      st.floats(1e-12, 1e-6), st.floats(1e8, 1e10)),
-       cv=st.floats(-1, 200), n=st.integers(-2, 2000), seed=st.integers(-1, 2**40))
+@given(
+    pattern=st.sampled_from(["poisson", "gamma", "constant"]),
+    rate=st.one_of(
+        st.floats(allow_nan=True, allow_infinity=True),
+        st.integers(-3, 10**4),
+        st.floats(1e-12, 1e-6),
+        st.floats(1e8, 1e10),
+    ),
+    cv=st.floats(-1, 200),
+    n=st.integers(-2, 2000),
+    seed=st.integers(-1, 2**40),
+)
 def test_random_arguments_schedule_or_value_error(pattern: str, rate: float, cv: float, n: int, seed: int) -> None:
     try:
         off = arrivals.schedule(pattern, rate, cv=cv, n=n, seed=seed)  # type: ignore[arg-type]

@@ -8,14 +8,14 @@ import typing
 from pathlib import Path
 from typing import Any, Literal
 
-import pytest
 import click
+import pytest
 from click.testing import CliRunner
 from pydantic import BaseModel
 
 from rig.cli import cli
-from rig.config import RunSpec
 from rig.cli_options import HAND_WRITTEN, SPEC_FLAGS, _unoptional, resolve_spec, run_options, spec_field
+from rig.config import RunSpec
 
 # Knobs set only in YAML (a run spec or a cluster file), each for a reason.
 YAML_ONLY = {

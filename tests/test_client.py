@@ -7,13 +7,12 @@ import aiohttp
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
+from fake_server import make_app
 
-from rig.loadgen.apis import SGLangNative
 from rig.config import Timeouts
+from rig.loadgen.apis import SGLangNative
 from rig.loadgen.client import request_fields, stream_request
 from rig.workloads.base import Turn
-
-from fake_server import make_app
 
 
 def turn(mode: str = "ok", n: int = 6) -> Turn:
@@ -49,16 +48,19 @@ def test_ok_stream_counts_tokens_from_server():
     assert rec["output_hash"] and rec["output_chars"] == len(" tok" * 9)
 
 
-@pytest.mark.parametrize("mode,status,needle", [
-    ("http500", 500, "HTTP 500: "),
-    ("http400", 400, "HTTP 400: "),
-    ("json", 200, "wrong content type"),
-    ("truncate", 200, "truncated stream: ended mid-event"),
-    ("malformed", 200, "malformed event"),
-    ("error_event", 200, "scheduler crashed"),
-    ("nodone", 200, None),
-    ("badspec", 200, "internal error: ValueError: could not convert string to float: 'n/a'"),
-])
+@pytest.mark.parametrize(
+    "mode,status,needle",
+    [
+        ("http500", 500, "HTTP 500: "),
+        ("http400", 400, "HTTP 400: "),
+        ("json", 200, "wrong content type"),
+        ("truncate", 200, "truncated stream: ended mid-event"),
+        ("malformed", 200, "malformed event"),
+        ("error_event", 200, "scheduler crashed"),
+        ("nodone", 200, None),
+        ("badspec", 200, "internal error: ValueError: could not convert string to float: 'n/a'"),
+    ],
+)
 def test_faults_become_failed_records(mode, status, needle):
     out = send(mode)
     rec = request_fields(turn(mode), out)
@@ -79,6 +81,7 @@ def test_connect_refused_is_a_failed_record():
     async def go():
         async with aiohttp.ClientSession() as http:
             return await stream_request(http, "http://127.0.0.1:9", SGLangNative(), turn(), [], "m", Timeouts())
+
     out = asyncio.run(go())
     assert out.status == "failed" and out.error.startswith("connect")
 
@@ -116,8 +119,9 @@ def _comparable(rec: dict) -> dict:
     return {k: v for k, v in rec.items() if k not in ("ttft_s", "e2e_s", "chunk_offsets_s")}
 
 
-@pytest.mark.parametrize("mode", ["ok", "http500", "http400", "json", "truncate", "malformed", "error_event",
-                                  "nodone", "badspec"])
+@pytest.mark.parametrize(
+    "mode", ["ok", "http500", "http400", "json", "truncate", "malformed", "error_event", "nodone", "badspec"]
+)
 def test_lean_client_records_match_aiohttp(mode):
     (lean,), _ = asyncio.run(_send_lean([mode]))
     ref = send(mode)
@@ -149,6 +153,7 @@ def test_lean_client_timeouts_and_refused_connection():
     async def refused():
         async with http1.Pool() as pool:
             return await stream_request(pool, "http://127.0.0.1:9", SGLangNative(), turn(), [], "m", Timeouts())
+
     o = asyncio.run(refused())
     assert o.status == "failed" and o.error.startswith("connect")
 
@@ -188,15 +193,18 @@ def _exchange(raw: bytes, step: int):
         sink = _Sink()
         fut = conn.send(b"POST / HTTP/1.1\r\n\r\n", sink)
         for i in range(0, len(raw), step):
-            conn.data_received(raw[i:i + step])
+            conn.data_received(raw[i : i + step])
         return sink, fut, pool, conn
+
     return asyncio.run(go())
 
 
 @pytest.mark.parametrize("step", [1, 2, 3, 7, 1000])
 def test_chunked_framing_split_anywhere(step):
-    raw = (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
-           b"6\r\ndata: \r\n18;ext=1\r\n{\"a\": 1}\n\ndata: [DONE]\n\n\r\n0\r\nX-Trailer: y\r\n\r\n")
+    raw = (
+        b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+        b'6\r\ndata: \r\n18;ext=1\r\n{"a": 1}\n\ndata: [DONE]\n\n\r\n0\r\nX-Trailer: y\r\n\r\n'
+    )
     sink, fut, pool, conn = _exchange(raw, step)
     assert sink.status == 200 and sink.body_bytes == b'data: {"a": 1}\n\ndata: [DONE]\n\n'
     assert fut.result() is True and pool._idle[("h", 1)][0] is conn  # back in the pool for the next request

@@ -23,12 +23,49 @@ def cmd(command, **kw) -> ServerConfig:
 
 
 def test_every_placeholder_is_filled_from_the_configuration_and_the_launch():
-    cfg = cmd(["srv", "-m", "{model}", "--host={host}", "--port", "{port}", "--tp", "{tp}", "--spec", "{steps}",
-               "--draft", "{num_draft_tokens}", "--name", "{served_model_name}", "--det", "{deterministic}"],
-              model="/models/m", tp=2, steps=3, served_model_name="m", deterministic=True)
+    cfg = cmd(
+        [
+            "srv",
+            "-m",
+            "{model}",
+            "--host={host}",
+            "--port",
+            "{port}",
+            "--tp",
+            "{tp}",
+            "--spec",
+            "{steps}",
+            "--draft",
+            "{num_draft_tokens}",
+            "--name",
+            "{served_model_name}",
+            "--det",
+            "{deterministic}",
+        ],
+        model="/models/m",
+        tp=2,
+        steps=3,
+        served_model_name="m",
+        deterministic=True,
+    )
     assert engine_for("command").argv(cfg, "10.0.0.5", 8080) == [
-        "srv", "-m", "/models/m", "--host=10.0.0.5", "--port", "8080", "--tp", "2", "--spec", "3",
-        "--draft", "4", "--name", "m", "--det", "true"]
+        "srv",
+        "-m",
+        "/models/m",
+        "--host=10.0.0.5",
+        "--port",
+        "8080",
+        "--tp",
+        "2",
+        "--spec",
+        "3",
+        "--draft",
+        "4",
+        "--name",
+        "m",
+        "--det",
+        "true",
+    ]
     # num_draft_tokens: the configuration's when set, else steps + 1 (SGLang's chain)
     assert expand(cfg.model_copy(update={"num_draft_tokens": 7}), "h", 1)[11] == "7"
 
@@ -48,14 +85,17 @@ def test_literal_braces_for_json_arguments():
     assert expand(cfg, "h", 1)[2] == '{"method": "ngram", "num_speculative_tokens": 2}'
 
 
-@pytest.mark.parametrize("template, why", [
-    (["srv", "{modle}"], "unknown placeholder {modle}"),
-    (["srv", '{"a": 1}'], "not a placeholder"),  # a JSON argument without doubled braces
-    (["srv", "{port:d}"], "not a placeholder"),
-    (["srv", "{model.x}"], "not a placeholder"),
-    (["srv", "}"], "Single '}'"),
-    (["srv", "{served_model_name}"], "server.served_model_name is not set"),
-])
+@pytest.mark.parametrize(
+    "template, why",
+    [
+        (["srv", "{modle}"], "unknown placeholder {modle}"),
+        (["srv", '{"a": 1}'], "not a placeholder"),  # a JSON argument without doubled braces
+        (["srv", "{port:d}"], "not a placeholder"),
+        (["srv", "{model.x}"], "not a placeholder"),
+        (["srv", "}"], "Single '}'"),
+        (["srv", "{served_model_name}"], "server.served_model_name is not set"),
+    ],
+)
 def test_a_template_rig_cannot_fill_is_one_line(template, why):
     with pytest.raises(TemplateError, match=why.replace("{", r"\{").replace("}", r"\}").replace(".", r"\.")) as e:
         expand(cmd(template), "h", 1)
@@ -86,25 +126,44 @@ def test_config_ids_of_other_engines_do_not_change():
 
 
 def test_unknown_placeholder_exits_2_before_anything_starts(tmp_path):
-    r = CliRunner().invoke(cli, ["run", "--engine", "command", "--command", "srv {modle} --port {port}",
-                                 "--out", str(tmp_path)])
+    r = CliRunner().invoke(
+        cli, ["run", "--engine", "command", "--command", "srv {modle} --port {port}", "--out", str(tmp_path)]
+    )
     assert r.exit_code == 2
     assert "unknown placeholder {modle}" in r.output and "Traceback" not in r.output
     assert not any(tmp_path.iterdir())  # nothing started, nothing written
 
 
 def test_grid_knob_by_name_relaunches_per_value_and_dry_run_prints_each_command():
-    r = CliRunner().invoke(cli, [
-        "sweep", "--dry-run", "--engine", "command", "--model", "/m", "--tp", "1",
-        "--command", "llama-server -m {model} --host {host} --port {port} -c {ctx} --draft-max {steps}",
-        "--steps", "0,2", "--grid", "ctx=2048,4096"])
+    r = CliRunner().invoke(
+        cli,
+        [
+            "sweep",
+            "--dry-run",
+            "--engine",
+            "command",
+            "--model",
+            "/m",
+            "--tp",
+            "1",
+            "--command",
+            "llama-server -m {model} --host {host} --port {port} -c {ctx} --draft-max {steps}",
+            "--steps",
+            "0,2",
+            "--grid",
+            "ctx=2048,4096",
+        ],
+    )
     assert r.exit_code == 0, r.output
     lines = r.output.split("# server commands (one launch per configuration)\n")[1].split("\n\n")[0].splitlines()
     commands = sorted(line.split(": ", 1)[1] for line in lines)
     # the embedded default binds loopback and picks the port at run time (the dry run says so, issue 23)
-    assert commands == sorted(f"llama-server -m /m --host 127.0.0.1 --port 30000 -c {c} --draft-max {s}  "
-                              f"# rig picks a free port at run time (30000 shown)"
-                              for c in (2048, 4096) for s in (0, 2))
+    assert commands == sorted(
+        f"llama-server -m /m --host 127.0.0.1 --port 30000 -c {c} --draft-max {s}  "
+        f"# rig picks a free port at run time (30000 shown)"
+        for c in (2048, 4096)
+        for s in (0, 2)
+    )
     assert len({line.split(": ")[0] for line in lines}) == 4  # four configurations, four ids
 
 

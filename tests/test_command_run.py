@@ -7,28 +7,51 @@ import sys
 import psutil
 import pytest
 import yaml
-
-from rig.results import read_manifest, read_requests, server_log_path
-
 from accounting import assert_accounting
 from support import rig
+
+from rig.results import read_manifest, read_requests, server_log_path
 
 pytestmark = [pytest.mark.ray, pytest.mark.server]
 
 # The simulated server started the way any foreign server is: from an argument list with placeholders, and a knob
 # of the template's own ({mrr}) swept with --grid.
-SIM = [sys.executable, "-m", "rig.sim", "--model-path", "{model}", "--tp-size", "{tp}", "--host", "{host}",
-       "--port", "{port}", "--enable-metrics", "--speculative-algorithm", "NEXTN", "--speculative-num-steps", "{steps}",
-       "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "{num_draft_tokens}",
-       "--max-running-requests", "{mrr}", "--sim-no-access-log"]
+SIM = [
+    sys.executable,
+    "-m",
+    "rig.sim",
+    "--model-path",
+    "{model}",
+    "--tp-size",
+    "{tp}",
+    "--host",
+    "{host}",
+    "--port",
+    "{port}",
+    "--enable-metrics",
+    "--speculative-algorithm",
+    "NEXTN",
+    "--speculative-num-steps",
+    "{steps}",
+    "--speculative-eagle-topk",
+    "1",
+    "--speculative-num-draft-tokens",
+    "{num_draft_tokens}",
+    "--max-running-requests",
+    "{mrr}",
+    "--sim-no-access-log",
+]
 
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     out = tmp_path_factory.mktemp("command-run")
-    spec = {"server": {"engine": "command", "command": SIM, "model": "sim-model", "tp": 4, "device": "cpu"},
-            "steps": [2], "workloads": [{"name": "greedy", "max_tokens": 16}],
-            "load": {"concurrency": [2], "requests": 4, "warmup_requests": 0}}
+    spec = {
+        "server": {"engine": "command", "command": SIM, "model": "sim-model", "tp": 4, "device": "cpu"},
+        "steps": [2],
+        "workloads": [{"name": "greedy", "max_tokens": 16}],
+        "load": {"concurrency": [2], "requests": 4, "warmup_requests": 0},
+    }
     f = out / "spec.yaml"
     f.write_text(yaml.safe_dump(spec))
     proc = rig("sweep", "--config", str(f), "--grid", "mrr=4,8", "--out", str(out), "--run-id", "c", "-q")
@@ -69,6 +92,9 @@ def test_every_request_ok_and_tokens_match_the_servers_counter(run):
 
 
 def test_no_server_process_left(run):
-    left = [p for p in psutil.process_iter(["cmdline"])
-            if "--max-running-requests" in (p.info["cmdline"] or []) and "rig.sim" in (p.info["cmdline"] or [])]
+    left = [
+        p
+        for p in psutil.process_iter(["cmdline"])
+        if "--max-running-requests" in (p.info["cmdline"] or []) and "rig.sim" in (p.info["cmdline"] or [])
+    ]
     assert left == []

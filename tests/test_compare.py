@@ -18,9 +18,20 @@ TOKENS = 101
 
 
 def _point(point: str, steps: int) -> dict:
-    return {"point": point, "server_config": f"cfg{steps}", "engine": "sim", "workload": "greedy", "steps": steps,
-            "load_mode": "closed", "concurrency": 4, "rate": None, "repeat": 0, "status": "complete",
-            "flags": [], "generators": []}
+    return {
+        "point": point,
+        "server_config": f"cfg{steps}",
+        "engine": "sim",
+        "workload": "greedy",
+        "steps": steps,
+        "load_mode": "closed",
+        "concurrency": 4,
+        "rate": None,
+        "repeat": 0,
+        "status": "complete",
+        "flags": [],
+        "generators": [],
+    }
 
 
 def _write_point(d: Path, point: str, steps: int, ratios: np.ndarray) -> None:
@@ -29,10 +40,29 @@ def _write_point(d: Path, point: str, steps: int, ratios: np.ndarray) -> None:
     for i, ratio in enumerate(ratios):
         e2e, ttft = 2.0 / ratio, 0.2 / ratio
         send = 100.0 + 0.1 * i
-        rows.append(record(point=point, steps=steps, workload="greedy", load_mode="closed", concurrency=4, repeat=0,
-                           generator=0, clock_offset_s=0.0, request_id=f"r{i}", send_ts=send,
-                           first_token_ts=send + ttft, end_ts=send + e2e, ttft_s=ttft, e2e_s=e2e,
-                           completion_tokens=TOKENS, status="ok", ok=True, temperature=0.0, output_hash="h"))
+        rows.append(
+            record(
+                point=point,
+                steps=steps,
+                workload="greedy",
+                load_mode="closed",
+                concurrency=4,
+                repeat=0,
+                generator=0,
+                clock_offset_s=0.0,
+                request_id=f"r{i}",
+                send_ts=send,
+                first_token_ts=send + ttft,
+                end_ts=send + e2e,
+                ttft_s=ttft,
+                e2e_s=e2e,
+                completion_tokens=TOKENS,
+                status="ok",
+                ok=True,
+                temperature=0.0,
+                output_hash="h",
+            )
+        )
     write_requests(d, point, 0, rows)
 
 
@@ -108,8 +138,13 @@ def test_compare_cli(tmp_path):
     assert _speedup(json.loads(r.output), "e2e")["speedup"] == pytest.approx(2.0)
     r = CliRunner().invoke(compare_cmd, [str(d), "--baseline-steps", "0"])
     assert r.exit_code == 0 and "steps=2" in r.output
-    for args in ([str(d)], [str(tmp_path / "nope"), str(d)], [f"{d}:nopoint", f"{d}:cand"],
-                 [str(d), "--baseline-steps", "9"], [str(d), str(d), "--baseline-steps", "0"]):
+    for args in (
+        [str(d)],
+        [str(tmp_path / "nope"), str(d)],
+        [f"{d}:nopoint", f"{d}:cand"],
+        [str(d), "--baseline-steps", "9"],
+        [str(d), str(d), "--baseline-steps", "0"],
+    ):
         r = CliRunner().invoke(compare_cmd, args)
         assert r.exit_code != 0
         assert r.exception is None or isinstance(r.exception, SystemExit), args

@@ -22,9 +22,16 @@ def test_defaults_are_the_main_job():
 
 
 def test_sweep_product_and_stable_point_ids():
-    spec = build_spec({}, {"server": {"engine": "sglang"}, "steps": [0, 2], "server_grid": {"eagle_topk": [1, 2]},
-                           "workloads": [{"name": "greedy"}, {"name": "realistic"}],
-                           "load": {"concurrency": [1, 4]}})
+    spec = build_spec(
+        {},
+        {
+            "server": {"engine": "sglang"},
+            "steps": [0, 2],
+            "server_grid": {"eagle_topk": [1, 2]},
+            "workloads": [{"name": "greedy"}, {"name": "realistic"}],
+            "load": {"concurrency": [1, 4]},
+        },
+    )
     cfgs = spec.server_configs()
     assert [(c.steps, c.eagle_topk) for c in cfgs] == [(0, 1), (2, 1), (0, 2), (2, 2)]
     points = expand_points(spec)
@@ -33,17 +40,20 @@ def test_sweep_product_and_stable_point_ids():
     assert [p.point for p in expand_points(spec)] == [p.point for p in points]  # deterministic (resume relies on it)
 
 
-@pytest.mark.parametrize("data,needle", [
-    ({"load": {"concurrency": [0]}}, "load.concurrency"),
-    ({"steps": [-1]}, "steps"),
-    ({"server": {"tp": 0}}, "server.tp"),
-    ({"server": {"engine": "tgi"}}, "server.engine"),
-    ({"bogus": 1}, "bogus"),
-    ({"load": {"mode": "poisson"}}, "rate"),
-    ({"run_id": "../etc"}, "run_id"),
-    ({"server_grid": {"port": [1, 2]}}, "cannot sweep 'port'"),
-    ({"server": {"engine": "external"}}, "server.url"),
-])
+@pytest.mark.parametrize(
+    "data,needle",
+    [
+        ({"load": {"concurrency": [0]}}, "load.concurrency"),
+        ({"steps": [-1]}, "steps"),
+        ({"server": {"tp": 0}}, "server.tp"),
+        ({"server": {"engine": "tgi"}}, "server.engine"),
+        ({"bogus": 1}, "bogus"),
+        ({"load": {"mode": "poisson"}}, "rate"),
+        ({"run_id": "../etc"}, "run_id"),
+        ({"server_grid": {"port": [1, 2]}}, "cannot sweep 'port'"),
+        ({"server": {"engine": "external"}}, "server.url"),
+    ],
+)
 def test_bad_values_give_one_line_naming_the_key(data, needle):
     with pytest.raises(SpecError) as e:
         build_spec(data, {})
@@ -61,15 +71,18 @@ def test_bad_yaml_names_file_and_line(tmp_path):
         load_yaml(tmp_path / "list.yaml")
 
 
-@pytest.mark.parametrize("args,needle", [
-    (["run", "--concurrency", "1,x"], "comma-separated integers"),
-    (["run", "--engine", "nope"], "nope"),
-    (["run", "--tp", "0"], "server.tp"),
-    (["run", "--workload", "greedy,realistic"], "rig sweep"),
-    (["run", "--workload-opt", "temperature"], "KEY=VALUE"),
-    (["run", "--config", "/nonexistent.yaml"], "no such file"),
-    (["sweep", "--grid", "port=1,2"], "cannot sweep"),
-])
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (["run", "--concurrency", "1,x"], "comma-separated integers"),
+        (["run", "--engine", "nope"], "nope"),
+        (["run", "--tp", "0"], "server.tp"),
+        (["run", "--workload", "greedy,realistic"], "rig sweep"),
+        (["run", "--workload-opt", "temperature"], "KEY=VALUE"),
+        (["run", "--config", "/nonexistent.yaml"], "no such file"),
+        (["sweep", "--grid", "port=1,2"], "cannot sweep"),
+    ],
+)
 def test_cli_errors_exit_2_with_one_line(args, needle):
     proc = subprocess.run([sys.executable, "-m", "rig.cli", *args, "--dry-run"], capture_output=True, text=True)
     assert proc.returncode == 2, proc.stderr
@@ -122,14 +135,16 @@ def test_num_draft_tokens_grid_is_planned_as_it_runs():
     really differs, and each configuration's knobs (the records' server_args) say what ran."""
     from rig.config import notices
 
-    spec = build_spec({}, {"server": {"engine": "sglang"}, "steps": [0, 2],
-                           "server_grid": {"num_draft_tokens": [3, 8]}})
+    spec = build_spec(
+        {}, {"server": {"engine": "sglang"}, "steps": [0, 2], "server_grid": {"num_draft_tokens": [3, 8]}}
+    )
     cfgs = spec.server_configs()
     assert [(c.steps, c.num_draft_tokens) for c in cfgs] == [(0, None), (2, 3)]
     assert len(spec.asked_configs()) == 4
     assert any("num_draft_tokens=3 at steps 0" in n and "2 launched" in n for n in notices(spec))
-    tree = build_spec({}, {"server": {"engine": "sglang", "eagle_topk": 4}, "steps": [2],
-                           "server_grid": {"num_draft_tokens": [4, 8]}})
+    tree = build_spec(
+        {}, {"server": {"engine": "sglang", "eagle_topk": 4}, "steps": [2], "server_grid": {"num_draft_tokens": [4, 8]}}
+    )
     assert [c.num_draft_tokens for c in tree.server_configs()] == [4, 8]  # a draft tree takes the value asked
     assert notices(tree) == []
 

@@ -11,9 +11,23 @@ from click.testing import CliRunner
 from rig.analysis.cli import report
 from rig.analysis.synthetic import record, write_requests, write_run
 from rig.analysis.tables import campaign_table
-from rig.contracts import (IDENTITY_FIELDS, MANIFEST_VERSION, RECORD_FIELDS, REQUEST_SCHEMA, ContractError,
-                           GeneratorReport, Manifest, PointEntry, PointIdentity, Thresholds, check_record,
-                           empty_record, judge_point, parse_manifest, unknown_columns)
+from rig.contracts import (
+    IDENTITY_FIELDS,
+    MANIFEST_VERSION,
+    RECORD_FIELDS,
+    REQUEST_SCHEMA,
+    ContractError,
+    GeneratorReport,
+    Manifest,
+    PointEntry,
+    PointIdentity,
+    Thresholds,
+    check_record,
+    empty_record,
+    judge_point,
+    parse_manifest,
+    unknown_columns,
+)
 from rig.loadgen import apis, drive
 from rig.loadgen.client import Outcome, request_fields
 from rig.workloads.base import Session, Turn
@@ -32,12 +46,19 @@ def test_the_parquet_schema_is_generated_from_the_record_dataclass():
 def test_every_key_the_client_and_apis_write_is_a_column():
     st = apis.StreamState(prompt_tokens=3, completion_tokens=5, finish_reason="stop", text_parts=["x"])
     # every speculative and server-time field the APIs can report, from the richest inputs they read
-    st.speculative.update(apis._speculative_fields({"spec_verify_ct": 2, "spec_accept_length": 2.5,
-                                                    "spec_accepted_drafts": 3, "spec_proposed_drafts": 4}))
-    st.speculative.update(apis._vllm_speculative_fields({"num_spec_steps": 2, "num_accepted_draft_tokens": 3,
-                                           "num_draft_tokens": 4}))
-    st.server_ts.update(apis._server_timestamps({"request_received_ts": 1.0, "first_token_latency": 0.5,
-                                                 "request_finished_ts": 2.0, "queue_time": 0.1}))
+    st.speculative.update(
+        apis._speculative_fields(
+            {"spec_verify_ct": 2, "spec_accept_length": 2.5, "spec_accepted_drafts": 3, "spec_proposed_drafts": 4}
+        )
+    )
+    st.speculative.update(
+        apis._vllm_speculative_fields({"num_spec_steps": 2, "num_accepted_draft_tokens": 3, "num_draft_tokens": 4})
+    )
+    st.server_ts.update(
+        apis._server_timestamps(
+            {"request_received_ts": 1.0, "first_token_latency": 0.5, "request_finished_ts": 2.0, "queue_time": 0.1}
+        )
+    )
     assert len(st.speculative) == 4 and len(st.server_ts) == 4
     turn = Turn(request_id="r", messages=({"role": "user", "content": "hi"},), max_tokens=5)
     fields = request_fields(turn, Outcome(send_mono=1.0, end_mono=2.0, first_mono=1.5, state=st))
@@ -56,10 +77,23 @@ def test_a_misspelled_record_key_fails_loudly(tmp_path, monkeypatch):
     from rig.contracts import PointColumns
     from rig.loadgen.plan import GeneratorPlan
 
-    info = PointColumns(run_id="r", point="p", engine="sim", workload="w", api="sglang-native", steps=0,
-                        server_config="c", server_args="{}", load_mode="closed", concurrency=1, rate=None, repeat=0)
-    run = drive.PointRun(GeneratorPlan(point=info, generator=0, url="http://127.0.0.1:9", model="m", sessions=()),
-                         tmp_path, "h", 0.0)
+    info = PointColumns(
+        run_id="r",
+        point="p",
+        engine="sim",
+        workload="w",
+        api="sglang-native",
+        steps=0,
+        server_config="c",
+        server_args="{}",
+        load_mode="closed",
+        concurrency=1,
+        rate=None,
+        repeat=0,
+    )
+    run = drive.PointRun(
+        GeneratorPlan(point=info, generator=0, url="http://127.0.0.1:9", model="m", sessions=()), tmp_path, "h", 0.0
+    )
     turn = Turn(request_id="r", messages=({"role": "user", "content": "hi"},), max_tokens=5)
     now = time.perf_counter()
     with pytest.raises(ContractError, match="e2e"):
@@ -71,14 +105,32 @@ def test_the_generator_report_is_typed_end_to_end(tmp_path):
     from rig.contracts import PointColumns
     from rig.loadgen.plan import GeneratorPlan
 
-    info = PointColumns(run_id="r", point="p", engine="sim", workload="w", api="sglang-native", steps=0,
-                        server_config="c", server_args="{}", load_mode="closed", concurrency=1, rate=None, repeat=0)
-    run = drive.PointRun(GeneratorPlan(point=info, generator=3, url="http://127.0.0.1:9", model="m", sessions=()),
-                         tmp_path, "h", 0.0)
+    info = PointColumns(
+        run_id="r",
+        point="p",
+        engine="sim",
+        workload="w",
+        api="sglang-native",
+        steps=0,
+        server_config="c",
+        server_args="{}",
+        load_mode="closed",
+        concurrency=1,
+        rate=None,
+        repeat=0,
+    )
+    run = drive.PointRun(
+        GeneratorPlan(point=info, generator=3, url="http://127.0.0.1:9", model="m", sessions=()), tmp_path, "h", 0.0
+    )
     turn = Turn(request_id="r", messages=({"role": "user", "content": "hi"},), max_tokens=5)
     for send in (10.0, 11.0, 14.0):
-        run._record(Session(session_id="s", turns=(turn,)), 0, turn, send,
-                    Outcome(send_mono=send, end_mono=send + 1, status="failed", error="x"))
+        run._record(
+            Session(session_id="s", turns=(turn,)),
+            0,
+            turn,
+            send,
+            Outcome(send_mono=send, end_mono=send + 1, status="failed", error="x"),
+        )
     run.started_mono, run.ended_mono = 9.0, 16.0
     rep = run.summary("complete", None, {"cpu_pct": 5.0})
     assert isinstance(rep, GeneratorReport) and rep.generator == 3
@@ -88,8 +140,17 @@ def test_the_generator_report_is_typed_end_to_end(tmp_path):
 
 def test_point_entries_carry_exactly_the_identity_fields():
     assert set(IDENTITY_FIELDS) <= set(PointEntry.model_fields)
-    ident = PointIdentity(point="p", server_config="c", engine="sim", workload="w", steps=2, load_mode="closed",
-                          concurrency=4, rate=None, repeat=0)
+    ident = PointIdentity(
+        point="p",
+        server_config="c",
+        engine="sim",
+        workload="w",
+        steps=2,
+        load_mode="closed",
+        concurrency=4,
+        rate=None,
+        repeat=0,
+    )
     assert PointEntry.new(ident).identity() == ident
     assert PointEntry(point="p").identity() is None
 
@@ -97,32 +158,95 @@ def test_point_entries_carry_exactly_the_identity_fields():
 # ------------------------------------------------------------------------------------------------ manifest versions
 def _v1_point(**gen) -> dict:
     """A point entry as rig wrote it before manifests carried a version (2026-11)."""
-    return {"point": "p", "server_config": "c", "engine": "sim", "workload": "realistic", "steps": 0,
-            "load_mode": "closed", "concurrency": 2, "rate": None, "repeat": 0, "status": "complete",
-            "started_ts": 1.0, "ended_ts": 9.0, "requests_scheduled": 4, "records": {"ok": 4, "failed": 0,
-            "cancelled": 0}, "window_acceptance": None, "flush_cache": None, "flags": [],
-            "generators": [{"generator": 0, "host": "vm", "status": "complete", "error": None, "rows_written": 4,
-                            "rows_unwritten": 0, "parts": ["part-00000.parquet"], "scheduled": 4,
-                            "records": {"ok": 4, "failed": 0, "cancelled": 0}, "tokens": 96, "slip_p50_s": 4e-05,
-                            "slip_p99_s": 6e-05, "achieved_rate": 4.8, "rate_ratio": None, "window_s": 8.0,
-                            "loop_lag_p50_ms": 0.2, "loop_lag_p99_ms": 1.4, "loop_lag_max_ms": 1.8, "cpu_pct": 3.6,
-                            "gathered": {"from_uri": 0, "from_host": 0, "removed": 0}, **gen}],
-            "api": "sglang-native", "warmup_ok": 1, "start_wall": 1.5, "server_counters_delta": None,
-            "requests_planned": 4}
+    return {
+        "point": "p",
+        "server_config": "c",
+        "engine": "sim",
+        "workload": "realistic",
+        "steps": 0,
+        "load_mode": "closed",
+        "concurrency": 2,
+        "rate": None,
+        "repeat": 0,
+        "status": "complete",
+        "started_ts": 1.0,
+        "ended_ts": 9.0,
+        "requests_scheduled": 4,
+        "records": {"ok": 4, "failed": 0, "cancelled": 0},
+        "window_acceptance": None,
+        "flush_cache": None,
+        "flags": [],
+        "generators": [
+            {
+                "generator": 0,
+                "host": "vm",
+                "status": "complete",
+                "error": None,
+                "rows_written": 4,
+                "rows_unwritten": 0,
+                "parts": ["part-00000.parquet"],
+                "scheduled": 4,
+                "records": {"ok": 4, "failed": 0, "cancelled": 0},
+                "tokens": 96,
+                "slip_p50_s": 4e-05,
+                "slip_p99_s": 6e-05,
+                "achieved_rate": 4.8,
+                "rate_ratio": None,
+                "window_s": 8.0,
+                "loop_lag_p50_ms": 0.2,
+                "loop_lag_p99_ms": 1.4,
+                "loop_lag_max_ms": 1.8,
+                "cpu_pct": 3.6,
+                "gathered": {"from_uri": 0, "from_host": 0, "removed": 0},
+                **gen,
+            }
+        ],
+        "api": "sglang-native",
+        "warmup_ok": 1,
+        "start_wall": 1.5,
+        "server_counters_delta": None,
+        "requests_planned": 4,
+    }
 
 
 def _v1(points: list[dict], slip_threshold_s: float = 0.01) -> dict:
-    return {"run_id": "old", "status": "complete", "created": 1.0,
-            "spec": {"load": {"mode": "closed", "slip_threshold_s": slip_threshold_s, "loop_lag_threshold_s": 0.05}},
-            "versions": {"rig": "0.1.0"},
-            "cluster": {"ray_version": "2", "nodes": [], "local": True, "corpus": None,
-                        "generators": [{"generator": 0, "host": "vm", "node_id": "n", "clock_offset_s": 0.25}]},
-            "server_configs": {"c": {"engine": "sim", "knobs": {"steps": 0}, "status": "ready", "error": None,
-                                     "command": ["python", "-m", "rig.sim"], "url": "http://127.0.0.1:1",
-                                     "node_ip": "127.0.0.1", "gpu_ids": [], "ready_after_s": 1.0, "startup": {},
-                                     "server_info": {"x": 1}, "model_info": None, "info": {}, "effective": {},
-                                     "warnings": [], "stopped": True}},
-            "points": points, "stop_reason": None, "finished": 10.0}
+    return {
+        "run_id": "old",
+        "status": "complete",
+        "created": 1.0,
+        "spec": {"load": {"mode": "closed", "slip_threshold_s": slip_threshold_s, "loop_lag_threshold_s": 0.05}},
+        "versions": {"rig": "0.1.0"},
+        "cluster": {
+            "ray_version": "2",
+            "nodes": [],
+            "local": True,
+            "corpus": None,
+            "generators": [{"generator": 0, "host": "vm", "node_id": "n", "clock_offset_s": 0.25}],
+        },
+        "server_configs": {
+            "c": {
+                "engine": "sim",
+                "knobs": {"steps": 0},
+                "status": "ready",
+                "error": None,
+                "command": ["python", "-m", "rig.sim"],
+                "url": "http://127.0.0.1:1",
+                "node_ip": "127.0.0.1",
+                "gpu_ids": [],
+                "ready_after_s": 1.0,
+                "startup": {},
+                "server_info": {"x": 1},
+                "model_info": None,
+                "info": {},
+                "effective": {},
+                "warnings": [],
+                "stopped": True,
+            }
+        },
+        "points": points,
+        "stop_reason": None,
+        "finished": 10.0,
+    }
 
 
 def test_a_version_1_manifest_loads_migrated():
@@ -142,19 +266,23 @@ def test_migration_judges_old_points_with_the_one_rule_set():
     hot = _v1_point(cpu_pct=97.0)
     hot["point"] = "hot"
     died = _v1_point()
-    died.update(point="died", flags=["server_died"], status="failed",
-                error="server exited with code 9 during the point")
+    died.update(
+        point="died", flags=["server_died"], status="failed", error="server exited with code 9 during the point"
+    )
     m = parse_manifest(json.dumps(_v1([hot, died])))
     assert m.entry("hot").flag_reasons == {"client_saturated": "generator 0 used 97% CPU (limit 90%) over 8s"}
     assert m.entry("died").flag_reasons == {"server_died": "server exited with code 9 during the point"}
 
 
-@pytest.mark.parametrize("text, message", [
-    ("[1]", "not a JSON object"),
-    ('{"version": 99}', "newer than this rig understands"),
-    ('{"points": [{"point": "p", "status": "exploded"}]}', "points.0.status"),
-    ('{"points": [{"point": "p", "generators": [{"status": "complete"}]}]}', "generators.0.generator"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("[1]", "not a JSON object"),
+        ('{"version": 99}', "newer than this rig understands"),
+        ('{"points": [{"point": "p", "status": "exploded"}]}', "points.0.status"),
+        ('{"points": [{"point": "p", "generators": [{"status": "complete"}]}]}', "generators.0.generator"),
+    ],
+)
 def test_a_bad_manifest_is_one_clear_line(text, message):
     with pytest.raises(ContractError, match=message) as e:
         parse_manifest(text)
@@ -170,7 +298,8 @@ def test_judge_point_rules():
     t = Thresholds()
     assert judge_point("closed", [_gen(cpu_pct=50, loop_lag_p99_ms=10, slip_p99_s=1.0)], t) == {}  # closed: no slip
     assert judge_point("closed", [_gen(cpu_pct=90.0)], t) == {
-        "client_saturated": "generator 0 used 90% CPU (limit 90%) over 10s"}
+        "client_saturated": "generator 0 used 90% CPU (limit 90%) over 10s"
+    }
     assert set(judge_point("closed", [_gen(loop_lag_p99_ms=50.5)], t)) == {"client_saturated"}
     assert judge_point("closed", [_gen(loop_lag_p99_ms=50.0)], t) == {}  # the runner's rule: above, not at
     assert judge_point("closed", [GeneratorReport(generator=0, window_s=0.5, cpu_pct=99, loop_lag_p99_ms=99)], t) == {}
@@ -186,19 +315,61 @@ def test_judge_point_rules():
 def test_threshold_overrides():
     t = Thresholds().with_overrides("slip_p99_ms=25, cpu_pct=80")
     assert (t.slip_p99_ms, t.cpu_pct, t.loop_lag_p99_ms) == (25.0, 80.0, 50.0)
-    for bad, message in (("slip=3", "NAME=VALUE"), ("cpu_pct", "NAME=VALUE"), ("cpu_pct=lots", "must be a number"),
-                         ("cpu_pct=-1", "cpu_pct")):
+    for bad, message in (
+        ("slip=3", "NAME=VALUE"),
+        ("cpu_pct", "NAME=VALUE"),
+        ("cpu_pct=lots", "must be a number"),
+        ("cpu_pct=-1", "cpu_pct"),
+    ):
         with pytest.raises(ContractError, match=message):
             Thresholds().with_overrides(bad)
 
 
 def test_report_reads_the_verdict_and_rejudges_only_on_request(tmp_path):
     gens = [{"generator": 0, "status": "complete", "window_s": 10.0, "cpu_pct": 40.0, "loop_lag_p99_ms": 30.0}]
-    d = write_run(tmp_path / "run", Manifest(run_id="r", status="complete", thresholds=Thresholds(), points=[
-        PointEntry(point="p", server_config="c", engine="sim", workload="w", steps=0, load_mode="closed",
-                   concurrency=1, rate=None, repeat=0, status="complete", requests_scheduled=1, generators=gens)]))
-    write_requests(d, "p", 0, [record(point="p", generator=0, request_id="a", send_ts=1.0, end_ts=2.0, e2e_s=1.0,
-                                      ttft_s=0.1, completion_tokens=5, status="ok", ok=True)])
+    d = write_run(
+        tmp_path / "run",
+        Manifest(
+            run_id="r",
+            status="complete",
+            thresholds=Thresholds(),
+            points=[
+                PointEntry(
+                    point="p",
+                    server_config="c",
+                    engine="sim",
+                    workload="w",
+                    steps=0,
+                    load_mode="closed",
+                    concurrency=1,
+                    rate=None,
+                    repeat=0,
+                    status="complete",
+                    requests_scheduled=1,
+                    generators=gens,
+                )
+            ],
+        ),
+    )
+    write_requests(
+        d,
+        "p",
+        0,
+        [
+            record(
+                point="p",
+                generator=0,
+                request_id="a",
+                send_ts=1.0,
+                end_ts=2.0,
+                e2e_s=1.0,
+                ttft_s=0.1,
+                completion_tokens=5,
+                status="ok",
+                ok=True,
+            )
+        ],
+    )
     assert campaign_table(d)[0]["flags"] == []
     r = CliRunner().invoke(report, [str(d), "--json", "--thresholds", "loop_lag_p99_ms=20"])
     assert r.exit_code == 0, r.output
@@ -215,8 +386,9 @@ def test_the_manifest_store_keeps_typed_entries_and_resumes_an_old_manifest(tmp_
     from rig.run.manifest_store import ManifestStore
     from rig.run.points import expand_points
 
-    spec = RunSpec.model_validate({"run_id": "s", "out": str(tmp_path), "load": {"concurrency": [2],
-                                   "requests": 4, "slip_threshold_s": 0.02}})
+    spec = RunSpec.model_validate(
+        {"run_id": "s", "out": str(tmp_path), "load": {"concurrency": [2], "requests": 4, "slip_threshold_s": 0.02}}
+    )
     points = expand_points(spec)
     store = ManifestStore(tmp_path, spec.load.mode)
     store.create(spec, points)

@@ -10,8 +10,16 @@ from rig.loadgen.dialects import OPENAI_FIELDS, OPENAI_STREAM_OPTIONS, Dialect, 
 from rig.server.spec import ServerConfig
 from rig.workloads.base import Turn
 
-GREEDY = Turn(request_id="r1", messages=({"role": "user", "content": "hi"},), max_tokens=8, temperature=0.0,
-              top_p=1.0, top_k=20, ignore_eos=True, seed=5)
+GREEDY = Turn(
+    request_id="r1",
+    messages=({"role": "user", "content": "hi"},),
+    max_tokens=8,
+    temperature=0.0,
+    top_p=1.0,
+    top_k=20,
+    ignore_eos=True,
+    seed=5,
+)
 ROUTES = {"openai-completions": "/v1/completions", "openai-chat": "/v1/chat/completions"}
 EXTENSIONS = {"ignore_eos", "top_k", "return_token_ids", "return_spec_tokens_details", "min_tokens"}
 
@@ -34,13 +42,24 @@ def test_the_strict_field_lists_refuse_what_transformers_serve_refused():
 
 def test_sglang_bodies_keep_every_extension_sglang_reads():
     comp = api_for("openai-completions", Dialect("sglang")).payload(GREEDY, [], "m")
-    assert comp == {"model": "m", "temperature": 0.0, "top_p": 1.0, "stream": True,
-                    "stream_options": {"include_usage": True}, "ignore_eos": True,
-                    "return_spec_tokens_details": True, "top_k": 20, "seed": 5, "prompt": comp["prompt"],
-                    "max_tokens": 8, "return_token_ids": True,
-                    # sampling parameters the records state, sent so the server fills none from the model's
-                    # generation_config.json (issue 21)
-                    "min_p": 0.0, "repetition_penalty": 1.0}
+    assert comp == {
+        "model": "m",
+        "temperature": 0.0,
+        "top_p": 1.0,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "ignore_eos": True,
+        "return_spec_tokens_details": True,
+        "top_k": 20,
+        "seed": 5,
+        "prompt": comp["prompt"],
+        "max_tokens": 8,
+        "return_token_ids": True,
+        # sampling parameters the records state, sent so the server fills none from the model's
+        # generation_config.json (issue 21)
+        "min_p": 0.0,
+        "repetition_penalty": 1.0,
+    }
     chat = api_for("openai-chat", Dialect("sglang")).payload(GREEDY, [], "m")
     assert chat["stream_options"] == {"include_usage": True, "continuous_usage_stats": True}
     assert chat["ignore_eos"] is True and chat["return_spec_tokens_details"] is True and "return_token_ids" not in chat
@@ -82,8 +101,10 @@ SGLANG_MODEL_INFO = {"model_path": "/m", "tokenizer_path": "/m", "is_generation"
 
 def test_identify_from_the_probes_answers():
     assert identify({"/model_info": SGLANG_MODEL_INFO}) == ("sglang", "probe:/model_info")
-    assert identify({"/model_info": {"http_status": 404}, "/version": {"version": "0.32.0"}}) == \
-        ("vllm", "probe:/version")
+    assert identify({"/model_info": {"http_status": 404}, "/version": {"version": "0.32.0"}}) == (
+        "vllm",
+        "probe:/version",
+    )
     # A /version with more in it is some other server's, and 404s identify nothing.
     assert identify({"/version": {"version": "1", "name": "tgi"}}) is None
     assert identify({"/model_info": {"http_status": 404}, "/version": {"http_status": 404}}) is None
@@ -107,19 +128,36 @@ def test_dialect_and_extra_body_flags_land_in_the_spec_and_leave_config_ids_alon
 
     base = ServerConfig(engine="external", url="http://127.0.0.1:9")
     assert "dialect" not in base.knobs() and "extra_body" not in base.knobs()  # ids from before stay the same
-    res = CliRunner().invoke(cli, ["run", "--engine", "external", "--url", "http://127.0.0.1:9", "--dialect", "plain",
-                                   "--extra-body", 'chat_template_kwargs={"enable_thinking": false}',
-                                   "--extra-body", "mode=fast", "--dry-run"])
+    res = CliRunner().invoke(
+        cli,
+        [
+            "run",
+            "--engine",
+            "external",
+            "--url",
+            "http://127.0.0.1:9",
+            "--dialect",
+            "plain",
+            "--extra-body",
+            'chat_template_kwargs={"enable_thinking": false}',
+            "--extra-body",
+            "mode=fast",
+            "--dry-run",
+        ],
+    )
     assert res.exit_code == 0, res.output
     assert "dialect: plain" in res.output and "enable_thinking: false" in res.output and "mode: fast" in res.output
 
 
-@pytest.mark.parametrize("argv, needle", [
-    (["--extra-body", "x={bad"], "not JSON"),
-    (["--extra-body", "novalue"], "KEY=JSON"),
-    (["--extra-body", "stream=false"], "rig's own field"),
-    (["--dialect", "tgi"], "tgi"),
-])
+@pytest.mark.parametrize(
+    "argv, needle",
+    [
+        (["--extra-body", "x={bad"], "not JSON"),
+        (["--extra-body", "novalue"], "KEY=JSON"),
+        (["--extra-body", "stream=false"], "rig's own field"),
+        (["--dialect", "tgi"], "tgi"),
+    ],
+)
 def test_bad_dialect_options_are_one_line_exit_2(argv, needle):
     from rig.cli import cli
 

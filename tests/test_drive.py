@@ -8,26 +8,42 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 from aiohttp.test_utils import TestServer
+from fake_server import make_app
 
-from rig.loadgen.drive import PointRun, make_session
 from rig.contracts import PointColumns
+from rig.loadgen.drive import PointRun, make_session
 from rig.loadgen.plan import GeneratorPlan
 from rig.results import read_requests
 from rig.workloads.base import Session, Turn
 
-from fake_server import make_app
-
-INFO = PointColumns(run_id="r", point="p0", engine="external", workload="t", api="sglang-native", steps=0,
-                    server_config="x", server_args="{}", load_mode="closed", concurrency=2, rate=None, repeat=0)
+INFO = PointColumns(
+    run_id="r",
+    point="p0",
+    engine="external",
+    workload="t",
+    api="sglang-native",
+    steps=0,
+    server_config="x",
+    server_args="{}",
+    load_mode="closed",
+    concurrency=2,
+    rate=None,
+    repeat=0,
+)
 
 
 def sessions(n: int, modes: dict[int, str] | None = None, turns: int = 1, max_tokens: int = 4) -> tuple[Session, ...]:
     modes = modes or {}
     out = []
     for i in range(n):
-        ts = tuple(Turn(request_id=f"s{i}-t{j}", max_tokens=max_tokens,
-                        messages=({"role": "user", "content": f"q{i} MODE:{modes.get(i, 'ok')}"},))
-                   for j in range(turns))
+        ts = tuple(
+            Turn(
+                request_id=f"s{i}-t{j}",
+                max_tokens=max_tokens,
+                messages=({"role": "user", "content": f"q{i} MODE:{modes.get(i, 'ok')}"},),
+            )
+            for j in range(turns)
+        )
         out.append(Session(session_id=f"s{i}", turns=ts))
     return tuple(out)
 
@@ -78,9 +94,17 @@ def test_closed_loop_writes_one_record_per_request(tmp_path):
 
 def test_failed_turn_cancels_the_rest_of_its_session(tmp_path):
     s = sessions(2, turns=3)
-    bad = Session("bad", tuple(Turn(request_id=f"bad-t{j}", max_tokens=4,
-                                    messages=({"role": "user", "content": "MODE:http500" if j == 1 else "x"},))
-                               for j in range(3)))
+    bad = Session(
+        "bad",
+        tuple(
+            Turn(
+                request_id=f"bad-t{j}",
+                max_tokens=4,
+                messages=({"role": "user", "content": "MODE:http500" if j == 1 else "x"},),
+            )
+            for j in range(3)
+        ),
+    )
     summary = drive(tmp_path, sessions=(*s, bad), slots=2)
     t = read_requests(tmp_path).to_pandas().set_index("request_id")
     assert summary.scheduled == 9 == len(t)
@@ -146,14 +170,16 @@ def test_unwritable_output_keeps_rows_and_reports(tmp_path):
     finally:
         (tmp_path / "parts").chmod(0o700)
     w.flush()
-    ids = [r for f in sorted((tmp_path / "parts").glob("part-*.parquet"))
-           for r in pq.read_table(f).column("request_id").to_pylist()]
+    ids = [
+        r
+        for f in sorted((tmp_path / "parts").glob("part-*.parquet"))
+        for r in pq.read_table(f).column("request_id").to_pylist()
+    ]
     assert w.rows_written == 2 and ids == ["a", "b"] and not list((tmp_path / "parts").glob("*.tmp"))
 
 
 def test_unreachable_server_stops_the_level_instead_of_a_storm(tmp_path):
-    plan = GeneratorPlan(point=INFO, generator=0, url="http://127.0.0.1:9", model="m", sessions=sessions(200),
-                         slots=2)
+    plan = GeneratorPlan(point=INFO, generator=0, url="http://127.0.0.1:9", model="m", sessions=sessions(200), slots=2)
     run = PointRun(plan, tmp_path, "hostA", clock_offset_s=0.0)
 
     async def go():
@@ -248,13 +274,21 @@ def test_open_loop_restores_the_interpreter_and_the_pool_after_the_level(tmp_pat
         server = TestServer(make_app())
         await server.start_server()
         url = str(server.make_url("")).rstrip("/")
-        plan = GeneratorPlan(point=INFO, generator=0, url=url, model="m", sessions=sessions(20),
-                             arrivals=tuple(0.002 * i for i in range(20)))
+        plan = GeneratorPlan(
+            point=INFO,
+            generator=0,
+            url=url,
+            model="m",
+            sessions=sessions(20),
+            arrivals=tuple(0.002 * i for i in range(20)),
+        )
         run = PointRun(plan, tmp_path, "hostA", clock_offset_s=0.0)
         async with make_session("lean") as http:  # the preempt is the lean client's pool's
+
             async def peek():
                 await asyncio.sleep(0.08)
                 seen.update(switch=sys.getswitchinterval(), gc=gc.get_threshold(), preempt=http.preempt)
+
             peeker = asyncio.get_running_loop().create_task(peek())
             summary = await run.run(http, time.perf_counter() + 0.05)
             await peeker
@@ -372,17 +406,20 @@ def test_a_flush_stopped_mid_conversion_gives_its_rows_back(tmp_path):
 
 def _fold_raising_on_request(n: int):
     """A patch: the API's fold raises on the first event of the n-th request (a bug, or an answer nobody mapped)."""
+
     def patch(run):
         fold, seen = run.api.fold, []
 
         def bad_fold(obj, state):
             if not any(s is state for s in seen):
                 seen.append(state)
-            if seen[n - 1:n] and seen[n - 1] is state:
+            if seen[n - 1 : n] and seen[n - 1] is state:
                 raise RuntimeError("boom\nsecond line")
             return fold(obj, state)
+
         run.api = type(run.api)()
         run.api.fold = bad_fold
+
     return patch
 
 
@@ -392,8 +429,11 @@ def test_an_exception_inside_a_request_is_that_requests_error_and_the_level_goes
     summary = drive(tmp_path, patch=_fold_raising_on_request(3), client=client, sessions=sessions(6), **load)
     t = read_requests(tmp_path).to_pandas().sort_values("intended_send_ts")
     assert summary.status == "complete" and summary.error is None
-    assert len(t) == 6 == summary.rows_written and summary.records.model_dump() == {"ok": 5, "failed": 1,
-                                                                                     "cancelled": 0}
+    assert len(t) == 6 == summary.rows_written and summary.records.model_dump() == {
+        "ok": 5,
+        "failed": 1,
+        "cancelled": 0,
+    }
     bad = t.iloc[2]
     assert bad.request_id == "s2-t0" and bad.status == "failed" and bad.http_status == 200
     assert bad.error == "internal error: RuntimeError: boom second line"  # the kind, then one line
@@ -403,6 +443,7 @@ def test_an_exception_inside_a_request_is_that_requests_error_and_the_level_goes
 
 def _session_raising(session_id: str):
     """A patch: the level's own machinery raises when it comes to ``session_id`` (before sending anything)."""
+
     def patch(run):
         real = run._run_session
 
@@ -410,7 +451,9 @@ def _session_raising(session_id: str):
             if session.session_id == session_id:
                 raise KeyError("no such slot")
             return await real(http, session, *a, **kw)
+
         run._run_session = run_session
+
     return patch
 
 
@@ -441,6 +484,7 @@ def test_an_exception_in_the_level_ends_the_point_with_one_line_and_keeps_every_
 
 def _turn_raising(request_id: str, where: str):
     """A patch: an unexpected exception on one turn, in the request itself or in making its record."""
+
     def patch(monkeypatch):
         import rig.loadgen.drive as drive_mod
 
@@ -455,14 +499,18 @@ def _turn_raising(request_id: str, where: str):
                 raise RuntimeError(f"boom in the {where}")
 
         if where == "request":
+
             async def fake(*args, **kw):
                 check(args)
                 return await real(*args, **kw)
         else:
+
             def fake(*args, **kw):  # type: ignore[misc]
                 check(args)
                 return real(*args, **kw)
+
         monkeypatch.setattr(drive_mod, name, fake)
+
     return patch
 
 
@@ -488,20 +536,45 @@ def test_a_session_whose_second_turn_fails_records_every_turn(tmp_path, monkeypa
     assert t.drop(s0.index).ok.all()  # the other sessions went on
 
     # rig report: the not-sent turns are cancelled records, the failed one a failure, neither in the latencies
-    write_run(tmp_path, {"run_id": "r", "status": "complete", "points": [
-        {"point": "p0", "server_config": "x", "engine": "external", "workload": "t", "steps": 0, "load_mode": "closed",
-         "concurrency": 2, "rate": None, "repeat": 0, "status": "complete", "requests_scheduled": summary.scheduled,
-         "records": summary.records.model_dump(), "generators": [summary.model_dump()]}]})
+    write_run(
+        tmp_path,
+        {
+            "run_id": "r",
+            "status": "complete",
+            "points": [
+                {
+                    "point": "p0",
+                    "server_config": "x",
+                    "engine": "external",
+                    "workload": "t",
+                    "steps": 0,
+                    "load_mode": "closed",
+                    "concurrency": 2,
+                    "rate": None,
+                    "repeat": 0,
+                    "status": "complete",
+                    "requests_scheduled": summary.scheduled,
+                    "records": summary.records.model_dump(),
+                    "generators": [summary.model_dump()],
+                }
+            ],
+        },
+    )
     rep = build_report(tmp_path)
     (row,) = rep.campaign
     assert (row["requests"], row["ok"], row["failed"], row["cancelled"]) == (12, 9, 1, 2)
     assert "missing_rows" not in row["flags"] and "has_failures" in row["flags"]
-    assert {e["error"] for e in row["errors"]} == {"not sent: turn 1 failed",
-                                                   f"internal error: RuntimeError: boom in the {where}"}
+    assert {e["error"] for e in row["errors"]} == {
+        "not sent: turn 1 failed",
+        f"internal error: RuntimeError: boom in the {where}",
+    }
     lat = {r["metric"]: r for r in rep.latency}
     assert lat["e2e"]["n"] == lat["ttft"]["n"] == 9
-    assert row["tokens"] == summary.tokens == m.total_tokens(m.requests_from_table(
-        read_requests(tmp_path, m.REQUEST_COLUMNS)))
+    assert (
+        row["tokens"]
+        == summary.tokens
+        == m.total_tokens(m.requests_from_table(read_requests(tmp_path, m.REQUEST_COLUMNS)))
+    )
 
 
 # ---------------------------------------------------------------- a record Arrow cannot convert: repaired, not lost
@@ -509,6 +582,7 @@ def test_a_session_whose_second_turn_fails_records_every_turn(tmp_path, monkeypa
 
 def _wrongly_typed(request_id: str, column: str, value):
     """A patch: one request's record carries a value of the wrong type for its column (a bug upstream)."""
+
     def patch(monkeypatch):
         import rig.loadgen.drive as drive_mod
 
@@ -519,13 +593,14 @@ def _wrongly_typed(request_id: str, column: str, value):
             if turn.request_id == request_id:
                 rec[column] = value
             return rec
+
         monkeypatch.setattr(drive_mod, "request_fields", fake)
+
     return patch
 
 
 @pytest.mark.parametrize("flush", ["final", "periodic"])
-def test_a_record_with_a_wrongly_typed_value_is_written_as_failed_and_the_level_goes_on(tmp_path, monkeypatch,
-                                                                                         flush):
+def test_a_record_with_a_wrongly_typed_value_is_written_as_failed_and_the_level_goes_on(tmp_path, monkeypatch, flush):
     _wrongly_typed("s2-t0", "prompt_tokens", "many")(monkeypatch)
     flushed = []
 
@@ -537,6 +612,7 @@ def test_a_record_with_a_wrongly_typed_value_is_written_as_failed_and_the_level_
             async def counted():
                 flushed.append(run.writer.pending)
                 await real()
+
             run._flush_due = counted
 
     # periodic: longer requests (5 ms a token), one at a time: the level lasts ~1.5 s, the flusher writes parts in it
@@ -550,8 +626,7 @@ def test_a_record_with_a_wrongly_typed_value_is_written_as_failed_and_the_level_
     assert summary.tokens == t[t.ok].completion_tokens.sum()
     bad = t.loc["s2-t0"]
     assert bad.status == "failed" and not bad.ok and pd.isna(bad.prompt_tokens) and pd.isna(bad.output_hash)
-    assert bad.error == "internal error: record not writable as typed: prompt_tokens='many' is not int64 " \
-                        "(written null)"
+    assert bad.error == "internal error: record not writable as typed: prompt_tokens='many' is not int64 (written null)"
     assert bad.completion_tokens == t.loc["s1-t0"].completion_tokens  # the values that fit are kept
     assert t.drop("s2-t0").ok.all()
     if flush == "periodic":
@@ -578,16 +653,27 @@ def test_a_flush_repairs_the_bad_row_of_a_slice_and_writes_the_others(tmp_path):
 
     async def go():
         for i in range(100):  # > one slice: the bad row is in the second
-            run.writer.add({**empty_record(), "request_id": f"r{i}", "status": "ok", "ok": True,
-                            "chunk_tokens": [1, "two"] if i == 40 else [1, 2], "error": None})
+            run.writer.add(
+                {
+                    **empty_record(),
+                    "request_id": f"r{i}",
+                    "status": "ok",
+                    "ok": True,
+                    "chunk_tokens": [1, "two"] if i == 40 else [1, 2],
+                    "error": None,
+                }
+            )
         run.writer._oldest = 0.0  # a part is due now
         await run._flush_due()
 
     asyncio.run(go())
     assert run.writer.pending == 0 and run.writer.rows_written == 100 and run.writer.rows_repaired == 1
     t = read_requests(tmp_path).to_pandas().set_index("request_id")
-    assert t.loc["r40", "status"] == "failed" and "chunk_tokens=[1, 'two'] is not list<item: int32>" in \
-        t.loc["r40", "error"] and t.loc["r40", "chunk_tokens"] is None
+    assert (
+        t.loc["r40", "status"] == "failed"
+        and "chunk_tokens=[1, 'two'] is not list<item: int32>" in t.loc["r40", "error"]
+        and t.loc["r40", "chunk_tokens"] is None
+    )
     assert list(t.loc["r41", "chunk_tokens"]) == [1, 2] and (t.drop("r40").status == "ok").all()
     assert (run.counts["ok"], run.counts["failed"]) == (99, 1)
 
@@ -604,6 +690,7 @@ def test_a_flush_that_raises_keeps_its_rows_and_the_flusher_goes_on(tmp_path):
             if len(calls) == 1:
                 raise RuntimeError("converter bug")
             return real(rows)
+
         run.writer.builder = builder
 
     summary = drive(tmp_path, patch=breaking, sessions=sessions(6, max_tokens=50), slots=1)

@@ -5,16 +5,27 @@ import re
 
 import psutil
 import pytest
-
-from rig.results import read_manifest, read_requests, read_server_metrics
-
 from accounting import assert_accounting
 from support import rig
 
+from rig.results import read_manifest, read_requests, read_server_metrics
+
 pytestmark = pytest.mark.ray
 
-ARGS = ["--workload", "realistic", "--steps", "2", "--concurrency", "1,3", "--requests", "4",
-        "--workload-opt", "max_tokens=24", "--warmup", "1"]
+ARGS = [
+    "--workload",
+    "realistic",
+    "--steps",
+    "2",
+    "--concurrency",
+    "1,3",
+    "--requests",
+    "4",
+    "--workload-opt",
+    "max_tokens=24",
+    "--warmup",
+    "1",
+]
 
 
 @pytest.fixture(scope="module")
@@ -81,11 +92,19 @@ def test_manifest_records_server_and_placement(run):
     cmd = cfg["command"]
     assert cmd[1:3] == ["-m", "rig.sim"]
     i = cmd.index("--speculative-num-steps")
-    assert cmd[i:i + 6] == ["--speculative-num-steps", "2", "--speculative-eagle-topk", "1",
-                            "--speculative-num-draft-tokens", "3"]
+    assert cmd[i : i + 6] == [
+        "--speculative-num-steps",
+        "2",
+        "--speculative-eagle-topk",
+        "1",
+        "--speculative-num-draft-tokens",
+        "3",
+    ]
     assert cfg["server_info"]["max_total_num_tokens"] > 0
-    assert cfg["startup"]["max_running_requests"] == cfg["server_info"]["max_running_requests"] or \
-        cfg["startup"]["max_running_requests"] > 0
+    assert (
+        cfg["startup"]["max_running_requests"] == cfg["server_info"]["max_running_requests"]
+        or cfg["startup"]["max_running_requests"] > 0
+    )
     assert cfg["stopped"] is True
     assert m["cluster"]["local"] is True and len(m["cluster"]["generators"]) == 1
     assert all(p["flush_cache"]["status"] == 200 for p in m["points"])
@@ -113,8 +132,15 @@ def test_printed_table_equals_report_json(run):
     for cells, row in zip(printed, sorted(data, key=lambda r: r["concurrency"])):
         assert int(cells[0]) == row["concurrency"]
         shown = [float(c.replace(",", "")) for c in cells[1:8] if re.fullmatch(r"[\d,.]+", c)]
-        expected = [row["aggregate_tok_s"], row["per_request_tok_s"], row["decode_tok_s"], row["tokens"],
-                    row["wall_s"], row["ok"], row["failed"]]
+        expected = [
+            row["aggregate_tok_s"],
+            row["per_request_tok_s"],
+            row["decode_tok_s"],
+            row["tokens"],
+            row["wall_s"],
+            row["ok"],
+            row["failed"],
+        ]
         assert shown == pytest.approx(expected, rel=0.01, abs=0.051)
 
 

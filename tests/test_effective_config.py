@@ -15,10 +15,15 @@ from rig.server.spec import ServerConfig
 
 def _info(steps=3, topk=1, draft=4, det=False, effective_mrr=48, algo="EAGLE"):
     """/server_info as SGLang 0.5.23 answers it (entrypoints/http_server.py): resolved args + internal_states."""
-    return {"speculative_algorithm": algo, "speculative_num_steps": steps, "speculative_eagle_topk": topk,
-            "speculative_num_draft_tokens": draft, "max_running_requests": 48,
-            "enable_deterministic_inference": det,
-            "internal_states": [{"effective_max_running_requests_per_dp": effective_mrr}]}
+    return {
+        "speculative_algorithm": algo,
+        "speculative_num_steps": steps,
+        "speculative_eagle_topk": topk,
+        "speculative_num_draft_tokens": draft,
+        "max_running_requests": 48,
+        "enable_deterministic_inference": det,
+        "internal_states": [{"effective_max_running_requests_per_dp": effective_mrr}],
+    }
 
 
 def test_topk1_draft_tokens_reset_is_a_change_and_relabels_the_point():
@@ -38,8 +43,11 @@ def test_nextn_alias_and_consistent_values_are_not_changes():
 
 def test_requested_max_running_requests_capped_by_server_is_a_change():
     cfg = ServerConfig(engine="sglang", steps=0, extra_args=("--max-running-requests", "256"))
-    info = {"speculative_algorithm": None, "enable_deterministic_inference": False,
-            "internal_states": [{"effective_max_running_requests_per_dp": 130}]}
+    info = {
+        "speculative_algorithm": None,
+        "enable_deterministic_inference": False,
+        "internal_states": [{"effective_max_running_requests_per_dp": 130}],
+    }
     eff = effective_config(cfg, info, {})
     assert eff["changed"] == [{"knob": "max_running_requests", "requested": 256, "effective": 130}]
 
@@ -58,13 +66,27 @@ def test_deterministic_flag_passes_enable_deterministic_inference_and_seeds_coun
 
 def test_seeds_honoured_by_engine():
     assert effective_config(ServerConfig(engine="vllm"), None, {})["seeds_honoured"] is True
-    assert effective_config(ServerConfig(engine="external", url="http://127.0.0.1:1"), None, {})[
-        "seeds_honoured"] is None
+    assert (
+        effective_config(ServerConfig(engine="external", url="http://127.0.0.1:1"), None, {})["seeds_honoured"] is None
+    )
 
 
 def test_dry_run_prints_a_command_to_paste_with_a_concrete_port():
-    res = CliRunner().invoke(cli, ["run", "--engine", "sglang", "--steps", "2", "--deterministic",
-                                   "--server-arg=--reasoning-parser", "--server-arg", "qwen3", "--dry-run"])
+    res = CliRunner().invoke(
+        cli,
+        [
+            "run",
+            "--engine",
+            "sglang",
+            "--steps",
+            "2",
+            "--deterministic",
+            "--server-arg=--reasoning-parser",
+            "--server-arg",
+            "qwen3",
+            "--dry-run",
+        ],
+    )
     assert res.exit_code == 0, res.output
     line = next(x for x in res.output.splitlines() if "sglang.launch_server" in x)
     argv = shlex.split(line.split(": ", 1)[1])
@@ -79,23 +101,67 @@ def _sampled_run(d, honoured: bool | None, changed: bool = False):
     from rig.analysis.synthetic import record, write_requests, write_run
 
     def cfg(steps):
-        eff = {"requested": {"steps": steps}, "effective": {"steps": steps}, "seeds_honoured": honoured,
-               "changed": [{"knob": "num_draft_tokens", "requested": 8, "effective": 3}] if changed and steps else []}
+        eff = {
+            "requested": {"steps": steps},
+            "effective": {"steps": steps},
+            "seeds_honoured": honoured,
+            "changed": [{"knob": "num_draft_tokens", "requested": 8, "effective": 3}] if changed and steps else [],
+        }
         knobs = {"engine": "sglang", "steps": steps, "num_draft_tokens": 8 if steps else None}
         return {"engine": "sglang", "knobs": knobs, "effective": eff}
 
-    points = [{"point": f"p{s}", "server_config": f"cfg{s}", "engine": "sglang", "workload": "realistic",
-               "steps": s, "load_mode": "closed", "concurrency": 2, "rate": None, "repeat": 0,
-               "status": "complete", "flags": [], "generators": []} for s in (0, 2)]
-    write_run(d, {"run_id": d.name, "status": "complete", "points": points,
-                  "spec": {"workloads": [{"name": "realistic", "temperature": 0.7}]},
-                  "server_configs": {"cfg0": cfg(0), "cfg2": cfg(2)}})
+    points = [
+        {
+            "point": f"p{s}",
+            "server_config": f"cfg{s}",
+            "engine": "sglang",
+            "workload": "realistic",
+            "steps": s,
+            "load_mode": "closed",
+            "concurrency": 2,
+            "rate": None,
+            "repeat": 0,
+            "status": "complete",
+            "flags": [],
+            "generators": [],
+        }
+        for s in (0, 2)
+    ]
+    write_run(
+        d,
+        {
+            "run_id": d.name,
+            "status": "complete",
+            "points": points,
+            "spec": {"workloads": [{"name": "realistic", "temperature": 0.7}]},
+            "server_configs": {"cfg0": cfg(0), "cfg2": cfg(2)},
+        },
+    )
     for s in (0, 2):
-        rows = [record(point=f"p{s}", steps=s, workload="realistic", load_mode="closed", concurrency=2, repeat=0,
-                       generator=0, clock_offset_s=0.0, request_id=f"r{i}", send_ts=100.0 + i,
-                       first_token_ts=100.1 + i, end_ts=101.0 + i - 0.2 * (s > 0), ttft_s=0.1,
-                       e2e_s=1.0 - 0.2 * (s > 0), completion_tokens=50, status="ok", ok=True, temperature=0.7,
-                       output_hash=f"h{i}{s}") for i in range(10)]
+        rows = [
+            record(
+                point=f"p{s}",
+                steps=s,
+                workload="realistic",
+                load_mode="closed",
+                concurrency=2,
+                repeat=0,
+                generator=0,
+                clock_offset_s=0.0,
+                request_id=f"r{i}",
+                send_ts=100.0 + i,
+                first_token_ts=100.1 + i,
+                end_ts=101.0 + i - 0.2 * (s > 0),
+                ttft_s=0.1,
+                e2e_s=1.0 - 0.2 * (s > 0),
+                completion_tokens=50,
+                status="ok",
+                ok=True,
+                temperature=0.7,
+                output_hash=f"h{i}{s}",
+            )
+            for i in range(10)
+        ]
         write_requests(d, f"p{s}", 0, rows)
 
 
@@ -125,11 +191,14 @@ def test_report_reader_labels_effective_values_and_lists_changes(tmp_path):
     assert "requested num_draft_tokens=8" in res.output and "Per-request seeds: not honoured" in res.output
 
 
-@pytest.mark.parametrize("honoured,line", [
-    (False, "not honoured by the server (SGLang without --enable-deterministic-inference)"),
-    (True, "honoured by the server (sampled requests are reproducible across points)"),
-    (None, "unknown (the server does not say)"),
-])
+@pytest.mark.parametrize(
+    "honoured,line",
+    [
+        (False, "not honoured by the server (SGLang without --enable-deterministic-inference)"),
+        (True, "honoured by the server (sampled requests are reproducible across points)"),
+        (None, "unknown (the server does not say)"),
+    ],
+)
 def test_the_html_report_has_the_seeds_line_of_the_terminal_report(tmp_path, honoured, line):
     from rig.analysis.html import render_html
     from rig.analysis.report import build_report
@@ -169,10 +238,14 @@ def test_deterministic_engine_changes_are_read_back_and_said():
     argv = engine_for("sim").argv(cfg, "127.0.0.1", 1)[3:]  # the server's own flags
     info = {**resolve(argv).as_dict(), "internal_states": [{}]}  # what the sim's /server_info lists
     eff = effective_config(cfg, info, {})
-    assert {k: eff["effective"][k] for k in ("radix_cache", "attention_backend", "sampling_backend",
-                                             "custom_all_reduce")} == \
-        {"radix_cache": False, "attention_backend": "flashinfer", "sampling_backend": "pytorch",
-         "custom_all_reduce": False}
+    assert {
+        k: eff["effective"][k] for k in ("radix_cache", "attention_backend", "sampling_backend", "custom_all_reduce")
+    } == {
+        "radix_cache": False,
+        "attention_backend": "flashinfer",
+        "sampling_backend": "pytorch",
+        "custom_all_reduce": False,
+    }
     lines = change_lines("sim-s0", eff)
     assert len(lines) == 1 and "radix (prefix) cache OFF (attention backend flashinfer" in lines[0]
     assert "sampling backend pytorch" in lines[0] and "custom all-reduce off" in lines[0]
@@ -191,12 +264,18 @@ def test_report_prints_what_deterministic_inference_changed(tmp_path):
     path = tmp_path / "d" / "manifest.json"
     data = json.loads(path.read_text())
     data["server_configs"]["cfg2"]["effective"]["effective"].update(
-        deterministic_inference=True, radix_cache=False, attention_backend="flashinfer", sampling_backend="pytorch",
-        custom_all_reduce=False)
+        deterministic_inference=True,
+        radix_cache=False,
+        attention_backend="flashinfer",
+        sampling_backend="pytorch",
+        custom_all_reduce=False,
+    )
     path.write_text(json.dumps(data))
     res = CliRunner().invoke(cli, ["report", str(tmp_path / "d")])
     assert res.exit_code == 0, res.output
     flat = " ".join(res.output.split())
-    assert "server cfg2: deterministic inference changes the engine, not only the seeds: radix (prefix) cache OFF " \
-           "(attention backend flashinfer" in flat
+    assert (
+        "server cfg2: deterministic inference changes the engine, not only the seeds: radix (prefix) cache OFF "
+        "(attention backend flashinfer" in flat
+    )
     assert "server cfg0: deterministic" not in flat

@@ -59,10 +59,20 @@ def _write_gpu_metrics(run: Path, point: str, a: float, b: float, watts: list[fl
             inside = max(0.0, min(t, b) - max(prev, a))
             energy += 100.0 * (t - prev - inside) + w * inside
             prev = t
-            rows.append({"run_id": "golden", "point": point, "node": "10.0.0.9", "ts": float(t) + OFFSET,
-                         "source": "nvml", "gpu_index": gi, "gpu_uuid": f"GPU-{gi}", "gpu_name": "NVIDIA H200",
-                         "power_mw": int(w * 1000 if a < t < b else 100_000),
-                         "energy_mj": int(round(energy * 1000)) if counter else None})
+            rows.append(
+                {
+                    "run_id": "golden",
+                    "point": point,
+                    "node": "10.0.0.9",
+                    "ts": float(t) + OFFSET,
+                    "source": "nvml",
+                    "gpu_index": gi,
+                    "gpu_uuid": f"GPU-{gi}",
+                    "gpu_name": "NVIDIA H200",
+                    "power_mw": int(w * 1000 if a < t < b else 100_000),
+                    "energy_mj": int(round(energy * 1000)) if counter else None,
+                }
+            )
     atomic_write(gpu_metrics_dir(run, point) / "part-00000.parquet", pa.Table.from_pylist(rows, GPU_METRICS_SCHEMA))
 
 
@@ -72,8 +82,11 @@ def synthetic(tmp: Path, watts_by_point: dict[str, list[float]], price: float | 
     rows = {r["point"]: r for r in campaign_table(run)}
     m = json.loads((run / "manifest.json").read_text())
     for cid in m["server_configs"]:
-        m["server_configs"][cid]["telemetry"] = {"source": "nvml", "gpus": [{"index": 0}, {"index": 1}],
-                                                 "clock_offset_s": OFFSET}
+        m["server_configs"][cid]["telemetry"] = {
+            "source": "nvml",
+            "gpus": [{"index": 0}, {"index": 1}],
+            "clock_offset_s": OFFSET,
+        }
     if price is not None:
         m["spec"]["cluster"]["gpu_hour_price"] = price
     m["version"] = 2  # as written now: its verdict stands (version 1 points are judged again on read)
@@ -85,8 +98,12 @@ def synthetic(tmp: Path, watts_by_point: dict[str, list[float]], price: float | 
     return run
 
 
-POINTS = ["sim-s0-3ccf22e4-realistic-c2", "sim-s0-3ccf22e4-realistic-c4", "sim-s4-01a61f00-realistic-c2",
-          "sim-s4-01a61f00-realistic-c4"]
+POINTS = [
+    "sim-s0-3ccf22e4-realistic-c2",
+    "sim-s0-3ccf22e4-realistic-c4",
+    "sim-s4-01a61f00-realistic-c2",
+    "sim-s4-01a61f00-realistic-c4",
+]
 
 
 def test_energy_per_point_from_the_counter_on_the_driver_clock(tmp_path):
@@ -117,8 +134,10 @@ def test_a_run_without_telemetry_or_price_keeps_its_columns():
 
 
 def test_compare_gives_paired_energy_ratios_with_intervals(tmp_path):
-    run = synthetic(tmp_path, {POINTS[0]: [300.0, 300.0], POINTS[1]: [300.0, 300.0], POINTS[2]: [400.0, 400.0],
-                               POINTS[3]: [400.0, 400.0]})
+    run = synthetic(
+        tmp_path,
+        {POINTS[0]: [300.0, 300.0], POINTS[1]: [300.0, 300.0], POINTS[2]: [400.0, 400.0], POINTS[3]: [400.0, 400.0]},
+    )
     out = compare(str(run), baseline_steps=0, resamples=400)
     rows = {r["concurrency"]: r for r in out["energy"] if r["metric"] == "j_per_token"}
     table = {r["point"]: r for r in campaign_table(run)}
@@ -139,8 +158,10 @@ def test_a_crossover_where_a_setting_has_no_valid_point_is_incomplete():
 
 def test_schedule_finds_the_crossover_of_the_chosen_objective(tmp_path):
     # steps 4 is faster at both levels; at C=4 it draws so much more that steps 0 spends fewer J per token there.
-    run = synthetic(tmp_path, {POINTS[0]: [300.0, 300.0], POINTS[1]: [300.0, 300.0], POINTS[2]: [400.0, 400.0],
-                               POINTS[3]: [3000.0, 3000.0]})
+    run = synthetic(
+        tmp_path,
+        {POINTS[0]: [300.0, 300.0], POINTS[1]: [300.0, 300.0], POINTS[2]: [400.0, 400.0], POINTS[3]: [3000.0, 3000.0]},
+    )
     r = load_run(run)
     rows = campaign_table(r)
     [thr] = build_schedule(r, rows, None, "throughput")

@@ -9,15 +9,27 @@ import time
 
 import pyarrow.parquet as pq
 import pytest
-
-from rig.results import read_manifest, read_requests
-
 from accounting import assert_accounting
 from support import engine_procs, rig, spec_file, start_rig
 
+from rig.results import read_manifest, read_requests
+
 pytestmark = pytest.mark.ray
-BASE = ["--engine", "sglang", "--engine-python", sys.executable, "--model", "double", "--tp", "1",
-        "--workload", "greedy", "--warmup", "0", "-q"]
+BASE = [
+    "--engine",
+    "sglang",
+    "--engine-python",
+    sys.executable,
+    "--model",
+    "double",
+    "--tp",
+    "1",
+    "--workload",
+    "greedy",
+    "--warmup",
+    "0",
+    "-q",
+]
 
 
 def wait_for(pred, timeout: float = 90.0):
@@ -36,8 +48,26 @@ def wait_for(pred, timeout: float = 90.0):
 def test_killed_generator_keeps_its_flushed_records_and_the_others_go_on(tmp_path):
     spec = spec_file(tmp_path, RIG_DOUBLE_TOKEN_DELAY="0.05")
     run = tmp_path / "kg"
-    proc = start_rig("run", "--config", str(spec), *BASE, "--steps", "1", "--concurrency", "4", "--requests", "24",
-                 "--workload-opt", "max_tokens=30", "--clients", "2", "--out", str(tmp_path), "--run-id", "kg")
+    proc = start_rig(
+        "run",
+        "--config",
+        str(spec),
+        *BASE,
+        "--steps",
+        "1",
+        "--concurrency",
+        "4",
+        "--requests",
+        "24",
+        "--workload-opt",
+        "max_tokens=30",
+        "--clients",
+        "2",
+        "--out",
+        str(tmp_path),
+        "--run-id",
+        "kg",
+    )
     # once generator 1 has closed a part file, kill its worker process (a crash, not a clean stop)
     wait_for(lambda: list((run / "requests").glob("point=*/gen=1/part-*.parquet")))
     pid = read_manifest(run)["cluster"]["generators"][1]["pid"]
@@ -63,8 +93,25 @@ def test_killed_generator_keeps_its_flushed_records_and_the_others_go_on(tmp_pat
 
 def test_hung_server_gives_timeout_records_and_the_point_ends(tmp_path):
     spec = spec_file(tmp_path, RIG_DOUBLE_HANG="1")
-    res = rig("run", "--config", str(spec), *BASE, "--steps", "1", "--concurrency", "2", "--requests", "4",
-              "--first-token-timeout", "1", "--out", str(tmp_path), "--run-id", "hang", timeout=120)
+    res = rig(
+        "run",
+        "--config",
+        str(spec),
+        *BASE,
+        "--steps",
+        "1",
+        "--concurrency",
+        "2",
+        "--requests",
+        "4",
+        "--first-token-timeout",
+        "1",
+        "--out",
+        str(tmp_path),
+        "--run-id",
+        "hang",
+        timeout=120,
+    )
     assert res.returncode == 1
     run = tmp_path / "hang"
     t = read_requests(run).to_pandas()
@@ -78,8 +125,24 @@ def test_hung_server_gives_timeout_records_and_the_point_ends(tmp_path):
 def test_sigterm_stops_cleanly(tmp_path):
     spec = spec_file(tmp_path, RIG_DOUBLE_TOKEN_DELAY="0.05")
     run = tmp_path / "term"
-    proc = start_rig("run", "--config", str(spec), *BASE, "--steps", "1", "--concurrency", "2", "--requests", "40",
-                 "--workload-opt", "max_tokens=30", "--out", str(tmp_path), "--run-id", "term")
+    proc = start_rig(
+        "run",
+        "--config",
+        str(spec),
+        *BASE,
+        "--steps",
+        "1",
+        "--concurrency",
+        "2",
+        "--requests",
+        "40",
+        "--workload-opt",
+        "max_tokens=30",
+        "--out",
+        str(tmp_path),
+        "--run-id",
+        "term",
+    )
     wait_for(lambda: list((run / "requests").glob("point=*/gen=0/part-*.parquet")))
     assert len(engine_procs(tmp_path)) == 1  # the check below finds this run's engine while it lives
     t0 = time.time()

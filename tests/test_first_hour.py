@@ -11,16 +11,26 @@ import time
 from pathlib import Path
 
 import pytest
+from accounting import assert_accounting
+from support import rig, start_rig
 
 from rig.config import build_spec
 from rig.results import read_manifest, read_requests
 
-from accounting import assert_accounting
-from support import rig, start_rig
-
 ENV = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
-SMALL = ["--concurrency", "2", "--requests", "4", "--workload", "greedy", "--workload-opt", "max_tokens=8",
-         "--warmup", "0", "-q"]
+SMALL = [
+    "--concurrency",
+    "2",
+    "--requests",
+    "4",
+    "--workload",
+    "greedy",
+    "--workload-opt",
+    "max_tokens=8",
+    "--warmup",
+    "0",
+    "-q",
+]
 
 
 def one_line_error(proc: subprocess.CompletedProcess, code: int, *needles: str) -> str:
@@ -126,12 +136,25 @@ def _two_part_run(d: Path) -> Path:
     """Baseline and candidate, identical; the candidate's 40 requests in two part files of 20."""
     import numpy as np
     from test_compare import _point, _write_point
+
     from rig.analysis.synthetic import write_run
 
-    write_run(d, {"run_id": d.name, "status": "complete", "points": [
-        {**_point("base", 0), "requests_scheduled": 40, "records": {"ok": 40, "failed": 0, "cancelled": 0}},
-        {**_point("cand", 2), "requests_scheduled": 40, "records": {"ok": 40, "failed": 0, "cancelled": 0},
-         "generators": [{"generator": 0, "status": "complete", "parts": ["part-00000.parquet"]}]}]})
+    write_run(
+        d,
+        {
+            "run_id": d.name,
+            "status": "complete",
+            "points": [
+                {**_point("base", 0), "requests_scheduled": 40, "records": {"ok": 40, "failed": 0, "cancelled": 0}},
+                {
+                    **_point("cand", 2),
+                    "requests_scheduled": 40,
+                    "records": {"ok": 40, "failed": 0, "cancelled": 0},
+                    "generators": [{"generator": 0, "status": "complete", "parts": ["part-00000.parquet"]}],
+                },
+            ],
+        },
+    )
     _write_point(d, "base", 0, np.ones(40))
     _write_point(d, "cand", 2, np.ones(40))
     return d
@@ -140,7 +163,8 @@ def _two_part_run(d: Path) -> Path:
 def test_compare_says_incomplete_next_to_every_figure_whose_parts_are_unreadable(tmp_path):
     from click.testing import CliRunner
 
-    from rig.analysis.cli import compare as compare_cmd, report as report_cmd
+    from rig.analysis.cli import compare as compare_cmd
+    from rig.analysis.cli import report as report_cmd
     from rig.analysis.compare import compare
 
     a = _two_part_run(tmp_path / "a")
@@ -150,8 +174,10 @@ def test_compare_says_incomplete_next_to_every_figure_whose_parts_are_unreadable
     os.truncate(part, part.stat().st_size // 2)
     res = compare(str(a), str(b))
     by_point = {(r["candidate_point"], r["metric"]): r for r in res["speedups"]}
-    assert all(by_point[("cand", m)]["incomplete"] and "unreadable_parts" in by_point[("cand", m)]["incomplete"]
-               for m in ("e2e", "ttft"))
+    assert all(
+        by_point[("cand", m)]["incomplete"] and "unreadable_parts" in by_point[("cand", m)]["incomplete"]
+        for m in ("e2e", "ttft")
+    )
     assert not by_point[("base", "e2e")]["incomplete"]  # the intact pair is not marked
     assert all(r["incomplete"] for r in res["best"])  # each level's ranking involves the cut point
     assert any("unreadable part file" in w for w in res["warnings"])
@@ -160,7 +186,7 @@ def test_compare_says_incomplete_next_to_every_figure_whose_parts_are_unreadable
     assert "! incomplete" in out.output and "unreadable part file" in out.output
     # report reads through the same reader: it warns and flags the same point
     rep = CliRunner().invoke(report_cmd, [str(b), "--json"])
-    rows = {r["point"]: r for r in json.loads(rep.stdout[rep.stdout.index("["):])}
+    rows = {r["point"]: r for r in json.loads(rep.stdout[rep.stdout.index("[") :])}
     assert "unreadable_parts" in rows["cand"]["flags"] and "unreadable_parts" not in rows["base"]["flags"]
 
 
@@ -184,10 +210,16 @@ def test_report_and_compare_on_no_run_exit_2_and_baseline_steps_names_the_steps(
 
 
 # ------------------------------------------------------------------------------------------ waiting on a server
-@pytest.mark.parametrize("url, needle", [
-    ("notaurl", "http://"), ("ftp://127.0.0.1:8000", "http://"), ("http://127.0.0.1:99999", "65535"),
-    ("http://:8000", "no host"), ("http://127.0.0.1:8000/v1", "'/v1'"),
-])
+@pytest.mark.parametrize(
+    "url, needle",
+    [
+        ("notaurl", "http://"),
+        ("ftp://127.0.0.1:8000", "http://"),
+        ("http://127.0.0.1:99999", "65535"),
+        ("http://:8000", "no host"),
+        ("http://127.0.0.1:8000/v1", "'/v1'"),
+    ],
+)
 def test_a_bad_external_url_is_refused_before_anything_starts(url, needle):
     one_line_error(rig("run", "--engine", "external", "--url", url, "--dry-run"), 2, "server.url", needle)
 
@@ -203,8 +235,9 @@ def test_waiting_on_a_closed_port_reports_progress_and_fails_in_bounded_time():
     with socket.socket() as s:  # a port nobody listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    actor = ServerActor(ServerConfig(engine="external", url=f"http://127.0.0.1:{port}", unreachable_timeout_s=2),
-                        "/tmp", "x.log")
+    actor = ServerActor(
+        ServerConfig(engine="external", url=f"http://127.0.0.1:{port}", unreachable_timeout_s=2), "/tmp", "x.log"
+    )
 
     async def go():
         task = asyncio.create_task(actor.wait_ready())
@@ -229,31 +262,79 @@ def test_flags_are_explained_and_a_blink_of_a_window_is_not_saturation(tmp_path)
     def gen(window):
         return {"generator": 0, "status": "complete", "cpu_pct": 99.0, "loop_lag_p99_ms": 1.0, "window_s": window}
 
-    points = [{"point": p, "server_config": "c", "engine": "sim", "workload": "greedy", "steps": 0,
-               "load_mode": "closed", "concurrency": 2, "repeat": 0, "status": "complete", "requests_scheduled": 6,
-               "flags": [], "generators": [gen(w)]} for p, w in (("blink", 0.02), ("long", 30.0))]
+    points = [
+        {
+            "point": p,
+            "server_config": "c",
+            "engine": "sim",
+            "workload": "greedy",
+            "steps": 0,
+            "load_mode": "closed",
+            "concurrency": 2,
+            "repeat": 0,
+            "status": "complete",
+            "requests_scheduled": 6,
+            "flags": [],
+            "generators": [gen(w)],
+        }
+        for p, w in (("blink", 0.02), ("long", 30.0))
+    ]
     d = write_run(tmp_path / "r", {"run_id": "r", "status": "complete", "points": points})
     for p in ("blink", "long"):
-        errors = ["HTTP 500: internal error for request 1f2e3d4c5b6a", "HTTP 500: internal error for request "
-                  "9a8b7c6d5e4f", "HTTP 500: internal error for request 0a0b0c0d0e0f",
-                  "HTTP 400: context length exceeded", None, None]
-        write_requests(d, p, 0, [record(point=p, request_id=f"q{i}", status="failed" if e else "ok", ok=e is None,
-                                        error=e, send_ts=1.0, end_ts=1.5, e2e_s=0.5, completion_tokens=4)
-                                 for i, e in enumerate(errors)])
+        errors = [
+            "HTTP 500: internal error for request 1f2e3d4c5b6a",
+            "HTTP 500: internal error for request 9a8b7c6d5e4f",
+            "HTTP 500: internal error for request 0a0b0c0d0e0f",
+            "HTTP 400: context length exceeded",
+            None,
+            None,
+        ]
+        write_requests(
+            d,
+            p,
+            0,
+            [
+                record(
+                    point=p,
+                    request_id=f"q{i}",
+                    status="failed" if e else "ok",
+                    ok=e is None,
+                    error=e,
+                    send_ts=1.0,
+                    end_ts=1.5,
+                    e2e_s=0.5,
+                    completion_tokens=4,
+                )
+                for i, e in enumerate(errors)
+            ],
+        )
     rows = {r["point"]: r for r in campaign_table(d)}
     assert "client_saturated" not in rows["blink"]["flags"]
     assert "99% CPU" in rows["long"]["flag_reasons"]["client_saturated"]
     assert rows["long"]["flag_reasons"]["has_failures"] == "4 of 6 requests failed"
-    assert rows["long"]["errors"][0] == {"status": "failed", "error": "HTTP 500: internal error for request …",
-                                         "count": 3}
+    assert rows["long"]["errors"][0] == {
+        "status": "failed",
+        "error": "HTTP 500: internal error for request …",
+        "count": 3,
+    }
     text = render_problems(list(rows.values())).plain
     assert "3 x failed: HTTP 500" in text and "1 x failed: HTTP 400: context length exceeded" in text
 
 
 @pytest.mark.ray
 def test_a_run_whose_requests_all_fail_names_why_on_screen_and_in_the_report(tmp_path):
-    proc = rig("run", *SMALL, "--steps", "0", "--server-arg=--sim-fault", "--server-arg=http=500",
-               "--out", str(tmp_path), "--run-id", "f")
+    proc = rig(
+        "run",
+        *SMALL,
+        "--steps",
+        "0",
+        "--server-arg=--sim-fault",
+        "--server-arg=http=500",
+        "--out",
+        str(tmp_path),
+        "--run-id",
+        "f",
+    )
     assert proc.returncode == 1, proc.stderr[-3000:]
     assert "Traceback" not in proc.stdout + proc.stderr
     assert "What went wrong" in proc.stdout and "4 x failed: HTTP 500" in proc.stdout, proc.stdout[-3000:]
@@ -271,8 +352,14 @@ def test_duration_bounds_a_level_in_flight_requests_get_a_grace_then_are_cancell
 
     # two hung requests and two quick ones, in a 0.3 s level with a 0.5 s grace: done in about 0.8 s, not never
     t0 = time.monotonic()
-    summary = drive(tmp_path, sessions=sessions(4, {0: "hang", 1: "hang"}), slots=4, duration_s=0.3, grace_s=0.5,
-                    timeouts=Timeouts(first_token_s=60.0))
+    summary = drive(
+        tmp_path,
+        sessions=sessions(4, {0: "hang", 1: "hang"}),
+        slots=4,
+        duration_s=0.3,
+        grace_s=0.5,
+        timeouts=Timeouts(first_token_s=60.0),
+    )
     took = time.monotonic() - t0
     assert took < 5.0, took
     t = read_requests(tmp_path).to_pandas()
@@ -286,8 +373,8 @@ def test_a_stop_during_think_time_records_the_remaining_turns(tmp_path):
     import asyncio
     from dataclasses import replace
 
-    from test_drive import INFO, make_app, sessions
     from aiohttp.test_utils import TestServer
+    from test_drive import INFO, make_app, sessions
 
     from rig.loadgen.drive import PointRun, make_session
     from rig.loadgen.plan import GeneratorPlan
@@ -300,8 +387,9 @@ def test_a_stop_during_think_time_records_the_remaining_turns(tmp_path):
     async def go():
         server = TestServer(make_app())
         await server.start_server()
-        plan = GeneratorPlan(point=INFO, generator=0, url=str(server.make_url("")).rstrip("/"), model="m",
-                             sessions=slow, slots=2)
+        plan = GeneratorPlan(
+            point=INFO, generator=0, url=str(server.make_url("")).rstrip("/"), model="m", sessions=slow, slots=2
+        )
         run = PointRun(plan, tmp_path, "h", clock_offset_s=0.0)
         async with make_session() as http:
             task = asyncio.create_task(run.run(http, time.perf_counter()))
@@ -322,8 +410,9 @@ def _wait_running(run: Path, timeout: float = 120, parts: bool = True) -> None:
     deadline = time.time() + timeout
     while time.time() < deadline:
         try:
-            if any(p["status"] == "running" for p in read_manifest(run)["points"]) and \
-                    (not parts or any((run / "requests").rglob("part-*.parquet"))):
+            if any(p["status"] == "running" for p in read_manifest(run)["points"]) and (
+                not parts or any((run / "requests").rglob("part-*.parquet"))
+            ):
                 return
         except (FileNotFoundError, json.JSONDecodeError, KeyError):
             pass
@@ -333,8 +422,24 @@ def _wait_running(run: Path, timeout: float = 120, parts: bool = True) -> None:
 
 @pytest.mark.ray
 def test_double_ctrl_c_ends_interrupted_with_every_record_accounted(tmp_path):
-    proc = start_rig("run", "--concurrency", "4", "--duration", "60", "--workload", "greedy", "--workload-opt",
-                  "max_tokens=64", "--warmup", "0", "-q", "--out", str(tmp_path), "--run-id", "cc")
+    proc = start_rig(
+        "run",
+        "--concurrency",
+        "4",
+        "--duration",
+        "60",
+        "--workload",
+        "greedy",
+        "--workload-opt",
+        "max_tokens=64",
+        "--warmup",
+        "0",
+        "-q",
+        "--out",
+        str(tmp_path),
+        "--run-id",
+        "cc",
+    )
     run = tmp_path / "cc"
     _wait_running(run)
     # An impatient user: Ctrl-C again and again while the run stops, so some land in its final bookkeeping.
@@ -354,8 +459,26 @@ def test_double_ctrl_c_ends_interrupted_with_every_record_accounted(tmp_path):
 @pytest.mark.ray
 def test_sigterm_on_an_overloaded_run_stops_within_10s_and_counts_what_is_on_disk(tmp_path):
     # 100,000 closed-loop slots swamp one generator on a small machine: it cannot honour a stop in time
-    proc = start_rig("run", "--concurrency", "100000", "--duration", "30", "--steps", "0", "--workload", "greedy",
-                  "--workload-opt", "max_tokens=8", "--warmup", "0", "-q", "--out", str(tmp_path), "--run-id", "ov")
+    proc = start_rig(
+        "run",
+        "--concurrency",
+        "100000",
+        "--duration",
+        "30",
+        "--steps",
+        "0",
+        "--workload",
+        "greedy",
+        "--workload-opt",
+        "max_tokens=8",
+        "--warmup",
+        "0",
+        "-q",
+        "--out",
+        str(tmp_path),
+        "--run-id",
+        "ov",
+    )
     run = tmp_path / "ov"
     _wait_running(run, timeout=180, parts=False)  # overloaded, it may write its first part only when stopped
     time.sleep(8.0)  # into the level, with the generator swamped
@@ -374,8 +497,9 @@ def test_sigterm_on_an_overloaded_run_stops_within_10s_and_counts_what_is_on_dis
 # ------------------------------------------------------------------------------------------ bad input, one line
 def test_api_key_file_problems_are_one_line_even_in_a_dry_run(tmp_path):
     for args in ([], ["--dry-run"]):
-        one_line_error(rig("run", *SMALL, "--api-key-file", str(tmp_path / "none"), *args), 2, "api_key_file",
-                       "no such file")
+        one_line_error(
+            rig("run", *SMALL, "--api-key-file", str(tmp_path / "none"), *args), 2, "api_key_file", "no such file"
+        )
         one_line_error(rig("run", *SMALL, "--api-key-file", str(tmp_path), *args), 2, "api_key_file", "not a file")
 
 
@@ -395,17 +519,27 @@ def test_rig_check_with_a_stale_auto_record_fails_in_bounded_time(tmp_path):
     (tmp_path / "ray" / "ray_current_cluster").write_text(f"127.0.0.1:{port}\n")
     env = {k: v for k, v in ENV.items() if k != "RAY_ADDRESS"}
     t0 = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "rig.cli", "check", "--cluster", "clusters/blackwell.yaml"],
-                          capture_output=True, text=True, timeout=60, env={**env, "RAY_TMPDIR": str(tmp_path)},
-                          cwd=Path(__file__).resolve().parents[1])
+    proc = subprocess.run(
+        [sys.executable, "-m", "rig.cli", "check", "--cluster", "clusters/blackwell.yaml"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**env, "RAY_TMPDIR": str(tmp_path)},
+        cwd=Path(__file__).resolve().parents[1],
+    )
     assert time.monotonic() - t0 < 20
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and f"127.0.0.1:{port}" in lines[0] and "stale" in lines[0], proc.stderr
     (tmp_path / "ray" / "ray_current_cluster").unlink()
-    proc = subprocess.run([sys.executable, "-m", "rig.cli", "check", "--cluster", "clusters/blackwell.yaml"],
-                          capture_output=True, text=True, timeout=60, env={**env, "RAY_TMPDIR": str(tmp_path)},
-                          cwd=Path(__file__).resolve().parents[1])
+    proc = subprocess.run(
+        [sys.executable, "-m", "rig.cli", "check", "--cluster", "clusters/blackwell.yaml"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**env, "RAY_TMPDIR": str(tmp_path)},
+        cwd=Path(__file__).resolve().parents[1],
+    )
     assert proc.returncode == 1 and "ray start --head" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
 
 
@@ -465,9 +599,28 @@ def test_corpus_fingerprint_follows_the_bytes_not_the_place(tmp_path):
 @pytest.mark.ray
 def test_the_manifest_records_each_hosts_corpus_and_code_dir_pins_it(tmp_path):
     tree = _code_tree(tmp_path / "tree")
-    proc = rig("run", "--concurrency", "2", "--requests", "4", "--workload", "realistic", "--workload-opt",
-               "max_tokens=8", "--workload-opt", f"code_dir={tree}", "--warmup", "0", "-q", "--steps", "0",
-               "--out", str(tmp_path), "--run-id", "cp")
+    proc = rig(
+        "run",
+        "--concurrency",
+        "2",
+        "--requests",
+        "4",
+        "--workload",
+        "realistic",
+        "--workload-opt",
+        "max_tokens=8",
+        "--workload-opt",
+        f"code_dir={tree}",
+        "--warmup",
+        "0",
+        "-q",
+        "--steps",
+        "0",
+        "--out",
+        str(tmp_path),
+        "--run-id",
+        "cp",
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     corpus = read_manifest(tmp_path / "cp")["cluster"]["corpus"]
     host = read_manifest(tmp_path / "cp")["cluster"]["generators"][0]["host"]
@@ -482,8 +635,15 @@ def test_a_short_dataset_and_skipped_conversations_are_said_before_the_run(tmp_p
     proc = rig("run", "--dataset", str(data), "--requests", "8", "--dry-run")
     assert proc.returncode == 0 and "has 4 usable entries: each level sends 4, not --requests 8" in proc.stderr
     share = tmp_path / "share.json"
-    share.write_text(json.dumps([{"conversations": [{"from": "human", "value": "hi there"}]},
-                                 {"conversations": [{"from": "gpt", "value": "no question"}]}, {"conversations": []}]))
+    share.write_text(
+        json.dumps(
+            [
+                {"conversations": [{"from": "human", "value": "hi there"}]},
+                {"conversations": [{"from": "gpt", "value": "no question"}]},
+                {"conversations": []},
+            ]
+        )
+    )
     proc = rig("run", "--dataset", str(share), "--dry-run")
     assert proc.returncode == 0 and "2 ShareGPT conversation(s) without a human turn skipped; 1 usable" in proc.stderr
 
@@ -491,8 +651,23 @@ def test_a_short_dataset_and_skipped_conversations_are_said_before_the_run(tmp_p
 @pytest.mark.ray
 def test_a_launched_engine_that_exits_fails_at_once_not_after_its_load_budget(tmp_path):
     t0 = time.monotonic()
-    proc = rig("run", *SMALL, "--engine", "sglang", "--engine-python", "/bin/false", "--model", "m", "--tp", "1",
-               "--out", str(tmp_path), "--run-id", "x", timeout=120)
+    proc = rig(
+        "run",
+        *SMALL,
+        "--engine",
+        "sglang",
+        "--engine-python",
+        "/bin/false",
+        "--model",
+        "m",
+        "--tp",
+        "1",
+        "--out",
+        str(tmp_path),
+        "--run-id",
+        "x",
+        timeout=120,
+    )
     took = time.monotonic() - t0
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
     assert took < 60, took  # Ray start plus a moment: the 30-minute model-load budget is not waited out
@@ -537,11 +712,47 @@ def test_the_html_report_says_what_went_wrong_too(tmp_path):
     from rig.analysis.report import build_report
     from rig.analysis.synthetic import record, write_requests, write_run
 
-    d = write_run(tmp_path / "r", {"run_id": "r", "status": "complete", "points": [
-        {"point": "p", "server_config": "c", "engine": "sim", "workload": "greedy", "steps": 0, "load_mode": "closed",
-         "concurrency": 1, "repeat": 0, "status": "complete", "requests_scheduled": 2, "flags": [], "generators": []}]})
-    write_requests(d, "p", 0, [record(point="p", request_id=f"q{i}", status=s, ok=s == "ok", error=e, send_ts=1.0,
-                                      end_ts=1.5, e2e_s=0.5, completion_tokens=4)
-                               for i, (s, e) in enumerate([("ok", None), ("failed", "HTTP 404: no such route")])])
+    d = write_run(
+        tmp_path / "r",
+        {
+            "run_id": "r",
+            "status": "complete",
+            "points": [
+                {
+                    "point": "p",
+                    "server_config": "c",
+                    "engine": "sim",
+                    "workload": "greedy",
+                    "steps": 0,
+                    "load_mode": "closed",
+                    "concurrency": 1,
+                    "repeat": 0,
+                    "status": "complete",
+                    "requests_scheduled": 2,
+                    "flags": [],
+                    "generators": [],
+                }
+            ],
+        },
+    )
+    write_requests(
+        d,
+        "p",
+        0,
+        [
+            record(
+                point="p",
+                request_id=f"q{i}",
+                status=s,
+                ok=s == "ok",
+                error=e,
+                send_ts=1.0,
+                end_ts=1.5,
+                e2e_s=0.5,
+                completion_tokens=4,
+            )
+            for i, (s, e) in enumerate([("ok", None), ("failed", "HTTP 404: no such route")])
+        ],
+    )
     page = render_html(build_report(d), plots=[])
     assert "What went wrong" in page and "1 x failed: HTTP 404: no such route" in page

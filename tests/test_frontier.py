@@ -26,22 +26,63 @@ def _build(d: Path) -> Path:
     for (steps, c), tpot in TPOT.items():
         cfg, point = f"cfg{steps}", f"p-s{steps}-c{c}"
         configs[cfg] = {"engine": "sim", "knobs": {"engine": "sim", "tp": 4, "steps": steps}}
-        points.append({"point": point, "server_config": cfg, "engine": "sim", "workload": "realistic",
-                       "steps": steps, "load_mode": "closed", "concurrency": c, "rate": None, "repeat": 0,
-                       "status": "complete", "requests_scheduled": N, "records": {"ok": N, "failed": 0, "cancelled": 0},
-                       "flags": [], "generators": [{"generator": 0, "status": "complete"}]})
-    write_run(d, {"run_id": "fr", "status": "complete", "server_configs": configs, "points": points,
-                  "cluster": {"generators": [{"generator": 0, "clock_offset_s": 0.0}]}})
+        points.append(
+            {
+                "point": point,
+                "server_config": cfg,
+                "engine": "sim",
+                "workload": "realistic",
+                "steps": steps,
+                "load_mode": "closed",
+                "concurrency": c,
+                "rate": None,
+                "repeat": 0,
+                "status": "complete",
+                "requests_scheduled": N,
+                "records": {"ok": N, "failed": 0, "cancelled": 0},
+                "flags": [],
+                "generators": [{"generator": 0, "status": "complete"}],
+            }
+        )
+    write_run(
+        d,
+        {
+            "run_id": "fr",
+            "status": "complete",
+            "server_configs": configs,
+            "points": points,
+            "cluster": {"generators": [{"generator": 0, "clock_offset_s": 0.0}]},
+        },
+    )
     for (steps, c), tpot in TPOT.items():
         e2e = TTFT + tpot * (TOKENS - 1)
         rows = []
         for i in range(N):
             send = 100.0 + (i // c) * e2e
-            rows.append(record(run_id="fr", point=f"p-s{steps}-c{c}", engine="sim", workload="realistic",
-                               steps=steps, server_config=f"cfg{steps}", load_mode="closed", concurrency=c, repeat=0,
-                               generator=0, clock_offset_s=0.0, request_id=f"r{i}", send_ts=send,
-                               first_token_ts=send + TTFT, end_ts=send + e2e, ttft_s=TTFT, e2e_s=e2e,
-                               completion_tokens=TOKENS, status="ok", ok=True))
+            rows.append(
+                record(
+                    run_id="fr",
+                    point=f"p-s{steps}-c{c}",
+                    engine="sim",
+                    workload="realistic",
+                    steps=steps,
+                    server_config=f"cfg{steps}",
+                    load_mode="closed",
+                    concurrency=c,
+                    repeat=0,
+                    generator=0,
+                    clock_offset_s=0.0,
+                    request_id=f"r{i}",
+                    send_ts=send,
+                    first_token_ts=send + TTFT,
+                    end_ts=send + e2e,
+                    ttft_s=TTFT,
+                    e2e_s=e2e,
+                    completion_tokens=TOKENS,
+                    status="ok",
+                    ok=True,
+                )
+            )
         write_requests(d, f"p-s{steps}-c{c}", 0, rows)
     return d
 
@@ -72,8 +113,13 @@ def test_best_per_level_and_per_slo(run_dir):
     # tpot <= 50 ms: steps=1 meets it at every level, steps=3 up to 4 -> steps=1 is best, capacity 8 vs 4.
     rep = build_report(run_dir, slos=[m.parse_slo("tpot=50ms")])
     [b] = rep.best_per_slo
-    assert (b["best"], b["max_passing"], b["min_failing"], b["runner_up"], b["runner_up_max_passing"]) == \
-        ("steps=1", 8, None, "steps=3", 4)
+    assert (b["best"], b["max_passing"], b["min_failing"], b["runner_up"], b["runner_up_max_passing"]) == (
+        "steps=1",
+        8,
+        None,
+        "steps=3",
+        4,
+    )
     assert b["capacity_margin"] == pytest.approx(1.0)
     levels = {r["level"]: r for r in rep.best_per_level}
     assert levels[8]["best"] == "steps=1" and levels[8]["runner_up"] is None  # steps=3 misses the SLO there
@@ -95,8 +141,10 @@ def test_report_outputs_carry_the_frontier_and_decisions(run_dir, tmp_path):
     full = json.loads(r.output)
     assert full["best_per_slo"][0]["best"] == "steps=1" and full["slo_percentile"] == 90
     assert {x["point"]: x["slo_meets"] for x in full["campaign"]}["p-s3-c8"] is False
-    r = CliRunner().invoke(report_cmd, [str(run_dir), "--slo", "tpot=50ms", "--plots", str(tmp_path / "png"),
-                                        "--html", str(tmp_path / "r.html")])
+    r = CliRunner().invoke(
+        report_cmd,
+        [str(run_dir), "--slo", "tpot=50ms", "--plots", str(tmp_path / "png"), "--html", str(tmp_path / "r.html")],
+    )
     assert r.exit_code == 0, r.output
     assert "Pareto frontier" in r.output and "Best configuration under p99 tpot<=50ms" in r.output
     assert (tmp_path / "png" / "frontier_realistic.png").stat().st_size > 1000

@@ -20,9 +20,20 @@ TOKENS = 101
 
 
 def _point(point: str, steps: int) -> dict:
-    return {"point": point, "server_config": f"cfg{steps}", "engine": "sim", "workload": "greedy", "steps": steps,
-            "load_mode": "closed", "concurrency": 4, "rate": None, "repeat": 0, "status": "complete",
-            "flags": [], "generators": []}
+    return {
+        "point": point,
+        "server_config": f"cfg{steps}",
+        "engine": "sim",
+        "workload": "greedy",
+        "steps": steps,
+        "load_mode": "closed",
+        "concurrency": 4,
+        "rate": None,
+        "repeat": 0,
+        "status": "complete",
+        "flags": [],
+        "generators": [],
+    }
 
 
 def _write(d: Path, point: str, steps: int, tpot: np.ndarray) -> None:
@@ -31,10 +42,29 @@ def _write(d: Path, point: str, steps: int, tpot: np.ndarray) -> None:
     for i, t in enumerate(tpot):
         e2e = 0.2 + t * (TOKENS - 1)
         send = 100.0 + 0.1 * i
-        rows.append(record(point=point, steps=steps, workload="greedy", load_mode="closed", concurrency=4, repeat=0,
-                           generator=0, clock_offset_s=0.0, request_id=f"r{i}", send_ts=send,
-                           first_token_ts=send + 0.2, end_ts=send + e2e, ttft_s=0.2, e2e_s=e2e,
-                           completion_tokens=TOKENS, status="ok", ok=True, temperature=0.0, output_hash="h"))
+        rows.append(
+            record(
+                point=point,
+                steps=steps,
+                workload="greedy",
+                load_mode="closed",
+                concurrency=4,
+                repeat=0,
+                generator=0,
+                clock_offset_s=0.0,
+                request_id=f"r{i}",
+                send_ts=send,
+                first_token_ts=send + 0.2,
+                end_ts=send + e2e,
+                ttft_s=0.2,
+                e2e_s=e2e,
+                completion_tokens=TOKENS,
+                status="ok",
+                ok=True,
+                temperature=0.0,
+                output_hash="h",
+            )
+        )
     write_requests(d, point, 0, rows)
 
 
@@ -81,8 +111,9 @@ def test_judge_verdicts_on_known_regressions():
 
 def test_gate_through_the_cli(tmp_path):
     d = make_run(tmp_path / "run", np.full(N, 1.10))
-    r = CliRunner().invoke(compare_cmd, [f"{d}:base", f"{d}:cand", "--max-regression", "tpot_p99=3%",
-                                         "--max-regression", "ttft=1%"])
+    r = CliRunner().invoke(
+        compare_cmd, [f"{d}:base", f"{d}:cand", "--max-regression", "tpot_p99=3%", "--max-regression", "ttft=1%"]
+    )
     assert r.exit_code == 1, r.output
     lines = [ln for ln in r.output.splitlines() if ln.startswith(("FAIL", "pass"))]
     assert len(lines) == 2

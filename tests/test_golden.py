@@ -9,7 +9,6 @@ import difflib
 import shutil
 
 import pytest
-
 from golden import OUT, RUN, outputs
 
 

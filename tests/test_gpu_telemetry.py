@@ -8,11 +8,10 @@ import time
 
 import pyarrow.parquet as pq
 import pytest
-
 from doubles.fake_pynvml import FakeGpu, FakeNvml
+
 from rig.results import GPU_METRICS_SCHEMA, PartWriter, read_gpu_metrics
-from rig.server.gpu_telemetry import (GpuSampler, NvmlSource, TelemetryAbsent, assigned_devices, import_nvml,
-                                      open_source)
+from rig.server.gpu_telemetry import GpuSampler, NvmlSource, TelemetryAbsent, assigned_devices, import_nvml, open_source
 
 
 def node(n: int = 4, **kw) -> FakeNvml:
@@ -32,7 +31,9 @@ def test_devices_map_to_nvml_indices_by_index_and_by_uuid():
     fake = node()
     src = NvmlSource.open(["GPU-0003-aaaa", "1"], fake.module())
     assert [(g["index"], g["uuid"], g["cuda_device"]) for g in src.gpus] == [
-        (3, "GPU-0003-aaaa", "GPU-0003-aaaa"), (1, "GPU-0001-aaaa", "1")]
+        (3, "GPU-0003-aaaa", "GPU-0003-aaaa"),
+        (1, "GPU-0001-aaaa", "1"),
+    ]
     assert [g["power_limit_mw"] for g in src.gpus] == [700_000, 700_000]
     src.close()
     assert fake.initialized == 0  # nvmlShutdown balanced nvmlInit
@@ -44,10 +45,22 @@ def test_sample_reads_every_field_in_nvml_units():
     fake.gpus[1].event_reasons = 0x4  # SwPowerCap
     src = NvmlSource.open(["1"], fake.module())
     [row] = src.sample()
-    assert row == {"gpu_index": 1, "gpu_uuid": "GPU-0001-aaaa", "gpu_name": "NVIDIA H200", "power_limit_mw": 700_000,
-                   "power_mw": 612_345, "energy_mj": 9_876_543, "util_gpu_pct": 97, "util_mem_pct": 0,
-                   "mem_used_bytes": 1 << 30, "mem_total_bytes": 141 << 30, "sm_clock_mhz": 345, "temperature_c": 30,
-                   "throttle_reasons": 0x4, "errors": None}
+    assert row == {
+        "gpu_index": 1,
+        "gpu_uuid": "GPU-0001-aaaa",
+        "gpu_name": "NVIDIA H200",
+        "power_limit_mw": 700_000,
+        "power_mw": 612_345,
+        "energy_mj": 9_876_543,
+        "util_gpu_pct": 97,
+        "util_mem_pct": 0,
+        "mem_used_bytes": 1 << 30,
+        "mem_total_bytes": 141 << 30,
+        "sm_clock_mhz": 345,
+        "temperature_c": 30,
+        "throttle_reasons": 0x4,
+        "errors": None,
+    }
 
 
 def test_a_field_the_gpu_does_not_support_is_null_and_named():
@@ -60,8 +73,9 @@ def test_a_field_the_gpu_does_not_support_is_null_and_named():
 
 def test_no_driver_library_is_absent_with_the_reason():
     fake = FakeNvml([FakeGpu(uuid="GPU-x")], library=False)
-    with pytest.raises(TelemetryAbsent, match="NVML unavailable: NVMLError_LibraryNotFound: NVML Shared Library Not "
-                                              "Found"):
+    with pytest.raises(
+        TelemetryAbsent, match="NVML unavailable: NVMLError_LibraryNotFound: NVML Shared Library Not Found"
+    ):
         NvmlSource.open(["0"], fake.module())
 
 
@@ -99,8 +113,10 @@ def test_sampler_writes_gpu_metrics_rows_bracketing_the_window(tmp_path):
     assert {r["gpu_index"] for r in t} == {0, 1}
     last = [r for r in t if r["gpu_index"] == 0][-1]
     assert last["energy_mj"] == 1_005_000  # the closing round saw the counter after the change
-    assert pq.read_schema(next((tmp_path / "gpu_metrics" / "point=p1").glob("part-*.parquet"))).names == \
-        GPU_METRICS_SCHEMA.names
+    assert (
+        pq.read_schema(next((tmp_path / "gpu_metrics" / "point=p1").glob("part-*.parquet"))).names
+        == GPU_METRICS_SCHEMA.names
+    )
 
 
 def test_a_failing_round_is_counted_not_fatal(tmp_path):
@@ -164,5 +180,8 @@ def test_the_server_actor_records_why_telemetry_is_absent(tmp_path, monkeypatch)
     except pynvml.NVMLError:
         pass
     got = asyncio.run(actor.open_telemetry())
-    assert got == {"source": None, "node_ip": "127.0.0.1",
-                   "absent_reason": "NVML unavailable: NVMLError_LibraryNotFound: NVML Shared Library Not Found"}
+    assert got == {
+        "source": None,
+        "node_ip": "127.0.0.1",
+        "absent_reason": "NVML unavailable: NVMLError_LibraryNotFound: NVML Shared Library Not Found",
+    }

@@ -11,10 +11,9 @@ import time
 from pathlib import Path
 
 import pytest
+from support import free_port, start_rig
 
 from rig.results import read_manifest
-
-from support import free_port, start_rig
 
 HERE = Path(__file__).parent
 
@@ -35,14 +34,32 @@ def _wait_for(pred, timeout: float, what: str) -> None:
 @pytest.mark.ray
 def test_one_ctrl_c_during_a_stalled_warm_up_stops_within_10s(tmp_path):
     port = free_port()
-    server = subprocess.Popen([sys.executable, str(HERE / "stall_server.py"), str(port)], stdout=subprocess.PIPE,
-                              text=True)
+    server = subprocess.Popen(
+        [sys.executable, str(HERE / "stall_server.py"), str(port)], stdout=subprocess.PIPE, text=True
+    )
     try:
         assert server.stdout is not None and server.stdout.readline().strip() == "ready"
         time.sleep(0.5)
-        proc = start_rig("run", "--engine", "external", "--url", f"http://127.0.0.1:{port}", "--steps", "0",
-                         "--concurrency", "1", "--requests", "2", "--warmup", "1", "-q", "--out", str(tmp_path),
-                         "--run-id", "w")
+        proc = start_rig(
+            "run",
+            "--engine",
+            "external",
+            "--url",
+            f"http://127.0.0.1:{port}",
+            "--steps",
+            "0",
+            "--concurrency",
+            "1",
+            "--requests",
+            "2",
+            "--warmup",
+            "1",
+            "-q",
+            "--out",
+            str(tmp_path),
+            "--run-id",
+            "w",
+        )
         run = tmp_path / "w"
         _wait_for(lambda: any(p["status"] == "running" for p in read_manifest(run)["points"]), 180, "warm-up")
         time.sleep(2.0)  # into the warm-up request, which the server stalls after its first token
@@ -175,13 +192,16 @@ def refused(result, *needles: str, code: int = 2) -> str:
 
 
 # ------------------------------------------------------------------------------ 3. duplicate levels/configurations
-@pytest.mark.parametrize("args, needle", [
-    (["--concurrency", "1,1,2"], "concurrency level 1 is listed twice"),
-    (["--steps", "1,1"], "steps value 1 is listed twice"),
-    (["--workload", "realistic,realistic"], "workload 'realistic' is listed twice"),
-    (["--grid", "eagle_topk=1,1"], "eagle_topk value 1 is listed twice"),
-    (["--mode", "poisson", "--rate", "2,2"], "rate 2.0 is listed twice"),
-])
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["--concurrency", "1,1,2"], "concurrency level 1 is listed twice"),
+        (["--steps", "1,1"], "steps value 1 is listed twice"),
+        (["--workload", "realistic,realistic"], "workload 'realistic' is listed twice"),
+        (["--grid", "eagle_topk=1,1"], "eagle_topk value 1 is listed twice"),
+        (["--mode", "poisson", "--rate", "2,2"], "rate 2.0 is listed twice"),
+    ],
+)
 def test_a_level_or_configuration_listed_twice_is_refused_before_anything_starts(tmp_path, args, needle):
     line = refused(cli("sweep", *args, "--out", str(tmp_path), "--dry-run"), needle, "--repeat")
     assert "Traceback" not in line
@@ -277,10 +297,18 @@ def _requests(ok_e2e: list[float], cancelled_e2e: list[float], cancelled_ttft: l
     nan = [float("nan")] * n_c
     e2e = np.array(ok_e2e + cancelled_e2e)
     ttft = np.array([0.1] * n_ok + (cancelled_ttft or nan))
-    return m.Requests(ok=np.array([True] * n_ok + [False] * n_c), cancelled=np.array([False] * n_ok + [True] * n_c),
-                      tokens=np.array([10.0] * n_ok + [float("nan")] * n_c), ttft=ttft, e2e=e2e,
-                      send=np.zeros(n), end=e2e.copy(), slip=np.zeros(n), e2e_from_intended=e2e.copy(),
-                      verify_ct=np.full(n, np.nan))
+    return m.Requests(
+        ok=np.array([True] * n_ok + [False] * n_c),
+        cancelled=np.array([False] * n_ok + [True] * n_c),
+        tokens=np.array([10.0] * n_ok + [float("nan")] * n_c),
+        ttft=ttft,
+        e2e=e2e,
+        send=np.zeros(n),
+        end=e2e.copy(),
+        slip=np.zeros(n),
+        e2e_from_intended=e2e.copy(),
+        verify_ct=np.full(n, np.nan),
+    )
 
 
 def test_an_slo_verdict_says_how_cancelled_requests_were_counted_and_can_count_them_at_their_lower_bound():
@@ -309,8 +337,17 @@ def test_a_point_with_cancelled_requests_is_flagged(tmp_path):
     from rig.analysis.points import flag_reasons
     from rig.analysis.runs import PointInfo
 
-    p = PointInfo.model_construct(point="p", status="complete", flags=[], flag_reasons={}, in_manifest=True,
-                                  unreadable_parts=[], missing_parts=[], requests_scheduled=10, generators=[])
+    p = PointInfo.model_construct(
+        point="p",
+        status="complete",
+        flags=[],
+        flag_reasons={},
+        in_manifest=True,
+        unreadable_parts=[],
+        missing_parts=[],
+        requests_scheduled=10,
+        generators=[],
+    )
     why = flag_reasons(p, _requests([1.0] * 7, [5.0] * 3))
     assert why.get("has_cancelled") == "3 of 10 requests cancelled"
     assert "has_cancelled" not in flag_reasons(p, _requests([1.0] * 10, []))
@@ -326,22 +363,51 @@ def test_compare_with_a_level_at_0_tok_s_gives_no_margin_instead_of_a_traceback(
     from rig.analysis.synthetic import record, write_requests, write_run
 
     def point(name: str, steps: int) -> dict:
-        return {"point": name, "server_config": f"cfg{steps}", "engine": "sim", "workload": "greedy", "steps": steps,
-                "load_mode": "closed", "concurrency": 4, "rate": None, "repeat": 0, "status": "complete",
-                "flags": [], "generators": []}
+        return {
+            "point": name,
+            "server_config": f"cfg{steps}",
+            "engine": "sim",
+            "workload": "greedy",
+            "steps": steps,
+            "load_mode": "closed",
+            "concurrency": 4,
+            "rate": None,
+            "repeat": 0,
+            "status": "complete",
+            "flags": [],
+            "generators": [],
+        }
 
     d = tmp_path / "run"
     write_run(d, {"run_id": "run", "status": "complete", "points": [point("base", 0), point("cand", 2)]})
     for name, steps, ok in (("base", 0, True), ("cand", 2, False)):
-        rows = [record(point=name, steps=steps, workload="greedy", load_mode="closed", concurrency=4, repeat=0,
-                       generator=0, clock_offset_s=0.0, request_id=f"r{i}", send_ts=100.0 + i, end_ts=101.0 + i,
-                       e2e_s=1.0, ttft_s=0.1 if ok else None, first_token_ts=100.1 + i if ok else None,
-                       completion_tokens=50 if ok else 0, status="ok" if ok else "failed", ok=ok,
-                       error=None if ok else "HTTP 500") for i in range(8)]
+        rows = [
+            record(
+                point=name,
+                steps=steps,
+                workload="greedy",
+                load_mode="closed",
+                concurrency=4,
+                repeat=0,
+                generator=0,
+                clock_offset_s=0.0,
+                request_id=f"r{i}",
+                send_ts=100.0 + i,
+                end_ts=101.0 + i,
+                e2e_s=1.0,
+                ttft_s=0.1 if ok else None,
+                first_token_ts=100.1 + i if ok else None,
+                completion_tokens=50 if ok else 0,
+                status="ok" if ok else "failed",
+                ok=ok,
+                error=None if ok else "HTTP 500",
+            )
+            for i in range(8)
+        ]
         write_requests(d, name, 0, rows)
     r = CliRunner().invoke(compare_cmd, [str(d), "--baseline-steps", "0", "--json"])
     assert r.exit_code == 0 and r.exception is None, (r.output, r.exception)
-    [best] = _json.loads(r.stdout[r.stdout.index("{"):])["best"]
+    [best] = _json.loads(r.stdout[r.stdout.index("{") :])["best"]
     assert best["best"] == "steps=0" and best["runner_up_aggregate_tok_s"] == 0.0
     assert best["margin"] is None and best["ci_low"] is None
     assert "steps=2 has 0 tok/s: no margin" in best["incomplete"]
@@ -349,8 +415,10 @@ def test_compare_with_a_level_at_0_tok_s_gives_no_margin_instead_of_a_traceback(
     assert r.exit_code == 0 and r.exception is None, (r.output, r.exception)
 
 
-@pytest.mark.parametrize("command", [["report", "RUN"], ["sweep", "--search", "concurrency", "--dry-run"],
-                                     ["tune", "--steps", "0,1", "--dry-run"]])
+@pytest.mark.parametrize(
+    "command",
+    [["report", "RUN"], ["sweep", "--search", "concurrency", "--dry-run"], ["tune", "--steps", "0,1", "--dry-run"]],
+)
 def test_an_slo_limit_of_zero_is_refused_with_one_line(tmp_path, command):
     args = [str(tmp_path) if a == "RUN" else a for a in command]
     refused(cli(*args, "--slo", "ttft=0"), "ttft=0", "above 0")
@@ -358,8 +426,12 @@ def test_an_slo_limit_of_zero_is_refused_with_one_line(tmp_path, command):
 
 def test_several_configurations_of_one_external_server_are_refused(tmp_path):
     for command in (["tune", "--slo", "ttft=1s"], ["sweep"]):
-        refused(cli(*command, "--engine", "external", "--url", "http://127.0.0.1:9", "--steps", "0,4", "--dry-run"),
-                "external", "same server", "one --steps value")
+        refused(
+            cli(*command, "--engine", "external", "--url", "http://127.0.0.1:9", "--steps", "0,4", "--dry-run"),
+            "external",
+            "same server",
+            "one --steps value",
+        )
     # one configuration of it is fine: what the server runs
     ok = cli("sweep", "--engine", "external", "--url", "http://127.0.0.1:9", "--steps", "0", "--dry-run")
     assert ok.exit_code == 0, ok.output
@@ -378,11 +450,13 @@ def test_report_and_fit_outputs_never_overwrite_a_runs_own_files(tmp_path):
     run = _golden_copy(tmp_path)
     before = {p: p.read_bytes() for p in run.rglob("*") if p.is_file()}
     part = next((run / "requests").rglob("part-*.parquet"))
-    for args in (["report", str(run), "--html", str(run / "manifest.json")],
-                 ["report", str(run), "--html", str(part)],
-                 ["report", str(run), "--csv", str(run / "requests")],
-                 ["report", str(run), "--plots", str(run / "logs" / "plots")],
-                 ["sim", "fit", str(run), "-o", str(run / "manifest.json")]):
+    for args in (
+        ["report", str(run), "--html", str(run / "manifest.json")],
+        ["report", str(run), "--html", str(part)],
+        ["report", str(run), "--csv", str(run / "requests")],
+        ["report", str(run), "--plots", str(run / "logs" / "plots")],
+        ["sim", "fit", str(run), "-o", str(run / "manifest.json")],
+    ):
         refused(cli(*args), "never writes over a run's own files", str(run))
     assert {p: p.read_bytes() for p in run.rglob("*") if p.is_file()} == before
     # next to the run's files is fine
@@ -394,20 +468,24 @@ def test_report_and_fit_outputs_never_overwrite_a_runs_own_files(tmp_path):
 def test_an_output_path_that_cannot_be_written_is_one_line_without_errno_noise(tmp_path):
     run = _golden_copy(tmp_path)
     (tmp_path / "adir").mkdir()
-    line = refused(cli("report", str(run), "--html", str(tmp_path / "adir")), "cannot write", "Is a directory",
-                   code=1)
+    line = refused(cli("report", str(run), "--html", str(tmp_path / "adir")), "cannot write", "Is a directory", code=1)
     assert "[Errno" not in line
 
 
 # ------------------------------------------------------------------------------ 8. huge concurrency, few requests
 def test_an_absurd_concurrency_is_refused_and_few_requests_below_it_are_noted(tmp_path):
-    refused(cli("run", "--concurrency", "100000000", "--requests", "10", "--dry-run"), "load.concurrency",
-            "at most 1,000,000")
+    refused(
+        cli("run", "--concurrency", "100000000", "--requests", "10", "--dry-run"),
+        "load.concurrency",
+        "at most 1,000,000",
+    )
     r = cli("run", "--concurrency", "1,64", "--requests", "8", "--dry-run")
     assert r.exit_code == 0, r.output
     notes = [ln for ln in r.output.splitlines() if ln.startswith("rig: note:")]
-    assert notes == ["rig: note: --requests 8 is below concurrency 64: at most 8 requests are ever in flight there, "
-                     "so such a level measures concurrency 8 (give --requests >= the concurrency, or --duration)"]
+    assert notes == [
+        "rig: note: --requests 8 is below concurrency 64: at most 8 requests are ever in flight there, "
+        "so such a level measures concurrency 8 (give --requests >= the concurrency, or --duration)"
+    ]
 
 
 def test_a_closed_level_splits_without_walking_its_concurrency_and_idle_slots_are_not_made():
@@ -443,20 +521,26 @@ def test_a_config_or_cluster_file_that_is_not_yaml_text_is_one_line(tmp_path, ki
 def test_an_empty_workload_list_is_refused_before_anything_starts(tmp_path):
     f = tmp_path / "spec.yaml"
     f.write_text("workloads: []\n")
-    refused(cli("run", "--config", str(f), "--out", str(tmp_path / "out"), "--dry-run"), "workloads",
-            "at least one workload")
+    refused(
+        cli("run", "--config", str(f), "--out", str(tmp_path / "out"), "--dry-run"),
+        "workloads",
+        "at least one workload",
+    )
 
 
 # ------------------------------------------------------------------------------ also seen: values checked up front
-@pytest.mark.parametrize("args, needle", [
-    (["--seed", "-1"], "load.seed"),
-    (["--mode", "poisson", "--rate", "inf"], "finite"),
-    (["--mode", "poisson", "--rate", "nan"], "finite"),
-    (["--mode", "gamma", "--rate", "1", "--burstiness", "inf"], "load.burstiness"),
-    (["--duration", "nan"], "load.duration_s"),
-    (["--requests", "1000000000"], "load.requests"),
-    (["--first-token-timeout", "0.002"], "first_token_s"),
-])
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["--seed", "-1"], "load.seed"),
+        (["--mode", "poisson", "--rate", "inf"], "finite"),
+        (["--mode", "poisson", "--rate", "nan"], "finite"),
+        (["--mode", "gamma", "--rate", "1", "--burstiness", "inf"], "load.burstiness"),
+        (["--duration", "nan"], "load.duration_s"),
+        (["--requests", "1000000000"], "load.requests"),
+        (["--first-token-timeout", "0.002"], "first_token_s"),
+    ],
+)
 def test_values_are_checked_before_anything_starts(tmp_path, args, needle):
     refused(cli("run", *args, "--out", str(tmp_path), "--dry-run"), needle)
 
@@ -467,9 +551,14 @@ def test_a_dataset_max_tokens_beyond_any_model_is_refused(tmp_path):
     refused(cli("run", "--dataset", str(f), "--dry-run"), f"{f}:1", "max_tokens", "1,000,000")
 
 
-@pytest.mark.parametrize("content, needle", [(b"key-one\nkey-two\n", "more than one word or line"),
-                                             (bytes(range(128, 200)), "not a text file"),
-                                             (b"  \n", "is empty")])
+@pytest.mark.parametrize(
+    "content, needle",
+    [
+        (b"key-one\nkey-two\n", "more than one word or line"),
+        (bytes(range(128, 200)), "not a text file"),
+        (b"  \n", "is empty"),
+    ],
+)
 def test_api_key_file_problems_name_the_file_in_one_line(tmp_path, content, needle):
     f = tmp_path / "key"
     f.write_bytes(content)
@@ -484,10 +573,19 @@ def test_credentials_in_a_url_never_reach_the_manifest(tmp_path):
     from rig.contracts import Manifest, ServerConfigEntry
     from rig.results import write_manifest
 
-    spec = build_spec({}, {"server": {"engine": "external", "url": "http://alice:s3cr3t@127.0.0.1:9/"},
-                           "out": str(tmp_path), "run_id": "c"})
-    m = Manifest(run_id="c", spec=_json.loads(spec.model_dump_json()),
-                 server_configs={"x": ServerConfigEntry(url="http://alice:s3cr3t@127.0.0.1:9")})
+    spec = build_spec(
+        {},
+        {
+            "server": {"engine": "external", "url": "http://alice:s3cr3t@127.0.0.1:9/"},
+            "out": str(tmp_path),
+            "run_id": "c",
+        },
+    )
+    m = Manifest(
+        run_id="c",
+        spec=_json.loads(spec.model_dump_json()),
+        server_configs={"x": ServerConfigEntry(url="http://alice:s3cr3t@127.0.0.1:9")},
+    )
     write_manifest(tmp_path, m)
     text = (tmp_path / "manifest.json").read_text()
     assert "s3cr3t" not in text and "alice" not in text
@@ -526,8 +624,11 @@ def test_https_against_a_plain_http_server_says_so(tmp_path):
         site = web.TCPSite(runner, "127.0.0.1", 0)
         await site.start()
         port = site._server.sockets[0].getsockname()[1]
-        actor = ServerActor(ServerConfig(engine="external", url=f"https://127.0.0.1:{port}",
-                                         unreachable_timeout_s=0.5), str(tmp_path), "s.log")
+        actor = ServerActor(
+            ServerConfig(engine="external", url=f"https://127.0.0.1:{port}", unreachable_timeout_s=0.5),
+            str(tmp_path),
+            "s.log",
+        )
         try:
             await actor.wait_ready(timeout_s=5)
         except Exception as e:
@@ -594,11 +695,14 @@ def test_a_stop_while_one_engine_shuts_down_launches_no_other(tmp_path):
 
 
 def test_a_concurrency_search_with_fewer_requests_than_its_maximum_says_so():
-    r = cli("sweep", "--search", "concurrency", "--slo", "ttft=1s", "--requests", "4", "--search-max", "16",
-            "--dry-run")
+    r = cli(
+        "sweep", "--search", "concurrency", "--slo", "ttft=1s", "--requests", "4", "--search-max", "16", "--dry-run"
+    )
     assert r.exit_code == 0, r.output
-    assert "rig: note: --requests 4 is below the search's maximum 16: a probe above 4 has at most 4 requests in " \
-           "flight" in r.output
+    assert (
+        "rig: note: --requests 4 is below the search's maximum 16: a probe above 4 has at most 4 requests in "
+        "flight" in r.output
+    )
 
 
 def test_a_stop_ends_the_wait_for_generator_placement(monkeypatch):
@@ -678,30 +782,55 @@ def test_a_server_metrics_write_error_never_erases_a_points_accounting(tmp_path,
         return x
 
     fake = types.SimpleNamespace(
-        get=fake_get, exceptions=real_ray.exceptions, cancel=lambda *a, **k: None, kill=lambda *a: None,
-        wait=lambda refs, num_returns=1, timeout=None: ([r for r in refs if r is not never],
-                                                         [r for r in refs if r is never]))
+        get=fake_get,
+        exceptions=real_ray.exceptions,
+        cancel=lambda *a, **k: None,
+        kill=lambda *a: None,
+        wait=lambda refs, num_returns=1, timeout=None: (
+            [r for r in refs if r is not never],
+            [r for r in refs if r is never],
+        ),
+    )
     monkeypatch.setattr(execute, "ray", fake)
     monkeypatch.setattr(fleet_mod, "ray", fake)
 
-    report = GeneratorReport(generator=0, status="complete", scheduled=5, rows_written=5,
-                             records=RecordCounts(ok=5), window_s=0.1)
-    gen = types.SimpleNamespace(prepare=Call(lambda pl: 1), run_point=Call(lambda t: report),
-                                stop=Call(lambda: None), progress=Call(lambda: {"ok": 5}))
+    report = GeneratorReport(
+        generator=0, status="complete", scheduled=5, rows_written=5, records=RecordCounts(ok=5), window_s=0.1
+    )
+    gen = types.SimpleNamespace(
+        prepare=Call(lambda pl: 1),
+        run_point=Call(lambda t: report),
+        stop=Call(lambda: None),
+        progress=Call(lambda: {"ok": 5}),
+    )
     disk_full = OSError(28, "No space left on device")
-    server = types.SimpleNamespace(metrics_snapshot=Call(lambda: {}), start_scrape=Call(lambda *a: None),
-                                   wait_exit=Call(lambda: never), alive=Call(lambda: True),
-                                   stop_scrape=Call(lambda: disk_full), scrape_lost=Call(lambda: None))
-    spec = build_spec({}, {"out": str(tmp_path), "run_id": "e", "flush_cache": False, "load": {"concurrency": [1]},
-                           "steps": [0]})
+    server = types.SimpleNamespace(
+        metrics_snapshot=Call(lambda: {}),
+        start_scrape=Call(lambda *a: None),
+        wait_exit=Call(lambda: never),
+        alive=Call(lambda: True),
+        stop_scrape=Call(lambda: disk_full),
+        scrape_lost=Call(lambda: None),
+    )
+    spec = build_spec(
+        {}, {"out": str(tmp_path), "run_id": "e", "flush_cache": False, "load": {"concurrency": [1]}, "steps": [0]}
+    )
     [point] = expand_points(spec)
     store = ManifestStore(tmp_path, "closed")
     store.create(spec, [point])
     fleet = Fleet()
     fleet.active = [(0, gen)]
     fleet.gen_info = [{"generator": 0, "node_id": None}]
-    ex = PointExecutor(spec, tmp_path, store, Progress(), StopControl(lambda m: None), fleet,
-                       types.SimpleNamespace(handle=server), None)
+    ex = PointExecutor(
+        spec,
+        tmp_path,
+        store,
+        Progress(),
+        StopControl(lambda m: None),
+        fleet,
+        types.SimpleNamespace(handle=server),
+        None,
+    )
     ex.gather_one = lambda pid, gid: {}
     ex.run_point(point, ServerConfigEntry(url="http://127.0.0.1:9", dialect="sglang"))
     e = store.entry(point.point)
@@ -722,24 +851,39 @@ def test_a_generator_stops_its_warm_up_when_asked(tmp_path):
     import asyncio
 
     from aiohttp.test_utils import TestServer
-
     from fake_server import make_app
+
     from rig.contracts import PointColumns
     from rig.loadgen.actor import LoadGenerator
     from rig.loadgen.plan import GeneratorPlan
     from rig.workloads.base import Session, Turn
 
-    info = PointColumns(run_id="r", point="p0", engine="external", workload="t", api="sglang-native", steps=0,
-                        server_config="x", server_args="{}", load_mode="closed", concurrency=1, rate=None, repeat=0)
-    stalled = Session(session_id="w", turns=(Turn(request_id="w0", max_tokens=4,
-                                                  messages=({"role": "user", "content": "MODE:slowfirst"},)),))
+    info = PointColumns(
+        run_id="r",
+        point="p0",
+        engine="external",
+        workload="t",
+        api="sglang-native",
+        steps=0,
+        server_config="x",
+        server_args="{}",
+        load_mode="closed",
+        concurrency=1,
+        rate=None,
+        repeat=0,
+    )
+    stalled = Session(
+        session_id="w",
+        turns=(Turn(request_id="w0", max_tokens=4, messages=({"role": "user", "content": "MODE:slowfirst"},)),),
+    )
 
     async def go() -> tuple[int, float]:
         server = TestServer(make_app())
         await server.start_server()
         gen = LoadGenerator(0, str(tmp_path))
-        plan = GeneratorPlan(point=info, generator=0, url=str(server.make_url("")).rstrip("/"), model="m",
-                             sessions=(), warmup=(stalled,))
+        plan = GeneratorPlan(
+            point=info, generator=0, url=str(server.make_url("")).rstrip("/"), model="m", sessions=(), warmup=(stalled,)
+        )
         try:
             prep = asyncio.get_running_loop().create_task(gen.prepare(plan))
             await asyncio.sleep(0.5)  # the warm-up request is in flight, its server silent

@@ -34,8 +34,13 @@ class _Server:
             while b"\r\n\r\n" not in data:
                 data += conn.recv(65536)
             head, _, body = data.partition(b"\r\n\r\n")
-            length = int(next(v for k, _, v in (line.partition(b":") for line in head.split(b"\r\n"))
-                              if k.lower() == b"content-length"))
+            length = int(
+                next(
+                    v
+                    for k, _, v in (line.partition(b":") for line in head.split(b"\r\n"))
+                    if k.lower() == b"content-length"
+                )
+            )
             got = len(body)
             while got < length:
                 got += len(conn.recv(1 << 20))
@@ -84,6 +89,7 @@ def _exchange(loop_kind: str, body: bytes = b"{}", block_s: float = 0.05):
                 assert server.sent.wait(5)
                 time.sleep(block_s)
                 times["resumed"] = time.perf_counter()
+
             loop.call_soon(block)
             assert await asyncio.wait_for(done, 10) is True
             times["unstamped"] = pool.unstamped
@@ -125,7 +131,7 @@ def stamping():
 @pytest.mark.parametrize("loop_kind", list(LOOPS))
 def test_arrival_time_is_the_kernels_not_the_reads(loop_kind, stamping):
     sink, times, _ = _exchange(loop_kind)
-    (data, at, ran), = [b for b in sink.bodies if b[0]]
+    ((data, at, ran),) = [b for b in sink.bodies if b[0]]
     assert data == b"hello"
     assert times["go"] - 0.002 <= at  # not before the server was told to write it
     assert ran - at >= 0.04  # the loop read it ~50 ms after it came in, and the stamp says so
@@ -137,7 +143,7 @@ def test_arrival_time_is_the_kernels_not_the_reads(loop_kind, stamping):
 def test_without_a_control_message_the_read_is_stamped(loop_kind, monkeypatch):
     monkeypatch.setattr(http1, "KERNEL_STAMPS", False)  # the socket asks for no stamps: the kernel sends none
     sink, times, _ = _exchange(loop_kind)
-    (data, at, ran), = [b for b in sink.bodies if b[0]]
+    ((data, at, ran),) = [b for b in sink.bodies if b[0]]
     assert data == b"hello"
     assert times["resumed"] <= at <= ran  # stamped when the loop read it, after the block
     assert times["unstamped"] >= 2  # the head and the chunk (and the end, if it came in its own read)
@@ -161,6 +167,7 @@ def test_a_connection_reset_mid_response_is_reported():
         conn.sendall(HEAD + b"5\r\nhel")
         conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")  # RST on close
         conn.close()
+
     t = threading.Thread(target=serve, daemon=True)
     t.start()
 
@@ -171,11 +178,11 @@ def test_a_connection_reset_mid_response_is_reported():
             with pytest.raises(http1.HTTPError, match="connection lost: .*reset|server closed the connection"):
                 await asyncio.wait_for(conn.send(http1.build_request("127.0.0.1", port, "/", b"{}", None), sink), 10)
             return conn, pool
+
     conn, pool = asyncio.run(go())
     t.join(5)
     lsock.close()
     assert conn.broken and conn not in pool._all
-
 
 
 @pytest.mark.parametrize("loop_kind", list(LOOPS))
@@ -189,6 +196,7 @@ def test_a_refused_connection_says_so_on_either_loop(loop_kind):
             with pytest.raises(http1.ConnectError, match=r"^\[Errno \d+\] Connection refused$"):
                 await pool.acquire("127.0.0.1", port, 5)
             return pool
+
     with asyncio.Runner(loop_factory=LOOPS[loop_kind]) as runner:
         assert runner.run(go()).opened == 0
 
@@ -223,6 +231,7 @@ def test_a_read_after_the_preempts_due_time_runs_it_first():
                 server.go.set()
                 assert server.sent.wait(5)
                 time.sleep(0.01)
+
             loop.call_soon(block)
             assert await asyncio.wait_for(done, 10) is True
 

@@ -42,7 +42,7 @@ def import_graph(root: Path) -> dict[str, set[str]]:
                 base = node.module or ""
                 if node.level:
                     parts = package.split(".")
-                    base = ".".join(parts[:len(parts) - node.level + 1] + ([node.module] if node.module else []))
+                    base = ".".join(parts[: len(parts) - node.level + 1] + ([node.module] if node.module else []))
                 targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names]
             for t in targets:
                 found = known(t)
@@ -108,7 +108,8 @@ def test_a_cycle_is_found(tmp_path):
 def test_rig_has_no_import_cycles():
     found = cycles(import_graph(RIG_ROOT))
     assert found == [], "import cycles (break each so the flow stays one-directional): " + "; ".join(
-        " <-> ".join(c) for c in found)
+        " <-> ".join(c) for c in found
+    )
 
 
 def test_the_cli_starts_without_the_heavy_stack():
@@ -117,10 +118,12 @@ def test_the_cli_starts_without_the_heavy_stack():
     import subprocess
     import sys
 
-    probe = ("import sys, rig.cli\n"
-             "heavy = sorted(m for m in ('ray', 'pyarrow', 'pandas', 'matplotlib', 'scipy', 'rig.analysis.report')"
-             " if m in sys.modules)\n"
-             "print(','.join(heavy))")
+    probe = (
+        "import sys, rig.cli\n"
+        "heavy = sorted(m for m in ('ray', 'pyarrow', 'pandas', 'matplotlib', 'scipy', 'rig.analysis.report')"
+        " if m in sys.modules)\n"
+        "print(','.join(heavy))"
+    )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == ""

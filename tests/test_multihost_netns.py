@@ -40,19 +40,53 @@ def netns():
         c.down()
 
 
-def rig_run(c: NetnsCluster, tmp: Path, run_id: str, *args: str, server: dict | None = None
-            ) -> tuple[dict, subprocess.CompletedProcess]:
+def rig_run(
+    c: NetnsCluster, tmp: Path, run_id: str, *args: str, server: dict | None = None
+) -> tuple[dict, subprocess.CompletedProcess]:
     cfile = tmp / f"{run_id}-cluster.yaml"
-    cfile.write_text(yaml.safe_dump({**({"server": server} if server else {}), "cluster": {
-        "address": c.address, "server_label": {"role": "server"}, "client_label": {"role": "client"},
-        "client_resource": "client", "allow_generators_on_server_node": False,
-        "shared_results": False,  # every namespace shares this disk: force the spool + gather path
-        "spool_dir": str(c.base / "spool-{node_ip}")}}))
-    argv = [str(Path(sys.executable).with_name("rig")), "run", "--cluster", str(cfile), "--engine", "sim",
-            "--steps", "2", "--workload", "greedy", "--workload-opt", "max_tokens=16", "--warmup", "1",
-            "--clients", "2", "--out", str(tmp / "out"), "--run-id", run_id, "-q", *args]
-    proc = subprocess.run(c.exec_argv("head", argv), capture_output=True, text=True, timeout=150,
-                          env=c.full_env(), cwd=ROOT)
+    cfile.write_text(
+        yaml.safe_dump(
+            {
+                **({"server": server} if server else {}),
+                "cluster": {
+                    "address": c.address,
+                    "server_label": {"role": "server"},
+                    "client_label": {"role": "client"},
+                    "client_resource": "client",
+                    "allow_generators_on_server_node": False,
+                    "shared_results": False,  # every namespace shares this disk: force the spool + gather path
+                    "spool_dir": str(c.base / "spool-{node_ip}"),
+                },
+            }
+        )
+    )
+    argv = [
+        str(Path(sys.executable).with_name("rig")),
+        "run",
+        "--cluster",
+        str(cfile),
+        "--engine",
+        "sim",
+        "--steps",
+        "2",
+        "--workload",
+        "greedy",
+        "--workload-opt",
+        "max_tokens=16",
+        "--warmup",
+        "1",
+        "--clients",
+        "2",
+        "--out",
+        str(tmp / "out"),
+        "--run-id",
+        run_id,
+        "-q",
+        *args,
+    ]
+    proc = subprocess.run(
+        c.exec_argv("head", argv), capture_output=True, text=True, timeout=150, env=c.full_env(), cwd=ROOT
+    )
     run_dir = tmp / "out" / run_id
     assert (run_dir / "manifest.json").exists(), proc.stdout[-2000:] + proc.stderr[-4000:] + c.logs()
     return read_manifest(run_dir), proc
@@ -82,8 +116,11 @@ def _common_checks(c: NetnsCluster, m: dict, run_dir: Path, proc: subprocess.Com
     assert t.request_id.is_unique and t.ok.all()
     # spooled parts were gathered into the results dir and removed from the hosts
     for p in m["points"]:
-        assert sum(g["gathered"]["from_host"] for g in p["generators"]) == \
-            len(list((run_dir / "requests" / f"point={p['point']}").rglob("part-*.parquet"))) > 0
+        assert (
+            sum(g["gathered"]["from_host"] for g in p["generators"])
+            == len(list((run_dir / "requests" / f"point={p['point']}").rglob("part-*.parquet")))
+            > 0
+        )
     assert not list(c.base.glob("spool-*/**/part-*.parquet"))
     # the server node spooled its log and /metrics samples too; the driver brought them home
     log = next((run_dir / "logs").glob("server=*/server.log")).read_text()
@@ -126,8 +163,9 @@ def test_open_loop_schedule_split_across_namespaces(netns, tmp_path):
 
 def test_a_server_bound_to_loopback_is_not_reachable_from_client_hosts(netns, tmp_path):
     """The negative control: the namespaces really are separate hosts, so a loopback-bound server fails the run."""
-    m, proc = rig_run(netns, tmp_path, "loopback", "--concurrency", "2", "--requests", "4",
-                      server={"host": "127.0.0.1"})
+    m, proc = rig_run(
+        netns, tmp_path, "loopback", "--concurrency", "2", "--requests", "4", server={"host": "127.0.0.1"}
+    )
     (server,) = m["server_configs"].values()
     assert server["url"].startswith("http://127.0.0.1:") and server["status"] == "ready"  # healthy on its own host
     (p,) = m["points"]

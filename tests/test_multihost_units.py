@@ -10,28 +10,43 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from aiohttp.test_utils import TestServer
+from fake_server import make_app
 
 from rig import cluster as rc
 from rig.config import ClusterSpec, SpecError, build_spec
+from rig.contracts import PointColumns
 from rig.loadgen import actor as actor_mod
 from rig.loadgen import drive as drive_mod
 from rig.loadgen import spool
 from rig.loadgen.actor import LoadGenerator
-from rig.contracts import PointColumns
 from rig.loadgen.plan import GeneratorPlan
 from rig.results import read_requests
 from rig.workloads.base import Session, Turn
 
-from fake_server import make_app
-
-INFO = PointColumns(run_id="r", point="p0", engine="external", workload="t", api="sglang-native", steps=0,
-                    server_config="x", server_args="{}", load_mode="poisson", concurrency=None, rate=10.0, repeat=0)
+INFO = PointColumns(
+    run_id="r",
+    point="p0",
+    engine="external",
+    workload="t",
+    api="sglang-native",
+    steps=0,
+    server_config="x",
+    server_args="{}",
+    load_mode="poisson",
+    concurrency=None,
+    rate=10.0,
+    repeat=0,
+)
 
 
 def sessions(n: int) -> tuple[Session, ...]:
-    return tuple(Session(session_id=f"s{i}", turns=(Turn(request_id=f"s{i}-t0", max_tokens=4,
-                                                         messages=({"role": "user", "content": f"q{i}"},)),))
-                 for i in range(n))
+    return tuple(
+        Session(
+            session_id=f"s{i}",
+            turns=(Turn(request_id=f"s{i}-t0", max_tokens=4, messages=({"role": "user", "content": f"q{i}"},)),),
+        )
+        for i in range(n)
+    )
 
 
 class SkewedClock:
@@ -78,8 +93,9 @@ def test_records_carry_the_offset_with_the_sign_analysis_subtracts(tmp_path, mon
             offset, _ = rc.best_offset(samples)
             await gen.set_clock_offset(offset)
             url = str(server.make_url("")).rstrip("/")
-            plan = GeneratorPlan(point=INFO, generator=0, url=url, model="m", sessions=sessions(4),
-                                 arrivals=(0.0, 0.05, 0.10, 0.15))
+            plan = GeneratorPlan(
+                point=INFO, generator=0, url=url, model="m", sessions=sessions(4), arrivals=(0.0, 0.05, 0.10, 0.15)
+            )
             await gen.prepare(plan)
             start_wall = real_time.time() + 0.3  # driver clock
             result = await gen.run_point(start_wall)
@@ -99,31 +115,45 @@ def test_records_carry_the_offset_with_the_sign_analysis_subtracts(tmp_path, mon
 
 
 # ------------------------------------------------------------------------------------------------ outputs
-@pytest.mark.parametrize("kw, seen, want", [
-    ({}, True, ("/res/run1", None, "direct")),
-    ({}, False, ("/tmp/rig-spool/run1", None, "spool")),
-    ({"shared_results": False}, True, ("/tmp/rig-spool/run1", None, "spool")),
-    ({"shared_results": True}, True, ("/res/run1", None, "direct")),
-    ({"results_uri": "/nfs/rig"}, False, ("/nfs/rig/run1", None, "shared")),
-    ({"results_uri": "file:///nfs/rig"}, False, ("/nfs/rig/run1", None, "shared")),
-    ({"results_uri": "s3://bucket/rig", "spool_dir": "/data/spool-{node_ip}"}, True,
-     ("/data/spool-{node_ip}/run1", "s3://bucket/rig/run1", "ship")),
-])
+@pytest.mark.parametrize(
+    "kw, seen, want",
+    [
+        ({}, True, ("/res/run1", None, "direct")),
+        ({}, False, ("/tmp/rig-spool/run1", None, "spool")),
+        ({"shared_results": False}, True, ("/tmp/rig-spool/run1", None, "spool")),
+        ({"shared_results": True}, True, ("/res/run1", None, "direct")),
+        ({"results_uri": "/nfs/rig"}, False, ("/nfs/rig/run1", None, "shared")),
+        ({"results_uri": "file:///nfs/rig"}, False, ("/nfs/rig/run1", None, "shared")),
+        (
+            {"results_uri": "s3://bucket/rig", "spool_dir": "/data/spool-{node_ip}"},
+            True,
+            ("/data/spool-{node_ip}/run1", "s3://bucket/rig/run1", "ship"),
+        ),
+    ],
+)
 def test_where_each_generator_writes(kw, seen, want):
     assert rc.output_for(ClusterSpec(**kw), "run1", "/res/run1", seen, {"generator": 0}) == want
 
 
 def test_shared_results_true_but_not_visible_is_one_line():
     with pytest.raises(rc.ClusterError) as e:
-        rc.output_for(ClusterSpec(shared_results=True), "run1", "/res/run1", False,
-                      {"generator": 1, "host": "c2", "node_ip": "10.0.0.3"})
+        rc.output_for(
+            ClusterSpec(shared_results=True),
+            "run1",
+            "/res/run1",
+            False,
+            {"generator": 1, "host": "c2", "node_ip": "10.0.0.3"},
+        )
     assert str(e.value) == "shared_results is true, but generator 1 on c2 (10.0.0.3) does not see /res/run1"
 
 
-@pytest.mark.parametrize("cluster, message", [
-    ({"results_uri": "nfs/rig"}, "cluster.results_uri: a shared path must be absolute"),
-    ({"spool_dir": "/tmp/{user}"}, "cluster.spool_dir: only the placeholders {host}, {node_ip} and {node_id}"),
-])
+@pytest.mark.parametrize(
+    "cluster, message",
+    [
+        ({"results_uri": "nfs/rig"}, "cluster.results_uri: a shared path must be absolute"),
+        ({"spool_dir": "/tmp/{user}"}, "cluster.spool_dir: only the placeholders {host}, {node_ip} and {node_id}"),
+    ],
+)
 def test_bad_output_settings_are_one_line(cluster, message):
     with pytest.raises(SpecError) as e:
         build_spec({"cluster": cluster}, {})
@@ -174,8 +204,14 @@ def test_generator_ships_its_parts_while_and_after_it_runs(tmp_path):
         try:
             assert await gen.set_output(str(tmp_path / "spool"), "mock:///bucket/run1") is None
             url = str(server.make_url("")).rstrip("/")
-            plan = GeneratorPlan(point=INFO, generator=0, url=url, model="m", sessions=sessions(6),
-                                 arrivals=tuple(0.02 * i for i in range(6)))
+            plan = GeneratorPlan(
+                point=INFO,
+                generator=0,
+                url=url,
+                model="m",
+                sessions=sessions(6),
+                arrivals=tuple(0.02 * i for i in range(6)),
+            )
             await gen.prepare(plan)
             result = await gen.run_point(real_time.time())
             return gen, result

@@ -8,6 +8,8 @@ import time
 
 import pytest
 from aiohttp.test_utils import TestServer
+from doubles import openai_strict
+from doubles.openai_strict import MODEL, make_app
 
 from rig.config import Timeouts
 from rig.contracts import PointColumns
@@ -20,13 +22,18 @@ from rig.loadgen.refusals import refused_fields
 from rig.results import read_requests
 from rig.workloads.base import Session, Turn
 
-from doubles import openai_strict
-from doubles.openai_strict import MODEL, make_app
-
 
 def greedy_turn(i: int = 0, max_tokens: int = 200) -> Turn:
-    return Turn(request_id=f"r{i}", messages=({"role": "user", "content": f"tell me a story {i}"},),
-                max_tokens=max_tokens, temperature=0.0, top_p=1.0, top_k=-1, ignore_eos=True, seed=7)
+    return Turn(
+        request_id=f"r{i}",
+        messages=({"role": "user", "content": f"tell me a story {i}"},),
+        max_tokens=max_tokens,
+        temperature=0.0,
+        top_p=1.0,
+        top_k=-1,
+        ignore_eos=True,
+        seed=7,
+    )
 
 
 async def _one(api: str, dialect: Dialect, client: str | None = None, usage: bool = True, turn: Turn | None = None):
@@ -35,8 +42,7 @@ async def _one(api: str, dialect: Dialect, client: str | None = None, usage: boo
     try:
         async with make_session(client) as http:
             url = str(server.make_url("")).rstrip("/")
-            return await stream_request(http, url, api_for(api, dialect), turn or greedy_turn(), [], MODEL,
-                                        Timeouts())
+            return await stream_request(http, url, api_for(api, dialect), turn or greedy_turn(), [], MODEL, Timeouts())
     finally:
         await server.close()
 
@@ -57,8 +63,10 @@ def test_sglang_fields_are_refused_in_one_line_that_names_them_and_the_fix(api, 
     out = one(api, Dialect("sglang", {}, "user"), client=client)
     assert out.status == "failed" and out.http_status == 400
     # The double names one field per answer, as OpenAI does: the first, alphabetically.
-    assert out.error == ("HTTP 400: server refused field ignore_eos: it speaks plain OpenAI; run with --dialect "
-                         "plain (or drop --dialect sglang)"), out.error
+    assert out.error == (
+        "HTTP 400: server refused field ignore_eos: it speaks plain OpenAI; run with --dialect "
+        "plain (or drop --dialect sglang)"
+    ), out.error
 
 
 @pytest.mark.parametrize("client", [None, "aiohttp"])
@@ -92,22 +100,42 @@ def test_extra_body_field_refused_names_the_extra_body_option():
 
 
 # ------------------------------------------------------------------------------------------ refusal shapes
-@pytest.mark.parametrize("status, body, fields", [
-    (422, '{"detail":"Unexpected fields in the request: {\'ignore_eos\', \'return_token_ids\', '
-          '\'return_spec_tokens_details\'}"}', ["ignore_eos", "return_spec_tokens_details", "return_token_ids"]),
-    (400, '{"error": {"message": "Unrecognized request argument supplied: top_k", "type": "invalid_request_error"}}',
-     ["top_k"]),
-    (400, '{"error": {"message": "Unknown parameter: \'stream_options.continuous_usage_stats\'.", '
-          '"param": "stream_options.continuous_usage_stats", "code": "unknown_parameter"}}',
-     ["stream_options.continuous_usage_stats"]),
-    (422, '{"detail":[{"type":"extra_forbidden","loc":["body","ignore_eos"],"msg":"Extra inputs are not permitted",'
-          '"input":true},{"type":"extra_forbidden","loc":["body","min_tokens"],"msg":"x","input":1}]}',
-     ["ignore_eos", "min_tokens"]),
-    (400, '{"object":"error","message":"[{\'type\': \'extra_forbidden\', \'loc\': (\'body\', \'top_k\'), '
-          '\'msg\': \'Extra inputs are not permitted\'}]"}', ["top_k"]),
-    (400, '{"error": {"message": "context length exceeded"}}', []),
-    (500, '{"detail":"Unexpected fields in the request: {\'x\'}"}', []),  # a 5xx is the server's fault
-])
+@pytest.mark.parametrize(
+    "status, body, fields",
+    [
+        (
+            422,
+            "{\"detail\":\"Unexpected fields in the request: {'ignore_eos', 'return_token_ids', "
+            "'return_spec_tokens_details'}\"}",
+            ["ignore_eos", "return_spec_tokens_details", "return_token_ids"],
+        ),
+        (
+            400,
+            '{"error": {"message": "Unrecognized request argument supplied: top_k", "type": "invalid_request_error"}}',
+            ["top_k"],
+        ),
+        (
+            400,
+            '{"error": {"message": "Unknown parameter: \'stream_options.continuous_usage_stats\'.", '
+            '"param": "stream_options.continuous_usage_stats", "code": "unknown_parameter"}}',
+            ["stream_options.continuous_usage_stats"],
+        ),
+        (
+            422,
+            '{"detail":[{"type":"extra_forbidden","loc":["body","ignore_eos"],"msg":"Extra inputs are not permitted",'
+            '"input":true},{"type":"extra_forbidden","loc":["body","min_tokens"],"msg":"x","input":1}]}',
+            ["ignore_eos", "min_tokens"],
+        ),
+        (
+            400,
+            "{\"object\":\"error\",\"message\":\"[{'type': 'extra_forbidden', 'loc': ('body', 'top_k'), "
+            "'msg': 'Extra inputs are not permitted'}]\"}",
+            ["top_k"],
+        ),
+        (400, '{"error": {"message": "context length exceeded"}}', []),
+        (500, '{"detail":"Unexpected fields in the request: {\'x\'}"}', []),  # a 5xx is the server's fault
+    ],
+)
 def test_refused_fields_in_every_shape(status, body, fields):
     assert refused_fields(status, body) == fields
 
@@ -115,11 +143,15 @@ def test_refused_fields_in_every_shape(status, body, fields):
 def test_the_transformers_serve_refusal_of_issue_19_becomes_one_line():
     from rig.loadgen.refusals import http_error
 
-    body = ('{"detail":"Unexpected fields in the request: {\'ignore_eos\', \'return_token_ids\', '
-            '\'return_spec_tokens_details\'}"}')
+    body = (
+        "{\"detail\":\"Unexpected fields in the request: {'ignore_eos', 'return_token_ids', "
+        "'return_spec_tokens_details'}\"}"
+    )
     line = http_error(422, body, Dialect("sglang", {}, "probe:/model_info"), "/v1/completions")
-    assert line == ("HTTP 422: server refused fields ignore_eos, return_spec_tokens_details, return_token_ids: it "
-                    "speaks plain OpenAI; run with --dialect plain (rig chose sglang by probe:/model_info)")
+    assert line == (
+        "HTTP 422: server refused fields ignore_eos, return_spec_tokens_details, return_token_ids: it "
+        "speaks plain OpenAI; run with --dialect plain (rig chose sglang by probe:/model_info)"
+    )
     assert "\n" not in line
 
 
@@ -150,8 +182,20 @@ def test_ready_without_health_through_v1_models_and_identified_as_plain():
 
 
 # ------------------------------------------------------------------------------------------ one generator's point
-INFO = PointColumns(run_id="r", point="p0", engine="external", workload="greedy", api="openai-completions", steps=0,
-                    server_config="x", server_args="{}", load_mode="closed", concurrency=2, rate=None, repeat=0)
+INFO = PointColumns(
+    run_id="r",
+    point="p0",
+    engine="external",
+    workload="greedy",
+    api="openai-completions",
+    steps=0,
+    server_config="x",
+    server_args="{}",
+    load_mode="closed",
+    concurrency=2,
+    rate=None,
+    repeat=0,
+)
 
 
 @pytest.mark.parametrize("usage", [True, False])
@@ -163,8 +207,9 @@ def test_a_point_counts_early_ends_and_estimates(tmp_path, usage):
         await server.start_server()
         url = str(server.make_url("")).rstrip("/")
         sessions = tuple(Session(session_id=f"s{i}", turns=(greedy_turn(i, 30 + 10 * i),)) for i in range(6))
-        plan = GeneratorPlan(point=INFO, generator=0, url=url, model=MODEL, sessions=sessions, slots=2,
-                             dialect=Dialect("plain"))
+        plan = GeneratorPlan(
+            point=INFO, generator=0, url=url, model=MODEL, sessions=sessions, slots=2, dialect=Dialect("plain")
+        )
         run = PointRun(plan, tmp_path, "h", clock_offset_s=0.0)
         async with make_session(None) as http:
             summary = await run.run(http, time.perf_counter() + 0.05)
@@ -198,8 +243,11 @@ def strict_url():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    proc = subprocess.Popen([sys.executable, str(Path(openai_strict.__file__)), "--port", str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, str(Path(openai_strict.__file__)), "--port", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 30
@@ -222,19 +270,44 @@ def strict_url():
 @pytest.mark.server
 @pytest.mark.parametrize("api", ["openai-completions", "openai-chat"])
 def test_rig_sweep_against_the_strict_server_has_no_failed_request(strict_url, api, tmp_path):
-    from rig.results import read_manifest
-
     from support import rig
 
-    proc = rig("sweep", "--engine", "external", "--url", strict_url, "--api", api, "--workload", "greedy,realistic",
-               "--concurrency", "1,4", "--requests", "8", "--warmup", "1", "--out", str(tmp_path), "--run-id", "s",
-               "--extra-body", 'user="rig-test"', "-q")  # a field of OpenAI's reference rig does not send itself
+    from rig.results import read_manifest
+
+    proc = rig(
+        "sweep",
+        "--engine",
+        "external",
+        "--url",
+        strict_url,
+        "--api",
+        api,
+        "--workload",
+        "greedy,realistic",
+        "--concurrency",
+        "1,4",
+        "--requests",
+        "8",
+        "--warmup",
+        "1",
+        "--out",
+        str(tmp_path),
+        "--run-id",
+        "s",
+        "--extra-body",
+        'user="rig-test"',
+        "-q",
+    )  # a field of OpenAI's reference rig does not send itself
     assert proc.returncode == 0, proc.stdout + proc.stderr
     run_dir = tmp_path / "s"
     m = read_manifest(run_dir)
     (entry,) = m["server_configs"].values()
-    assert (entry["ready_probe"], entry["dialect"], entry["dialect_source"], entry["extra_body"]) == \
-        ("/v1/models", "plain", "default", {"user": "rig-test"})
+    assert (entry["ready_probe"], entry["dialect"], entry["dialect_source"], entry["extra_body"]) == (
+        "/v1/models",
+        "plain",
+        "default",
+        {"user": "rig-test"},
+    )
     t = read_requests(run_dir).to_pandas()
     assert len(t) == 32 and t.ok.all() and (t.status == "ok").all()
     # the server's own count (its usage chunk), and on this server one token per chunk

@@ -39,24 +39,32 @@ def fake_cluster():
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # loopback-only test cluster; the CLI subprocess inherits it
     if ray.is_initialized():
         ray.shutdown()
-    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False,
-                                                      "object_store_memory": MB100})
+    c = Cluster(
+        initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False, "object_store_memory": MB100}
+    )
     try:
         server = c.add_node(num_cpus=1, num_gpus=4, labels={"role": "server"}, object_store_memory=MB100)
-        clients = [c.add_node(num_cpus=1, labels={"role": "client"}, resources={"client": 1},
-                              object_store_memory=MB100) for _ in range(N_CLIENTS)]
+        clients = [
+            c.add_node(num_cpus=1, labels={"role": "client"}, resources={"client": 1}, object_store_memory=MB100)
+            for _ in range(N_CLIENTS)
+        ]
         ray.init(address=c.address, include_dashboard=False, log_to_driver=False)
         c.wait_for_nodes()
-        yield {"cluster": c, "address": c.address, "server": server.node_id,
-               "clients": [n.node_id for n in clients]}
+        yield {"cluster": c, "address": c.address, "server": server.node_id, "clients": [n.node_id for n in clients]}
     finally:
         ray.shutdown()
         c.shutdown()
 
 
 def spec(fc, **kw) -> ClusterSpec:
-    base = dict(address=fc["address"], server_label={"role": "server"}, client_label={"role": "client"},
-                client_resource="client", allow_generators_on_server_node=False, placement_timeout_s=20)
+    base = dict(
+        address=fc["address"],
+        server_label={"role": "server"},
+        client_label={"role": "client"},
+        client_resource="client",
+        allow_generators_on_server_node=False,
+        placement_timeout_s=20,
+    )
     base.update(kw)
     return ClusterSpec(**base)
 
@@ -69,8 +77,11 @@ def nodes():
 class Probe:
     def where(self) -> dict:
         ctx = ray.get_runtime_context()
-        return {"node_id": ctx.get_node_id(), "cuda": os.environ.get("CUDA_VISIBLE_DEVICES"),
-                "gpus": [str(g) for g in ctx.get_accelerator_ids().get("GPU", [])]}
+        return {
+            "node_id": ctx.get_node_id(),
+            "cuda": os.environ.get("CUDA_VISIBLE_DEVICES"),
+            "gpus": [str(g) for g in ctx.get_accelerator_ids().get("GPU", [])],
+        }
 
 
 def start_generators(placement, tmp_path):
@@ -180,17 +191,33 @@ def test_generators_stay_off_the_server_node_unless_allowed(fake_cluster, tmp_pa
 
 
 # ------------------------------------------------------------------------------------------------ pre-flight
-@pytest.mark.parametrize("kw, gpus, n, message", [
-    ({}, 4, N_CLIENTS + 1,
-     "4 generator(s) asked for, but only 3 client host(s) with label role=client and resource 'client', not the "
-     "server node x per_host 1 = 3 slot(s); add client hosts or lower --clients"),
-    ({"server_label": {"role": "gpu"}}, 4, 1,
-     "no alive node has label role=gpu for the server (5 nodes in the cluster)"),
-    ({}, 8, 1, "the server needs 8 GPUs on one node; the server node(s) have at most 4"),
-    ({"client_resource": "client", "client_label": {"role": "loadgen"}}, 4, 1,
-     "1 generator(s) asked for, but only 0 client host(s) with label role=loadgen and resource 'client', not the "
-     "server node x per_host 1 = 0 slot(s); add client hosts or lower --clients"),
-])
+@pytest.mark.parametrize(
+    "kw, gpus, n, message",
+    [
+        (
+            {},
+            4,
+            N_CLIENTS + 1,
+            "4 generator(s) asked for, but only 3 client host(s) with label role=client and resource 'client', not the "
+            "server node x per_host 1 = 3 slot(s); add client hosts or lower --clients",
+        ),
+        (
+            {"server_label": {"role": "gpu"}},
+            4,
+            1,
+            "no alive node has label role=gpu for the server (5 nodes in the cluster)",
+        ),
+        ({}, 8, 1, "the server needs 8 GPUs on one node; the server node(s) have at most 4"),
+        (
+            {"client_resource": "client", "client_label": {"role": "loadgen"}},
+            4,
+            1,
+            "1 generator(s) asked for, but only 0 client host(s) with label role=loadgen and resource 'client', "
+            "not the "
+            "server node x per_host 1 = 0 slot(s); add client hosts or lower --clients",
+        ),
+    ],
+)
 def test_preflight_fails_with_one_clear_line(fake_cluster, kw, gpus, n, message):
     with pytest.raises(rc.PlacementError) as e:
         rc.plan_placement(spec(fake_cluster, **kw), nodes(), n_gpus=gpus, n_generators=n)
@@ -201,9 +228,27 @@ def test_unreachable_cluster_is_one_line(tmp_path):
     cfile = tmp_path / "cluster.yaml"
     cfile.write_text(yaml.safe_dump({"cluster": {"address": "127.0.0.1:1", "server_label": {"role": "server"}}}))
     t0 = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "rig.cli", "run", "--cluster", str(cfile), "--engine", "external",
-                           "--url", "http://127.0.0.1:9", "--out", str(tmp_path / "out"), "-q"],
-                          capture_output=True, text=True, timeout=60, cwd=ROOT)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "rig.cli",
+            "run",
+            "--cluster",
+            str(cfile),
+            "--engine",
+            "external",
+            "--url",
+            "http://127.0.0.1:9",
+            "--out",
+            str(tmp_path / "out"),
+            "-q",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+    )
     assert proc.returncode == 1 and time.monotonic() - t0 < 30  # no minutes of Ray reconnect attempts
     assert proc.stderr.strip() == "rig: error: cannot reach the Ray cluster at 127.0.0.1:1: Connection refused"
 
@@ -212,8 +257,8 @@ def test_unreachable_cluster_is_one_line(tmp_path):
 def _stand_in_server():
     """The fake SGLang server on loopback in a thread (every raylet of this cluster is on this machine)."""
     sys.path.insert(0, str(ROOT / "tests" / "netns"))
-    from stand_in import app
     from aiohttp import web
+    from stand_in import app
 
     loop = asyncio.new_event_loop()
     runner = web.AppRunner(app())
@@ -237,17 +282,59 @@ def test_rig_run_on_the_cluster_spools_gathers_and_leaves_the_cluster_up(fake_cl
     url, stop = _stand_in_server()
     spool = tmp_path / "spool-{node_id}"
     cfile = tmp_path / "cluster.yaml"
-    cfile.write_text(yaml.safe_dump({"cluster": {
-        "address": fake_cluster["address"], "server_label": {"role": "server"}, "client_label": {"role": "client"},
-        "client_resource": "client", "allow_generators_on_server_node": False, "shared_results": False,
-        "spool_dir": str(spool)}}))
+    cfile.write_text(
+        yaml.safe_dump(
+            {
+                "cluster": {
+                    "address": fake_cluster["address"],
+                    "server_label": {"role": "server"},
+                    "client_label": {"role": "client"},
+                    "client_resource": "client",
+                    "allow_generators_on_server_node": False,
+                    "shared_results": False,
+                    "spool_dir": str(spool),
+                }
+            }
+        )
+    )
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": os.environ["RAY_AUTH_MODE"]}
     try:
         proc = subprocess.run(
-            [sys.executable, "-m", "rig.cli", "run", "--cluster", str(cfile), "--engine", "external", "--url", url,
-             "--api", "sglang-native", "--workload", "greedy", "--clients", str(N_CLIENTS), "--concurrency", "6",
-             "--requests", "12", "--warmup", "0", "--out", str(tmp_path / "out"), "--run-id", "c1", "-q"],
-            capture_output=True, text=True, timeout=120, env=env, cwd=ROOT)
+            [
+                sys.executable,
+                "-m",
+                "rig.cli",
+                "run",
+                "--cluster",
+                str(cfile),
+                "--engine",
+                "external",
+                "--url",
+                url,
+                "--api",
+                "sglang-native",
+                "--workload",
+                "greedy",
+                "--clients",
+                str(N_CLIENTS),
+                "--concurrency",
+                "6",
+                "--requests",
+                "12",
+                "--warmup",
+                "0",
+                "--out",
+                str(tmp_path / "out"),
+                "--run-id",
+                "c1",
+                "-q",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=env,
+            cwd=ROOT,
+        )
     finally:
         stop()
     run_dir = tmp_path / "out" / "c1"
@@ -278,16 +365,50 @@ def test_rig_run_on_the_cluster_spools_gathers_and_leaves_the_cluster_up(fake_cl
 
 def test_runner_preflight_error_is_one_line_from_the_cli(fake_cluster, tmp_path):
     cfile = tmp_path / "cluster.yaml"
-    cfile.write_text(yaml.safe_dump({"cluster": {
-        "address": fake_cluster["address"], "server_label": {"role": "server"}, "client_label": {"role": "client"},
-        "client_resource": "client", "allow_generators_on_server_node": False}}))
+    cfile.write_text(
+        yaml.safe_dump(
+            {
+                "cluster": {
+                    "address": fake_cluster["address"],
+                    "server_label": {"role": "server"},
+                    "client_label": {"role": "client"},
+                    "client_resource": "client",
+                    "allow_generators_on_server_node": False,
+                }
+            }
+        )
+    )
     proc = subprocess.run(
-        [sys.executable, "-m", "rig.cli", "run", "--cluster", str(cfile), "--engine", "external", "--url",
-         "http://127.0.0.1:9", "--clients", "5", "--concurrency", "5", "--out", str(tmp_path / "out"), "-q"],
-        capture_output=True, text=True, timeout=90, env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}, cwd=ROOT)
+        [
+            sys.executable,
+            "-m",
+            "rig.cli",
+            "run",
+            "--cluster",
+            str(cfile),
+            "--engine",
+            "external",
+            "--url",
+            "http://127.0.0.1:9",
+            "--clients",
+            "5",
+            "--concurrency",
+            "5",
+            "--out",
+            str(tmp_path / "out"),
+            "-q",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=90,
+        env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0"},
+        cwd=ROOT,
+    )
     assert proc.returncode == 1
     errors = [line for line in proc.stderr.splitlines() if line.startswith("rig: error:")]
-    assert errors == ["rig: error: 5 generator(s) asked for, but only 3 client host(s) with label role=client and "
-                      "resource 'client', not the server node x per_host 1 = 3 slot(s); add client hosts or lower "
-                      "--clients"]
+    assert errors == [
+        "rig: error: 5 generator(s) asked for, but only 3 client host(s) with label role=client and "
+        "resource 'client', not the server node x per_host 1 = 3 slot(s); add client hosts or lower "
+        "--clients"
+    ]
     assert "Traceback" not in proc.stderr

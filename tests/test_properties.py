@@ -15,8 +15,22 @@ json_values = st.recursive(
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=12), inner, max_size=5),
     max_leaves=20,
 )
-plausible_keys = st.sampled_from(["text", "meta_info", "choices", "usage", "error", "delta", "finish_reason",
-                                  "completion_tokens", "prompt_tokens", "token_ids", "sglext", "object"])
+plausible_keys = st.sampled_from(
+    [
+        "text",
+        "meta_info",
+        "choices",
+        "usage",
+        "error",
+        "delta",
+        "finish_reason",
+        "completion_tokens",
+        "prompt_tokens",
+        "token_ids",
+        "sglext",
+        "object",
+    ]
+)
 plausible = st.recursive(
     st.none() | st.integers(-3, 50) | st.text(max_size=8) | st.just({"type": "stop"}),
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(plausible_keys, inner, max_size=5),
@@ -31,7 +45,7 @@ def test_sse_parser_never_crashes_on_random_bytes(data, cuts):
     pos = 0
     events = []
     for c in cuts:
-        events += p.feed(data[pos:pos + c])
+        events += p.feed(data[pos : pos + c])
         pos += c
     events += p.feed(data[pos:])
     tail, truncated = p.close()
@@ -52,9 +66,24 @@ def test_api_fold_raises_only_stream_errors(api_name, events):
 
 
 spec_values = st.dictionaries(
-    st.sampled_from(["steps", "clients", "repeat", "run_id", "server", "load", "workloads", "cluster", "bogus",
-                     "metrics_interval_s", "server_grid"]),
-    json_values, max_size=5)
+    st.sampled_from(
+        [
+            "steps",
+            "clients",
+            "repeat",
+            "run_id",
+            "server",
+            "load",
+            "workloads",
+            "cluster",
+            "bogus",
+            "metrics_interval_s",
+            "server_grid",
+        ]
+    ),
+    json_values,
+    max_size=5,
+)
 
 
 @settings(max_examples=300, deadline=None)

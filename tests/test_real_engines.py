@@ -17,11 +17,10 @@ import sys
 
 import pytest
 import yaml
-
-from rig.results import read_manifest, read_requests
-
 from accounting import assert_accounting
 from vllm_fixtures import SERVED_NAME
+
+from rig.results import read_manifest, read_requests
 
 pytestmark = [pytest.mark.slow, pytest.mark.ray, pytest.mark.server]
 
@@ -46,16 +45,21 @@ def engine_run(request, tiny_model_dir, tmp_path_factory):
     spec = {
         "server": {"engine": "external", "url": url, "model": model},
         "steps": [0],
-        "workloads": [{"name": "greedy", "max_tokens": MAX_TOKENS},
-                      {"name": "realistic", "max_tokens": MAX_TOKENS, "chat_prompt_tokens": SHORT,
-                       "code_prompt_tokens": SHORT}],
+        "workloads": [
+            {"name": "greedy", "max_tokens": MAX_TOKENS},
+            {"name": "realistic", "max_tokens": MAX_TOKENS, "chat_prompt_tokens": SHORT, "code_prompt_tokens": SHORT},
+        ],
         "load": {"api": api, "concurrency": LEVELS, "requests": REQUESTS, "warmup_requests": 1},
     }
     f = out / "spec.yaml"
     f.write_text(yaml.safe_dump(spec))
-    proc = subprocess.run([sys.executable, "-m", "rig.cli", "sweep", "--config", str(f), "--out", str(out),
-                           "--run-id", "r", "-q"], capture_output=True, text=True, timeout=600,
-                          env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0"})
+    proc = subprocess.run(
+        [sys.executable, "-m", "rig.cli", "sweep", "--config", str(f), "--out", str(out), "--run-id", "r", "-q"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0"},
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return engine, api, out / "r"
 

@@ -9,15 +9,29 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from test_analysis import make_run
 
 from rig.analysis.cli import report
 from rig.analysis.report import build_report
 from rig.analysis.synthetic import record, write_requests, write_run
 from rig.analysis.tables import CAMPAIGN_KEYS, campaign_table, render_campaign_table
-from test_analysis import make_run
 
-REQUIRED_KEYS = {"point", "steps", "workload", "concurrency", "rate", "aggregate_tok_s", "per_request_tok_s",
-                 "decode_tok_s", "tokens", "wall_s", "ok", "failed", "accept_length", "flags"}
+REQUIRED_KEYS = {
+    "point",
+    "steps",
+    "workload",
+    "concurrency",
+    "rate",
+    "aggregate_tok_s",
+    "per_request_tok_s",
+    "decode_tok_s",
+    "tokens",
+    "wall_s",
+    "ok",
+    "failed",
+    "accept_length",
+    "flags",
+}
 
 
 @pytest.fixture(scope="module")
@@ -48,15 +62,35 @@ def test_json_with_slo_adds_goodput(run_dir):
 def test_terminal_report_has_every_section(run_dir):
     r = _invoke([str(run_dir), "--slo", "ttft=1s"])
     assert r.exit_code == 0, r.output
-    for text in ("Aggregate tok/s", "Decode tok/s", "Latency", "Acceptance length", "Server vs client",
-                 "Goodput", "MISMATCH", "hb-DIFFERENT", "at running cap"):
+    for text in (
+        "Aggregate tok/s",
+        "Decode tok/s",
+        "Latency",
+        "Acceptance length",
+        "Server vs client",
+        "Goodput",
+        "MISMATCH",
+        "hb-DIFFERENT",
+        "at running cap",
+    ):
         assert text in r.output, text
 
 
 def test_csv_plots_html(run_dir, tmp_path):
     html_file = tmp_path / "report.html"
-    r = _invoke([str(run_dir), "--csv", str(tmp_path / "csv"), "--plots", str(tmp_path / "plots"),
-                 "--html", str(html_file), "--slo", "e2e=3s"])
+    r = _invoke(
+        [
+            str(run_dir),
+            "--csv",
+            str(tmp_path / "csv"),
+            "--plots",
+            str(tmp_path / "plots"),
+            "--html",
+            str(html_file),
+            "--slo",
+            "e2e=3s",
+        ]
+    )
     assert r.exit_code == 0, r.output
     with open(tmp_path / "csv" / "campaign.csv") as f:
         rows = list(csv.DictReader(f))
@@ -65,8 +99,13 @@ def test_csv_plots_html(run_dir, tmp_path):
     assert (tmp_path / "csv" / "lossless_mismatches.csv").read_text().count("\n") == 2
     assert (tmp_path / "csv" / "goodput.csv").exists()
     pngs = sorted(p.name for p in (tmp_path / "plots").glob("*.png"))
-    assert {"throughput_vs_concurrency.png", "request_speed_vs_concurrency.png", "acceptance_vs_steps.png",
-            "latency_cdf_greedy_c2.png", "server_cfg4_greedy.png"} <= set(pngs)
+    assert {
+        "throughput_vs_concurrency.png",
+        "request_speed_vs_concurrency.png",
+        "acceptance_vs_steps.png",
+        "latency_cdf_greedy_c2.png",
+        "server_cfg4_greedy.png",
+    } <= set(pngs)
     for p in (tmp_path / "plots").glob("*.png"):
         assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     page = html_file.read_text()
@@ -78,14 +117,33 @@ def test_csv_plots_html(run_dir, tmp_path):
 
 def make_partial_run(d: Path) -> Path:
     """An interrupted run: a point with rows but a sparse manifest entry, one with no rows, one not in the manifest."""
-    write_run(d, {"run_id": "part", "status": "interrupted",
-                  "points": [{"point": "p1"}, {"point": "p2", "status": "interrupted", "concurrency": 8}]})
-    common = dict(workload="greedy", steps=1, load_mode="closed", concurrency=4, repeat=0, server_config="c1",
-                  engine="sim", generator=0, ok=True, status="ok", completion_tokens=10)
-    write_requests(d, "p1", 0, [record(point="p1", request_id="x", send_ts=10.0, end_ts=12.0, ttft_s=0.5, e2e_s=2.0,
-                                       **common)])
-    write_requests(d, "p3", 0, [record(point="p3", request_id="y", send_ts=20.0, end_ts=21.0, ttft_s=0.2, e2e_s=1.0,
-                                       **common)])
+    write_run(
+        d,
+        {
+            "run_id": "part",
+            "status": "interrupted",
+            "points": [{"point": "p1"}, {"point": "p2", "status": "interrupted", "concurrency": 8}],
+        },
+    )
+    common = dict(
+        workload="greedy",
+        steps=1,
+        load_mode="closed",
+        concurrency=4,
+        repeat=0,
+        server_config="c1",
+        engine="sim",
+        generator=0,
+        ok=True,
+        status="ok",
+        completion_tokens=10,
+    )
+    write_requests(
+        d, "p1", 0, [record(point="p1", request_id="x", send_ts=10.0, end_ts=12.0, ttft_s=0.5, e2e_s=2.0, **common)]
+    )
+    write_requests(
+        d, "p3", 0, [record(point="p3", request_id="y", send_ts=20.0, end_ts=21.0, ttft_s=0.2, e2e_s=1.0, **common)]
+    )
     (d / "requests" / "point=p1" / "gen=0" / "part-00001.parquet.tmp").write_bytes(b"PAR1 half-written")
     return d
 
@@ -120,12 +178,15 @@ def test_render_campaign_table_in_process(run_dir):
     assert "greedy · cfg2 (sim, steps=2)" in text and "2.80" in text and "10.5" in text
 
 
-@pytest.mark.parametrize("setup, message", [
-    (lambda d: None, "not a directory"),
-    (lambda d: d.mkdir(), "not a rig run directory"),
-    (lambda d: (d.mkdir(), (d / "manifest.json").write_text("{broken")), "not valid JSON"),
-    (lambda d: write_run(d, {"run_id": "e", "status": "complete", "points": []}), "no points"),
-])
+@pytest.mark.parametrize(
+    "setup, message",
+    [
+        (lambda d: None, "not a directory"),
+        (lambda d: d.mkdir(), "not a rig run directory"),
+        (lambda d: (d.mkdir(), (d / "manifest.json").write_text("{broken")), "not valid JSON"),
+        (lambda d: write_run(d, {"run_id": "e", "status": "complete", "points": []}), "no points"),
+    ],
+)
 def test_cli_errors_are_one_line(tmp_path, setup, message):
     d = tmp_path / "x"
     setup(d)

@@ -54,8 +54,9 @@ class FakeExecutor:
         self.ran.append(p.point)
         store = self.runner.store
         if p.point in self.die:
-            store.update_point(p.point, status="failed", flags=["server_died"],
-                               error="server exited with code -9 during the point")
+            store.update_point(
+                p.point, status="failed", flags=["server_died"], error="server exited with code -9 during the point"
+            )
         else:
             store.update_point(p.point, status="complete")
         store.save()
@@ -64,10 +65,26 @@ class FakeExecutor:
         raise AssertionError(f"unexpected internal error on {pid}: {err!r}")
 
 
-def make_runner(tmp_path, run_id: str, planned: bool = False, fail_fast: bool = False, refuse=(), refuse_once=(),
-                die=(), messages: list[str] | None = None) -> Runner:
-    spec = build_spec({}, {"out": str(tmp_path), "run_id": run_id, "steps": [0, 2], "fail_fast": fail_fast,
-                           "load": {"concurrency": [1, 2]}})
+def make_runner(
+    tmp_path,
+    run_id: str,
+    planned: bool = False,
+    fail_fast: bool = False,
+    refuse=(),
+    refuse_once=(),
+    die=(),
+    messages: list[str] | None = None,
+) -> Runner:
+    spec = build_spec(
+        {},
+        {
+            "out": str(tmp_path),
+            "run_id": run_id,
+            "steps": [0, 2],
+            "fail_fast": fail_fast,
+            "load": {"concurrency": [1, 2]},
+        },
+    )
     progress = Progress(status=(messages.append if messages is not None else (lambda msg: None)))
     grid = expand_points(spec)
     runner = Runner(spec, progress=progress, planner=(lambda r: iter(grid)) if planned else None)
@@ -111,12 +128,17 @@ def test_a_grid_fails_the_rest_of_a_configuration_whose_server_did_not_start(tmp
     assert runner.server.launches == [a, b]  # not launched again for its second point
     assert runner.executor.ran == [b1, b2]
     why = "server did not start: engine exited with code 1 before it was healthy"
-    assert statuses(runner) == {a1: ("failed", why), a2: ("failed", why), b1: ("complete", None),
-                                b2: ("complete", None)}
+    assert statuses(runner) == {
+        a1: ("failed", why),
+        a2: ("failed", why),
+        b1: ("complete", None),
+        b2: ("complete", None),
+    }
     assert m.status == "partial"
-    assert set_fields(m.server_configs[a]) == {"status": "failed",
-                                               "error": "engine exited with code 1 before it was healthy\n"
-                                                        "last log lines ..."}  # not "stopped": it never ran
+    assert set_fields(m.server_configs[a]) == {
+        "status": "failed",
+        "error": "engine exited with code 1 before it was healthy\nlast log lines ...",
+    }  # not "stopped": it never ran
     assert f"server {a} failed to start: engine exited with code 1 before it was healthy" in messages
 
 
@@ -126,9 +148,12 @@ def test_a_grid_fails_the_rest_of_a_configuration_whose_server_died(tmp_path):
     m = runner.run()
     assert runner.server.launches == [a, b]
     assert runner.executor.ran == [a1, b1, b2]
-    assert statuses(runner) == {a1: ("failed", "server exited with code -9 during the point"),
-                                a2: ("failed", "server died earlier"), b1: ("complete", None),
-                                b2: ("complete", None)}
+    assert statuses(runner) == {
+        a1: ("failed", "server exited with code -9 during the point"),
+        a2: ("failed", "server died earlier"),
+        b1: ("complete", None),
+        b2: ("complete", None),
+    }
     assert m.status == "partial" and set_fields(m.server_configs[a]) == {"status": "ready", "stopped": True}
 
 
@@ -138,8 +163,12 @@ def test_fail_fast_stops_at_the_first_failed_point(tmp_path):
     with pytest.raises(RunError, match=f"point {a1} failed: server exited with code -9"):
         runner.run()
     assert runner.executor.ran == [a1]
-    assert {k: s for k, (s, _) in statuses(runner).items()} == {a1: "failed", a2: "pending", b1: "pending",
-                                                                 b2: "pending"}
+    assert {k: s for k, (s, _) in statuses(runner).items()} == {
+        a1: "failed",
+        a2: "pending",
+        b1: "pending",
+        b2: "pending",
+    }
     assert read_manifest(runner.run_dir)["status"] == "failed"
 
 
@@ -170,8 +199,9 @@ def test_an_internal_error_fails_its_point_with_one_line_and_the_run_goes_on(tmp
     messages: list[str] = []
     runner = make_runner(tmp_path, "bug", messages=messages)
     stand_in = runner.executor
-    real = PointExecutor(runner.spec, runner.run_dir, runner.store, runner.progress, runner.stop, runner.fleet,
-                         runner.server, None)
+    real = PointExecutor(
+        runner.spec, runner.run_dir, runner.store, runner.progress, runner.stop, runner.fleet, runner.server, None
+    )
 
     class Broken:
         """The stand-in's points, except a2, whose run raises a multi-line error; the real executor records it."""
@@ -185,8 +215,12 @@ def test_an_internal_error_fails_its_point_with_one_line_and_the_run_goes_on(tmp
 
     runner.executor = Broken()
     m = runner.run()
-    assert statuses(runner) == {a1: ("complete", None), a2: ("failed", "internal error: ValueError: bad answer"),
-                                b1: ("complete", None), b2: ("complete", None)}
+    assert statuses(runner) == {
+        a1: ("complete", None),
+        a2: ("failed", "internal error: ValueError: bad answer"),
+        b1: ("complete", None),
+        b2: ("complete", None),
+    }
     assert m.status == "partial"
     log = runner.run_dir / "logs" / "driver.log"
     assert "Traceback" in log.read_text() and "bad answer" in log.read_text()

@@ -7,10 +7,9 @@ from pathlib import Path
 
 import pytest
 import yaml
+from accounting import assert_accounting
 
 from rig.results import read_manifest, read_requests
-
-from accounting import assert_accounting
 
 pytestmark = pytest.mark.ray
 DOUBLES = str(Path(__file__).parent / "doubles")
@@ -21,11 +20,38 @@ def test_api_key_is_used_but_never_written(tmp_path):
     spec = tmp_path / "spec.yaml"
     spec.write_text(yaml.safe_dump({"server": {"env": {"PYTHONPATH": DOUBLES}}}))
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "MY_KEY": SECRET}
-    args = ["run", "--config", str(spec), "--engine", "sglang", "--engine-python", sys.executable, "--model", "m",
-            "--tp", "1", "--steps", "1", "--concurrency", "2", "--requests", "3", "--workload", "greedy",
-            "--workload-opt", "max_tokens=4", "--api-key-env", "MY_KEY", "--out", str(tmp_path), "--run-id", "sec"]
-    proc = subprocess.run([sys.executable, "-m", "rig.cli", *args], capture_output=True, text=True, env=env,
-                          timeout=180)
+    args = [
+        "run",
+        "--config",
+        str(spec),
+        "--engine",
+        "sglang",
+        "--engine-python",
+        sys.executable,
+        "--model",
+        "m",
+        "--tp",
+        "1",
+        "--steps",
+        "1",
+        "--concurrency",
+        "2",
+        "--requests",
+        "3",
+        "--workload",
+        "greedy",
+        "--workload-opt",
+        "max_tokens=4",
+        "--api-key-env",
+        "MY_KEY",
+        "--out",
+        str(tmp_path),
+        "--run-id",
+        "sec",
+    ]
+    proc = subprocess.run(
+        [sys.executable, "-m", "rig.cli", *args], capture_output=True, text=True, env=env, timeout=180
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     run = tmp_path / "sec"
     t = read_requests(run).to_pandas()
@@ -36,8 +62,9 @@ def test_api_key_is_used_but_never_written(tmp_path):
     assert cfg["server_info"]["api_key"] == "***" and "***" in cfg["command"]
     log = next(run.glob("logs/*/server.log")).read_text()
     assert "api_key='***'" in log
-    dry = subprocess.run([sys.executable, "-m", "rig.cli", *args, "--dry-run"], capture_output=True, text=True,
-                         env=env, timeout=60)
+    dry = subprocess.run(
+        [sys.executable, "-m", "rig.cli", *args, "--dry-run"], capture_output=True, text=True, env=env, timeout=60
+    )
     assert dry.returncode == 0
     for blob in [proc.stdout, proc.stderr, dry.stdout, dry.stderr]:
         assert SECRET not in blob

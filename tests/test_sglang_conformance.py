@@ -18,7 +18,6 @@ from pathlib import Path
 
 import aiohttp
 import pytest
-
 from support import DOUBLES, free_port
 
 pytestmark = pytest.mark.server
@@ -26,10 +25,25 @@ PROMPT = "Write a detailed technical essay on how a modern CPU executes instruct
 # A Qwen3.5 node's flags, including three the simulator does not model (--reasoning-parser, mamba strategy, overlap
 # schedule), and a draft-token count SGLang changes (topk 1 forces steps + 1: arg_groups/speculative_hook.py).
 # no_buffer needs --disable-overlap-schedule (arg_groups/mamba_hook.py::validate_mamba_no_buffer asserts it).
-SPEC_FLAGS = ["--speculative-algorithm", "NEXTN", "--speculative-num-steps", "3", "--speculative-eagle-topk", "1",
-              "--speculative-num-draft-tokens", "8", "--enable-cache-report", "--enable-metrics",
-              "--decode-log-interval", "1", "--reasoning-parser", "qwen3", "--mamba-radix-cache-strategy",
-              "no_buffer", "--disable-overlap-schedule"]
+SPEC_FLAGS = [
+    "--speculative-algorithm",
+    "NEXTN",
+    "--speculative-num-steps",
+    "3",
+    "--speculative-eagle-topk",
+    "1",
+    "--speculative-num-draft-tokens",
+    "8",
+    "--enable-cache-report",
+    "--enable-metrics",
+    "--decode-log-interval",
+    "1",
+    "--reasoning-parser",
+    "qwen3",
+    "--mamba-radix-cache-strategy",
+    "no_buffer",
+    "--disable-overlap-schedule",
+]
 DETERMINISTIC_FLAGS = ["--enable-deterministic-inference"]
 IMPLS = ("sim", "double")
 
@@ -41,8 +55,22 @@ def _command(impl: str, flags: list[str], port: int) -> tuple[list[str], dict[st
     if impl == "double":
         env["PYTHONPATH"] = DOUBLES + os.pathsep + env.get("PYTHONPATH", "")
         env["RIG_DOUBLE_TOKEN_DELAY"] = "0.005"
-    argv = [sys.executable, "-m", module, "--model-path", "Qwen/Qwen3.5-122B-A10B", "--tp-size", "4",
-            "--host", "127.0.0.1", "--port", str(port), "--random-seed", "7", *flags]
+    argv = [
+        sys.executable,
+        "-m",
+        module,
+        "--model-path",
+        "Qwen/Qwen3.5-122B-A10B",
+        "--tp-size",
+        "4",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--random-seed",
+        "7",
+        *flags,
+    ]
     return argv, env
 
 
@@ -96,7 +124,7 @@ async def _post(url: str, body: dict) -> tuple[int, list | dict | str]:
             events = []
             for frame in text.split("\n\n"):
                 if frame.startswith("data: "):
-                    payload = frame[len("data: "):]
+                    payload = frame[len("data: ") :]
                     events.append(payload if payload == "[DONE]" else json.loads(payload))
             return r.status, events
         try:
@@ -112,13 +140,27 @@ async def _get_json(url: str) -> dict:
 
 
 def _completion(**kw) -> dict:
-    return {"model": "m", "prompt": PROMPT, "max_tokens": 24, "temperature": 0, "ignore_eos": True, "stream": True,
-            **kw}
+    return {
+        "model": "m",
+        "prompt": PROMPT,
+        "max_tokens": 24,
+        "temperature": 0,
+        "ignore_eos": True,
+        "stream": True,
+        **kw,
+    }
 
 
 def _chat(**kw) -> dict:
-    return {"model": "m", "messages": [{"role": "user", "content": PROMPT}], "max_tokens": 24, "temperature": 0,
-            "ignore_eos": True, "stream": True, **kw}
+    return {
+        "model": "m",
+        "messages": [{"role": "user", "content": PROMPT}],
+        "max_tokens": 24,
+        "temperature": 0,
+        "ignore_eos": True,
+        "stream": True,
+        **kw,
+    }
 
 
 # ---------------------------------------------------------------- launch flags
@@ -126,8 +168,10 @@ def _chat(**kw) -> dict:
 def test_unknown_or_ambiguous_flag_exits_2(impl, tmp_path):
     """srt/server_args.py::prepare_server_args: argparse with prefix matching; --cuda-graph-max-bs is ambiguous in
     0.5.23 (it could be -decode or -prefill) and --mamba-scheduler-strategy no longer exists."""
-    for flags, needle in ((["--cuda-graph-max-bs", "8"], "ambiguous option: --cuda-graph-max-bs could match"),
-                          (["--mamba-scheduler-strategy", "auto"], "unrecognized arguments: --mamba-scheduler")):
+    for flags, needle in (
+        (["--cuda-graph-max-bs", "8"], "ambiguous option: --cuda-graph-max-bs could match"),
+        (["--mamba-scheduler-strategy", "auto"], "unrecognized arguments: --mamba-scheduler"),
+    ):
         argv, env = _command(impl, flags, free_port())
         p = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
         assert p.returncode == 2, p.stderr
@@ -140,8 +184,11 @@ def test_qwen35_flags_accepted_and_topk1_resolution_visible_in_server_info(twin)
     internal_states[] with effective_max_running_requests_per_dp."""
     info = run(_get_json(twin["spec"] + "/server_info"))
     assert info["speculative_algorithm"] == "EAGLE"
-    assert (info["speculative_num_steps"], info["speculative_eagle_topk"], info["speculative_num_draft_tokens"]) \
-        == (3, 1, 4)
+    assert (info["speculative_num_steps"], info["speculative_eagle_topk"], info["speculative_num_draft_tokens"]) == (
+        3,
+        1,
+        4,
+    )
     assert info["max_running_requests"] == 48
     assert info["enable_deterministic_inference"] is False
     assert info["reasoning_parser"] == "qwen3"
@@ -156,17 +203,26 @@ def test_chat_stream_with_return_token_ids_is_400(twin):
     serving_base.py::handle_request turns into 400 ErrorResponse(type='BadRequest')."""
     status, body = run(_post(twin["spec"] + "/v1/chat/completions", _chat(return_token_ids=True)))
     assert status == 400
-    assert body == {"object": "error", "message": "return_token_ids is not supported with streaming on "
-                    "/v1/chat/completions. Please set stream=false when using return_token_ids=true.",
-                    "type": "BadRequest", "param": None, "code": 400}
+    assert body == {
+        "object": "error",
+        "message": "return_token_ids is not supported with streaming on "
+        "/v1/chat/completions. Please set stream=false when using return_token_ids=true.",
+        "type": "BadRequest",
+        "param": None,
+        "code": 400,
+    }
 
 
 def test_chat_stream_order_sglext_and_cached_usage(twin):
     """serving_chat.py::_generate_chat_stream: role chunk, content deltas, a separate finish chunk with an empty
     delta, then the sglext chunk (return_spec_tokens_details), the usage chunk (include_usage; cached tokens with
     --enable-cache-report, usage_processor.py), [DONE]."""
-    status, events = run(_post(twin["spec"] + "/v1/chat/completions",
-                               _chat(return_spec_tokens_details=True, stream_options={"include_usage": True})))
+    status, events = run(
+        _post(
+            twin["spec"] + "/v1/chat/completions",
+            _chat(return_spec_tokens_details=True, stream_options={"include_usage": True}),
+        )
+    )
     assert status == 200
     assert events[-1] == "[DONE]"
     first, finish, ext, usage = events[0], events[-4], events[-3], events[-2]
@@ -184,8 +240,12 @@ def test_chat_stream_order_sglext_and_cached_usage(twin):
 def test_chat_continuous_usage_counts_tokens_per_chunk(twin):
     """serving_chat.py (continuous_usage_stats): every content chunk carries usage with the running completion
     count, so tokens per chunk are known on chat too (several under speculative decoding)."""
-    status, events = run(_post(twin["spec"] + "/v1/chat/completions", _chat(
-        stream_options={"include_usage": True, "continuous_usage_stats": True})))
+    status, events = run(
+        _post(
+            twin["spec"] + "/v1/chat/completions",
+            _chat(stream_options={"include_usage": True, "continuous_usage_stats": True}),
+        )
+    )
     assert status == 200
     content = [e for e in events[:-1] if e["choices"] and e["choices"][0]["delta"].get("content")]
     counts = [e["usage"]["completion_tokens"] for e in content]
@@ -197,8 +257,11 @@ def test_chat_continuous_usage_counts_tokens_per_chunk(twin):
 def test_completions_chunks_carry_token_ids_when_asked(twin):
     """serving_completions.py::_generate_completion_stream: with return_token_ids every chunk carries the new token
     ids of its scheduler output (several per chunk under speculative decoding); they add up to the usage count."""
-    status, events = run(_post(twin["spec"] + "/v1/completions",
-                               _completion(return_token_ids=True, stream_options={"include_usage": True})))
+    status, events = run(
+        _post(
+            twin["spec"] + "/v1/completions", _completion(return_token_ids=True, stream_options={"include_usage": True})
+        )
+    )
     assert status == 200
     chunks = [e for e in events[:-1] if e["choices"]]
     per_chunk = [len(c["choices"][0]["token_ids"]) for c in chunks]
@@ -223,9 +286,17 @@ def test_spec_tokens_details_only_when_asked(twin):
     ext = [e for e in asked[:-1] if "sglext" in e]
     assert len(ext) == 1 and ext[0]["choices"] == []
     details = ext[0]["sglext"]["spec_tokens_details"]
-    assert set(details) == {"spec_accept_rate", "spec_accept_length", "spec_cap_length", "spec_block_accept_length",
-                            "spec_num_correct_drafts", "spec_num_proposed_drafts", "spec_verify_ct",
-                            "spec_correct_drafts_histogram", "spec_cap_lens_histogram"}
+    assert set(details) == {
+        "spec_accept_rate",
+        "spec_accept_length",
+        "spec_cap_length",
+        "spec_block_accept_length",
+        "spec_num_correct_drafts",
+        "spec_num_proposed_drafts",
+        "spec_verify_ct",
+        "spec_correct_drafts_histogram",
+        "spec_cap_lens_histogram",
+    }
     assert details["spec_verify_ct"] > 0 and details["spec_accept_length"] > 1.0
 
 
@@ -262,23 +333,42 @@ def test_native_unknown_sampling_param_is_400(twin):
     assert status == 400
     # http_server.py::generate_request returns the contract check's text (serde wording) as a plain string
     assert body["error"].startswith("unknown field `max_tokens`, expected one of `max_new_tokens`, `stop`, ")
-    status, _ = run(_post(twin["spec"] + "/generate", {"text": PROMPT, "stream": True,
-                                                       "sampling_params": {"max_new_tokens": 2, "beam_width": 1}}))
+    status, _ = run(
+        _post(
+            twin["spec"] + "/generate",
+            {"text": PROMPT, "stream": True, "sampling_params": {"max_new_tokens": 2, "beam_width": 1}},
+        )
+    )
     assert status == 200  # a key the contract admits (0.5.23) is not refused
 
 
 def test_native_stream_is_cumulative_with_spec_stats_on_finish(twin):
     """managers/tokenizer_manager.py::_handle_batch_output: cumulative text, meta_info.completion_tokens, and
     spec_verify_ct / spec_accept_length on the finished chunk when speculating."""
-    status, events = run(_post(twin["spec"] + "/generate", {
-        "text": PROMPT, "stream": True, "sampling_params": {"max_new_tokens": 20, "temperature": 0,
-                                                            "ignore_eos": True}}))
+    status, events = run(
+        _post(
+            twin["spec"] + "/generate",
+            {
+                "text": PROMPT,
+                "stream": True,
+                "sampling_params": {"max_new_tokens": 20, "temperature": 0, "ignore_eos": True},
+            },
+        )
+    )
     assert status == 200 and events[-1] == "[DONE]"
     chunks = events[:-1]
     assert all(b["text"].startswith(a["text"]) for a, b in zip(chunks, chunks[1:]))
     for c in chunks:
-        assert {"id", "finish_reason", "prompt_tokens", "weight_version", "num_retractions", "reasoning_tokens",
-                "completion_tokens", "cached_tokens"} <= set(c["meta_info"])
+        assert {
+            "id",
+            "finish_reason",
+            "prompt_tokens",
+            "weight_version",
+            "num_retractions",
+            "reasoning_tokens",
+            "completion_tokens",
+            "cached_tokens",
+        } <= set(c["meta_info"])
     last = chunks[-1]["meta_info"]
     assert last["completion_tokens"] == 20 and last["finish_reason"]["type"] == "length"
     assert last["spec_verify_ct"] > 0 and last["spec_accept_length"] == pytest.approx(20 / last["spec_verify_ct"])
@@ -293,8 +383,11 @@ def test_flush_cache_400_while_pending_unless_timeout(twin):
 
     async def go():
         async with aiohttp.ClientSession() as s:
-            body = {"text": PROMPT, "stream": True,
-                    "sampling_params": {"max_new_tokens": 300, "temperature": 0, "ignore_eos": True}}
+            body = {
+                "text": PROMPT,
+                "stream": True,
+                "sampling_params": {"max_new_tokens": 300, "temperature": 0, "ignore_eos": True},
+            }
             async with s.post(url + "/generate", json=body) as r:
                 await r.content.readline()
                 async with s.post(url + "/flush_cache") as f:
@@ -315,8 +408,12 @@ def test_flush_cache_400_while_pending_unless_timeout(twin):
     assert busy == (400, "Flush cache failed.\n")
     # Query(0.0, ge=0.0) fails; http_server.py::validation_exception_handler answers 400 (not FastAPI's 422)
     assert invalid[0] == 400
-    assert {k: v for k, v in invalid[1].items() if k != "message"} == {"object": "error", "type": "Bad Request",
-                                                                       "param": None, "code": 400}
+    assert {k: v for k, v in invalid[1].items() if k != "message"} == {
+        "object": "error",
+        "type": "Bad Request",
+        "param": None,
+        "code": 400,
+    }
     assert waited == 200
     assert "avg_spec_accept_length" not in after
 
@@ -351,8 +448,11 @@ def test_rig_flushes_with_a_timeout_so_a_pending_request_is_waited_for(twin, tmp
 
     async def go():
         async with aiohttp.ClientSession() as s:
-            body = {"text": PROMPT, "stream": True,
-                    "sampling_params": {"max_new_tokens": 200, "temperature": 0, "ignore_eos": True}}
+            body = {
+                "text": PROMPT,
+                "stream": True,
+                "sampling_params": {"max_new_tokens": 200, "temperature": 0, "ignore_eos": True},
+            }
             async with s.post(twin["spec"] + "/generate", json=body) as r:
                 await r.content.readline()
                 flush = asyncio.ensure_future(actor.flush_cache())
@@ -368,6 +468,7 @@ def test_rig_flushes_with_a_timeout_so_a_pending_request_is_waited_for(twin, tmp
 def test_health_runs_a_generation_and_takes_at_least_a_second(twin):
     """entrypoints/http_server.py::health_generate serves /health too: it submits a 1-token generation and polls
     once a second for scheduler output, so a healthy answer takes >= 1 s; /health_generate is the same route."""
+
     async def go():
         async with aiohttp.ClientSession() as s:
             out = []
@@ -381,10 +482,13 @@ def test_health_runs_a_generation_and_takes_at_least_a_second(twin):
         assert status == 200 and body == "" and took >= 1.0
 
 
-@pytest.mark.parametrize("route, body, message", [
-    ("/v1/completions", _completion(prompt=""), "Prompt cannot be empty"),
-    ("/v1/chat/completions", _chat(messages=[]), "Messages cannot be empty."),
-])
+@pytest.mark.parametrize(
+    "route, body, message",
+    [
+        ("/v1/completions", _completion(prompt=""), "Prompt cannot be empty"),
+        ("/v1/chat/completions", _chat(messages=[]), "Messages cannot be empty."),
+    ],
+)
 def test_empty_input_is_400(twin, route, body, message):
     """serving_completions.py / serving_chat.py::_validate_request -> serving_base.py::create_error_response."""
     status, got = run(_post(twin["spec"] + route, body))
@@ -398,8 +502,12 @@ def test_duplicate_inflight_rid_is_refused_in_the_stream(twin):
     detected: <rid>"); http_server.py::stream_results sends it as an error event, then [DONE]. Once the first
     request finished, the rid is free again."""
     url = twin["spec"] + "/generate"
-    body = {"text": PROMPT, "rid": "same-rid", "stream": True,
-            "sampling_params": {"max_new_tokens": 60, "temperature": 0, "ignore_eos": True}}
+    body = {
+        "text": PROMPT,
+        "rid": "same-rid",
+        "stream": True,
+        "sampling_params": {"max_new_tokens": 60, "temperature": 0, "ignore_eos": True},
+    }
 
     async def go():
         async with aiohttp.ClientSession() as s:
@@ -413,8 +521,17 @@ def test_duplicate_inflight_rid_is_refused_in_the_stream(twin):
 
     (status, events), (status3, events3) = run(go())
     assert status == 200
-    assert events == [{"error": {"message": "Duplicate request ID detected: same-rid", "type": "invalid_request_error",
-                                 "code": 400, "retryable": False}}, "[DONE]"]
+    assert events == [
+        {
+            "error": {
+                "message": "Duplicate request ID detected: same-rid",
+                "type": "invalid_request_error",
+                "code": 400,
+                "retryable": False,
+            }
+        },
+        "[DONE]",
+    ]
     assert status3 == 200 and events3[-1] == "[DONE]" and "meta_info" in events3[-2]
 
 
@@ -423,8 +540,11 @@ def test_deterministic_server_info_shows_what_the_flag_changed(twin):
     overrides.py::_deterministic_sampling_backend (pytorch); TP 4: custom all-reduce off. /server_info reports the
     resolved fields; the speculative server (no flag) keeps its radix cache."""
     det = run(_get_json(twin["det"] + "/server_info"))
-    assert (det["attention_backend"], det["disable_radix_cache"], det["sampling_backend"]) == \
-        ("flashinfer", True, "pytorch")
+    assert (det["attention_backend"], det["disable_radix_cache"], det["sampling_backend"]) == (
+        "flashinfer",
+        True,
+        "pytorch",
+    )
     assert det["disable_custom_all_reduce"] is True
     spec = run(_get_json(twin["spec"] + "/server_info"))
     assert spec["disable_radix_cache"] is False and spec["sampling_backend"] == "flashinfer"

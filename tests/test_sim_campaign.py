@@ -31,12 +31,35 @@ def _sweep_full(tmp: Path, steps: str, conc: str, full: bool = True) -> tuple[di
     """The same with `rig report --json-full`: the rows and the whole report (its speculative schedule)."""
     rig = [sys.executable, "-m", "rig.cli"]
     run_id = "s" + steps.replace(",", "-")
-    p = subprocess.run([*rig, "sweep", "--workload", "greedy", "--steps", steps, "--concurrency", conc,
-                        "--server-arg=--sim-fault", f"--server-arg=slow={TIME_SCALE}",
-                        "--out", str(tmp), "--run-id", run_id, "-q"], capture_output=True, text=True, timeout=900)
+    p = subprocess.run(
+        [
+            *rig,
+            "sweep",
+            "--workload",
+            "greedy",
+            "--steps",
+            steps,
+            "--concurrency",
+            conc,
+            "--server-arg=--sim-fault",
+            f"--server-arg=slow={TIME_SCALE}",
+            "--out",
+            str(tmp),
+            "--run-id",
+            run_id,
+            "-q",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
-    rep = subprocess.run([*rig, "report", str(tmp / run_id), "--json-full" if full else "--json"],
-                         capture_output=True, text=True, timeout=300)
+    rep = subprocess.run(
+        [*rig, "report", str(tmp / run_id), "--json-full" if full else "--json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert rep.returncode == 0, rep.stderr
     doc = json.loads(rep.stdout)
     campaign = doc["campaign"] if full else doc

@@ -20,17 +20,15 @@ import urllib.request
 from pathlib import Path
 
 import aiohttp
-
 import pandas as pd
 import psutil
 import pytest
 import yaml
+from accounting import assert_accounting
+from support import engine_procs, free_port, rig
 
 from rig.results import read_manifest, read_requests
 from rig.sim.faults import FaultPlan, parse_fault
-
-from accounting import assert_accounting
-from support import engine_procs, free_port, rig
 
 BASE = ["--engine", "sim", "--workload", "greedy", "--steps", "1", "--warmup", "0", "-q"]
 
@@ -52,19 +50,29 @@ def server_log(run: Path) -> str:
 
 
 # ---------------------------------------------------------------- flags (no Ray)
-@pytest.mark.parametrize("spec, message", [
-    ("http=700", "http must be <= 599, got 700"),
-    ("bogus", "unknown fault 'bogus' (known: crash_after, crash_at, slow, http, hang, hang_headers, truncate, "
-              "reset, malformed, content_type)"),
-    ("hang,after=2", "hang does not take after"),
-    ("truncate,every=0", "every must be >= 1, got 0"),
-    ("http=503,every=2,fraction=0.5", "http: give every= or fraction=, not both"),
-    ("slow=0", "slow must be > 0, got 0"),
-    ("malformed=xml", "malformed must be 'text' (not JSON) or 'meta' (no meta_info), got 'xml'"),
-])
+@pytest.mark.parametrize(
+    "spec, message",
+    [
+        ("http=700", "http must be <= 599, got 700"),
+        (
+            "bogus",
+            "unknown fault 'bogus' (known: crash_after, crash_at, slow, http, hang, hang_headers, truncate, "
+            "reset, malformed, content_type)",
+        ),
+        ("hang,after=2", "hang does not take after"),
+        ("truncate,every=0", "every must be >= 1, got 0"),
+        ("http=503,every=2,fraction=0.5", "http: give every= or fraction=, not both"),
+        ("slow=0", "slow must be > 0, got 0"),
+        ("malformed=xml", "malformed must be 'text' (not JSON) or 'meta' (no meta_info), got 'xml'"),
+    ],
+)
 def test_a_bad_fault_spec_is_one_line_and_exit_2(spec, message):
-    res = subprocess.run([sys.executable, "-m", "rig.sim", "--model-path", "m", "--sim-fault", spec],
-                         capture_output=True, text=True, timeout=60)
+    res = subprocess.run(
+        [sys.executable, "-m", "rig.sim", "--model-path", "m", "--sim-fault", spec],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert res.returncode == 2
     assert res.stderr.strip().splitlines() == [f"rig.sim: error: argument --sim-fault: {message}"]
 
@@ -76,13 +84,15 @@ def test_the_rig_refuses_a_bad_sim_flag_before_anything_starts(tmp_path):
     assert res.stderr.strip().splitlines() == [
         "rig: error: server: the simulated server would refuse its flags: argument --sim-fault: http: unknown option "
         "'evry=2' (options: key=value with key in after, code, every, fraction, offset, seed) "
-        "(steps=1, extra_args=['--sim-fault', 'http=503,evry=2'])"]
+        "(steps=1, extra_args=['--sim-fault', 'http=503,evry=2'])"
+    ]
     assert not (tmp_path / "x").exists()
 
 
 def test_selection_is_by_arrival_number_or_by_rid():
-    plan = FaultPlan([parse_fault("http=503,every=3,offset=1"), parse_fault("truncate,fraction=0.5,seed=9"),
-                      parse_fault("hang")])
+    plan = FaultPlan(
+        [parse_fault("http=503,every=3,offset=1"), parse_fault("truncate,fraction=0.5,seed=9"), parse_fault("hang")]
+    )
     assert [i for i in range(1, 12) if plan.choose(i, "x").kind == "http"] == [1, 4, 7, 10]
     # fraction: a property of the rid alone (any arrival number), the same set at every run
     rids = [f"greedy-{i:06d}-t0" for i in range(400)]
@@ -95,8 +105,22 @@ def test_selection_is_by_arrival_number_or_by_rid():
 def _sim(*faults: str):
     """A sim subprocess with these faults on a free loopback port: (process, url)."""
     port = free_port()
-    argv = [sys.executable, "-m", "rig.sim", "--model-path", "m", "--tp-size", "4", "--host", "127.0.0.1",
-            "--port", str(port), "--random-seed", "1", "--sim-no-access-log"]
+    argv = [
+        sys.executable,
+        "-m",
+        "rig.sim",
+        "--model-path",
+        "m",
+        "--tp-size",
+        "4",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--random-seed",
+        "1",
+        "--sim-no-access-log",
+    ]
     for f in faults:
         argv += ["--sim-fault", f]
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -115,21 +139,27 @@ def _sim(*faults: str):
 @pytest.mark.server
 def test_stream_faults_fire_even_when_the_stream_is_shorter_than_after():
     """after=K past the end of a short stream: the fault falls on the last event, so a selected request still fails."""
-    from rig.loadgen.apis import api_for
     from rig.config import Timeouts
+    from rig.loadgen.apis import api_for
     from rig.loadgen.client import stream_request
     from rig.workloads.base import Turn
 
-    proc, url = _sim("truncate,every=4,offset=1,after=99", "malformed=meta,every=4,offset=2,after=99",
-                     "malformed=text,every=4,offset=3,after=99")
+    proc, url = _sim(
+        "truncate,every=4,offset=1,after=99",
+        "malformed=meta,every=4,offset=2,after=99",
+        "malformed=text,every=4,offset=3,after=99",
+    )
 
     async def send() -> list:
         async with aiohttp.ClientSession() as http:
             outs = []
             for i in range(8):
                 turn = Turn(request_id=f"r{i}", messages=({"role": "user", "content": "hello there"},), max_tokens=4)
-                outs.append(await stream_request(http, url, api_for("sglang-native"), turn, [], "m",
-                                                 Timeouts(first_token_s=10, total_s=10)))
+                outs.append(
+                    await stream_request(
+                        http, url, api_for("sglang-native"), turn, [], "m", Timeouts(first_token_s=10, total_s=10)
+                    )
+                )
             return outs
 
     try:
@@ -139,9 +169,11 @@ def test_stream_faults_fire_even_when_the_stream_is_shorter_than_after():
         proc.wait(timeout=10)
     errors = [o.error for o in outs]
     assert errors[3] is None and errors[7] is None and errors[:3] == errors[4:7]
-    assert errors[:2] == ["truncated stream: ended mid-event",
-                          "malformed event: /generate chunk without text and meta_info"]
-    assert errors[2].startswith("malformed event: not JSON: '{not json: {\"text\":")
+    assert errors[:2] == [
+        "truncated stream: ended mid-event",
+        "malformed event: /generate chunk without text and meta_info",
+    ]
+    assert errors[2].startswith('malformed event: not JSON: \'{not json: {"text":')
     assert [o.status for o in outs] == ["failed"] * 3 + ["ok"] + ["failed"] * 3 + ["ok"]
     assert [o.state.finished for o in outs] == [True, True, True, True] * 2  # the fault came after the last token
 
@@ -153,8 +185,11 @@ def test_crash_at_kills_the_server_that_long_after_the_first_request():
         time.sleep(1.0)
         assert proc.poll() is None  # the clock starts at the first generation request, not at startup
         t0 = time.monotonic()
-        req = urllib.request.Request(url + "/generate", data=json.dumps(
-            {"text": "hi", "sampling_params": {"max_new_tokens": 2}}).encode(), method="POST")
+        req = urllib.request.Request(
+            url + "/generate",
+            data=json.dumps({"text": "hi", "sampling_params": {"max_new_tokens": 2}}).encode(),
+            method="POST",
+        )
         with urllib.request.urlopen(req, timeout=5) as r:
             assert r.status == 200
         assert proc.wait(timeout=5) == 3
@@ -166,18 +201,28 @@ def test_crash_at_kills_the_server_that_long_after_the_first_request():
 
 # ---------------------------------------------------------------- per-request faults on one run
 # Selected by a hash of the request id, so the test knows exactly which requests each fault hits.
-STREAM_FAULTS = ["http=503,fraction=0.08,seed=1", "http=429,fraction=0.05,seed=2", "truncate,fraction=0.08,seed=3",
-                 "reset,fraction=0.06,seed=4", "malformed=text,fraction=0.06,seed=5",
-                 "malformed=meta,fraction=0.06,seed=6", "content_type,fraction=0.06,seed=7",
-                 "hang_headers,fraction=0.05,seed=8", "hang,fraction=0.05,seed=21"]
+STREAM_FAULTS = [
+    "http=503,fraction=0.08,seed=1",
+    "http=429,fraction=0.05,seed=2",
+    "truncate,fraction=0.08,seed=3",
+    "reset,fraction=0.06,seed=4",
+    "malformed=text,fraction=0.06,seed=5",
+    "malformed=meta,fraction=0.06,seed=6",
+    "content_type,fraction=0.06,seed=7",
+    "hang_headers,fraction=0.05,seed=8",
+    "hang,fraction=0.05,seed=21",
+]
 N_STREAM = 60
 EXPECTED_ERROR = {  # fault spec prefix -> (http_status, the record's error as a regex)
     "http=503": (503, r"HTTP 503: .*sim fault: injected HTTP 503"),
     "http=429": (429, r"HTTP 429: .*sim fault: injected HTTP 429"),
     "truncate": (200, r"truncated stream: ended mid-event"),
     # the lean HTTP/1.1 client (default) and aiohttp (RIG_HTTP_CLIENT=aiohttp) word a reset body differently
-    "reset": (200, r"(HTTPError: server closed the connection mid-response"
-                   r"|ClientPayloadError: Response payload is not completed)"),
+    "reset": (
+        200,
+        r"(HTTPError: server closed the connection mid-response"
+        r"|ClientPayloadError: Response payload is not completed)",
+    ),
     "malformed=text": (200, r"malformed event: not JSON: '\{not json: "),
     "malformed=meta": (200, r"malformed event: /generate chunk without text and meta_info"),
     "content_type": (200, r"wrong content type 'application/json' for a stream: \{\"text\":"),
@@ -189,8 +234,24 @@ EXPECTED_ERROR = {  # fault spec prefix -> (http_status, the record's error as a
 @pytest.fixture(scope="module")
 def stream_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("faults")
-    res = rig("run", *BASE, "--concurrency", "4", "--requests", str(N_STREAM), "--workload-opt", "max_tokens=8",
-              "--first-token-timeout", "2", *fault_args(*STREAM_FAULTS), "--out", str(out), "--run-id", "sf", owner=out)
+    res = rig(
+        "run",
+        *BASE,
+        "--concurrency",
+        "4",
+        "--requests",
+        str(N_STREAM),
+        "--workload-opt",
+        "max_tokens=8",
+        "--first-token-timeout",
+        "2",
+        *fault_args(*STREAM_FAULTS),
+        "--out",
+        str(out),
+        "--run-id",
+        "sf",
+        owner=out,
+    )
     return out / "sf", res
 
 
@@ -245,8 +306,23 @@ def test_the_point_completes_with_exact_counts(stream_run):
 def test_openai_chat_stream_faults_by_arrival_number(tmp_path):
     specs = ["http=500,every=5", "malformed=meta,every=7", "truncate,every=9"]
     n = 30
-    res = rig("run", *BASE, "--api", "openai-chat", "--concurrency", "2", "--requests", str(n), "--workload-opt",
-              "max_tokens=6", *fault_args(*specs), "--out", str(tmp_path), "--run-id", "oa")
+    res = rig(
+        "run",
+        *BASE,
+        "--api",
+        "openai-chat",
+        "--concurrency",
+        "2",
+        "--requests",
+        str(n),
+        "--workload-opt",
+        "max_tokens=6",
+        *fault_args(*specs),
+        "--out",
+        str(tmp_path),
+        "--run-id",
+        "oa",
+    )
     assert res.returncode == 0, res.stderr[-2000:]
     run = tmp_path / "oa"
     t = read_requests(run).to_pandas()
@@ -269,10 +345,33 @@ CRASH_AFTER = 6
 def crash_sweep(tmp: Path, run_id: str, *extra: str) -> tuple[Path, subprocess.CompletedProcess]:
     """Two server configurations: the first crashes after CRASH_AFTER requests, the second is healthy."""
     spec = tmp / "spec.yaml"
-    spec.write_text(yaml.safe_dump({"server_grid": {"extra_args": [["--sim-fault", f"crash_after={CRASH_AFTER}",
-                                                                    "--sim-fault", "slow=4"], []]}}))
-    res = rig("sweep", "--config", str(spec), *BASE, "--concurrency", "4", "--requests", "24", "--workload-opt",
-              "max_tokens=16", *extra, "--out", str(tmp), "--run-id", run_id, owner=tmp)
+    spec.write_text(
+        yaml.safe_dump(
+            {
+                "server_grid": {
+                    "extra_args": [["--sim-fault", f"crash_after={CRASH_AFTER}", "--sim-fault", "slow=4"], []]
+                }
+            }
+        )
+    )
+    res = rig(
+        "sweep",
+        "--config",
+        str(spec),
+        *BASE,
+        "--concurrency",
+        "4",
+        "--requests",
+        "24",
+        "--workload-opt",
+        "max_tokens=16",
+        *extra,
+        "--out",
+        str(tmp),
+        "--run-id",
+        run_id,
+        owner=tmp,
+    )
     return tmp / run_id, res
 
 
@@ -293,18 +392,20 @@ def test_a_crash_fails_its_point_within_5s_and_in_flight_requests_say_why(crashe
     t = read_requests(run).to_pandas()
     rows = t[t.point == bad["point"]].sort_values("send_ts")
     # the requests the server received: the first CRASH_AFTER + 1 sends (the last one killed it)
-    received = rows.iloc[:CRASH_AFTER + 1]
+    received = rows.iloc[: CRASH_AFTER + 1]
     in_flight = received[~received.ok]
     assert received.ok.sum() >= 1 and len(in_flight) >= 2  # at concurrency 4, several were streaming
     assert in_flight.status.eq("failed").all()
     # a request whose keep-alive connection the crash closed before any answer is sent once more (the lean client's
     # stale-connection retry) and meets the dead port; a SIGKILLed process's socket may also answer with a reset (RST)
     # instead of a FIN, depending on whether unread bytes were queued when the kernel closed it
-    why = r"(HTTPError: server closed the connection|HTTPError: connection lost: .*Connection reset by peer" \
-          r"|connect: .*Connection refused|ServerDisconnectedError" \
-          r"|ClientOSError|ClientPayloadError)"
+    why = (
+        r"(HTTPError: server closed the connection|HTTPError: connection lost: .*Connection reset by peer"
+        r"|connect: .*Connection refused|ServerDisconnectedError"
+        r"|ClientOSError|ClientPayloadError)"
+    )
     assert in_flight.error.str.match(why).all(), in_flight.error.tolist()
-    later = rows.iloc[CRASH_AFTER + 1:]
+    later = rows.iloc[CRASH_AFTER + 1 :]
     assert later.status.isin(["failed", "cancelled"]).all() and later.error.notna().all()
     # detected within 5 s of the crash (the first in-flight failure)
     assert bad["ended_ts"] - in_flight.end_ts.min() < 5.0
@@ -339,8 +440,23 @@ def test_fail_fast_stops_after_the_crashed_configuration(tmp_path):
 # ---------------------------------------------------------------- a slow server against the total timeout
 @pytest.mark.ray
 def test_a_slowed_server_hits_the_request_timeout_after_its_first_tokens(tmp_path):
-    res = rig("run", *BASE, "--concurrency", "2", "--requests", "4", "--workload-opt", "max_tokens=64",
-              "--request-timeout", "1.5", *fault_args("slow=25"), "--out", str(tmp_path), "--run-id", "slow")
+    res = rig(
+        "run",
+        *BASE,
+        "--concurrency",
+        "2",
+        "--requests",
+        "4",
+        "--workload-opt",
+        "max_tokens=64",
+        "--request-timeout",
+        "1.5",
+        *fault_args("slow=25"),
+        "--out",
+        str(tmp_path),
+        "--run-id",
+        "slow",
+    )
     assert res.returncode == 1
     run = tmp_path / "slow"
     t = read_requests(run).to_pandas()

@@ -10,7 +10,6 @@ from pathlib import Path
 
 import aiohttp
 import pytest
-
 from support import start_sim
 
 pytestmark = pytest.mark.server
@@ -29,10 +28,14 @@ def sims(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("gen")
     model = tmp / "model"
     model.mkdir()
-    (model / "generation_config.json").write_text(json.dumps({"do_sample": True, "temperature": 0.7, "top_k": 1,
-                                                              "top_p": 0.95, "eos_token_id": [1, 2]}))
-    started = [_start(tmp, "model", model, []), _start(tmp, "openai", model, ["--sampling-defaults", "openai"]),
-               _start(tmp, "det", model, ["--enable-deterministic-inference"])]
+    (model / "generation_config.json").write_text(
+        json.dumps({"do_sample": True, "temperature": 0.7, "top_k": 1, "top_p": 0.95, "eos_token_id": [1, 2]})
+    )
+    started = [
+        _start(tmp, "model", model, []),
+        _start(tmp, "openai", model, ["--sampling-defaults", "openai"]),
+        _start(tmp, "det", model, ["--enable-deterministic-inference"]),
+    ]
     yield {name: s[1] for name, s in zip(("model", "openai", "det"), started)} | {"model_log": started[0][2]}
     for proc, _, _ in started:
         proc.terminate()
@@ -47,8 +50,14 @@ async def _events(url: str, body: dict) -> list:
 
 
 def _chat_text(url: str, **fields) -> str:
-    body = {"model": "m", "messages": [{"role": "user", "content": PROMPT}], "max_tokens": 40, "stream": True,
-            "ignore_eos": True, **fields}
+    body = {
+        "model": "m",
+        "messages": [{"role": "user", "content": PROMPT}],
+        "max_tokens": 40,
+        "stream": True,
+        "ignore_eos": True,
+        **fields,
+    }
     events = asyncio.run(_events(url + "/v1/chat/completions", body))
     return "".join((e["choices"][0]["delta"].get("content") or "") for e in events if e.get("choices"))
 
@@ -61,16 +70,19 @@ def test_chat_fills_omitted_sampling_fields_from_generation_config(sims):
     assert _chat_text(model) == _chat_text(model)  # top_k 1 from generation_config.json: greedy
     assert _chat_text(model, top_k=-1) != _chat_text(model, top_k=-1)  # sent explicitly: sampled at 0.7
     assert _chat_text(openai) != _chat_text(openai)  # OpenAI defaults: temperature 1, top_k off
-    assert "Using default chat sampling params from model generation config: " \
-           "{'temperature': 0.7, 'top_k': 1, 'top_p': 0.95}" in sims["model_log"].read_text()
+    assert (
+        "Using default chat sampling params from model generation config: "
+        "{'temperature': 0.7, 'top_k': 1, 'top_p': 0.95}" in sims["model_log"].read_text()
+    )
 
 
 def test_completions_do_not_use_generation_config(sims):
     """openai/protocol.py CompletionRequest has its own defaults (temperature 1, top_k -1): no model defaults."""
     url = sims["model"] + "/v1/completions"
     body = {"model": "m", "prompt": PROMPT, "max_tokens": 40, "stream": True, "ignore_eos": True}
-    texts = ["".join(e["choices"][0]["text"] for e in asyncio.run(_events(url, body)) if e.get("choices"))
-             for _ in range(2)]
+    texts = [
+        "".join(e["choices"][0]["text"] for e in asyncio.run(_events(url, body)) if e.get("choices")) for _ in range(2)
+    ]
     assert texts[0] != texts[1]
 
 
@@ -88,8 +100,10 @@ def test_deterministic_inference_loses_the_prefix_cache(sims):
     assert warm["cached_tokens"] > 0.9 * warm["prompt_tokens"]
     assert det["cached_tokens"] == 0 and det["prompt_tokens"] == warm["prompt_tokens"]
     prefill = {name: m["prefill_finished_time"] - m["forward_entry_time"] for name, m in (("warm", warm), ("det", det))}
-    print(f"prefill of the repeated {warm['prompt_tokens']}-token prompt: cached {prefill['warm'] * 1e3:.1f} ms, "
-          f"deterministic {prefill['det'] * 1e3:.1f} ms")
+    print(
+        f"prefill of the repeated {warm['prompt_tokens']}-token prompt: cached {prefill['warm'] * 1e3:.1f} ms, "
+        f"deterministic {prefill['det'] * 1e3:.1f} ms"
+    )
     assert prefill["det"] > prefill["warm"]
 
 
@@ -98,17 +112,25 @@ def test_duplicate_rid_answered_in_each_route_shape(sims):
     {"error": {"message"}} (http_server.py::_create_error_response); the OpenAI routes raise it before their first
     chunk, so 400 ErrorResponse (serving_chat.py / serving_completions.py)."""
     url = sims["model"]
-    first = {"text": PROMPT, "rid": "dup", "stream": True,
-             "sampling_params": {"max_new_tokens": 200, "temperature": 0, "ignore_eos": True}}
+    first = {
+        "text": PROMPT,
+        "rid": "dup",
+        "stream": True,
+        "sampling_params": {"max_new_tokens": 200, "temperature": 0, "ignore_eos": True},
+    }
 
     async def go():
         async with aiohttp.ClientSession() as s:
             async with s.post(url + "/generate", json=first) as r:
                 await r.content.readline()
                 out = []
-                for path, body in (("/generate", {**first, "stream": False}),
-                                   ("/v1/chat/completions", {"model": "m", "rid": "dup", "stream": True,
-                                                             "messages": [{"role": "user", "content": PROMPT}]})):
+                for path, body in (
+                    ("/generate", {**first, "stream": False}),
+                    (
+                        "/v1/chat/completions",
+                        {"model": "m", "rid": "dup", "stream": True, "messages": [{"role": "user", "content": PROMPT}]},
+                    ),
+                ):
                     async with s.post(url + path, json=body) as d:
                         out.append((d.status, await d.json()))
                 async for _ in r.content:
@@ -117,5 +139,13 @@ def test_duplicate_rid_answered_in_each_route_shape(sims):
 
     (s1, b1), (s2, b2) = asyncio.run(go())
     assert (s1, b1) == (400, {"error": {"message": "Duplicate request ID detected: dup"}})
-    assert (s2, b2) == (400, {"object": "error", "message": "Duplicate request ID detected: dup",
-                              "type": "BadRequestError", "param": None, "code": 400})
+    assert (s2, b2) == (
+        400,
+        {
+            "object": "error",
+            "message": "Duplicate request ID detected: dup",
+            "type": "BadRequestError",
+            "param": None,
+            "code": 400,
+        },
+    )

@@ -19,8 +19,7 @@ def profile():
 
 
 def decode(cost: ForwardCost, batch: int, steps: int, ctx: int = 4000) -> Iteration:
-    return Iteration("decode", cost.decode(batch, steps, ctx), [object()] * batch, tokens=batch * (steps + 1),
-                     ctx=ctx)
+    return Iteration("decode", cost.decode(batch, steps, ctx), [object()] * batch, tokens=batch * (steps + 1), ctx=ctx)
 
 
 def test_power_parameters_are_stated_with_unit_and_source():
@@ -103,8 +102,10 @@ def test_sim_gpu_route_serves_the_modelled_gpus_in_nvml_units():
         srv.ready = True
         async with TestClient(TestServer(create_app(srv))) as c:
             idle = await (await c.get("/sim/gpu")).json()
-            r = await c.post("/generate", json={"text": "hello world " * 50,
-                                                "sampling_params": {"max_new_tokens": 32, "temperature": 0}})
+            r = await c.post(
+                "/generate",
+                json={"text": "hello world " * 50, "sampling_params": {"max_new_tokens": 32, "temperature": 0}},
+            )
             await r.read()
             busy = await (await c.get("/sim/gpu")).json()
         await srv.engine.stop()

@@ -18,8 +18,14 @@ import pytest
 from support import sglang_source
 
 from rig.sim.args import SGLANG_VERSION, check_argv, resolve
-from rig.sim.resolution import (DETERMINISTIC_ATTENTION_BACKEND_CHOICES, MODEL_ARCH,
-                                RADIX_SUPPORTED_DETERMINISTIC_ATTENTION_BACKEND, REFUSALS, refusal, resolve_backends)
+from rig.sim.resolution import (
+    DETERMINISTIC_ATTENTION_BACKEND_CHOICES,
+    MODEL_ARCH,
+    RADIX_SUPPORTED_DETERMINISTIC_ATTENTION_BACKEND,
+    REFUSALS,
+    refusal,
+    resolve_backends,
+)
 
 SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "sglang_refusals.py"
 NODE = ["--model-path", "m", "--tp-size", "4"]
@@ -52,49 +58,79 @@ def test_hopper_falls_back_to_fa3():
     assert (ns.attention_backend, ns.disable_radix_cache) == ("fa3", False)
 
 
-@pytest.mark.parametrize("argv, needle", [
-    (["--mamba-radix-cache-strategy", "no_buffer"],
-     "no_buffer do not support overlap schedule. Try to set disable_overlap_schedule=True. "
-     "(SGLang arg_groups/mamba_hook.py::validate_mamba_no_buffer)"),
-    (["--mamba-radix-cache-strategy", "no_buffer", "--disable-overlap-schedule", "--page-size", "16"],
-     "no_buffer only supports page_size=1."),
-    (["--enable-deterministic-inference", "--attention-backend", "trtllm_mha"],
-     "Currently only ['ascend', 'fa3', 'fa4', 'flashinfer', 'intel_xpu', 'triton'] attention backends are supported "
-     "for deterministic inference, but you explicitly specified 'trtllm_mha'."),
-    (["--speculative-algorithm", "NEXTN", "--speculative-eagle-topk", "1"],
-     "AssertionError: --speculative-eagle-topk and --speculative-num-draft-tokens need --speculative-num-steps"),
-    (["--speculative-algorithm", "EAGLE", "--speculative-use-rejection-sampling",
-      "--speculative-accept-threshold-single", "0.5"],
-     "rejection sampling ignores the accept thresholds."),
-])
+@pytest.mark.parametrize(
+    "argv, needle",
+    [
+        (
+            ["--mamba-radix-cache-strategy", "no_buffer"],
+            "no_buffer do not support overlap schedule. Try to set disable_overlap_schedule=True. "
+            "(SGLang arg_groups/mamba_hook.py::validate_mamba_no_buffer)",
+        ),
+        (
+            ["--mamba-radix-cache-strategy", "no_buffer", "--disable-overlap-schedule", "--page-size", "16"],
+            "no_buffer only supports page_size=1.",
+        ),
+        (
+            ["--enable-deterministic-inference", "--attention-backend", "trtllm_mha"],
+            "Currently only ['ascend', 'fa3', 'fa4', 'flashinfer', 'intel_xpu', 'triton'] attention backends "
+            "are supported "
+            "for deterministic inference, but you explicitly specified 'trtllm_mha'.",
+        ),
+        (
+            ["--speculative-algorithm", "NEXTN", "--speculative-eagle-topk", "1"],
+            "AssertionError: --speculative-eagle-topk and --speculative-num-draft-tokens need --speculative-num-steps",
+        ),
+        (
+            [
+                "--speculative-algorithm",
+                "EAGLE",
+                "--speculative-use-rejection-sampling",
+                "--speculative-accept-threshold-single",
+                "0.5",
+            ],
+            "rejection sampling ignores the accept thresholds.",
+        ),
+    ],
+)
 def test_refused_at_launch_like_sglang_resolution(argv, needle):
     why = check_argv(["--model-path", "m", *argv])
     assert why is not None and needle in why
 
 
-@pytest.mark.parametrize("argv, needle", [
-    (["--served-model-name", "base:adapter"], "served_model_name cannot contain a colon (':') character. The colon is "
-     "reserved for the 'model:adapter' syntax used in LoRA adapter specification. Invalid value: 'base:adapter'"),
-    (["--page-size", "3"], "chunked_prefill_size must be divisible by page_size"),
-    (["--enable-priority-scheduling", "--schedule-policy", "lpm"],
-     "To use priority scheduling, schedule_policy must be 'fcfs' or 'lof'. 'lpm' is not supported."),
-    (["--grpc-port", "30000"], "--grpc-port (30000) must differ from --port (30000)"),
-    (["--kv-canary-sweep-interval", "5"], "--kv-canary-sweep-interval requires --kv-canary in {log, raise}"),
-    (["--tp-size", "4", "--dp-size", "2", "--nnodes", "2"], "multi-node data-parallel replicas are not supported"),
-    (["--tp-size", "3", "--nnodes", "2"], "tp_size must be divisible by number of nodes"),
-])
+@pytest.mark.parametrize(
+    "argv, needle",
+    [
+        (
+            ["--served-model-name", "base:adapter"],
+            "served_model_name cannot contain a colon (':') character. The colon is "
+            "reserved for the 'model:adapter' syntax used in LoRA adapter specification. Invalid value: 'base:adapter'",
+        ),
+        (["--page-size", "3"], "chunked_prefill_size must be divisible by page_size"),
+        (
+            ["--enable-priority-scheduling", "--schedule-policy", "lpm"],
+            "To use priority scheduling, schedule_policy must be 'fcfs' or 'lof'. 'lpm' is not supported.",
+        ),
+        (["--grpc-port", "30000"], "--grpc-port (30000) must differ from --port (30000)"),
+        (["--kv-canary-sweep-interval", "5"], "--kv-canary-sweep-interval requires --kv-canary in {log, raise}"),
+        (["--tp-size", "4", "--dp-size", "2", "--nnodes", "2"], "multi-node data-parallel replicas are not supported"),
+        (["--tp-size", "3", "--nnodes", "2"], "tp_size must be divisible by number of nodes"),
+    ],
+)
 def test_check_server_args_refusals(argv, needle):
     """validation_hook.py::check_server_args, the checks on flags alone, with SGLang's text."""
     why = check_argv(["--model-path", "m", *argv])
     assert why is not None and needle in why and "(SGLang arg_groups/validation_hook.py::check_server_args)" in why
 
 
-@pytest.mark.parametrize("argv", [
-    ["--mamba-radix-cache-strategy", "no_buffer", "--disable-overlap-schedule"],
-    ["--mamba-radix-cache-strategy", "no_buffer", "--disable-radix-cache"],  # the validation needs the radix cache
-    ["--mamba-radix-cache-strategy", "auto"],
-    ["--enable-deterministic-inference", "--attention-backend", "triton"],
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--mamba-radix-cache-strategy", "no_buffer", "--disable-overlap-schedule"],
+        ["--mamba-radix-cache-strategy", "no_buffer", "--disable-radix-cache"],  # the validation needs the radix cache
+        ["--mamba-radix-cache-strategy", "auto"],
+        ["--enable-deterministic-inference", "--attention-backend", "triton"],
+    ],
+)
 def test_accepted_like_sglang_resolution(argv):
     assert check_argv(["--model-path", "m", *argv]) is None
 
@@ -108,12 +144,12 @@ def _root() -> Path:
 # Sites of the cited functions the simulator has no rule for, and why none is needed.
 NOT_REACHED = {
     "arg_groups/validation_hook.py:check_server_args": {
-        "enable_mixed_chunk is not supported with speculative_algorithm={}":
-            "_handle_eagle_family turns mixed chunked prefill off first (the sim models the EAGLE family only)",
+        "enable_mixed_chunk is not supported with speculative_algorithm={}": "_handle_eagle_family turns "
+        "mixed chunked prefill off first (the sim models the EAGLE family only)",
     },
     "arg_groups/speculative_hook.py:_handle_eagle_family": {
-        "Currently standalone speculative decoding does not support dp attention.":
-            "STANDALONE is refused by the simulator (not modelled)",
+        "Currently standalone speculative decoding does not support dp attention.": "STANDALONE is refused "
+        "by the simulator (not modelled)",
         "speculative_eagle_topk > 1 with page_size > 1 is only supported on {}; got attention_backend={}. Use "
         "page_size == 1 or one of those backends.": "topk > 1 is refused by the simulator (not modelled)",
         "--speculative-use-rejection-sampling is only supported for EAGLE / EAGLE3 / NEXTN, not "
@@ -122,8 +158,8 @@ NOT_REACHED = {
         "Deterministic rejection sampling is currently supported only on CUDA-compatible devices because draft "
         "proposal sampling uses a Triton hash kernel.": "the simulated device is CUDA",
         "--speculative-use-rejection-sampling with multi-layer EAGLE (--enable-multi-layer-eagle) requires "
-        "--speculative-eagle-topk 1; rejection sampling is only implemented for the linear (topk=1) chain.":
-            "topk > 1 is refused",
+        "--speculative-eagle-topk 1; rejection sampling is only implemented for the linear (topk=1) "
+        "chain.": "topk > 1 is refused",
     },
 }
 
@@ -141,8 +177,13 @@ def test_every_rule_is_sglang_text_and_every_site_is_classified():
     a new release fails here until it is modelled or classified."""
     root = _root()
     cited = sorted({f"{r.file}:{r.function}" for r in REFUSALS})
-    out = subprocess.run([sys.executable, str(SCRIPT), "--sglang-root", str(root), "sites", *cited],
-                         capture_output=True, text=True, timeout=60, check=True)
+    out = subprocess.run(
+        [sys.executable, str(SCRIPT), "--sglang-root", str(root), "sites", *cited],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
     wheel = json.loads(out.stdout)
     for site in cited:
         ours = {_template(r.message) for r in REFUSALS if f"{r.file}:{r.function}" == site}
@@ -162,9 +203,13 @@ def test_rules_agree_with_sglang_functions_run_on_the_same_flags():
         ns = resolve(["--model-path", "m", "--skip-server-warmup"]).ns
         ns.mamba_radix_cache_strategy, ns.disable_radix_cache = "no_buffer", False
         ns.page_size, ns.disable_overlap_schedule, ns.attention_backend = page, overlap_off, backend
-        cases.append({"function": "validate_mamba_no_buffer", "arch": MODEL_ARCH,
-                      "view": {"page_size": page, "disable_overlap_schedule": overlap_off,
-                               "attention_backend": backend}})
+        cases.append(
+            {
+                "function": "validate_mamba_no_buffer",
+                "arch": MODEL_ARCH,
+                "view": {"page_size": page, "disable_overlap_schedule": overlap_off, "attention_backend": backend},
+            }
+        )
         ours.append(refusal(ns))
     for arch, backend in itertools.product(("sm90", "sm100", "sm120"), (None, "fa3", "flashinfer", "trtllm_mha")):
         ns = resolve(["--model-path", "m"]).ns
@@ -172,12 +217,22 @@ def test_rules_agree_with_sglang_functions_run_on_the_same_flags():
         why = refusal(ns)
         if why is None:
             resolve_backends(ns, [], gpu_arch=arch)
-        cases.append({"function": "_deterministic_attention_backend", "arch": arch,
-                      "view": {"enable_deterministic_inference": True, "attention_backend": backend,
-                               "model_path": "m"}})
+        cases.append(
+            {
+                "function": "_deterministic_attention_backend",
+                "arch": arch,
+                "view": {"enable_deterministic_inference": True, "attention_backend": backend, "model_path": "m"},
+            }
+        )
         ours.append(why or ns.attention_backend)
-    out = subprocess.run([sys.executable, str(SCRIPT), "--sglang-root", str(root), "run"], input=json.dumps(cases),
-                         capture_output=True, text=True, timeout=300, check=True)
+    out = subprocess.run(
+        [sys.executable, str(SCRIPT), "--sglang-root", str(root), "run"],
+        input=json.dumps(cases),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
     got = json.loads(out.stdout)
     assert got["DETERMINISTIC_ATTENTION_BACKEND_CHOICES"] == list(DETERMINISTIC_ATTENTION_BACKEND_CHOICES)
     radix = list(RADIX_SUPPORTED_DETERMINISTIC_ATTENTION_BACKEND)
@@ -196,10 +251,16 @@ def test_chat_defaults_from_the_model_directory_or_the_profile(tmp_path):
     5 leaves the rest None), only with --sampling-defaults model; a hub id the sim cannot read uses the profile's."""
     from rig.sim.generation import GenerationConfigError, chat_defaults
 
-    (tmp_path / "generation_config.json").write_text(json.dumps(
-        {"temperature": 0.6, "top_k": 20, "top_p": 0.95, "min_p": None, "do_sample": True, "max_new_tokens": 9}))
-    assert chat_defaults(str(tmp_path), "model", {"generation_config": {"top_k": 5}}) == \
-        {"temperature": 0.6, "top_k": 20, "top_p": 0.95}
+    (tmp_path / "generation_config.json").write_text(
+        json.dumps(
+            {"temperature": 0.6, "top_k": 20, "top_p": 0.95, "min_p": None, "do_sample": True, "max_new_tokens": 9}
+        )
+    )
+    assert chat_defaults(str(tmp_path), "model", {"generation_config": {"top_k": 5}}) == {
+        "temperature": 0.6,
+        "top_k": 20,
+        "top_p": 0.95,
+    }
     assert chat_defaults(str(tmp_path), "openai", {}) == {}
     assert chat_defaults("Qwen/Qwen3.5-122B-A10B", "model", {"generation_config": {"top_k": 5}}) == {"top_k": 5}
     assert chat_defaults("Qwen/Qwen3.5-122B-A10B", "model", {}) == {}

@@ -10,7 +10,6 @@ from pathlib import Path
 
 import aiohttp
 import pytest
-
 from support import start_sim
 
 pytestmark = pytest.mark.server
@@ -27,10 +26,31 @@ def _start(tmp: Path, name: str, extra: list[str]) -> tuple[subprocess.Popen, st
 @pytest.fixture(scope="module")
 def servers(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("sim")
-    spec = ["--speculative-algorithm", "NEXTN", "--speculative-num-steps", "4", "--speculative-eagle-topk", "1",
-            "--speculative-num-draft-tokens", "5"]
-    a = _start(tmp, "spec4", ["--enable-metrics", "--api-key", KEY, "--enable-cache-report",
-                              "--decode-log-interval", "1", "--reasoning-parser", "qwen3", *spec])
+    spec = [
+        "--speculative-algorithm",
+        "NEXTN",
+        "--speculative-num-steps",
+        "4",
+        "--speculative-eagle-topk",
+        "1",
+        "--speculative-num-draft-tokens",
+        "5",
+    ]
+    a = _start(
+        tmp,
+        "spec4",
+        [
+            "--enable-metrics",
+            "--api-key",
+            KEY,
+            "--enable-cache-report",
+            "--decode-log-interval",
+            "1",
+            "--reasoning-parser",
+            "qwen3",
+            *spec,
+        ],
+    )
     b = _start(tmp, "nospec", [])
     yield {"spec": a[1], "nospec": b[1], "spec_log": a[2], "nospec_log": b[2]}
     for p in (a[0], b[0]):
@@ -53,7 +73,7 @@ async def _sse(url: str, body: dict, headers=AUTH) -> tuple[list, list[float], f
             buf += chunk
             while b"\n\n" in buf:
                 ev, buf = buf.split(b"\n\n", 1)
-                data = ev.decode()[len("data: "):]
+                data = ev.decode()[len("data: ") :]
                 events.append(data if data == "[DONE]" else json.loads(data))
                 times.append(time.monotonic() - t0)
     return events, times, t0
@@ -68,8 +88,11 @@ def test_startup_log_has_key_line_and_ready_line(servers):
     import re
 
     text = servers["spec_log"].read_text()
-    m = re.search(r"max_total_num_tokens=(\d+), chunked_prefill_size=(-?\d+), max_prefill_tokens=(\d+), "
-                  r"max_running_requests=(\d+), context_len=(\d+), available_gpu_mem=([\d.]+) GB", text)
+    m = re.search(
+        r"max_total_num_tokens=(\d+), chunked_prefill_size=(-?\d+), max_prefill_tokens=(\d+), "
+        r"max_running_requests=(\d+), context_len=(\d+), available_gpu_mem=([\d.]+) GB",
+        text,
+    )
     assert m and int(m.group(4)) < 48
     assert "Max running requests is reset to 48 for speculative decoding" in text
     assert text.index(m.group(0)) < text.index("The server is fired up and ready to roll!")
@@ -92,8 +115,9 @@ def test_generate_stream_is_cumulative_with_consistent_spec_fields(servers):
     assert last["finish_reason"] == {"type": "length", "length": 200}
     assert last["completion_tokens"] == 200 == len(chunks[-1]["output_ids"])
     # One chunk per verify step carrying at most steps + 1 tokens; a busy handler may coalesce some (as SGLang's).
-    gaps = [c["meta_info"]["completion_tokens"] - p["meta_info"]["completion_tokens"]
-            for p, c in zip(chunks, chunks[1:])]
+    gaps = [
+        c["meta_info"]["completion_tokens"] - p["meta_info"]["completion_tokens"] for p, c in zip(chunks, chunks[1:])
+    ]
     assert len(chunks) <= last["spec_verify_ct"] + 1
     assert sum(g <= 5 for g in gaps) >= 0.8 * len(gaps)
     assert last["spec_accept_length"] == pytest.approx(last["completion_tokens"] / last["spec_verify_ct"])
@@ -107,8 +131,15 @@ def test_generate_stream_is_cumulative_with_consistent_spec_fields(servers):
 def test_server_timestamps_agree_with_client(servers):
     events, times, t0 = _gen(servers["spec"], max_new_tokens=100, ignore_eos=True)
     meta = events[-2]["meta_info"]
-    for k in ("request_received_ts", "first_token_ts", "first_token_latency", "request_finished_ts", "queue_time",
-              "prefill_finished_time", "forward_entry_time"):
+    for k in (
+        "request_received_ts",
+        "first_token_ts",
+        "first_token_latency",
+        "request_finished_ts",
+        "queue_time",
+        "prefill_finished_time",
+        "forward_entry_time",
+    ):
         assert k in meta, k
     assert meta["request_received_ts"] <= meta["forward_entry_time"] <= meta["prefill_finished_time"]
     assert meta["prefill_finished_time"] <= meta["first_token_ts"] <= meta["request_finished_ts"]
@@ -166,6 +197,7 @@ def _requests_post(url, body, headers=AUTH):
                 return r.status, await r.json(content_type=None)
             except json.JSONDecodeError:
                 return r.status, await r.text()
+
     return run(go())
 
 
@@ -177,6 +209,7 @@ def _get(url, headers=AUTH):
                 return r.status, json.loads(text)
             except json.JSONDecodeError:
                 return r.status, text
+
     return run(go())
 
 
@@ -201,8 +234,11 @@ def test_info_endpoints(servers):
 
 
 def _metric(text: str, name: str) -> float:
-    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-               if line.startswith(name + "{") or line.startswith(name + " "))
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith(name + "{") or line.startswith(name + " ")
+    )
 
 
 def test_metrics_counters_track_requests(servers):
@@ -217,9 +253,16 @@ def test_metrics_counters_track_requests(servers):
     assert d("sglang:spec_verify_calls_total") == meta["spec_verify_ct"]
     assert d("sglang:prompt_tokens_total") == meta["prompt_tokens"]
     assert d("sglang:time_to_first_token_seconds_count") == 1 and d("sglang:e2e_request_latency_seconds_count") == 1
-    for name in ("sglang:num_running_reqs", "sglang:num_queue_reqs", "sglang:token_usage", "sglang:gen_throughput",
-                 "sglang:spec_accept_length", "sglang:spec_accept_rate", "sglang:sim_lag_seconds",
-                 "sglang:inter_token_latency_seconds_bucket"):
+    for name in (
+        "sglang:num_running_reqs",
+        "sglang:num_queue_reqs",
+        "sglang:token_usage",
+        "sglang:gen_throughput",
+        "sglang:spec_accept_length",
+        "sglang:spec_accept_rate",
+        "sglang:sim_lag_seconds",
+        "sglang:inter_token_latency_seconds_bucket",
+    ):
         assert name in after, name
     assert "_created" not in after
 
@@ -229,8 +272,11 @@ def test_flush_cache_refused_while_busy_and_resets_counters(servers):
 
     async def go():
         async with aiohttp.ClientSession() as s:
-            body = {"text": PROMPT, "sampling_params": {"max_new_tokens": 400, "temperature": 0, "ignore_eos": True},
-                    "stream": True}
+            body = {
+                "text": PROMPT,
+                "sampling_params": {"max_new_tokens": 400, "temperature": 0, "ignore_eos": True},
+                "stream": True,
+            }
             async with s.post(url + "/generate", json=body, headers=AUTH) as r:
                 await r.content.readline()
                 async with s.post(url + "/flush_cache", headers=AUTH) as f:
@@ -259,8 +305,14 @@ def test_prefix_cache_grows_over_turns(servers):
 
 
 def test_chat_stream_order_and_usage(servers):
-    body = {"model": "m", "messages": [{"role": "user", "content": "hi there"}], "max_tokens": 12,
-            "stream": True, "stream_options": {"include_usage": True}, "temperature": 0}
+    body = {
+        "model": "m",
+        "messages": [{"role": "user", "content": "hi there"}],
+        "max_tokens": 12,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "temperature": 0,
+    }
     events, _, _ = run(_sse(servers["spec"] + "/v1/chat/completions", body))
     assert events[-1] == "[DONE]"
     first, *mid, fin, usage = events[:-1]
@@ -275,8 +327,14 @@ def test_chat_stream_order_and_usage(servers):
 
 
 def test_completions_stream_finish_inline_and_nonstream(servers):
-    body = {"model": "m", "prompt": "Once upon a time", "max_tokens": 9, "stream": True, "temperature": 0,
-            "stream_options": {"include_usage": True}}
+    body = {
+        "model": "m",
+        "prompt": "Once upon a time",
+        "max_tokens": 9,
+        "stream": True,
+        "temperature": 0,
+        "stream_options": {"include_usage": True},
+    }
     events, _, _ = run(_sse(servers["spec"] + "/v1/completions", body))
     text_chunks = [e for e in events[:-1] if e["choices"]]
     assert text_chunks[-1]["choices"][0]["finish_reason"] == "length"
@@ -289,8 +347,8 @@ def test_completions_stream_finish_inline_and_nonstream(servers):
 def test_health_503_until_ready():
     from aiohttp.test_utils import TestClient, TestServer
 
-    from rig.sim.launch import build_server, prepare
     from rig.sim.app import create_app
+    from rig.sim.launch import build_server, prepare
 
     async def go():
         srv = build_server(*prepare(["--model-path", "m", "--tp-size", "4", "--skip-server-warmup"]))

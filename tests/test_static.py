@@ -32,6 +32,11 @@ def test_ruff_finds_nothing():
     assert p.returncode == 0, p.stdout[-4000:] + p.stderr[-2000:]
 
 
+def test_ruff_format_is_clean():
+    p = _run(_tool("ruff"), "format", "--check", "rig", "tests", "benchmarks", "scripts")
+    assert p.returncode == 0, p.stdout[-4000:] + p.stderr[-2000:]
+
+
 def test_mypy_passes_on_the_package():
     p = _run(_tool("mypy"))
     assert p.returncode == 0, p.stdout[-4000:] + p.stderr[-2000:]

@@ -19,22 +19,38 @@ HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding
 
 # ---------------------------------------------------------------- streams to cut up
 
+
 def completion_events(n: int, chat: bool = False, ids: bool = False) -> list[bytes]:
     """vLLM-shaped events: n one-choice events (the last with a finish reason), the usage event; payloads only."""
     out = []
     for i in range(n):
         fr = "length" if i == n - 1 else None
         if chat:
-            choice = {"index": 0, "delta": {"content": f" t{i}"} if i else {"role": "assistant", "content": ""},
-                      "finish_reason": fr}
+            choice = {
+                "index": 0,
+                "delta": {"content": f" t{i}"} if i else {"role": "assistant", "content": ""},
+                "finish_reason": fr,
+            }
         else:
             choice = {"index": 0, "text": f" t{i}" if i != 2 else "", "logprobs": None, "finish_reason": fr}
             if ids:
                 choice["token_ids"] = [i] * (1 + i % 3)
-        out.append(json.dumps({"id": "c-1", "object": "x", "created": 1, "model": "m", "choices": [choice],
-                               "usage": None}).encode())
-    out.append(json.dumps({"id": "c-1", "object": "x", "model": "m", "choices": [],
-                           "usage": {"prompt_tokens": 5, "completion_tokens": n, "total_tokens": n + 5}}).encode())
+        out.append(
+            json.dumps(
+                {"id": "c-1", "object": "x", "created": 1, "model": "m", "choices": [choice], "usage": None}
+            ).encode()
+        )
+    out.append(
+        json.dumps(
+            {
+                "id": "c-1",
+                "object": "x",
+                "model": "m",
+                "choices": [],
+                "usage": {"prompt_tokens": 5, "completion_tokens": n, "total_tokens": n + 5},
+            }
+        ).encode()
+    )
     return out
 
 
@@ -42,8 +58,12 @@ def native_events(n: int) -> list[bytes]:
     out, text = [], ""
     for i in range(n):
         text += " tok"
-        meta = {"prompt_tokens": 3, "completion_tokens": i + 1, "cached_tokens": 0,
-                "finish_reason": {"type": "length"} if i == n - 1 else None}
+        meta = {
+            "prompt_tokens": 3,
+            "completion_tokens": i + 1,
+            "cached_tokens": 0,
+            "finish_reason": {"type": "length"} if i == n - 1 else None,
+        }
         out.append(json.dumps({"text": text, "meta_info": meta}).encode())
     return out
 
@@ -61,7 +81,7 @@ def chunked(body: bytes, shape: str, rng: random.Random) -> bytes:
         pieces, i = [], 0
         while i < len(events):
             k = rng.randint(2, 3)
-            pieces.append(b"".join(events[i:i + k]))
+            pieces.append(b"".join(events[i : i + k]))
             i += k
     elif shape == "across":  # every event split over two chunks at a random byte
         pieces = []
@@ -72,13 +92,13 @@ def chunked(body: bytes, shape: str, rng: random.Random) -> bytes:
         pieces, pos = [], 0
         while pos < len(body):
             k = rng.choice([1, 7, 40, 200, 500])
-            pieces.append(body[pos:pos + k])
+            pieces.append(body[pos : pos + k])
             pos += k
     out = []
     for i, p in enumerate(pieces):
         size = b"%x" % len(p)
         if shape == "mixed":
-            size = rng.choice([size, size.upper(), b"00" + size, size + b";ext=1", size + b" ;name=\"v\""])
+            size = rng.choice([size, size.upper(), b"00" + size, size + b";ext=1", size + b' ;name="v"'])
         out.append(size + b"\r\n" + p + b"\r\n")
     out.append(b"0\r\nX-Trailer: 1\r\nX-Other: 2\r\n\r\n" if shape in ("trailers", "mixed") else b"0\r\n\r\n")
     return b"".join(out)
@@ -92,10 +112,11 @@ def cuts(raw: bytes, how: str, rng: random.Random) -> list[bytes]:
         points = sorted(rng.sample(range(1, len(raw)), min(len(raw) - 1, 40)))
         return [raw[a:b] for a, b in zip([0, *points], [*points, len(raw)])]
     step = int(how)
-    return [raw[i:i + step] for i in range(0, len(raw), step)]
+    return [raw[i : i + step] for i in range(0, len(raw), step)]
 
 
 # ---------------------------------------------------------------- HTTP/1.1 chunked de-framing
+
 
 class _Transport:
     def __init__(self):
@@ -123,6 +144,7 @@ class _Reads:
 
 def exchange(reads: list[bytes]):
     """Feed one response read by read (read i arrives at time i); returns (sink, the message's end or error)."""
+
     async def go():
         pool = http1.Pool()
         conn = http1._Conn(pool)
@@ -135,6 +157,7 @@ def exchange(reads: list[bytes]):
         if not fut.done():
             return sink, "unfinished"
         return sink, (repr(fut.exception()) if fut.exception() else fut.result())
+
     return asyncio.run(go())
 
 
@@ -172,12 +195,15 @@ def test_whole_chunks_takes_the_vetted_chunks_and_leaves_the_rest():
     assert http1.whole_chunks(b"A\r\n0123456789\r\n", 0, body) == 0 and body == []  # uppercase: step by step
 
 
-@pytest.mark.parametrize("bad", [
-    b"4\r\nhello\r\n",  # the size says less than the data
-    b"9\r\nhello\r\n0\r\n\r\n",  # the size says more: the CRLF is not where it should be
-    b"5\r\nhelloXX",  # no CRLF after the data
-    b"zz\r\nhello\r\n",  # not a size at all
-])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        b"4\r\nhello\r\n",  # the size says less than the data
+        b"9\r\nhello\r\n0\r\n\r\n",  # the size says more: the CRLF is not where it should be
+        b"5\r\nhelloXX",  # no CRLF after the data
+        b"zz\r\nhello\r\n",  # not a size at all
+    ],
+)
 @pytest.mark.parametrize("how", ["1", "whole"])
 def test_bad_framing_after_good_chunks_fails_alike(bad, how, monkeypatch):
     good = b"".join(b"%x\r\n%s\r\n" % (len(e) + 8, b"data: " + e + b"\n\n") for e in completion_events(5))
@@ -191,24 +217,28 @@ def test_bad_framing_after_good_chunks_fails_alike(bad, how, monkeypatch):
 
 # ---------------------------------------------------------------- SSE: a read's events as one JSON array
 
+
 def slow_feed(parser: SSEBytesParser, chunk: bytes) -> list[bytes]:
     """The line-by-line parser alone: the reference."""
     return parser._slow(parser._buf + chunk if parser._buf else chunk)
 
 
-@pytest.mark.parametrize("body", [
-    sse(completion_events(6)),
-    sse(completion_events(6), done=False),
-    b"data: [DONE]\n\n",
-    b'data: {"a": 1}\n\ndata: [DONE]\n\ndata: {"b": 2}\n\n',  # [DONE] not last: an event like any other
-    b'data: {"a": 1}data: [DONE]\n\n',  # one event whose payload ends in "data: [DONE]"
-    b'data: {"a": 1}\n\n: comment\n\ndata: {"b": 2}\n\n',
-    b'data: {"a": 1}\r\n\r\ndata: {"b": 2}\r\n\r\n',
-    b'data: {"a": 1}\ndata: {"b": 2}\n\ndata: {"c": 3}\n\n',  # two data lines in one event
-    b'data: {"a": 1}\n\ndata: [1, 2]\n\ndata: {"c": 3}\n\n',  # a payload that is not an object
-    b'data:{"a": 1}\n\ndata: {"b": 2}\n\n',
-    b'event: x\ndata: {"a": 1}\n\n',
-])
+@pytest.mark.parametrize(
+    "body",
+    [
+        sse(completion_events(6)),
+        sse(completion_events(6), done=False),
+        b"data: [DONE]\n\n",
+        b'data: {"a": 1}\n\ndata: [DONE]\n\ndata: {"b": 2}\n\n',  # [DONE] not last: an event like any other
+        b'data: {"a": 1}data: [DONE]\n\n',  # one event whose payload ends in "data: [DONE]"
+        b'data: {"a": 1}\n\n: comment\n\ndata: {"b": 2}\n\n',
+        b'data: {"a": 1}\r\n\r\ndata: {"b": 2}\r\n\r\n',
+        b'data: {"a": 1}\ndata: {"b": 2}\n\ndata: {"c": 3}\n\n',  # two data lines in one event
+        b'data: {"a": 1}\n\ndata: [1, 2]\n\ndata: {"c": 3}\n\n',  # a payload that is not an object
+        b'data:{"a": 1}\n\ndata: {"b": 2}\n\n',
+        b'event: x\ndata: {"a": 1}\n\n',
+    ],
+)
 def test_events_as_one_array_are_the_events_line_by_line(body):
     for cut in range(len(body) + 1):
         fast, ref = SSEBytesParser(), SSEBytesParser()
@@ -225,6 +255,7 @@ def test_events_as_one_array_are_the_events_line_by_line(body):
 
 
 # ---------------------------------------------------------------- the fold: records as event by event
+
 
 def event_by_event(monkeypatch):
     """The folder as it was: each event parsed alone and folded by fold()."""
@@ -248,10 +279,20 @@ def fold_reads(api, reads: list[bytes]) -> tuple[Outcome, str | None]:
 
 def record(out: Outcome) -> dict:
     st = out.state
-    return {"offsets": out.chunk_offsets, "tokens": out.chunk_tokens, "first": out.first_mono, "text": st.text,
-            "status": out.status, "error": out.error, "done": st.done, "finished": st.finished,
-            "finish_reason": st.finish_reason, "prompt_tokens": st.prompt_tokens,
-            "completion_tokens": st.completion_tokens, "spec": st.speculative}
+    return {
+        "offsets": out.chunk_offsets,
+        "tokens": out.chunk_tokens,
+        "first": out.first_mono,
+        "text": st.text,
+        "status": out.status,
+        "error": out.error,
+        "done": st.done,
+        "finished": st.finished,
+        "finish_reason": st.finish_reason,
+        "prompt_tokens": st.prompt_tokens,
+        "completion_tokens": st.completion_tokens,
+        "spec": st.speculative,
+    }
 
 
 STREAMS = {
@@ -264,23 +305,44 @@ STREAMS = {
     "error-mid": (OpenAIChat(), sse(completion_events(8, chat=True)[:3] + [b'{"error": {"message": "boom"}}'])),
     "bad-text": (OpenAICompletions(), sse(completion_events(6)[:2] + [b'{"choices": [{"text": 5}]}'])),
     "bad-delta": (OpenAIChat(), sse(completion_events(6, chat=True)[:2] + [b'{"choices": [{"delta": [1]}]}'])),
-    "abort": (OpenAICompletions(), sse([b'{"choices": [{"text": "a"}]}', b'{"choices": [{"text": "", '
-                                        b'"finish_reason": "abort"}]}'])),
+    "abort": (
+        OpenAICompletions(),
+        sse([b'{"choices": [{"text": "a"}]}', b'{"choices": [{"text": "", "finish_reason": "abort"}]}']),
+    ),
     "no-done": (OpenAICompletions(), sse(completion_events(5), done=False)),
     # completions events the typed decoder does not take, or stops at: the rest go to fold() as dicts
-    "usage-every-event": (OpenAICompletions(), sse([e.replace(b'"usage": null', b'"usage": {"completion_tokens": %d}'
-                                                             % i) for i, e in enumerate(completion_events(30))])),
-    "sglext-mid": (OpenAICompletions(), sse(completion_events(30)[:10] + [
-        b'{"choices": [{"text": "s"}], "sglext": {"spec_tokens_details": {"spec_verify_ct": 3}}}']
-        + completion_events(30)[10:])),
-    "choice-not-object": (OpenAICompletions(), sse(completion_events(6)[:2] + [b'{"choices": [{"text": "a"}, 5]}']
-                                                   + completion_events(6)[2:])),
+    "usage-every-event": (
+        OpenAICompletions(),
+        sse(
+            [
+                e.replace(b'"usage": null', b'"usage": {"completion_tokens": %d}' % i)
+                for i, e in enumerate(completion_events(30))
+            ]
+        ),
+    ),
+    "sglext-mid": (
+        OpenAICompletions(),
+        sse(
+            completion_events(30)[:10]
+            + [b'{"choices": [{"text": "s"}], "sglext": {"spec_tokens_details": {"spec_verify_ct": 3}}}']
+            + completion_events(30)[10:]
+        ),
+    ),
+    "choice-not-object": (
+        OpenAICompletions(),
+        sse(completion_events(6)[:2] + [b'{"choices": [{"text": "a"}, 5]}'] + completion_events(6)[2:]),
+    ),
     "object-error": (OpenAICompletions(), sse(completion_events(6)[:3] + [b'{"object": "error", "message": "oom"}'])),
     "finish-dict": (OpenAICompletions(), sse([b'{"choices": [{"text": "a", "finish_reason": {"type": "stop"}}]}'])),
     "no-choices": (OpenAICompletions(), sse(completion_events(4)[:2] + [b'{"id": "x"}'])),
-    "big-int-and-surrogate": (OpenAICompletions(), sse(completion_events(4)[:2] + [
-        b'{"choices": [{"text": "\\ud800x", "token_ids": [123456789012345678901234567890]}]}']
-        + completion_events(4)[2:])),
+    "big-int-and-surrogate": (
+        OpenAICompletions(),
+        sse(
+            completion_events(4)[:2]
+            + [b'{"choices": [{"text": "\\ud800x", "token_ids": [123456789012345678901234567890]}]}']
+            + completion_events(4)[2:]
+        ),
+    ),
     "cut": (OpenAICompletions(), sse(completion_events(5), done=False)[:-30]),
 }
 

@@ -6,21 +6,49 @@ import sys
 import time
 
 import pytest
-
-from rig.results import read_manifest, read_requests
-
 from accounting import assert_accounting
 from support import engine_procs, rig, spec_file, start_rig
 
+from rig.results import read_manifest, read_requests
+
 pytestmark = pytest.mark.ray
-BASE = ["--engine", "sglang", "--engine-python", sys.executable, "--model", "double", "--tp", "1",
-        "--concurrency", "2", "--requests", "4", "--workload-opt", "max_tokens=8", "--warmup", "0", "-q"]
+BASE = [
+    "--engine",
+    "sglang",
+    "--engine-python",
+    sys.executable,
+    "--model",
+    "double",
+    "--tp",
+    "1",
+    "--concurrency",
+    "2",
+    "--requests",
+    "4",
+    "--workload-opt",
+    "max_tokens=8",
+    "--warmup",
+    "0",
+    "-q",
+]
 
 
 def test_sweep_grid_and_lossless_check_catches_a_lossy_server(tmp_path):
     spec = spec_file(tmp_path, RIG_DOUBLE_LOSSY_STEPS="2")
-    proc = rig("sweep", "--config", str(spec), *BASE, "--steps", "0,1,2", "--workload", "greedy,realistic",
-               "--out", str(tmp_path), "--run-id", "sw")
+    proc = rig(
+        "sweep",
+        "--config",
+        str(spec),
+        *BASE,
+        "--steps",
+        "0,1,2",
+        "--workload",
+        "greedy,realistic",
+        "--out",
+        str(tmp_path),
+        "--run-id",
+        "sw",
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     run = tmp_path / "sw"
     m = read_manifest(run)
@@ -47,8 +75,22 @@ def test_sweep_grid_and_lossless_check_catches_a_lossy_server(tmp_path):
 
 def test_interrupted_sweep_resumes_without_duplicates(tmp_path):
     spec = spec_file(tmp_path, RIG_DOUBLE_TOKEN_DELAY="0.05")
-    args = ["sweep", "--config", str(spec), *BASE, "--steps", "0,1,2", "--workload", "greedy",
-            "--concurrency", "1,2", "--out", str(tmp_path), "--run-id", "rs"]
+    args = [
+        "sweep",
+        "--config",
+        str(spec),
+        *BASE,
+        "--steps",
+        "0,1,2",
+        "--workload",
+        "greedy",
+        "--concurrency",
+        "1,2",
+        "--out",
+        str(tmp_path),
+        "--run-id",
+        "rs",
+    ]
     proc = start_rig(*args)
     run = tmp_path / "rs"
     deadline = time.time() + 120
@@ -72,6 +114,7 @@ def test_interrupted_sweep_resumes_without_duplicates(tmp_path):
     assert "complete" in states.values() and "interrupted" in states.values()
     for f in run.rglob("*.parquet"):  # every part file readable
         import pyarrow.parquet as pq
+
         pq.read_metadata(f)
     assert engine_procs(tmp_path) == []
     done_before = {p for p, s in states.items() if s == "complete"}

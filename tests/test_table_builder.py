@@ -9,9 +9,17 @@ from rig.results import PIECE_ROWS_SCALAR, REQUEST_SCHEMA, PartWriter, TableBuil
 def _rows(n: int) -> list[dict]:
     rows = []
     for i in range(n):
-        r = {**empty_record(), "request_id": f"r{i}", "status": "ok" if i % 3 else "failed", "ok": bool(i % 3),
-             "ttft_s": 0.001 * i if i % 5 else None, "chunk_offsets_s": [0.01 * k for k in range(i % 4)],
-             "chunk_tokens": [1] * (i % 4), "completion_tokens": i % 7 or None, "error": None if i % 3 else "x"}
+        r = {
+            **empty_record(),
+            "request_id": f"r{i}",
+            "status": "ok" if i % 3 else "failed",
+            "ok": bool(i % 3),
+            "ttft_s": 0.001 * i if i % 5 else None,
+            "chunk_offsets_s": [0.01 * k for k in range(i % 4)],
+            "chunk_tokens": [1] * (i % 4),
+            "completion_tokens": i % 7 or None,
+            "error": None if i % 3 else "x",
+        }
         if i % 11 == 0:
             del r["finish_reason"]  # a missing key is null, as from_pylist makes it
         rows.append(r)

@@ -3,16 +3,14 @@ exhaustive grid's answer with at most 40 % of the grid's measured points."""
 
 from __future__ import annotations
 
-
 import pytest
 import yaml
+from support import rig
 
 from rig.analysis import metrics as m
 from rig.analysis.report import build_report
 from rig.results import read_manifest
 from rig.sim.profile import load_profile
-
-from support import rig
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
@@ -28,8 +26,20 @@ GRID_POINTS = 15
 SLO_SETS = {"throughput": ["tpot=20ms", "ttft=2000ms"]}
 PERCENTILE = "50"  # medians: a handful of requests per point gives a steady median, not a steady p90
 # --deterministic: the server honours per-request seeds, so the grid and tune see the same output lengths.
-COMMON = ["--steps", STEPS, "--workload", "realistic", "--workload-opt", "max_tokens=32", "--warmup", "0",
-          "--concurrency", LEVELS, "--deterministic", "-q"]
+COMMON = [
+    "--steps",
+    STEPS,
+    "--workload",
+    "realistic",
+    "--workload-opt",
+    "max_tokens=32",
+    "--warmup",
+    "0",
+    "--concurrency",
+    LEVELS,
+    "--deterministic",
+    "-q",
+]
 
 
 @pytest.fixture(scope="module")
@@ -40,8 +50,9 @@ def hidden_server(tmp_path_factory):
     # state (so fewer running requests at every steps value). Tune starts from the reference profile and is never
     # told; the rig only sees what any server shows: its measured requests and its startup limits.
     ref = load_profile()
-    hidden = ref.with_values(d_fixed_ms=ref.d_fixed_ms * 60, acc_logit_greedy=ref.acc_logit_greedy - 1.0,
-                             state_pool_share=0.3)
+    hidden = ref.with_values(
+        d_fixed_ms=ref.d_fixed_ms * 60, acc_logit_greedy=ref.acc_logit_greedy - 1.0, state_pool_share=0.3
+    )
     hidden.save(d / "hidden.yaml")
     spec = d / "spec.yaml"
     spec.write_text(yaml.safe_dump({"server": {"sim_profile": str(d / "hidden.yaml")}}))
@@ -59,8 +70,9 @@ def test_tune_reaches_the_grid_answer_with_at_most_40_percent_of_its_points(hidd
     assert grid_best["best"] is not None, "the SLO must be reachable for the comparison to mean anything"
 
     flags = [x for t in SLO_SETS[question] for x in ("--slo", t)] + ["--slo-percentile", PERCENTILE]
-    tune = rig("tune", "--config", str(spec), *COMMON, *flags, "--out", str(d), "--run-id", f"tune-{question}",
-               timeout=600)
+    tune = rig(
+        "tune", "--config", str(spec), *COMMON, *flags, "--out", str(d), "--run-id", f"tune-{question}", timeout=600
+    )
     assert tune.returncode == 0, tune.stderr[-3000:]
     run = d / f"tune-{question}"
     man = read_manifest(run)
@@ -78,5 +90,7 @@ def test_tune_reaches_the_grid_answer_with_at_most_40_percent_of_its_points(hidd
     # The recommendation is what `rig report` reads off the tune run's own points.
     [tune_best] = build_report(run).best_per_slo
     assert tune_best["steps"] == rec["best_steps"] and tune_best["max_passing"] == rec["max_passing"]
-    print(f"\n{question}: grid {GRID_POINTS} points, best {grid_best['best']} up to {grid_best['max_passing']}; "
-          f"tune {rec['measured_points']} points: {rec['answer']}")
+    print(
+        f"\n{question}: grid {GRID_POINTS} points, best {grid_best['best']} up to {grid_best['max_passing']}; "
+        f"tune {rec['measured_points']} points: {rec['answer']}"
+    )

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from support import rig
 
 from rig.analysis import metrics as m
 from rig.analysis.slo import evaluate_slos
 from rig.tune.search import Bisection, IntDomain, RateDomain, ladder
-
-from support import rig
 
 
 def _run(b: Bisection, boundary: float) -> list[float]:
@@ -63,9 +62,18 @@ def _requests(ttft, e2e, tokens, ok=None):
     n = len(ttft)
     ok = np.ones(n, bool) if ok is None else np.asarray(ok, bool)
     nan = np.full(n, np.nan)
-    return m.Requests(ok=ok, cancelled=np.zeros(n, bool), tokens=np.asarray(tokens, float),
-                      ttft=np.asarray(ttft, float), e2e=np.asarray(e2e, float), send=np.zeros(n), end=np.ones(n),
-                      slip=nan, e2e_from_intended=nan, verify_ct=nan)
+    return m.Requests(
+        ok=ok,
+        cancelled=np.zeros(n, bool),
+        tokens=np.asarray(tokens, float),
+        ttft=np.asarray(ttft, float),
+        e2e=np.asarray(e2e, float),
+        send=np.zeros(n),
+        end=np.ones(n),
+        slip=nan,
+        e2e_from_intended=nan,
+        verify_ct=nan,
+    )
 
 
 def test_slo_verdict_percentile_margin_and_failures():
@@ -104,9 +112,30 @@ from rig.results import read_manifest  # noqa: E402
 def test_sweep_search_bisects_records_points_and_resumes(tmp_path):
     """Every probe is an ordinary point (report reads it); a resumed search re-runs only the missing probe and ends
     with the same answer."""
-    args = ["sweep", "--steps", "2", "--workload", "realistic", "--workload-opt", "max_tokens=24", "--warmup", "0",
-            "--search", "concurrency", "--slo", "tpot=22ms", "--slo-percentile", "90", "--search-max", "16",
-            "--out", str(tmp_path), "--run-id", "srch", "-q"]
+    args = [
+        "sweep",
+        "--steps",
+        "2",
+        "--workload",
+        "realistic",
+        "--workload-opt",
+        "max_tokens=24",
+        "--warmup",
+        "0",
+        "--search",
+        "concurrency",
+        "--slo",
+        "tpot=22ms",
+        "--slo-percentile",
+        "90",
+        "--search-max",
+        "16",
+        "--out",
+        str(tmp_path),
+        "--run-id",
+        "srch",
+        "-q",
+    ]
     proc = rig(*args, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     run = tmp_path / "srch"
@@ -142,9 +171,10 @@ def test_sweep_search_bisects_records_points_and_resumes(tmp_path):
     [res2] = again["search"]["results"]
     # The same probes in the same order (the re-measured last one may land on the other side of the SLO by noise and
     # extend the search, never change what came before it).
-    assert [p["point"] for p in res2["probe_points"]][:len(probes)] == [p["point"] for p in probes]
-    assert ([p["meets"] for p in res2["probe_points"]][:-1]
-            == [p["meets"] for p in probes][:len(res2["probe_points"]) - 1])
+    assert [p["point"] for p in res2["probe_points"]][: len(probes)] == [p["point"] for p in probes]
+    assert [p["meets"] for p in res2["probe_points"]][:-1] == [p["meets"] for p in probes][
+        : len(res2["probe_points"]) - 1
+    ]
     assert again["status"] == "complete"
     assert (run / "requests" / f"point={last}").exists()
     assert len(again.get("resumed", [])) == 1
@@ -159,10 +189,12 @@ LADDER = [1, 2, 4, 8, 16]
 
 def _know(measured: dict, predicted: dict) -> Knowledge:
     """Configs a, b, c; predicted margins per (config, level), measured verdicts per (config, level)."""
-    return Knowledge(LADDER, ["a", "b", "c"],
-                     {k: {"meets": v, "aggregate_tok_s": 100.0} for k, v in measured.items()},
-                     {k: {"meets": v >= 0, "margin": v, "aggregate_tok_s": 100.0 + i}
-                      for i, (k, v) in enumerate(predicted.items())})
+    return Knowledge(
+        LADDER,
+        ["a", "b", "c"],
+        {k: {"meets": v, "aggregate_tok_s": 100.0} for k, v in measured.items()},
+        {k: {"meets": v >= 0, "margin": v, "aggregate_tok_s": 100.0 + i} for i, (k, v) in enumerate(predicted.items())},
+    )
 
 
 def _pred(caps: dict[str, int], margin: float = 0.5) -> dict:
@@ -180,8 +212,7 @@ def test_tune_measures_the_leaders_boundary_and_only_undecided_contenders():
 
 def test_measurements_override_predictions_through_monotonicity():
     # a passes at 4 (so at 1 and 2 too) and misses at 8 (so at 16 too): its boundary is known, nothing left for it.
-    know = _know({("a", 4): True, ("a", 8): False, ("b", 4): False},
-                 _pred({"a": 16, "b": 4, "c": 2}))
+    know = _know({("a", 4): True, ("a", 8): False, ("b", 4): False}, _pred({"a": 16, "b": 4, "c": 2}))
     assert know.known("a", 2) is True and know.known("a", 16) is False and know.known("b", 8) is False
     assert know.capacity("a") == 4 and know.capacity("b") == 2
     assert know.leader() == ("a", 4)

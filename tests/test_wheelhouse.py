@@ -18,8 +18,10 @@ _spec.loader.exec_module(wheelhouse)
 
 def test_have_lists_read_from_pip_freeze_list_or_names(tmp_path):
     f = tmp_path / "have.txt"
-    f.write_text("# comment\nPackage    Version\n---------- -------\nnumpy==2.5.2\nPyYAML 6.0.4\n"
-                 "typing_extensions>=4\nnvidia-ml-py\ntorch @ file:///x.whl\n\n")
+    f.write_text(
+        "# comment\nPackage    Version\n---------- -------\nnumpy==2.5.2\nPyYAML 6.0.4\n"
+        "typing_extensions>=4\nnvidia-ml-py\ntorch @ file:///x.whl\n\n"
+    )
     assert wheelhouse.read_have(f) == {"numpy", "pyyaml", "typing-extensions", "nvidia-ml-py", "torch"}
     assert wheelhouse.read_have(None) == set()
 
@@ -35,8 +37,13 @@ def _digest(data: bytes) -> str:
 
 def test_a_slimmed_wheel_keeps_the_rest_and_records_exactly_it(tmp_path):
     whl = tmp_path / "ray-2.60.0-cp312-cp312-manylinux2014_x86_64.whl"
-    files = {"ray/__init__.py": b"x = 1\n", "ray/jars/ray.jar": b"J" * 1000, "ray/rllib/a.py": b"r",
-             "ray/dashboard/client/main.js": b"js", "ray/dashboard/client/main.js.map": b"m" * 500}
+    files = {
+        "ray/__init__.py": b"x = 1\n",
+        "ray/jars/ray.jar": b"J" * 1000,
+        "ray/rllib/a.py": b"r",
+        "ray/dashboard/client/main.js": b"js",
+        "ray/dashboard/client/main.js.map": b"m" * 500,
+    }
     with zipfile.ZipFile(whl, "w") as z:
         for name, data in files.items():
             z.writestr(name, data)

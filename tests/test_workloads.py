@@ -10,8 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rig.workloads import (WorkloadSpec, build_sessions, corpus, render_messages, sessions_digest,
-                           warmup_sessions)
+from rig.workloads import WorkloadSpec, build_sessions, corpus, render_messages, sessions_digest, warmup_sessions
 from rig.workloads.lengths import CODE_CHARS_PER_TOKEN, TEXT_CHARS_PER_TOKEN
 from rig.workloads.source import read_source, source_tree
 
@@ -122,6 +121,7 @@ def test_code_dir_option(tmp_path: Path) -> None:
     sessions = _realistic(5, code_fraction=1.0, code_dir=str(tmp_path))
     assert all(s.extra["source"].startswith("mod.py:") for s in sessions)
     from rig.workloads import WorkloadError
+
     (tmp_path / "empty").mkdir()
     with pytest.raises(WorkloadError, match="no source files"):
         _realistic(2, code_fraction=1.0, code_dir=str(tmp_path / "empty"))

@@ -22,14 +22,20 @@ def test_sharegpt_first_human_turn_and_reply_hint() -> None:
     # Entries [1] (empty) and [3] (assistant first) have no prompt and are skipped.
     assert len(sessions) == 3 == dataset_size(_spec(path))
     assert sessions[0].turns[0].messages == ({"role": "user", "content": "What is a prime number?"},)
-    assert sessions[1].turns[0].messages == ({"role": "system", "content": "You are terse."},
-                                             {"role": "user", "content": "Name a river in Africa."})
+    assert sessions[1].turns[0].messages == (
+        {"role": "system", "content": "You are terse."},
+        {"role": "user", "content": "Name a river in Africa."},
+    )
     assert [s.extra["source"] for s in sessions] == [f"{path}: entry [{i}]" for i in (0, 2, 4)]
     # Reply-length hint: the gpt reply's characters / 4.5 ("The Nile." is 9 chars -> 2).
     assert sessions[1].turns[0].max_tokens == 2
-    assert sessions[0].turns[0].max_tokens == round(len(
-        "A prime number is a whole number greater than one whose only divisors are one and itself. "
-        "Examples are 2, 3, 5, 7 and 11.") / 4.5)
+    assert sessions[0].turns[0].max_tokens == round(
+        len(
+            "A prime number is a whole number greater than one whose only divisors are one and itself. "
+            "Examples are 2, 3, 5, 7 and 11."
+        )
+        / 4.5
+    )
     t = sessions[0].turns[0]
     assert (t.temperature, t.category, t.ignore_eos) == (0.2, "dataset", False)
     # Without the hint, the fallback applies.
@@ -47,8 +53,10 @@ def test_jsonl_trace_timestamps_and_max_tokens() -> None:
     assert sessions[2].extra["source"].endswith("trace_small.jsonl:4")
     capped = build_sessions(_spec(DATA / "trace_small.jsonl", max_tokens=9), seed=0, n_sessions=1)
     assert capped[0].turns[0].max_tokens == 9
-    assert build_sessions(_spec(DATA / "trace_small.jsonl", use_timestamps=False), seed=0,
-                          n_sessions=2)[1].arrival_s is None
+    assert (
+        build_sessions(_spec(DATA / "trace_small.jsonl", use_timestamps=False), seed=0, n_sessions=2)[1].arrival_s
+        is None
+    )
 
 
 def test_cycle_repeats_the_trace_shifted() -> None:
@@ -79,30 +87,45 @@ def _write(tmp_path: Path, name: str, text: str) -> Path:
 _GOOD = '{"prompt": "hello"}\n'
 
 
-@pytest.mark.parametrize("lines, where, what", [
-    (_GOOD + '{"prompt": "unterminated\n', 2, "not valid JSON at column 12: Unterminated string"),
-    (_GOOD + _GOOD + '{"max_tokens": 10}\n', 3, "missing 'prompt' (a string) or 'messages'"),
-    (_GOOD + '{"prompt": 42}\n', 2, "'prompt' must be a non-empty string (got 42)"),
-    (_GOOD + '{"prompt": "  "}\n', 2, "'prompt' must be a non-empty string"),
-    (_GOOD + '{"prompt": "x", "max_tokens": -5}\n', 2, "'max_tokens' must be an integer from 1 to"
-     " 1,000,000 (got -5)"),
-    (_GOOD + '{"prompt": "x", "max_tokens": 2.5}\n', 2, "'max_tokens' must be an integer from 1 to"
-     " 1,000,000 (got 2.5)"),
-    (_GOOD + '{"prompt": "x", "max_tokens": true}\n', 2, "'max_tokens' must be an integer from 1 to"
-     " 1,000,000 (got True)"),
-    ('[1, 2]\n', 1, "expected a JSON object, got list"),
-    ('{"prompt": "a", "messages": []}\n', 1, "has both 'prompt' and 'messages'"),
-    ('{"messages": "hi"}\n', 1, "'messages' must be a non-empty list (got 'hi')"),
-    ('{"messages": [{"role": "robot", "content": "x"}]}\n', 1, "messages[0].role must be one of"),
-    ('{"messages": [{"role": "user"}]}\n', 1, "messages[0].content must be a string (got None)"),
-    ('{"messages": [{"role": "system", "content": "x"}]}\n', 1, "'messages' has no user message"),
-    ('{"prompt": "a", "timestamp": -1}\n', 1, "'timestamp' must be a number of seconds >= 0 (got -1)"),
-    ('{"prompt": "a", "timestamp": "noon"}\n', 1, "'timestamp' must be a number of seconds >= 0"),
-    ('{"prompt": "a", "timestamp": 5}\n{"prompt": "b", "timestamp": 3}\n', 2,
-     "timestamp 3 is earlier than the previous entry's 5; sort the file by timestamp"),
-    ('{"prompt": "a", "timestamp": 5}\n{"prompt": "b"}\n', 2, "has no 'timestamp' but the first entry does"),
-    ('{"prompt": "a"}\n\n{"prompt": "b", "timestamp": 1}\n', 3, "has a 'timestamp' but the first entry does not"),
-])
+@pytest.mark.parametrize(
+    "lines, where, what",
+    [
+        (_GOOD + '{"prompt": "unterminated\n', 2, "not valid JSON at column 12: Unterminated string"),
+        (_GOOD + _GOOD + '{"max_tokens": 10}\n', 3, "missing 'prompt' (a string) or 'messages'"),
+        (_GOOD + '{"prompt": 42}\n', 2, "'prompt' must be a non-empty string (got 42)"),
+        (_GOOD + '{"prompt": "  "}\n', 2, "'prompt' must be a non-empty string"),
+        (
+            _GOOD + '{"prompt": "x", "max_tokens": -5}\n',
+            2,
+            "'max_tokens' must be an integer from 1 to 1,000,000 (got -5)",
+        ),
+        (
+            _GOOD + '{"prompt": "x", "max_tokens": 2.5}\n',
+            2,
+            "'max_tokens' must be an integer from 1 to 1,000,000 (got 2.5)",
+        ),
+        (
+            _GOOD + '{"prompt": "x", "max_tokens": true}\n',
+            2,
+            "'max_tokens' must be an integer from 1 to 1,000,000 (got True)",
+        ),
+        ("[1, 2]\n", 1, "expected a JSON object, got list"),
+        ('{"prompt": "a", "messages": []}\n', 1, "has both 'prompt' and 'messages'"),
+        ('{"messages": "hi"}\n', 1, "'messages' must be a non-empty list (got 'hi')"),
+        ('{"messages": [{"role": "robot", "content": "x"}]}\n', 1, "messages[0].role must be one of"),
+        ('{"messages": [{"role": "user"}]}\n', 1, "messages[0].content must be a string (got None)"),
+        ('{"messages": [{"role": "system", "content": "x"}]}\n', 1, "'messages' has no user message"),
+        ('{"prompt": "a", "timestamp": -1}\n', 1, "'timestamp' must be a number of seconds >= 0 (got -1)"),
+        ('{"prompt": "a", "timestamp": "noon"}\n', 1, "'timestamp' must be a number of seconds >= 0"),
+        (
+            '{"prompt": "a", "timestamp": 5}\n{"prompt": "b", "timestamp": 3}\n',
+            2,
+            "timestamp 3 is earlier than the previous entry's 5; sort the file by timestamp",
+        ),
+        ('{"prompt": "a", "timestamp": 5}\n{"prompt": "b"}\n', 2, "has no 'timestamp' but the first entry does"),
+        ('{"prompt": "a"}\n\n{"prompt": "b", "timestamp": 1}\n', 3, "has a 'timestamp' but the first entry does not"),
+    ],
+)
 def test_jsonl_errors_name_file_line_and_problem(tmp_path: Path, lines: str, where: int, what: str) -> None:
     path = _write(tmp_path, "bad.jsonl", lines)
     with pytest.raises(WorkloadError) as e:
@@ -112,18 +135,28 @@ def test_jsonl_errors_name_file_line_and_problem(tmp_path: Path, lines: str, whe
     assert msg.startswith(f"{path}:{where}: {what}")
 
 
-@pytest.mark.parametrize("doc, what", [
-    ('{"conversations": []}', "top level must be a JSON list of entries (got dict)"),
-    ('[{"conversations": {"from": "human"}}]', "entry [0]: 'conversations' must be a list"),
-    ('[{"conversations": [{"from": "human", "value": "a"}]}, {"conversations": [{"from": "alien", "value": "b"}]}]',
-     "entry [1]: conversations[0].from must be human, gpt or system (got 'alien')"),
-    ('[{"conversations": [{"from": "human", "value": 3}]}]',
-     "entry [0]: conversations[0] must be an object with a string 'value'"),
-    ('[{"conversations": []}, {"conversations": [{"from": "gpt", "value": "hi"}]}]',
-     "no usable entries (need at least one prompt)"),
-    ('[{"prompt": "a"}, {"prompt": ""}]', "entry [1]: 'prompt' must be a non-empty string"),
-    ('[]', "no usable entries"),
-])
+@pytest.mark.parametrize(
+    "doc, what",
+    [
+        ('{"conversations": []}', "top level must be a JSON list of entries (got dict)"),
+        ('[{"conversations": {"from": "human"}}]', "entry [0]: 'conversations' must be a list"),
+        (
+            '[{"conversations": [{"from": "human", "value": "a"}]}, {"conversations": [{"from": "alien", '
+            '"value": "b"}]}]',
+            "entry [1]: conversations[0].from must be human, gpt or system (got 'alien')",
+        ),
+        (
+            '[{"conversations": [{"from": "human", "value": 3}]}]',
+            "entry [0]: conversations[0] must be an object with a string 'value'",
+        ),
+        (
+            '[{"conversations": []}, {"conversations": [{"from": "gpt", "value": "hi"}]}]',
+            "no usable entries (need at least one prompt)",
+        ),
+        ('[{"prompt": "a"}, {"prompt": ""}]', "entry [1]: 'prompt' must be a non-empty string"),
+        ("[]", "no usable entries"),
+    ],
+)
 def test_json_errors_name_file_entry_and_problem(tmp_path: Path, doc: str, what: str) -> None:
     path = _write(tmp_path, "bad.json", doc)
     with pytest.raises(WorkloadError) as e:

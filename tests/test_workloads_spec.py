@@ -30,20 +30,30 @@ def test_dist_shorthands() -> None:
         WorkloadSpec(**{"name": "agentic", "think_time_s.mean": 1})
 
 
-@pytest.mark.parametrize("kw, expected", [
-    ({"name": "nope"}, "workload.name: Input should be 'greedy', 'realistic', 'agentic' or 'dataset' (got 'nope')"),
-    ({"name": "realistic", "top_p": 1.5}, "workload.top_p: Input should be less than or equal to 1 (got 1.5)"),
-    ({"name": "realistic", "top_k": 0}, "workload.top_k: must be -1 (disabled) or >= 1 (got 0)"),
-    ({"name": "realistic", "colour": "red"}, "workload.colour: unknown option (got 'red')"),
-    ({"name": "dataset"}, "workload: path is required for the dataset workload (a ShareGPT .json or a .jsonl file)"),
-    ({"name": "realistic", "chat_prompt_tokens": {"median": 5000}},
-     "workload.chat_prompt_tokens: median (5000) must lie within [min, max] = [8, 4000]"),
-    ({"name": "realistic", "chat_output_tokens": {"min": 0, "median": 5}},
-     "workload.chat_output_tokens: min must be >= 1 (got 0)"),
-    ({"name": "realistic", "temperature": float("nan")}, "workload.temperature: Input should be a finite number"),
-    ({"name": "realistic", "code_fraction": 2}, "workload.code_fraction: Input should be less than or equal to 1"),
-    ({}, "workload.name: Field required"),
-])
+@pytest.mark.parametrize(
+    "kw, expected",
+    [
+        ({"name": "nope"}, "workload.name: Input should be 'greedy', 'realistic', 'agentic' or 'dataset' (got 'nope')"),
+        ({"name": "realistic", "top_p": 1.5}, "workload.top_p: Input should be less than or equal to 1 (got 1.5)"),
+        ({"name": "realistic", "top_k": 0}, "workload.top_k: must be -1 (disabled) or >= 1 (got 0)"),
+        ({"name": "realistic", "colour": "red"}, "workload.colour: unknown option (got 'red')"),
+        (
+            {"name": "dataset"},
+            "workload: path is required for the dataset workload (a ShareGPT .json or a .jsonl file)",
+        ),
+        (
+            {"name": "realistic", "chat_prompt_tokens": {"median": 5000}},
+            "workload.chat_prompt_tokens: median (5000) must lie within [min, max] = [8, 4000]",
+        ),
+        (
+            {"name": "realistic", "chat_output_tokens": {"min": 0, "median": 5}},
+            "workload.chat_output_tokens: min must be >= 1 (got 0)",
+        ),
+        ({"name": "realistic", "temperature": float("nan")}, "workload.temperature: Input should be a finite number"),
+        ({"name": "realistic", "code_fraction": 2}, "workload.code_fraction: Input should be less than or equal to 1"),
+        ({}, "workload.name: Field required"),
+    ],
+)
 def test_bad_values_are_one_line_naming_the_key(kw: dict, expected: str) -> None:
     with pytest.raises(WorkloadError) as e:
         WorkloadSpec(**kw)
@@ -80,16 +90,29 @@ def test_build_sessions_argument_errors() -> None:
 
 _KEYS = list(WorkloadSpec.model_fields) + ["bogus"]
 _VALUES = st.one_of(
-    st.none(), st.booleans(), st.integers(-10, 10**7), st.floats(allow_nan=True, allow_infinity=True),
-    st.text(max_size=8), st.lists(st.integers(), max_size=2),
-    st.fixed_dictionaries({}, optional={"median": st.floats(-5, 1e4), "sigma": st.floats(-1, 5),
-                                        "min": st.floats(-5, 1e4), "max": st.floats(-5, 1e7)}),
+    st.none(),
+    st.booleans(),
+    st.integers(-10, 10**7),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=8),
+    st.lists(st.integers(), max_size=2),
+    st.fixed_dictionaries(
+        {},
+        optional={
+            "median": st.floats(-5, 1e4),
+            "sigma": st.floats(-1, 5),
+            "min": st.floats(-5, 1e4),
+            "max": st.floats(-5, 1e7),
+        },
+    ),
 )
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(name=st.sampled_from(["greedy", "realistic", "agentic", "dataset", "other"]),
-       opts=st.dictionaries(st.sampled_from(_KEYS), _VALUES, max_size=4))
+@given(
+    name=st.sampled_from(["greedy", "realistic", "agentic", "dataset", "other"]),
+    opts=st.dictionaries(st.sampled_from(_KEYS), _VALUES, max_size=4),
+)
 def test_random_specs_valid_or_one_line_error(name: str, opts: dict) -> None:
     try:
         WorkloadSpec(**{"name": name, **opts})
@@ -100,18 +123,35 @@ def test_random_specs_valid_or_one_line_error(name: str, opts: dict) -> None:
         assert any(msg.startswith(f"workload.{k}") for k in bad_keys if k) or msg.startswith("workload:")
 
 
-_DIST = st.builds(lambda m, s, span: {"median": m, "sigma": s, "min": max(1, m / span), "max": m * span},
-                  st.integers(1, 3000), st.floats(0, 2), st.floats(1, 4))
+_DIST = st.builds(
+    lambda m, s, span: {"median": m, "sigma": s, "min": max(1, m / span), "max": m * span},
+    st.integers(1, 3000),
+    st.floats(0, 2),
+    st.floats(1, 4),
+)
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(name=st.sampled_from(["greedy", "realistic", "agentic"]), seed=st.integers(0, 2**32),
-       fraction=st.floats(0, 1), prompt=_DIST, out=_DIST, turns=st.integers(1, 6))
-def test_valid_random_specs_build(name: str, seed: int, fraction: float, prompt: dict, out: dict,
-                                  turns: int) -> None:
-    spec = WorkloadSpec(name=name, code_fraction=fraction, chat_prompt_tokens=prompt, code_prompt_tokens=prompt,
-                        chat_output_tokens=out, code_output_tokens=out, agent_output_tokens=out, agent_turns=turns,
-                        tool_output_tokens=prompt)
+@given(
+    name=st.sampled_from(["greedy", "realistic", "agentic"]),
+    seed=st.integers(0, 2**32),
+    fraction=st.floats(0, 1),
+    prompt=_DIST,
+    out=_DIST,
+    turns=st.integers(1, 6),
+)
+def test_valid_random_specs_build(name: str, seed: int, fraction: float, prompt: dict, out: dict, turns: int) -> None:
+    spec = WorkloadSpec(
+        name=name,
+        code_fraction=fraction,
+        chat_prompt_tokens=prompt,
+        code_prompt_tokens=prompt,
+        chat_output_tokens=out,
+        code_output_tokens=out,
+        agent_output_tokens=out,
+        agent_turns=turns,
+        tool_output_tokens=prompt,
+    )
     sessions = build_sessions(spec, seed=seed, n_sessions=3)
     assert len(sessions) == 3
     for s in sessions:

@@ -22,9 +22,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+from vllm_fixtures import REPO, _tail, cache_root
 
 from rig.server.spec import ServerConfig
-from vllm_fixtures import REPO, _tail, cache_root
 
 if TYPE_CHECKING:  # imported when a server starts: collecting the fast tier loads no Ray
     from rig.server.actor import ServerActor
@@ -32,8 +32,18 @@ if TYPE_CHECKING:  # imported when a server starts: collecting the fast tier loa
 STARTUP_TIMEOUT_S = float(os.environ.get("RIG_TSERVE_STARTUP_TIMEOUT", "300"))
 
 # What the lead runs on a GPU node, minus the GPU: `transformers serve MODEL --continuous-batching` (5.17).
-COMMAND = ("serve", "{model}", "--continuous-batching", "--host", "{host}", "--port", "{port}", "--device", "cpu",
-           "{extra_args}")
+COMMAND = (
+    "serve",
+    "{model}",
+    "--continuous-batching",
+    "--host",
+    "{host}",
+    "--port",
+    "{port}",
+    "--device",
+    "cpu",
+    "{extra_args}",
+)
 # Continuous batching sizes its KV cache from the device's free memory (90 % of it: ContinuousBatchingConfig
 # max_memory_percent, generation/continuous_batching/cache.py get_available_memory); on CPU that is the host's RAM
 # (17 GB here, and the OOM killer took it). A fixed cache instead: 64 blocks of 256 tokens, 2048 tokens per batch.
@@ -50,17 +60,26 @@ def skip_if_requested() -> None:
 def ensure_tserve(venv_dir: Path | None = None) -> Path:
     """Create the transformers-serve venv if needed (idempotent, locked) and return its ``transformers``."""
     venv_dir = venv_dir or cache_root() / "tserve-venv"
-    proc = subprocess.run(["bash", str(REPO / "scripts" / "tserve-env.sh"), str(venv_dir)],
-                          capture_output=True, text=True, cwd=REPO)
+    proc = subprocess.run(
+        ["bash", str(REPO / "scripts" / "tserve-env.sh"), str(venv_dir)], capture_output=True, text=True, cwd=REPO
+    )
     if proc.returncode != 0:
         raise RuntimeError(f"scripts/tserve-env.sh failed ({proc.returncode}):\n{_tail(proc.stderr)}")
     return Path(proc.stdout.strip().splitlines()[-1])
 
 
 def server_config(executable: Path, model: Path) -> ServerConfig:
-    return ServerConfig(engine="command", command=(str(executable), *COMMAND), model=str(model), tp=1,
-                        device="cpu", host="127.0.0.1", extra_args=EXTRA_ARGS, env=ENV,
-                        health_timeout_s=STARTUP_TIMEOUT_S)
+    return ServerConfig(
+        engine="command",
+        command=(str(executable), *COMMAND),
+        model=str(model),
+        tp=1,
+        device="cpu",
+        host="127.0.0.1",
+        extra_args=EXTRA_ARGS,
+        env=ENV,
+        health_timeout_s=STARTUP_TIMEOUT_S,
+    )
 
 
 @dataclass
@@ -94,8 +113,10 @@ def start_tserve(executable: Path, model: Path, log_dir: Path) -> TServeServer:
     except ServerError as e:
         loop.run_until_complete(actor.stop(grace_s=5))
         loop.close()
-        raise RuntimeError(f"transformers serve did not start: {str(e).splitlines()[0]}; log "
-                           f"{actor.log_path}:\n{_tail(actor.log_path.read_text(errors='replace'))}") from None
+        raise RuntimeError(
+            f"transformers serve did not start: {str(e).splitlines()[0]}; log "
+            f"{actor.log_path}:\n{_tail(actor.log_path.read_text(errors='replace'))}"
+        ) from None
     return TServeServer(actor=actor, loop=loop, cfg=cfg, url=started["url"], startup_s=ready["ready_after_s"])
 
 

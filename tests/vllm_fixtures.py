@@ -31,10 +31,11 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
+from support import free_port  # noqa: E402
+
 from rig.server import tiny_model  # noqa: E402  (stdlib-only at import time)
 from rig.server.engines import VLLMAdapter  # noqa: E402
 from rig.server.spec import ServerConfig  # noqa: E402
-from support import free_port  # noqa: E402
 
 SERVED_NAME = "tiny"
 MAX_MODEL_LEN = 2048
@@ -69,7 +70,9 @@ def ensure_engine_python(venv_dir: Path | None = None) -> Path:
     venv_dir = venv_dir or cache_root() / "vllm-venv"
     proc = subprocess.run(
         ["bash", str(REPO / "scripts" / "vllm-env.sh"), str(venv_dir)],
-        capture_output=True, text=True, cwd=REPO,
+        capture_output=True,
+        text=True,
+        cwd=REPO,
     )
     if proc.returncode != 0:
         raise RuntimeError(f"scripts/vllm-env.sh failed ({proc.returncode}):\n{_tail(proc.stderr)}")
@@ -83,7 +86,10 @@ def ensure_tiny_model(python: Path, out_dir: Path | None = None) -> Path:
         return out_dir
     proc = subprocess.run(
         [str(python), str(Path(tiny_model.__file__).resolve()), str(out_dir)],
-        capture_output=True, text=True, cwd=REPO, env={**os.environ, **ENGINE_ENV},
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env={**os.environ, **ENGINE_ENV},
     )
     if proc.returncode != 0 or not tiny_model.is_built(out_dir):
         raise RuntimeError(f"tiny model build failed ({proc.returncode}):\n{_tail(proc.stderr)}")
@@ -92,8 +98,14 @@ def ensure_tiny_model(python: Path, out_dir: Path | None = None) -> Path:
 
 def server_config(python: Path, model: Path, steps: int, extra_args: tuple[str, ...] = ()) -> ServerConfig:
     return ServerConfig(
-        engine="vllm", model=str(model), tp=1, device="cpu", steps=steps, spec_method="ngram",
-        served_model_name=SERVED_NAME, python=str(python),
+        engine="vllm",
+        model=str(model),
+        tp=1,
+        device="cpu",
+        steps=steps,
+        spec_method="ngram",
+        served_model_name=SERVED_NAME,
+        python=str(python),
         extra_args=("--dtype", "bfloat16", "--max-model-len", str(MAX_MODEL_LEN), *extra_args),
         # vLLM's torch.compile cache goes beside the venv, not into ~/.cache (warm: start-up ~10 s faster)
         env={**ENGINE_ENV, "VLLM_CACHE_ROOT": str(cache_root() / "vllm-cache")},
@@ -171,8 +183,9 @@ class VLLMServer:
         return self.leftover
 
 
-def start_vllm_server(python: Path, model: Path, steps: int, log_dir: Path, extra_args: tuple[str, ...] = (),
-                      attempts: int = 2) -> VLLMServer:
+def start_vllm_server(
+    python: Path, model: Path, steps: int, log_dir: Path, extra_args: tuple[str, ...] = (), attempts: int = 2
+) -> VLLMServer:
     """Launch the real server with the rig's adapter argv (plain Popen) and wait for /health 200."""
     engine = VLLMAdapter()
     cfg = server_config(python, model, steps, extra_args)
@@ -183,8 +196,14 @@ def start_vllm_server(python: Path, model: Path, steps: int, log_dir: Path, extr
         log_path = log_dir / f"vllm-s{steps}-{port}.log"
         t0 = time.monotonic()
         with open(log_path, "wb") as log:
-            proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    env={**os.environ, **engine.env(cfg)}, cwd=log_dir)
+            proc = subprocess.Popen(
+                argv,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env={**os.environ, **engine.env(cfg)},
+                cwd=log_dir,
+            )
         server = VLLMServer(steps=steps, cfg=cfg, argv=argv, port=port, proc=proc, log_path=log_path)
         deadline = t0 + STARTUP_TIMEOUT_S
         while time.monotonic() < deadline:
@@ -199,8 +218,9 @@ def start_vllm_server(python: Path, model: Path, steps: int, log_dir: Path, extr
         text = server.log_text()
         if "Address already in use" in text and attempt < attempts:
             continue  # the bind-then-close race lost the port: try another
-        why = (f"exited with {proc.returncode}" if proc.returncode is not None
-               else f"not healthy in {STARTUP_TIMEOUT_S}s")
+        why = (
+            f"exited with {proc.returncode}" if proc.returncode is not None else f"not healthy in {STARTUP_TIMEOUT_S}s"
+        )
         raise RuntimeError(f"vLLM (steps={steps}) {why}; leftover pids {leftover}; log {log_path}:\n{_tail(text)}")
     raise AssertionError("unreachable")
 
@@ -250,6 +270,7 @@ def vllm_servers(vllm_engine_python: Path, tiny_model_dir: Path, tmp_path_factor
     servers = _REGISTRY.get("servers")
     if servers is None:
         servers = _REGISTRY["servers"] = VLLMServers(
-            vllm_engine_python, tiny_model_dir, tmp_path_factory.mktemp("vllm-logs"))
+            vllm_engine_python, tiny_model_dir, tmp_path_factory.mktemp("vllm-logs")
+        )
     yield servers
     servers.stop_all()

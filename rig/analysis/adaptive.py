@@ -21,90 +21,183 @@ def _level(v: Any) -> str:
 
 def search_table(section: dict[str, Any]) -> Table:
     """Per configuration and workload: max passing and min failing value, their margins, the probes it took."""
-    t = Table(title=f"SLO search ({section.get('describe', '')}; margin = headroom of the tightest SLO)",
-              title_justify="left", header_style="bold")
-    for c in ("Config", "Steps", "Workload", "Outcome", "Max passing", "Margin", "Agg tok/s", "Min failing",
-              "Margin ", "Probes"):
+    t = Table(
+        title=f"SLO search ({section.get('describe', '')}; margin = headroom of the tightest SLO)",
+        title_justify="left",
+        header_style="bold",
+    )
+    for c in (
+        "Config",
+        "Steps",
+        "Workload",
+        "Outcome",
+        "Max passing",
+        "Margin",
+        "Agg tok/s",
+        "Min failing",
+        "Margin ",
+        "Probes",
+    ):
         t.add_column(c, justify="left" if c in ("Config", "Workload", "Outcome") else "right")
     for r in section.get("results") or []:
         mp, mf = r.get("max_passing") or {}, r.get("min_failing") or {}
-        t.add_row(str(r["server_config"]), fmt(r.get("steps"), "d"), str(r["workload"]),
-                  r["status"] + (f": {r['error']}" if r.get("error") else ""),
-                  _level(mp.get("level")), _pct(mp.get("margin")), fmt(mp.get("aggregate_tok_s")),
-                  _level(mf.get("level")), _pct(mf.get("margin")), str(r.get("probes", 0)))
+        t.add_row(
+            str(r["server_config"]),
+            fmt(r.get("steps"), "d"),
+            str(r["workload"]),
+            r["status"] + (f": {r['error']}" if r.get("error") else ""),
+            _level(mp.get("level")),
+            _pct(mp.get("margin")),
+            fmt(mp.get("aggregate_tok_s")),
+            _level(mf.get("level")),
+            _pct(mf.get("margin")),
+            str(r.get("probes", 0)),
+        )
     return t
 
 
 def frontier_table(rows: list[dict[str, Any]]) -> Table:
     """The Pareto points: per-user decode speed against per-GPU throughput."""
-    t = Table(title="Pareto frontier (decode tok/s per request vs aggregate tok/s per GPU; "
-                    "no point beats these on both)",
-              title_justify="left", header_style="bold")
+    t = Table(
+        title="Pareto frontier (decode tok/s per request vs aggregate tok/s per GPU; no point beats these on both)",
+        title_justify="left",
+        header_style="bold",
+    )
     for c in ("Workload", "Point", "Steps", "Level", "Tok/s per GPU", "Decode tok/s", "Agg tok/s"):
         t.add_column(c, justify="left" if c in ("Workload", "Point") else "right")
     for r in rows:
         lv = r["rate"] if r.get("load_mode") not in (None, "closed") else r.get("concurrency")
-        t.add_row(str(r["workload"]), r["point"], fmt(r.get("steps"), "d"), _level(lv), fmt(r["tok_s_per_gpu"]),
-                  fmt(r["decode_tok_s"]), fmt(r["aggregate_tok_s"]))
+        t.add_row(
+            str(r["workload"]),
+            r["point"],
+            fmt(r.get("steps"), "d"),
+            _level(lv),
+            fmt(r["tok_s_per_gpu"]),
+            fmt(r["decode_tok_s"]),
+            fmt(r["aggregate_tok_s"]),
+        )
     return t
 
 
 def best_level_table(rows: list[dict[str, Any]], slo_text: str | None) -> Table:
     """Best configuration per load level, margin with CI, and the paired per-request decode-speed ratio."""
     among = f"among points meeting {slo_text}" if slo_text else "among valid points"
-    t = Table(title=f"Best configuration per load level ({among}; aggregate tok/s margin over the runner-up, 95% CI; "
-                    "paired decode-speed ratio best/runner-up)", title_justify="left", header_style="bold")
+    t = Table(
+        title=f"Best configuration per load level ({among}; aggregate tok/s margin over the runner-up, 95% CI; "
+        "paired decode-speed ratio best/runner-up)",
+        title_justify="left",
+        header_style="bold",
+    )
     for c in ("Workload", "Level", "Best", "Agg tok/s", "Runner-up", "Margin", "95% CI", "Paired decode", "95% CI "):
         t.add_column(c, justify="left" if c in ("Workload", "Best", "Runner-up") else "right")
     for r in rows:
         ci = f"{_pct(r['ci_low'])} … {_pct(r['ci_high'])}" if r.get("ci_low") is not None else "–"
-        pci = (f"{r['paired_ci_low']:.3f}–{r['paired_ci_high']:.3f}" if r.get("paired_ci_low") is not None else "–")
-        t.add_row(str(r["workload"]), _level(r.get("level")), r["best"], fmt(r["best_aggregate_tok_s"]),
-                  r.get("runner_up") or "–", _pct(r.get("margin")), ci,
-                  fmt(r.get("paired_decode_speedup"), ".3f"), pci)
+        pci = f"{r['paired_ci_low']:.3f}–{r['paired_ci_high']:.3f}" if r.get("paired_ci_low") is not None else "–"
+        t.add_row(
+            str(r["workload"]),
+            _level(r.get("level")),
+            r["best"],
+            fmt(r["best_aggregate_tok_s"]),
+            r.get("runner_up") or "–",
+            _pct(r.get("margin")),
+            ci,
+            fmt(r.get("paired_decode_speedup"), ".3f"),
+            pci,
+        )
     return t
 
 
 def best_slo_table(rows: list[dict[str, Any]]) -> Table:
     """Per workload: the configuration that meets the SLOs at the highest load."""
     slos = rows[0]["slos"] if rows else ""
-    t = Table(title=f"Best configuration under {slos} (highest load meeting every SLO; ties: higher aggregate tok/s)",
-              title_justify="left", header_style="bold")
-    for c in ("Workload", "Best", "Max passing", "Min failing", "Agg tok/s", "Runner-up", "Its max passing",
-              "Capacity margin", "Tok/s margin", "95% CI"):
+    t = Table(
+        title=f"Best configuration under {slos} (highest load meeting every SLO; ties: higher aggregate tok/s)",
+        title_justify="left",
+        header_style="bold",
+    )
+    for c in (
+        "Workload",
+        "Best",
+        "Max passing",
+        "Min failing",
+        "Agg tok/s",
+        "Runner-up",
+        "Its max passing",
+        "Capacity margin",
+        "Tok/s margin",
+        "95% CI",
+    ):
         t.add_column(c, justify="left" if c in ("Workload", "Best", "Runner-up") else "right")
     for r in rows:
         ci = f"{_pct(r['ci_low'])} … {_pct(r['ci_high'])}" if r.get("ci_low") is not None else "–"
         note = r.get("max_passing_note") or ""
         passing = _level(r["max_passing"]) + (f" ({note})" if "cancelled request" in note else "")
-        t.add_row(str(r["workload"]), r["best"] or "none meets", passing, _level(r["min_failing"]),
-                  fmt(r["best_aggregate_tok_s"]), r["runner_up"] or "–", _level(r["runner_up_max_passing"]),
-                  _pct(r["capacity_margin"]), _pct(r["throughput_margin"]), ci)
+        t.add_row(
+            str(r["workload"]),
+            r["best"] or "none meets",
+            passing,
+            _level(r["min_failing"]),
+            fmt(r["best_aggregate_tok_s"]),
+            r["runner_up"] or "–",
+            _level(r["runner_up_max_passing"]),
+            _pct(r["capacity_margin"]),
+            _pct(r["throughput_margin"]),
+            ci,
+        )
     return t
 
 
 def tune_tables(section: dict[str, Any]) -> list[Table]:
     """Predicted vs measured for every probe, then the recommendation with its evidence."""
-    t = Table(title=f"rig tune: predicted vs measured ({section.get('describe', '')})", title_justify="left",
-              header_style="bold")
-    for c in ("#", "Round", "Point", "Steps", "Level", "Why", "Pred. margin", "Meas. margin", "Pred. agg tok/s",
-              "Meas. agg tok/s", "Verdict"):
+    t = Table(
+        title=f"rig tune: predicted vs measured ({section.get('describe', '')})",
+        title_justify="left",
+        header_style="bold",
+    )
+    for c in (
+        "#",
+        "Round",
+        "Point",
+        "Steps",
+        "Level",
+        "Why",
+        "Pred. margin",
+        "Meas. margin",
+        "Pred. agg tok/s",
+        "Meas. agg tok/s",
+        "Verdict",
+    ):
         t.add_column(c, justify="left" if c in ("Point", "Why", "Verdict") else "right")
     for i, p in enumerate(section.get("probes") or [], 1):
         verdict = "–" if p.get("meets") is None else ("meets" if p["meets"] else "misses")
         if p.get("meets") is not None and p.get("predicted_meets") is not None and p["meets"] != p["predicted_meets"]:
             verdict += " (mispredicted)"
-        t.add_row(str(i), str(p.get("round")), p["point"], fmt(p.get("steps"), "d"), _level(p.get("level")),
-                  p.get("why") or "", _pct(p.get("predicted_margin")), _pct(p.get("margin")),
-                  fmt(p.get("predicted_aggregate_tok_s")), fmt(p.get("aggregate_tok_s")), verdict)
+        t.add_row(
+            str(i),
+            str(p.get("round")),
+            p["point"],
+            fmt(p.get("steps"), "d"),
+            _level(p.get("level")),
+            p.get("why") or "",
+            _pct(p.get("predicted_margin")),
+            _pct(p.get("margin")),
+            fmt(p.get("predicted_aggregate_tok_s")),
+            fmt(p.get("aggregate_tok_s")),
+            verdict,
+        )
     out = [t]
     rec = section.get("recommendation") or {}
     r = Table(title="rig tune: recommendation", title_justify="left", header_style="bold", show_header=False)
     r.add_column("", justify="left")
     r.add_column("", justify="left")
-    for k, label in (("answer", "Answer"), ("evidence", "Evidence"), ("stable", "Stable"),
-                     ("measured_points", "Measured points"), ("grid_points", "Grid would measure"),
-                     ("stop_reason", "Stopped because")):
+    for k, label in (
+        ("answer", "Answer"),
+        ("evidence", "Evidence"),
+        ("stable", "Stable"),
+        ("measured_points", "Measured points"),
+        ("grid_points", "Grid would measure"),
+        ("stop_reason", "Stopped because"),
+    ):
         if rec.get(k) is not None:
             r.add_row(label, str(rec[k]))
     out.append(r)

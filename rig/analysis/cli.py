@@ -43,29 +43,69 @@ def _fail(e: Exception) -> click.ClickException:
 @click.option("--csv", "csv_dir", type=click.Path(path_type=Path), help="Write every table as CSV into DIR.")
 @click.option("--plots", "plots_dir", type=click.Path(path_type=Path), help="Write PNG plots into DIR.")
 @click.option("--html", "html_file", type=click.Path(path_type=Path), help="Write one self-contained HTML page.")
-@click.option("--slo", "slos", multiple=True, callback=_slos, metavar="METRIC=VALUE",
-              help="An SLO for goodput, e.g. --slo ttft=500ms --slo tpot=50ms (metrics: ttft, tpot, e2e).")
-@click.option("--slo-percentile", type=click.FloatRange(0, 100, min_open=True),
-              help="Percentile a point's requests must meet the SLOs at (default 99, or the search's).")
-@click.option("--slo-cancelled", type=click.Choice(["excluded", "lower-bound"]), default="excluded",
-              show_default=True,
-              help="How SLO verdicts count cancelled requests: left out, or at their known minimum (the time they ran "
-                   "before they were cancelled; TTFT: their first token's time if one came).")
-@click.option("--json-full", "json_full", is_flag=True,
-              help="Print every section as one JSON object (campaign rows, frontier, best per level and per SLO, "
-                   "SLO search, tune).")
-@click.option("--thresholds", metavar="NAME=VALUE,...",
-              help="Judge point validity again with these thresholds instead of the ones the run recorded, e.g. "
-                   "--thresholds slip_p99_ms=20,cpu_pct=80 (names: slip_p99_ms, loop_lag_p99_ms, cpu_pct, "
-                   "rate_ratio, min_window_s).")
-@click.option("--gpu-hour-price", type=click.FloatRange(min=0), metavar="USD",
-              help="Price of one GPU-hour: adds $ per million output tokens (default: the cluster file's "
-                   "gpu_hour_price, if the run recorded one).")
-@click.option("--objective", type=click.Choice(["throughput", "j_per_token", "usd_per_mtok"]), default="throughput",
-              show_default=True, help="What the speculative schedule by load ranks settings by (each under the SLOs).")
-def report(run_dir: Path, as_json: bool, csv_dir: Path | None, plots_dir: Path | None, html_file: Path | None,
-           slos: list[Slo], slo_percentile: float | None, json_full: bool, thresholds: str | None,
-           gpu_hour_price: float | None, objective: str, slo_cancelled: str = "excluded") -> None:
+@click.option(
+    "--slo",
+    "slos",
+    multiple=True,
+    callback=_slos,
+    metavar="METRIC=VALUE",
+    help="An SLO for goodput, e.g. --slo ttft=500ms --slo tpot=50ms (metrics: ttft, tpot, e2e).",
+)
+@click.option(
+    "--slo-percentile",
+    type=click.FloatRange(0, 100, min_open=True),
+    help="Percentile a point's requests must meet the SLOs at (default 99, or the search's).",
+)
+@click.option(
+    "--slo-cancelled",
+    type=click.Choice(["excluded", "lower-bound"]),
+    default="excluded",
+    show_default=True,
+    help="How SLO verdicts count cancelled requests: left out, or at their known minimum (the time they ran "
+    "before they were cancelled; TTFT: their first token's time if one came).",
+)
+@click.option(
+    "--json-full",
+    "json_full",
+    is_flag=True,
+    help="Print every section as one JSON object (campaign rows, frontier, best per level and per SLO, "
+    "SLO search, tune).",
+)
+@click.option(
+    "--thresholds",
+    metavar="NAME=VALUE,...",
+    help="Judge point validity again with these thresholds instead of the ones the run recorded, e.g. "
+    "--thresholds slip_p99_ms=20,cpu_pct=80 (names: slip_p99_ms, loop_lag_p99_ms, cpu_pct, "
+    "rate_ratio, min_window_s).",
+)
+@click.option(
+    "--gpu-hour-price",
+    type=click.FloatRange(min=0),
+    metavar="USD",
+    help="Price of one GPU-hour: adds $ per million output tokens (default: the cluster file's "
+    "gpu_hour_price, if the run recorded one).",
+)
+@click.option(
+    "--objective",
+    type=click.Choice(["throughput", "j_per_token", "usd_per_mtok"]),
+    default="throughput",
+    show_default=True,
+    help="What the speculative schedule by load ranks settings by (each under the SLOs).",
+)
+def report(
+    run_dir: Path,
+    as_json: bool,
+    csv_dir: Path | None,
+    plots_dir: Path | None,
+    html_file: Path | None,
+    slos: list[Slo],
+    slo_percentile: float | None,
+    json_full: bool,
+    thresholds: str | None,
+    gpu_hour_price: float | None,
+    objective: str,
+    slo_cancelled: str = "excluded",
+) -> None:
     """Tables, percentiles, acceptance, server state, goodput and losslessness of RUN_DIR, from Parquet alone."""
     from rig.analysis.report import build_report, export_csv, full_json, to_json
 
@@ -88,10 +128,16 @@ def report(run_dir: Path, as_json: bool, csv_dir: Path | None, plots_dir: Path |
                 err.print(f"[yellow]! {w}[/yellow]")
             click.echo(to_json(rows))
             return
-        rep = build_report(run_dir, slos=slos, slo_percentile=slo_percentile, thresholds=thresholds,
-                           gpu_hour_price=gpu_hour_price, objective=objective,
-                           slo_cancelled=slo_cancelled,
-                           cdf_resolution=200 if plots_dir or html_file else 0)  # CDFs are drawn, never printed
+        rep = build_report(
+            run_dir,
+            slos=slos,
+            slo_percentile=slo_percentile,
+            thresholds=thresholds,
+            gpu_hour_price=gpu_hour_price,
+            objective=objective,
+            slo_cancelled=slo_cancelled,
+            cdf_resolution=200 if plots_dir or html_file else 0,
+        )  # CDFs are drawn, never printed
 
     except (AnalysisInputError, OSError, ValueError) as e:
         raise _fail(e) from None
@@ -122,15 +168,20 @@ def report(run_dir: Path, as_json: bool, csv_dir: Path | None, plots_dir: Path |
     except OSError as e:
         raise _fail(e) from None
     if written:
-        err.print(f"wrote {len(written)} file(s): " + ", ".join(str(p) for p in written[:6])
-                  + (" …" if len(written) > 6 else ""))
+        err.print(
+            f"wrote {len(written)} file(s): "
+            + ", ".join(str(p) for p in written[:6])
+            + (" …" if len(written) > 6 else "")
+        )
 
 
 def _speedup_table(rows: list[dict[str, Any]]) -> Table:
-    t = Table(title="Paired per-request speedups (geometric mean, bootstrap 95% CI; > 1 = candidate faster)",
-              title_justify="left", header_style="bold")
-    for c in ("Baseline", "Candidate", "Workload", "Level", "Metric", "Pairs", "Speedup", "95% CI", "Median",
-              "Inputs"):
+    t = Table(
+        title="Paired per-request speedups (geometric mean, bootstrap 95% CI; > 1 = candidate faster)",
+        title_justify="left",
+        header_style="bold",
+    )
+    for c in ("Baseline", "Candidate", "Workload", "Level", "Metric", "Pairs", "Speedup", "95% CI", "Median", "Inputs"):
         t.add_column(c, justify="right" if c in ("Pairs", "Speedup", "95% CI", "Median", "Level") else "left")
     last = None
     for r in rows:
@@ -140,9 +191,16 @@ def _speedup_table(rows: list[dict[str, Any]]) -> Table:
         level = r["concurrency"] if r["load_mode"] in (None, "closed") else r["rate"]
         ci = f"{r['ci_low']:.3f}–{r['ci_high']:.3f}" if r["ci_low"] is not None else "–"
         t.add_row(
-            r["baseline"] if key != last else "", r["candidate"] if key != last else "", str(r["workload"]),
-            str(level), r["metric"], f"{r['pairs']:,}", f"{r['speedup']:.3f}" if r["speedup"] else "–", ci,
-            f"{r['median_ratio']:.3f}" if r["median_ratio"] else "–", _inputs_cell(r),
+            r["baseline"] if key != last else "",
+            r["candidate"] if key != last else "",
+            str(r["workload"]),
+            str(level),
+            r["metric"],
+            f"{r['pairs']:,}",
+            f"{r['speedup']:.3f}" if r["speedup"] else "–",
+            ci,
+            f"{r['median_ratio']:.3f}" if r["median_ratio"] else "–",
+            _inputs_cell(r),
         )
         last = key
     return t
@@ -156,18 +214,37 @@ def _inputs_cell(row: dict[str, Any]) -> Text:
 
 
 def _best_table(rows: list[dict[str, Any]]) -> Table:
-    t = Table(title="Best configuration per load level (aggregate tok/s; margin over the runner-up, 95% CI)",
-              title_justify="left", header_style="bold")
-    for c in ("Workload", "Level", "Best", "Agg tok/s", "Runner-up", "Agg tok/s ", "Margin", "95% CI", "CI from",
-              "Inputs"):
+    t = Table(
+        title="Best configuration per load level (aggregate tok/s; margin over the runner-up, 95% CI)",
+        title_justify="left",
+        header_style="bold",
+    )
+    for c in (
+        "Workload",
+        "Level",
+        "Best",
+        "Agg tok/s",
+        "Runner-up",
+        "Agg tok/s ",
+        "Margin",
+        "95% CI",
+        "CI from",
+        "Inputs",
+    ):
         t.add_column(c, justify="right" if c.strip() in ("Agg tok/s", "Margin", "95% CI", "Level") else "left")
     for r in rows:
         level = r["concurrency"] if r["load_mode"] in (None, "closed") else r["rate"]
         pct = lambda x: f"{x * 100:+.1f}%" if x is not None else "–"  # noqa: E731
         t.add_row(
-            str(r["workload"]), str(level), r["best"], f"{r['best_aggregate_tok_s']:,.1f}", r["runner_up"] or "–",
-            f"{r['runner_up_aggregate_tok_s']:,.1f}" if r["runner_up_aggregate_tok_s"] else "–", pct(r["margin"]),
-            f"{pct(r['ci_low'])} … {pct(r['ci_high'])}" if r["ci_low"] is not None else "–", r["ci_method"] or "–",
+            str(r["workload"]),
+            str(level),
+            r["best"],
+            f"{r['best_aggregate_tok_s']:,.1f}",
+            r["runner_up"] or "–",
+            f"{r['runner_up_aggregate_tok_s']:,.1f}" if r["runner_up_aggregate_tok_s"] else "–",
+            pct(r["margin"]),
+            f"{pct(r['ci_low'])} … {pct(r['ci_high'])}" if r["ci_low"] is not None else "–",
+            r["ci_method"] or "–",
             _inputs_cell(r),
         )
     return t
@@ -194,18 +271,37 @@ def _gate_line(g: dict[str, Any]) -> Text:
 @click.argument("a")
 @click.argument("b", required=False)
 @click.option("--baseline-steps", type=int, help="One run: compare every point against its steps=N point.")
-@click.option("--resamples", type=click.IntRange(100, 100000), default=2000, show_default=True,
-              help="Bootstrap resamples.")
+@click.option(
+    "--resamples", type=click.IntRange(100, 100000), default=2000, show_default=True, help="Bootstrap resamples."
+)
 @click.option("--seed", type=int, default=0, show_default=True, help="Bootstrap seed.")
 @click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON.")
-@click.option("--gpu-hour-price", type=click.FloatRange(min=0), metavar="USD",
-              help="Price of one GPU-hour: adds the $ per million output tokens ratio (default: the cluster file's).")
-@click.option("--max-regression", "max_regression", multiple=True, callback=_thresholds, metavar="METRIC[_STAT]=PCT%",
-              help="CI gate: exit 1 only when the candidate is worse than this with 95% confidence (paired "
-                   "bootstrap interval entirely beyond it), e.g. --max-regression tpot_p99=3% (metrics: ttft, tpot, "
-                   "e2e, decode_tok_s; stats: mean (default), p50, p90, p95, p99, gm). One line per metric says why.")
-def compare(a: str, b: str | None, baseline_steps: int | None, resamples: int, seed: int, as_json: bool,
-            gpu_hour_price: float | None, max_regression: list[Threshold]) -> None:
+@click.option(
+    "--gpu-hour-price",
+    type=click.FloatRange(min=0),
+    metavar="USD",
+    help="Price of one GPU-hour: adds the $ per million output tokens ratio (default: the cluster file's).",
+)
+@click.option(
+    "--max-regression",
+    "max_regression",
+    multiple=True,
+    callback=_thresholds,
+    metavar="METRIC[_STAT]=PCT%",
+    help="CI gate: exit 1 only when the candidate is worse than this with 95% confidence (paired "
+    "bootstrap interval entirely beyond it), e.g. --max-regression tpot_p99=3% (metrics: ttft, tpot, "
+    "e2e, decode_tok_s; stats: mean (default), p50, p90, p95, p99, gm). One line per metric says why.",
+)
+def compare(
+    a: str,
+    b: str | None,
+    baseline_steps: int | None,
+    resamples: int,
+    seed: int,
+    as_json: bool,
+    gpu_hour_price: float | None,
+    max_regression: list[Threshold],
+) -> None:
     """Paired speedups of B over baseline A (runs, or RUN_DIR:POINT), or of one run's points over --baseline-steps."""
     from rig.analysis.compare import compare as run_compare
     from rig.analysis.report import to_json
@@ -235,18 +331,42 @@ def compare(a: str, b: str | None, baseline_steps: int | None, resamples: int, s
 
 def _energy_table(rows: list[dict[str, Any]]) -> Table:
     sim = any("simulated" in str(r.get("source") or "") for r in rows)
-    t = Table(title="Energy and cost, candidate / baseline (paired requests resampled, bootstrap 95% CI; < 1 = "
-                    "candidate spends less)" + (" — SIMULATED: the simulator's power model" if sim else ""),
-              title_justify="left", header_style="bold", title_style="bold yellow" if sim else None)
-    for c in ("Baseline", "Candidate", "Workload", "Level", "Metric", "Baseline value", "Candidate value", "Ratio",
-              "95% CI", "Pairs", "Inputs"):
+    t = Table(
+        title="Energy and cost, candidate / baseline (paired requests resampled, bootstrap 95% CI; < 1 = "
+        "candidate spends less)" + (" — SIMULATED: the simulator's power model" if sim else ""),
+        title_justify="left",
+        header_style="bold",
+        title_style="bold yellow" if sim else None,
+    )
+    for c in (
+        "Baseline",
+        "Candidate",
+        "Workload",
+        "Level",
+        "Metric",
+        "Baseline value",
+        "Candidate value",
+        "Ratio",
+        "95% CI",
+        "Pairs",
+        "Inputs",
+    ):
         t.add_column(c, justify="left" if c in ("Baseline", "Candidate", "Workload", "Metric", "Inputs") else "right")
     for r in rows:
         level = r["concurrency"] if r["load_mode"] in (None, "closed") else r["rate"]
         ci = f"{r['ci_low']:.3f}–{r['ci_high']:.3f}" if r["ci_low"] is not None else "–"
         spec = ",.3f"
-        t.add_row(r["baseline"], r["candidate"], str(r["workload"]), str(level), r["metric"],
-                  format(r["baseline_value"], spec) if r["baseline_value"] is not None else "–",
-                  format(r["candidate_value"], spec) if r["candidate_value"] is not None else "–",
-                  f"{r['ratio']:.3f}" if r["ratio"] is not None else "–", ci, f"{r['pairs']:,}", _inputs_cell(r))
+        t.add_row(
+            r["baseline"],
+            r["candidate"],
+            str(r["workload"]),
+            str(level),
+            r["metric"],
+            format(r["baseline_value"], spec) if r["baseline_value"] is not None else "–",
+            format(r["candidate_value"], spec) if r["candidate_value"] is not None else "–",
+            f"{r['ratio']:.3f}" if r["ratio"] is not None else "–",
+            ci,
+            f"{r['pairs']:,}",
+            _inputs_cell(r),
+        )
     return t

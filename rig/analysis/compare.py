@@ -28,8 +28,15 @@ from rig.analysis import metrics as m
 from rig.analysis import resample as rs
 from rig.analysis.gate import Threshold, judge
 from rig.analysis.points import INCOMPLETE, campaign_row, load_requests, point_flags
-from rig.analysis.runs import (PointInfo, Run, AnalysisInputError, generator_offsets, load_run, read_point_requests,
-                               sampled_workloads)
+from rig.analysis.runs import (
+    AnalysisInputError,
+    PointInfo,
+    Run,
+    generator_offsets,
+    load_run,
+    read_point_requests,
+    sampled_workloads,
+)
 
 SPEEDUP_METRICS = ("e2e", "ttft", "tpot", "decode_tok_s")
 RESAMPLES = 2000
@@ -63,7 +70,7 @@ def bootstrap_mean_ci(x: np.ndarray, resamples: int = RESAMPLES, seed: int = SEE
     step = max(1, _BATCH_CELLS // max(k, 1))
     for i in range(0, resamples, step):
         b = min(step, resamples - i)
-        means[i:i + b] = x[rng.integers(0, n, size=(b, k))].mean(axis=1)
+        means[i : i + b] = x[rng.integers(0, n, size=(b, k))].mean(axis=1)
     means = rs.shrink(means, float(x.mean()), n, k)
     alpha = (1 - CONFIDENCE) / 2
     lo, hi = np.quantile(means, [alpha, 1 - alpha])
@@ -85,22 +92,30 @@ def _inputs_note(*sides: tuple[Side, list[str]]) -> str | None:
 def _per_request(side: Side) -> tuple[pa.Table, list[str]]:
     """request_id plus the four speedup metrics of the point's ok requests, and why its inputs are incomplete (kept
     for the next call: the speedups and the gate read the same point)."""
+
     def read() -> tuple[pa.Table, list[str]]:
-        t = read_point_requests(side.run.run_dir, side.point.point, m.REQUEST_COLUMNS,
-                                on_skip=side.run.skipped(side.point))
+        t = read_point_requests(
+            side.run.run_dir, side.point.point, m.REQUEST_COLUMNS, on_skip=side.run.skipped(side.point)
+        )
         r = m.requests_from_table(t, generator_offsets(side.run.manifest))
         why = incomplete(side, r)
         keep = pa.array(r.ok)
-        return pa.table({
-            "request_id": t["request_id"].filter(keep),
-            "e2e": r.e2e[r.ok], "ttft": r.ttft[r.ok], "tpot": r.tpot[r.ok], "decode_tok_s": r.decode_tok_s[r.ok],
-        }), why
+        return pa.table(
+            {
+                "request_id": t["request_id"].filter(keep),
+                "e2e": r.e2e[r.ok],
+                "ttft": r.ttft[r.ok],
+                "tpot": r.tpot[r.ok],
+                "decode_tok_s": r.decode_tok_s[r.ok],
+            }
+        ), why
 
     return side.run.memo("per_request", side.point.point, read)
 
 
-def gate_rows(base: Side, cand: Side, thresholds: list[Threshold], resamples: int = RESAMPLES,
-              seed: int = SEED) -> list[dict[str, Any]]:
+def gate_rows(
+    base: Side, cand: Side, thresholds: list[Threshold], resamples: int = RESAMPLES, seed: int = SEED
+) -> list[dict[str, Any]]:
     """One verdict per threshold for one pair of points (rig.analysis.gate)."""
     j, note = paired_table(base, cand)
     rows = []
@@ -126,8 +141,9 @@ def paired_table(base: Side, cand: Side) -> tuple[pa.Table, str | None]:
     return (j.sort_by("request_id") if j.num_rows else j), note
 
 
-def paired_speedups(base: Side, cand: Side, resamples: int = RESAMPLES, seed: int = SEED,
-                    metrics: tuple[str, ...] = SPEEDUP_METRICS) -> list[dict[str, Any]]:
+def paired_speedups(
+    base: Side, cand: Side, resamples: int = RESAMPLES, seed: int = SEED, metrics: tuple[str, ...] = SPEEDUP_METRICS
+) -> list[dict[str, Any]]:
     """One row per metric: pairs, geometric-mean speedup, its bootstrap CI, and the median per-request ratio."""
     j, note = paired_table(base, cand)
     rows = []
@@ -139,19 +155,35 @@ def paired_speedups(base: Side, cand: Side, resamples: int = RESAMPLES, seed: in
             logs = np.log(ratio)
         logs = logs[np.isfinite(logs)]
         row: dict[str, Any] = {
-            "baseline": base.label, "candidate": cand.label, "baseline_point": base.point.point,
-            "candidate_point": cand.point.point, "workload": cand.point.workload, "load_mode": cand.point.load_mode,
-            "concurrency": cand.point.concurrency, "rate": cand.point.rate, "repeat": cand.point.repeat,
-            "baseline_steps": base.point.steps, "candidate_steps": cand.point.steps, "metric": metric,
-            "pairs": int(logs.size), "speedup": None, "ci_low": None, "ci_high": None, "median_ratio": None,
+            "baseline": base.label,
+            "candidate": cand.label,
+            "baseline_point": base.point.point,
+            "candidate_point": cand.point.point,
+            "workload": cand.point.workload,
+            "load_mode": cand.point.load_mode,
+            "concurrency": cand.point.concurrency,
+            "rate": cand.point.rate,
+            "repeat": cand.point.repeat,
+            "baseline_steps": base.point.steps,
+            "candidate_steps": cand.point.steps,
+            "metric": metric,
+            "pairs": int(logs.size),
+            "speedup": None,
+            "ci_low": None,
+            "ci_high": None,
+            "median_ratio": None,
             "incomplete": note,
         }
         if logs.size:
             for side in (base, cand):
                 note_subsample(side.run, logs.size)
             lo, hi = bootstrap_mean_ci(logs, resamples, seed)
-            row.update(speedup=float(np.exp(logs.mean())), ci_low=float(np.exp(lo)), ci_high=float(np.exp(hi)),
-                       median_ratio=float(np.exp(np.median(logs))))
+            row.update(
+                speedup=float(np.exp(logs.mean())),
+                ci_low=float(np.exp(lo)),
+                ci_high=float(np.exp(hi)),
+                median_ratio=float(np.exp(np.median(logs))),
+            )
         rows.append(row)
     return rows
 
@@ -219,7 +251,7 @@ def _rescale_samples(side: Side, rng: np.random.Generator, resamples: int) -> np
         n = min(step, resamples - i)
         idx = rng.integers(0, tok.size, size=(n, k))
         s = tok[idx].sum(axis=1)
-        out[i:i + n] = (s / lat[idx].sum(axis=1) if closed else s) / observed
+        out[i : i + n] = (s / lat[idx].sum(axis=1) if closed else s) / observed
     return rs.shrink(out, 1.0, tok.size, k)
 
 
@@ -232,8 +264,9 @@ def config_label(s: Side) -> str:
     return config
 
 
-def best_per_level(sides: list[Side], resamples: int = RESAMPLES, seed: int = SEED,
-                   rows: dict[str, dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+def best_per_level(
+    sides: list[Side], resamples: int = RESAMPLES, seed: int = SEED, rows: dict[str, dict[str, Any]] | None = None
+) -> list[dict[str, Any]]:
     """Per (workload, load level): the configuration with the highest aggregate tok/s and its margin (with CI).
 
     ``rows``: the campaign rows of the sides' points by point name, when the caller has them (one run's report)."""
@@ -252,15 +285,25 @@ def best_per_level(sides: list[Side], resamples: int = RESAMPLES, seed: int = SE
         if point_row["aggregate_tok_s"] is None:
             continue
         levels[(p.workload, p.load_mode, p.concurrency, p.rate)][config_label(s)].append(
-            (s, point_row["aggregate_tok_s"]))
+            (s, point_row["aggregate_tok_s"])
+        )
     out = []
     for (workload, mode, conc, rate), configs in levels.items():
         ranked = sorted(configs.items(), key=lambda kv: -np.mean([v for _, v in kv[1]]))
         best_cfg, best = ranked[0]
         row: dict[str, Any] = {
-            "workload": workload, "load_mode": mode, "concurrency": conc, "rate": rate, "best": best_cfg,
-            "best_aggregate_tok_s": float(np.mean([v for _, v in best])), "runner_up": None,
-            "runner_up_aggregate_tok_s": None, "margin": None, "ci_low": None, "ci_high": None, "ci_method": None,
+            "workload": workload,
+            "load_mode": mode,
+            "concurrency": conc,
+            "rate": rate,
+            "best": best_cfg,
+            "best_aggregate_tok_s": float(np.mean([v for _, v in best])),
+            "runner_up": None,
+            "runner_up_aggregate_tok_s": None,
+            "margin": None,
+            "ci_low": None,
+            "ci_high": None,
+            "ci_method": None,
             # every configuration at this level takes part in the ranking, one without rows too
             "incomplete": _inputs_note(*((x, why[id(x)]) for x in at_level[(workload, mode, conc, rate)])),
         }
@@ -269,8 +312,7 @@ def best_per_level(sides: list[Side], resamples: int = RESAMPLES, seed: int = SE
             b_mean, r_mean = row["best_aggregate_tok_s"], float(np.mean([v for _, v in runner]))
             row.update(runner_up=run_cfg, runner_up_aggregate_tok_s=r_mean)
             if r_mean <= 0:  # every request of the runner-up failed: a margin over nothing is not a finding
-                row["incomplete"] = "; ".join(x for x in (row["incomplete"], f"{run_cfg} has 0 tok/s: no margin")
-                                              if x)
+                row["incomplete"] = "; ".join(x for x in (row["incomplete"], f"{run_cfg} has 0 tok/s: no margin") if x)
                 out.append(row)
                 continue
             row["margin"] = b_mean / r_mean - 1
@@ -320,19 +362,22 @@ def _tokens_latency(side: Side) -> tuple[pa.Table, list[str]]:
     """request_id, completion tokens and E2E of the point's ok requests, and why its inputs are incomplete."""
     t = read_point_requests(side.run.run_dir, side.point.point, m.REQUEST_COLUMNS, on_skip=side.run.skipped(side.point))
     r = m.requests_from_table(t, generator_offsets(side.run.manifest))
-    return pa.table({"request_id": t["request_id"].filter(pa.array(r.ok)), "tok": r.tokens[r.ok],
-                     "lat": r.e2e[r.ok]}), incomplete(side, r)
+    return pa.table(
+        {"request_id": t["request_id"].filter(pa.array(r.ok)), "tok": r.tokens[r.ok], "lat": r.e2e[r.ok]}
+    ), incomplete(side, r)
 
 
-def paired_multipliers(base: Side, cand: Side, rng: np.random.Generator, resamples: int
-                       ) -> tuple[np.ndarray, np.ndarray, int]:
+def paired_multipliers(
+    base: Side, cand: Side, rng: np.random.Generator, resamples: int
+) -> tuple[np.ndarray, np.ndarray, int]:
     """Bootstrap multipliers of both points' aggregate tok/s from resampling the requests they share (the same
     request ids drawn on both sides, so the request mix cancels in their ratio), and how many pairs there are."""
     (a, _), (b, _) = _tokens_latency(base), _tokens_latency(cand)
     j = a.join(b, "request_id", left_suffix="_base", right_suffix="_cand", join_type="inner")
     j = j.sort_by("request_id") if j.num_rows else j  # a fixed order: the same seed draws the same resamples
-    cols = {k: m.as_float(j[k]) if j.num_rows else np.empty(0) for k in ("tok_base", "lat_base", "tok_cand",
-                                                                          "lat_cand")}
+    cols = {
+        k: m.as_float(j[k]) if j.num_rows else np.empty(0) for k in ("tok_base", "lat_base", "tok_cand", "lat_cand")
+    }
     keep = np.logical_and.reduce([np.isfinite(v) for v in cols.values()]) if j.num_rows else np.zeros(0, bool)
     n = int(keep.sum())
     mb, mc = np.full(resamples, np.nan), np.full(resamples, np.nan)
@@ -343,13 +388,14 @@ def paired_multipliers(base: Side, cand: Side, rng: np.random.Generator, resampl
     for i in range(0, resamples, step):
         k = min(step, resamples - i)
         idx = rng.integers(0, n, size=(k, n))
-        mb[i:i + k] = _throughput_multipliers(tb, lb, idx, not base.point.open_loop)
-        mc[i:i + k] = _throughput_multipliers(tc, lc, idx, not cand.point.open_loop)
+        mb[i : i + k] = _throughput_multipliers(tb, lb, idx, not base.point.open_loop)
+        mc[i : i + k] = _throughput_multipliers(tc, lc, idx, not cand.point.open_loop)
     return mb, mc, n
 
 
-def energy_ratios(base: Side, cand: Side, price: float | None = None, resamples: int = RESAMPLES,
-                  seed: int = SEED) -> list[dict[str, Any]]:
+def energy_ratios(
+    base: Side, cand: Side, price: float | None = None, resamples: int = RESAMPLES, seed: int = SEED
+) -> list[dict[str, Any]]:
     """J/token and $/Mtok of the candidate over the baseline (< 1: the candidate spends less per token), each with a
     paired bootstrap interval: the same request ids are resampled on both sides and each side's value moves with
     1 / its resampled throughput (its energy over the window and its GPUs fixed, as measured). Empty when neither
@@ -365,12 +411,25 @@ def energy_ratios(base: Side, cand: Side, price: float | None = None, resamples:
     for metric in metrics:
         vb, vc = float(rb[metric]), float(rc[metric])
         row: dict[str, Any] = {
-            "baseline": base.label, "candidate": cand.label, "baseline_point": base.point.point,
-            "candidate_point": cand.point.point, "workload": cand.point.workload, "load_mode": cand.point.load_mode,
-            "concurrency": cand.point.concurrency, "rate": cand.point.rate, "repeat": cand.point.repeat,
-            "baseline_steps": base.point.steps, "candidate_steps": cand.point.steps, "metric": metric,
-            "baseline_value": vb, "candidate_value": vc, "ratio": vc / vb if vb else None, "ci_low": None,
-            "ci_high": None, "pairs": n, "source": source if metric == "j_per_token" else None,
+            "baseline": base.label,
+            "candidate": cand.label,
+            "baseline_point": base.point.point,
+            "candidate_point": cand.point.point,
+            "workload": cand.point.workload,
+            "load_mode": cand.point.load_mode,
+            "concurrency": cand.point.concurrency,
+            "rate": cand.point.rate,
+            "repeat": cand.point.repeat,
+            "baseline_steps": base.point.steps,
+            "candidate_steps": cand.point.steps,
+            "metric": metric,
+            "baseline_value": vb,
+            "candidate_value": vc,
+            "ratio": vc / vb if vb else None,
+            "ci_low": None,
+            "ci_high": None,
+            "pairs": n,
+            "source": source if metric == "j_per_token" else None,
             "incomplete": _inputs_note((base, why_a), (cand, why_b)),
         }
         if n and vb:
@@ -394,9 +453,15 @@ def parse_target(text: str) -> tuple[Path, str | None]:
     return Path(run_dir), point
 
 
-def compare(a: str, b: str | None = None, baseline_steps: int | None = None, resamples: int = RESAMPLES,
-            seed: int = SEED, gpu_hour_price: float | None = None,
-            max_regression: list[Threshold] | None = None) -> dict[str, Any]:
+def compare(
+    a: str,
+    b: str | None = None,
+    baseline_steps: int | None = None,
+    resamples: int = RESAMPLES,
+    seed: int = SEED,
+    gpu_hour_price: float | None = None,
+    max_regression: list[Threshold] | None = None,
+) -> dict[str, Any]:
     """Run the comparison the arguments describe; see the module docstring. ``max_regression``: the CI gate's
     thresholds (rig.analysis.gate); its verdicts are the result's ``gate``."""
     da, pa_ = parse_target(a)
@@ -424,14 +489,17 @@ def compare(a: str, b: str | None = None, baseline_steps: int | None = None, res
             mode = f"{sa.label} vs {sb.label}"
         else:
             pairs = pair_runs(ra, rb, la, lb)
-            sides = ([Side(ra, p, f"{la}:{p.point}") for p in ra.points]
-                     + [Side(rb, p, f"{lb}:{p.point}") for p in rb.points])
+            sides = [Side(ra, p, f"{la}:{p.point}") for p in ra.points] + [
+                Side(rb, p, f"{lb}:{p.point}") for p in rb.points
+            ]
             mode = f"{la} (baseline) vs {lb}"
     if not pairs and b is None:
         have = sorted({p.steps for p in run.points if p.steps is not None})
         if baseline_steps not in have:
-            raise AnalysisInputError(f"no point of {run.run_id} has steps={baseline_steps} (its steps: "
-                           f"{', '.join(map(str, have)) or 'none'}); pick one of those for --baseline-steps")
+            raise AnalysisInputError(
+                f"no point of {run.run_id} has steps={baseline_steps} (its steps: "
+                f"{', '.join(map(str, have)) or 'none'}); pick one of those for --baseline-steps"
+            )
     if not pairs:
         raise AnalysisInputError("no matching points to compare (same workload, load level and repeat)")
     speedups: list[dict[str, Any]] = []
@@ -447,18 +515,19 @@ def compare(a: str, b: str | None = None, baseline_steps: int | None = None, res
         warnings += [f"{run.run_id}: {w}" for w in run.warnings]
     unseeded = unseeded_pairs(pairs)
     if unseeded:
-        warnings.append(f"{len(unseeded)} pair(s) of points compare sampled requests whose seeds the server did not "
-                        f"honour ({', '.join(unseeded[:3])}{' …' if len(unseeded) > 3 else ''}): the paired "
-                        "requests drew different outputs, so per-request ratios mix configuration and chance; rerun "
-                        "with --deterministic (SGLang --enable-deterministic-inference)")
+        warnings.append(
+            f"{len(unseeded)} pair(s) of points compare sampled requests whose seeds the server did not "
+            f"honour ({', '.join(unseeded[:3])}{' …' if len(unseeded) > 3 else ''}): the paired "
+            "requests drew different outputs, so per-request ratios mix configuration and chance; rerun "
+            "with --deterministic (SGLang --enable-deterministic-inference)"
+        )
     energy = [row for base, cand in pairs for row in energy_ratios(base, cand, gpu_hour_price, resamples, seed)]
     affected = sum(1 for r in speedups + best + energy if r["incomplete"])
     if affected:
         warnings.append(f"{affected} figure(s) rest on incomplete inputs (marked '!' below): treat them with care")
     if any(r.get("source") and "simulated" in r["source"] for r in energy):
         warnings.append("energy figures are SIMULATED (the simulator's power model, not a measurement)")
-    out = {"mode": mode, "resamples": resamples, "seed": seed, "speedups": speedups, "best": best,
-           "warnings": warnings}
+    out = {"mode": mode, "resamples": resamples, "seed": seed, "speedups": speedups, "best": best, "warnings": warnings}
     if energy:  # only where a side has GPU telemetry or a price: other comparisons read as before
         out["energy"] = energy
     if max_regression:

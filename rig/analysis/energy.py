@@ -30,8 +30,9 @@ COST_KEYS = ("gpu_hour_price", "usd_per_mtok")
 _COLUMNS = ["ts", "source", "gpu_uuid", "power_mw", "energy_mj"]
 
 
-def gpu_energy(ts: np.ndarray, counter_mj: np.ndarray, power_mw: np.ndarray, a: float, b: float
-               ) -> tuple[float, str] | None:
+def gpu_energy(
+    ts: np.ndarray, counter_mj: np.ndarray, power_mw: np.ndarray, a: float, b: float
+) -> tuple[float, str] | None:
     """Joules one GPU drew over [a, b] from its samples (times ascending): (joules, method), or None when the
     samples do not span the window."""
     if b <= a:
@@ -90,10 +91,15 @@ def point_energy(run: Run, p: PointInfo, row: dict[str, Any]) -> dict[str, Any]:
     wall = b - a
     tokens = row.get("tokens") or 0
     power = total / wall
-    out.update(energy_source=",".join(sorted(sources)) or None,
-               energy_method=methods.pop() if len(methods) == 1 else "mixed", gpus=gpus, energy_j=total,
-               mean_power_w=power, j_per_token=total / tokens if tokens else None,
-               tok_s_per_w=(row["aggregate_tok_s"] / power) if row.get("aggregate_tok_s") and power > 0 else None)
+    out.update(
+        energy_source=",".join(sorted(sources)) or None,
+        energy_method=methods.pop() if len(methods) == 1 else "mixed",
+        gpus=gpus,
+        energy_j=total,
+        mean_power_w=power,
+        j_per_token=total / tokens if tokens else None,
+        tok_s_per_w=(row["aggregate_tok_s"] / power) if row.get("aggregate_tok_s") and power > 0 else None,
+    )
     return out
 
 
@@ -110,7 +116,7 @@ def usd_per_mtok(price: float | None, gpus: int | None, wall_s: float | None, to
 
 def recorded_price(run: Run) -> float | None:
     """The cluster file's gpu_hour_price the run recorded in its spec, if any."""
-    cluster = ((run.manifest.spec or {}).get("cluster") or {})
+    cluster = (run.manifest.spec or {}).get("cluster") or {}
     v = cluster.get("gpu_hour_price") if isinstance(cluster, dict) else None
     return float(v) if isinstance(v, (int, float)) and v >= 0 else None
 
@@ -139,8 +145,10 @@ def add_energy(run: Run, rows: list[dict[str, Any]], price: float | None = None)
         if energy:
             r.update(e)
         if price is not None:
-            r.update(gpu_hour_price=price,
-                     usd_per_mtok=usd_per_mtok(price, gpu_count(run, p, e), r.get("wall_s"), r.get("tokens")))
+            r.update(
+                gpu_hour_price=price,
+                usd_per_mtok=usd_per_mtok(price, gpu_count(run, p, e), r.get("wall_s"), r.get("tokens")),
+            )
     return energy
 
 
@@ -155,7 +163,6 @@ def telemetry_lines(run: Run) -> list[str]:
             out.append(f"GPU telemetry of {cid}: absent ({tel.absent_reason})")
         else:
             names = sorted({str(g.get("name")) for g in tel.gpus})
-            what = "SIMULATED (the simulator's power model, not a measurement)" if tel.source == "simulated" \
-                else "NVML"
+            what = "SIMULATED (the simulator's power model, not a measurement)" if tel.source == "simulated" else "NVML"
             out.append(f"GPU telemetry of {cid}: {what}, {len(tel.gpus)} GPU(s) ({', '.join(names)})")
     return out

@@ -50,13 +50,25 @@ def mark_frontier(run: Run, rows: list[dict[str, Any]]) -> None:
             r["on_frontier"] = not any(
                 (o["tok_s_per_gpu"] >= x and o["decode_tok_s"] >= y)
                 and (o["tok_s_per_gpu"] > x or o["decode_tok_s"] > y)
-                for o in pts if o is not r)
+                for o in pts
+                if o is not r
+            )
 
 
 def frontier_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The frontier's points per workload, by per-GPU throughput."""
-    keep = ("workload", "point", "steps", "server_config", "load_mode", "concurrency", "rate", "tok_s_per_gpu",
-            "decode_tok_s", "aggregate_tok_s")
+    keep = (
+        "workload",
+        "point",
+        "steps",
+        "server_config",
+        "load_mode",
+        "concurrency",
+        "rate",
+        "tok_s_per_gpu",
+        "decode_tok_s",
+        "aggregate_tok_s",
+    )
     front = [{k: r.get(k) for k in keep} for r in rows if r.get("on_frontier")]
     return sorted(front, key=lambda r: (str(r["workload"]), r["tok_s_per_gpu"]))
 
@@ -94,7 +106,8 @@ def _top_two(run: Run, rows: list[dict[str, Any]]) -> list[cmp.Side]:
     sides = {r["point"]: _sides(run, [r])[0] for r in rows}
     for r in rows:
         groups[(r.get("workload"), r.get("load_mode"), r.get("concurrency"), r.get("rate"))][
-            cmp.config_label(sides[r["point"]])].append(r)
+            cmp.config_label(sides[r["point"]])
+        ].append(r)
     keep = []
     for configs in groups.values():
         ranked = sorted(configs.values(), key=lambda rs: -sum(x["aggregate_tok_s"] for x in rs) / len(rs))
@@ -107,12 +120,17 @@ def _paired_decode(best: cmp.Side | None, runner: cmp.Side | None, resamples: in
     if best is None or runner is None:
         return {"paired_decode_speedup": None, "paired_ci_low": None, "paired_ci_high": None, "pairs": 0}
     [row] = cmp.paired_speedups(runner, best, resamples, metrics=("decode_tok_s",))
-    return {"paired_decode_speedup": row["speedup"], "paired_ci_low": row["ci_low"], "paired_ci_high": row["ci_high"],
-            "pairs": row["pairs"]}
+    return {
+        "paired_decode_speedup": row["speedup"],
+        "paired_ci_low": row["ci_low"],
+        "paired_ci_high": row["ci_high"],
+        "pairs": row["pairs"],
+    }
 
 
-def best_per_level(run: Run, rows: list[dict[str, Any]], meets: dict[str, bool] | None,
-                   resamples: int = RESAMPLES) -> list[dict[str, Any]]:
+def best_per_level(
+    run: Run, rows: list[dict[str, Any]], meets: dict[str, bool] | None, resamples: int = RESAMPLES
+) -> list[dict[str, Any]]:
     """compare.best_per_level over the valid points that meet the SLOs, with the paired decode-speed ratio."""
     eligible = [r for r in rows if valid(r) and (meets is None or meets.get(r["point"]))]
     sides = _top_two(run, eligible)
@@ -124,13 +142,20 @@ def best_per_level(run: Run, rows: list[dict[str, Any]], meets: dict[str, bool] 
     for b in cmp.best_per_level(sides, resamples, rows={r["point"]: r for r in rows}):
         key = (b["workload"], b["load_mode"], b["concurrency"], b["rate"])
         best, runner = by_label.get((*key, b["best"])), by_label.get((*key, b["runner_up"]))
-        out.append({**b, "level": b["rate"] if b["load_mode"] not in (None, "closed") else b["concurrency"],
-                    "best_point": best.point.point if best else None, **_paired_decode(best, runner, resamples)})
+        out.append(
+            {
+                **b,
+                "level": b["rate"] if b["load_mode"] not in (None, "closed") else b["concurrency"],
+                "best_point": best.point.point if best else None,
+                **_paired_decode(best, runner, resamples),
+            }
+        )
     return out
 
 
-def best_per_slo(run: Run, rows: list[dict[str, Any]], meets: dict[str, bool], slo_text: str,
-                 resamples: int = RESAMPLES) -> list[dict[str, Any]]:
+def best_per_slo(
+    run: Run, rows: list[dict[str, Any]], meets: dict[str, bool], slo_text: str, resamples: int = RESAMPLES
+) -> list[dict[str, Any]]:
     """Per workload: the configuration meeting the SLOs at the highest level (ties: higher aggregate tok/s there)."""
     groups: dict[Any, dict[str, list[dict[str, Any]]]] = defaultdict(lambda: defaultdict(list))
     labels: dict[str, str] = {}
@@ -147,31 +172,49 @@ def best_per_slo(run: Run, rows: list[dict[str, Any]], meets: dict[str, bool], s
             failing = [r for r in pts if not meets.get(r["point"])]
             top = max(passing, key=lambda r: (_known_level(r), r["aggregate_tok_s"])) if passing else None
             above = [r for r in failing if top is None or _known_level(r) > _known_level(top)]
-            caps.append({"config": label, "top": top,
-                         "min_failing": min((_known_level(r) for r in above), default=None),
-                         "steps": pts[0].get("steps"), "server_config": pts[0].get("server_config")})
-        caps.sort(key=lambda c: (-_known_level(c["top"]) if c["top"] else float("inf"),
-                                 -(c["top"]["aggregate_tok_s"] if c["top"] else 0)))
+            caps.append(
+                {
+                    "config": label,
+                    "top": top,
+                    "min_failing": min((_known_level(r) for r in above), default=None),
+                    "steps": pts[0].get("steps"),
+                    "server_config": pts[0].get("server_config"),
+                }
+            )
+        caps.sort(
+            key=lambda c: (
+                -_known_level(c["top"]) if c["top"] else float("inf"),
+                -(c["top"]["aggregate_tok_s"] if c["top"] else 0),
+            )
+        )
         best = caps[0]
         runner = caps[1] if len(caps) > 1 else None
         row: dict[str, Any] = {
-            "slos": slo_text, "workload": workload, "load_mode": mode,
-            "best": best["config"] if best["top"] else None, "steps": best["steps"] if best["top"] else None,
+            "slos": slo_text,
+            "workload": workload,
+            "load_mode": mode,
+            "best": best["config"] if best["top"] else None,
+            "steps": best["steps"] if best["top"] else None,
             "server_config": best["server_config"] if best["top"] else None,
-            "max_passing": _level(best["top"]) if best["top"] else None, "min_failing": best["min_failing"],
+            "max_passing": _level(best["top"]) if best["top"] else None,
+            "min_failing": best["min_failing"],
             # how that point's cancelled requests were counted (rig.analysis.slo.cancelled_note)
             "max_passing_note": best["top"].get("slo_note") if best["top"] else None,
             "best_aggregate_tok_s": best["top"]["aggregate_tok_s"] if best["top"] else None,
             "runner_up": runner["config"] if runner and runner["top"] else None,
             "runner_up_max_passing": _level(runner["top"]) if runner and runner["top"] else None,
-            "capacity_margin": None, "throughput_margin": None, "ci_low": None, "ci_high": None,
+            "capacity_margin": None,
+            "throughput_margin": None,
+            "ci_low": None,
+            "ci_high": None,
         }
         if best["top"] and runner and runner["top"]:
             row["capacity_margin"] = _known_level(best["top"]) / _known_level(runner["top"]) - 1
             same = [r for r in configs[runner["config"]] if _level(r) == _level(best["top"]) and meets.get(r["point"])]
             if same:
-                [b] = cmp.best_per_level(_sides(run, [best["top"], same[0]]), resamples,
-                                         rows={r["point"]: r for r in rows})
+                [b] = cmp.best_per_level(
+                    _sides(run, [best["top"], same[0]]), resamples, rows={r["point"]: r for r in rows}
+                )
                 if b["best"] == best["config"]:
                     row.update(throughput_margin=b["margin"], ci_low=b["ci_low"], ci_high=b["ci_high"])
         out.append(row)

@@ -55,8 +55,10 @@ def parse_threshold(text: str) -> Threshold:
         if name.endswith("_" + s) and name[: -len(s) - 1] in TIMES + RATES:
             metric, stat = name[: -len(s) - 1], s
     if metric not in TIMES + RATES:
-        raise ValueError(f"bad --max-regression {text!r}: metric must be one of {', '.join(TIMES + RATES)}, "
-                         f"optionally with _{'/_'.join(STATS)}")
+        raise ValueError(
+            f"bad --max-regression {text!r}: metric must be one of {', '.join(TIMES + RATES)}, "
+            f"optionally with _{'/_'.join(STATS)}"
+        )
     return Threshold(metric, stat, pct / 100.0)
 
 
@@ -73,8 +75,9 @@ def regression(t: Threshold, base: np.ndarray, cand: np.ndarray) -> np.ndarray:
         worse = cand / base if t.metric in TIMES else base / cand
         with np.errstate(divide="ignore", invalid="ignore"):
             return np.asarray(np.exp(np.log(worse).mean(axis=-1)) - 1)
-    return (_stat(t.stat, cand) / _stat(t.stat, base) if t.metric in TIMES
-            else _stat(t.stat, base) / _stat(t.stat, cand)) - 1
+    return (
+        _stat(t.stat, cand) / _stat(t.stat, base) if t.metric in TIMES else _stat(t.stat, base) / _stat(t.stat, cand)
+    ) - 1
 
 
 def judge(t: Threshold, base: np.ndarray, cand: np.ndarray, resamples: int, seed: int) -> dict[str, Any]:
@@ -82,8 +85,14 @@ def judge(t: Threshold, base: np.ndarray, cand: np.ndarray, resamples: int, seed
     keep = np.isfinite(base) & np.isfinite(cand) & (base > 0) & (cand > 0)
     base, cand = base[keep], cand[keep]
     n = base.size
-    out: dict[str, Any] = {"metric": t.name, "threshold": t.limit, "pairs": int(n), "regression": None,
-                           "ci_low": None, "ci_high": None}
+    out: dict[str, Any] = {
+        "metric": t.name,
+        "threshold": t.limit,
+        "pairs": int(n),
+        "regression": None,
+        "ci_low": None,
+        "ci_high": None,
+    }
     if n == 0:
         return {**out, "verdict": "pass", "why": "no request served ok by both points: nothing to judge"}
     observed = float(regression(t, base, cand))
@@ -94,7 +103,7 @@ def judge(t: Threshold, base: np.ndarray, cand: np.ndarray, resamples: int, seed
     for i in range(0, resamples, step):
         b = min(step, resamples - i)
         idx = rng.integers(0, n, size=(b, k))  # the same requests on both sides: paired
-        stats[i:i + b] = regression(t, base[idx], cand[idx])
+        stats[i : i + b] = regression(t, base[idx], cand[idx])
     stats = rs.shrink(stats, observed, n, k)
     stats = stats[np.isfinite(stats)]
     alpha = (1 - CONFIDENCE) / 2
@@ -105,5 +114,8 @@ def judge(t: Threshold, base: np.ndarray, cand: np.ndarray, resamples: int, seed
         return {**out, "verdict": "fail", "why": f"{ci}: worse than +{t.limit:.1%} with 95% confidence"}
     if hi <= t.limit:
         return {**out, "verdict": "pass", "why": f"{ci}: within +{t.limit:.1%} with 95% confidence"}
-    return {**out, "verdict": "pass", "why": f"{ci}: the interval holds +{t.limit:.1%}, so it is not shown to "
-                                             "be exceeded"}
+    return {
+        **out,
+        "verdict": "pass",
+        "why": f"{ci}: the interval holds +{t.limit:.1%}, so it is not shown to be exceeded",
+    }

@@ -5,8 +5,9 @@ from __future__ import annotations
 import base64
 import html
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from rig.analysis.lossless import mismatch_rows
 from rig.analysis.plots import write_plots
@@ -48,39 +49,67 @@ def table_html(rows: list[dict[str, Any]], cols: list[Col], caption: str = "") -
 
 
 CAMPAIGN_COLS: list[Col] = [
-    ("concurrency", "Concurrency", _num("d")), ("rate", "Rate (req/s)", _num(",.2f")), ("repeat", "Repeat", _num("d")),
-    ("aggregate_tok_s", "Aggregate tok/s", _num(",.1f")), ("per_request_tok_s", "Per-request tok/s", _num(",.1f")),
-    ("decode_tok_s", "Decode tok/s", _num(",.1f")), ("tokens", "Tokens", _num(",d")),
+    ("concurrency", "Concurrency", _num("d")),
+    ("rate", "Rate (req/s)", _num(",.2f")),
+    ("repeat", "Repeat", _num("d")),
+    ("aggregate_tok_s", "Aggregate tok/s", _num(",.1f")),
+    ("per_request_tok_s", "Per-request tok/s", _num(",.1f")),
+    ("decode_tok_s", "Decode tok/s", _num(",.1f")),
+    ("tokens", "Tokens", _num(",d")),
     ("wall_s", "Wall time (s)", _num(",.1f")),
-    ("ok", "OK", _num("d")), ("failed", "Failed", _num("d")), ("accept_length", "Accept len", _num(".2f")),
+    ("ok", "OK", _num("d")),
+    ("failed", "Failed", _num("d")),
+    ("accept_length", "Accept len", _num(".2f")),
     ("flags", "Flags", _text),
 ]
 LATENCY_COLS: list[Col] = [("point", "Point", _text), ("metric", "Metric", _text), ("n", "n", _num(",d"))] + [
     (f"{k}_ms", f"{k} (ms)", _num(",.2f")) for k in ("mean", "p50", "p90", "p95", "p99")
 ]
 ACCEPT_COLS: list[Col] = [
-    ("point", "Point", _text), ("steps", "Steps", _num("d")), ("level", "Level", _text),
-    ("accept_length", "Accept len", _num(".3f")), ("source", "Source", _text),
-    ("from_requests", "Per-request", _num(".3f")), ("decode_only", "Decode-only", _num(".3f")),
+    ("point", "Point", _text),
+    ("steps", "Steps", _num("d")),
+    ("level", "Level", _text),
+    ("accept_length", "Accept len", _num(".3f")),
+    ("source", "Source", _text),
+    ("from_requests", "Per-request", _num(".3f")),
+    ("decode_only", "Decode-only", _num(".3f")),
     ("from_manifest_window", "Manifest window", _num(".3f")),
-    ("from_server_counters", "Counters", _num(".3f")), ("server_gauge_mean", "Gauge mean", _num(".3f")),
+    ("from_server_counters", "Counters", _num(".3f")),
+    ("server_gauge_mean", "Gauge mean", _num(".3f")),
 ]
 SERVER_COLS: list[Col] = [
-    ("point", "Point", _text), ("steps", "Steps", _num("d")), ("level", "Level", _text),
-    ("aggregate_tok_s", "Agg tok/s", _num(",.1f")), ("decode_tok_s", "Decode tok/s", _num(",.1f")),
-    ("running_mean", "Running mean", _num(",.1f")), ("running_max", "Running max", _num(",.0f")),
-    ("queued_mean", "Queued mean", _num(",.1f")), ("queued_max", "Queued max", _num(",.0f")),
-    ("token_usage_mean", "Token usage mean", _num(".1%")), ("token_usage_max", "Token usage max", _num(".1%")),
-    ("max_running_requests", "Max running (eff.)", _text), ("at_running_cap", "At cap, queueing", _text),
+    ("point", "Point", _text),
+    ("steps", "Steps", _num("d")),
+    ("level", "Level", _text),
+    ("aggregate_tok_s", "Agg tok/s", _num(",.1f")),
+    ("decode_tok_s", "Decode tok/s", _num(",.1f")),
+    ("running_mean", "Running mean", _num(",.1f")),
+    ("running_max", "Running max", _num(",.0f")),
+    ("queued_mean", "Queued mean", _num(",.1f")),
+    ("queued_max", "Queued max", _num(",.0f")),
+    ("token_usage_mean", "Token usage mean", _num(".1%")),
+    ("token_usage_max", "Token usage max", _num(".1%")),
+    ("max_running_requests", "Max running (eff.)", _text),
+    ("at_running_cap", "At cap, queueing", _text),
 ]
 GOODPUT_COLS: list[Col] = [
-    ("point", "Point", _text), ("steps", "Steps", _num("d")), ("level", "Level", _text), ("good", "Good", _num(",d")),
-    ("counted", "Counted", _num(",d")), ("fraction", "Fraction", _num(".3f")),
-    ("goodput_req_s", "Goodput req/s", _num(",.2f")), ("goodput_tok_s", "Goodput tok/s", _num(",.1f")),
+    ("point", "Point", _text),
+    ("steps", "Steps", _num("d")),
+    ("level", "Level", _text),
+    ("good", "Good", _num(",d")),
+    ("counted", "Counted", _num(",d")),
+    ("fraction", "Fraction", _num(".3f")),
+    ("goodput_req_s", "Goodput req/s", _num(",.2f")),
+    ("goodput_tok_s", "Goodput tok/s", _num(",.1f")),
 ]
 LOSSLESS_COLS: list[Col] = [
-    ("request_id", "Request", _text), ("workload", "Workload", _text), ("concurrency", "Concurrency", _text),
-    ("rate", "Rate", _text), ("repeat", "Repeat", _text), ("steps", "Steps", _text), ("hashes", "Output hashes", _text),
+    ("request_id", "Request", _text),
+    ("workload", "Workload", _text),
+    ("concurrency", "Concurrency", _text),
+    ("rate", "Rate", _text),
+    ("repeat", "Repeat", _text),
+    ("steps", "Steps", _text),
+    ("hashes", "Output hashes", _text),
 ]
 
 
@@ -93,64 +122,128 @@ def _pct(v: Any) -> str:
     return f"{v * 100:+.1f}%" if v is not None else "–"
 
 
-FRONTIER_COLS: list[Col] = [("workload", "Workload", _text), ("point", "Point", _text), ("steps", "Steps", _num("d")),
-                            ("concurrency", "Concurrency", _text), ("rate", "Rate", _text),
-                            ("tok_s_per_gpu", "Tok/s per GPU", _num(",.1f")),
-                            ("decode_tok_s", "Decode tok/s", _num(",.1f")),
-                            ("aggregate_tok_s", "Agg tok/s", _num(",.1f"))]
-BEST_LEVEL_COLS: list[Col] = [("workload", "Workload", _text), ("level", "Level", _text), ("best", "Best", _text),
-                              ("best_aggregate_tok_s", "Agg tok/s", _num(",.1f")), ("runner_up", "Runner-up", _text),
-                              ("margin", "Margin", _pct), ("ci_low", "CI low", _pct), ("ci_high", "CI high", _pct),
-                              ("paired_decode_speedup", "Paired decode ratio", _num(".3f")),
-                              ("paired_ci_low", "CI low ", _num(".3f")), ("paired_ci_high", "CI high ", _num(".3f"))]
-BEST_SLO_COLS: list[Col] = [("workload", "Workload", _text), ("best", "Best", _text),
-                            ("max_passing", "Max passing", _text), ("min_failing", "Min failing", _text),
-                            ("best_aggregate_tok_s", "Agg tok/s", _num(",.1f")),
-                            ("runner_up", "Runner-up", _text), ("runner_up_max_passing", "Its max passing", _text),
-                            ("capacity_margin", "Capacity margin", _pct), ("throughput_margin", "Tok/s margin", _pct),
-                            ("ci_low", "CI low", _pct), ("ci_high", "CI high", _pct)]
+FRONTIER_COLS: list[Col] = [
+    ("workload", "Workload", _text),
+    ("point", "Point", _text),
+    ("steps", "Steps", _num("d")),
+    ("concurrency", "Concurrency", _text),
+    ("rate", "Rate", _text),
+    ("tok_s_per_gpu", "Tok/s per GPU", _num(",.1f")),
+    ("decode_tok_s", "Decode tok/s", _num(",.1f")),
+    ("aggregate_tok_s", "Agg tok/s", _num(",.1f")),
+]
+BEST_LEVEL_COLS: list[Col] = [
+    ("workload", "Workload", _text),
+    ("level", "Level", _text),
+    ("best", "Best", _text),
+    ("best_aggregate_tok_s", "Agg tok/s", _num(",.1f")),
+    ("runner_up", "Runner-up", _text),
+    ("margin", "Margin", _pct),
+    ("ci_low", "CI low", _pct),
+    ("ci_high", "CI high", _pct),
+    ("paired_decode_speedup", "Paired decode ratio", _num(".3f")),
+    ("paired_ci_low", "CI low ", _num(".3f")),
+    ("paired_ci_high", "CI high ", _num(".3f")),
+]
+BEST_SLO_COLS: list[Col] = [
+    ("workload", "Workload", _text),
+    ("best", "Best", _text),
+    ("max_passing", "Max passing", _text),
+    ("min_failing", "Min failing", _text),
+    ("best_aggregate_tok_s", "Agg tok/s", _num(",.1f")),
+    ("runner_up", "Runner-up", _text),
+    ("runner_up_max_passing", "Its max passing", _text),
+    ("capacity_margin", "Capacity margin", _pct),
+    ("throughput_margin", "Tok/s margin", _pct),
+    ("ci_low", "CI low", _pct),
+    ("ci_high", "CI high", _pct),
+]
 
 
 def _flat_search(section: dict[str, Any]) -> list[dict[str, Any]]:
     out = []
     for r in section.get("results") or []:
         mp, mf = r.get("max_passing") or {}, r.get("min_failing") or {}
-        out.append({"server_config": r["server_config"], "steps": r.get("steps"), "workload": r["workload"],
-                    "status": r["status"], "max_passing": mp.get("level"), "mp_margin": mp.get("margin"),
-                    "min_failing": mf.get("level"), "mf_margin": mf.get("margin"), "probes": r.get("probes")})
+        out.append(
+            {
+                "server_config": r["server_config"],
+                "steps": r.get("steps"),
+                "workload": r["workload"],
+                "status": r["status"],
+                "max_passing": mp.get("level"),
+                "mp_margin": mp.get("margin"),
+                "min_failing": mf.get("level"),
+                "mf_margin": mf.get("margin"),
+                "probes": r.get("probes"),
+            }
+        )
     return out
 
 
-SEARCH_COLS: list[Col] = [("server_config", "Config", _text), ("steps", "Steps", _num("d")),
-                          ("workload", "Workload", _text), ("status", "Outcome", _text),
-                          ("max_passing", "Max passing", _text), ("mp_margin", "Margin", _pct),
-                          ("min_failing", "Min failing", _text), ("mf_margin", "Margin ", _pct),
-                          ("probes", "Probes", _text)]
-TUNE_COLS: list[Col] = [("round", "Round", _text), ("point", "Point", _text), ("steps", "Steps", _num("d")),
-                        ("level", "Level", _text), ("why", "Why", _text),
-                        ("predicted_margin", "Predicted margin", _pct), ("margin", "Measured margin", _pct),
-                        ("predicted_aggregate_tok_s", "Predicted agg tok/s", _num(",.1f")),
-                        ("aggregate_tok_s", "Measured agg tok/s", _num(",.1f")),
-                        ("predicted_meets", "Predicted meets", _text), ("meets", "Meets", _text)]
+SEARCH_COLS: list[Col] = [
+    ("server_config", "Config", _text),
+    ("steps", "Steps", _num("d")),
+    ("workload", "Workload", _text),
+    ("status", "Outcome", _text),
+    ("max_passing", "Max passing", _text),
+    ("mp_margin", "Margin", _pct),
+    ("min_failing", "Min failing", _text),
+    ("mf_margin", "Margin ", _pct),
+    ("probes", "Probes", _text),
+]
+TUNE_COLS: list[Col] = [
+    ("round", "Round", _text),
+    ("point", "Point", _text),
+    ("steps", "Steps", _num("d")),
+    ("level", "Level", _text),
+    ("why", "Why", _text),
+    ("predicted_margin", "Predicted margin", _pct),
+    ("margin", "Measured margin", _pct),
+    ("predicted_aggregate_tok_s", "Predicted agg tok/s", _num(",.1f")),
+    ("aggregate_tok_s", "Measured agg tok/s", _num(",.1f")),
+    ("predicted_meets", "Predicted meets", _text),
+    ("meets", "Meets", _text),
+]
 
 
 ENERGY_COLS: list[Col] = [
-    ("point", "Point", _text), ("steps", "Steps", _num("d")), ("concurrency", "Concurrency", _text),
-    ("rate", "Rate", _text), ("aggregate_tok_s", "Agg tok/s", _num(",.1f")), ("energy_source", "Source", _text),
-    ("energy_method", "Method", _text), ("gpus", "GPUs", _num("d")), ("energy_j", "Energy (J)", _num(",.0f")),
-    ("mean_power_w", "Mean power (W)", _num(",.0f")), ("j_per_token", "J/token", _num(",.3f")),
-    ("tok_s_per_gpu", "Tok/s per GPU", _num(",.1f")), ("tok_s_per_w", "Tok/s per W", _num(",.3f")),
+    ("point", "Point", _text),
+    ("steps", "Steps", _num("d")),
+    ("concurrency", "Concurrency", _text),
+    ("rate", "Rate", _text),
+    ("aggregate_tok_s", "Agg tok/s", _num(",.1f")),
+    ("energy_source", "Source", _text),
+    ("energy_method", "Method", _text),
+    ("gpus", "GPUs", _num("d")),
+    ("energy_j", "Energy (J)", _num(",.0f")),
+    ("mean_power_w", "Mean power (W)", _num(",.0f")),
+    ("j_per_token", "J/token", _num(",.3f")),
+    ("tok_s_per_gpu", "Tok/s per GPU", _num(",.1f")),
+    ("tok_s_per_w", "Tok/s per W", _num(",.3f")),
 ]
 COST_COLS: list[Col] = [("usd_per_mtok", "$/Mtok", _num(",.3f"))]
-BAND_COLS: list[Col] = [("level", "Band from", _text), ("up_to", "up to", _text), ("best", "Best", _text),
-                        ("value", "Value", _num(",.3f")), ("runner_up", "Runner-up", _text),
-                        ("runner_up_value", "Its value", _num(",.3f")), ("margin", "Margin", _pct),
-                        ("ci_low", "CI low", _pct), ("ci_high", "CI high", _pct), ("decided", "Decided", _text)]
-LIMIT_COLS: list[Col] = [("config", "Setting", _text), ("max_level", "Max level", _text),
-                         ("aggregate_tok_s", "Agg tok/s", _num(",.1f")),
-                         ("tok_s_per_gpu", "Tok/s per GPU", _num(",.1f")),
-                         ("mean_power_w", "Mean power (W)", _num(",.0f")), ("j_per_token", "J/token", _num(",.3f")),
-                         ("tok_s_per_w", "Tok/s per W", _num(",.3f")), ("usd_per_mtok", "$/Mtok", _num(",.3f"))]
+BAND_COLS: list[Col] = [
+    ("level", "Band from", _text),
+    ("up_to", "up to", _text),
+    ("best", "Best", _text),
+    ("value", "Value", _num(",.3f")),
+    ("runner_up", "Runner-up", _text),
+    ("runner_up_value", "Its value", _num(",.3f")),
+    ("margin", "Margin", _pct),
+    ("ci_low", "CI low", _pct),
+    ("ci_high", "CI high", _pct),
+    ("decided", "Decided", _text),
+]
+LIMIT_COLS: list[Col] = [
+    ("config", "Setting", _text),
+    ("max_level", "Max level", _text),
+    ("aggregate_tok_s", "Agg tok/s", _num(",.1f")),
+    ("tok_s_per_gpu", "Tok/s per GPU", _num(",.1f")),
+    ("mean_power_w", "Mean power (W)", _num(",.0f")),
+    ("j_per_token", "J/token", _num(",.3f")),
+    ("tok_s_per_w", "Tok/s per W", _num(",.3f")),
+    ("usd_per_mtok", "$/Mtok", _num(",.3f")),
+]
 
 
 def energy_html(report: Report) -> list[str]:
@@ -159,21 +252,33 @@ def energy_html(report: Report) -> list[str]:
     sim = any("simulated" in str(r.get("energy_source") or "") for r in report.campaign)
     if report.energy or report.cost:
         cols = (ENERGY_COLS if report.energy else ENERGY_COLS[:5]) + (COST_COLS if report.cost else [])
-        parts += ["<h2>Energy and cost per point</h2>"
-                  + ('<p class="bad">SIMULATED: the simulator\'s power model, not a measurement.</p>' if sim else ""),
-                  table_html(report.campaign, cols)]
+        parts += [
+            "<h2>Energy and cost per point</h2>"
+            + ('<p class="bad">SIMULATED: the simulator\'s power model, not a measurement.</p>' if sim else ""),
+            table_html(report.campaign, cols),
+        ]
     for s in report.schedule:
-        parts += [f"<h2>Speculative schedule by load: {html.escape(str(s['workload']))} "
-                  f"({html.escape(str(s['load_mode']))}), best by {html.escape(s['objective'])}</h2>",
-                  table_html(s["bands"], BAND_COLS)]
-        cross = "; ".join(f"{c['from']} up to {c['from_level']:g}, {c['to']} from {c['to_level']:g}"
-                          for c in s["crossovers"]) or "none"
-        limit_cols = LIMIT_COLS[:4] + (LIMIT_COLS[4:7] if report.energy else []) + \
-            (LIMIT_COLS[7:] if report.cost else [])
+        parts += [
+            f"<h2>Speculative schedule by load: {html.escape(str(s['workload']))} "
+            f"({html.escape(str(s['load_mode']))}), best by {html.escape(s['objective'])}</h2>",
+            table_html(s["bands"], BAND_COLS),
+        ]
+        cross = (
+            "; ".join(
+                f"{c['from']} up to {c['from_level']:g}, {c['to']} from {c['to_level']:g}" for c in s["crossovers"]
+            )
+            or "none"
+        )
+        limit_cols = (
+            LIMIT_COLS[:4] + (LIMIT_COLS[4:7] if report.energy else []) + (LIMIT_COLS[7:] if report.cost else [])
+        )
         where = "the highest load meeting the SLOs" if report.slos else "its highest valid load (no SLOs given)"
-        parts += [f"<p>Crossovers: {html.escape(cross)}</p>",
-                  table_html(s["at_slo_limit"], limit_cols, f"each setting at {where}"
-                             + (" (energy SIMULATED)" if sim else ""))]
+        parts += [
+            f"<p>Crossovers: {html.escape(cross)}</p>",
+            table_html(
+                s["at_slo_limit"], limit_cols, f"each setting at {where}" + (" (energy SIMULATED)" if sim else "")
+            ),
+        ]
     return parts
 
 
@@ -183,34 +288,50 @@ def decision_html(report: Report) -> list[str]:
 
     parts = []
     if report.frontier:
-        parts += ["<h2>Pareto frontier</h2><p>decode tok/s per request against aggregate tok/s per GPU; no point of "
-                  "the run is better on both.</p>", table_html(report.frontier, FRONTIER_COLS)]
+        parts += [
+            "<h2>Pareto frontier</h2><p>decode tok/s per request against aggregate tok/s per GPU; no point of "
+            "the run is better on both.</p>",
+            table_html(report.frontier, FRONTIER_COLS),
+        ]
     if report.best_per_level:
-        among = (f"among points meeting {describe(report.slos, report.slo_percentile)}" if report.slos
-                 else "among valid points")
-        parts += [f"<h2>Best configuration per load level</h2><p>{html.escape(among)}; margin over the runner-up with "
-                  "its bootstrap 95% interval, and the paired per-request decode-speed ratio best/runner-up.</p>",
-                  table_html(report.best_per_level, BEST_LEVEL_COLS)]
+        among = (
+            f"among points meeting {describe(report.slos, report.slo_percentile)}"
+            if report.slos
+            else "among valid points"
+        )
+        parts += [
+            f"<h2>Best configuration per load level</h2><p>{html.escape(among)}; margin over the runner-up with "
+            "its bootstrap 95% interval, and the paired per-request decode-speed ratio best/runner-up.</p>",
+            table_html(report.best_per_level, BEST_LEVEL_COLS),
+        ]
     if report.best_per_slo:
-        parts += [f"<h2>Best configuration under {html.escape(report.best_per_slo[0]['slos'])}</h2>",
-                  table_html(report.best_per_slo, BEST_SLO_COLS)]
+        parts += [
+            f"<h2>Best configuration under {html.escape(report.best_per_slo[0]['slos'])}</h2>",
+            table_html(report.best_per_slo, BEST_SLO_COLS),
+        ]
     if report.search:
-        parts += [f"<h2>SLO search ({html.escape(report.search.get('describe', ''))})</h2>",
-                  table_html(_flat_search(report.search), SEARCH_COLS)]
+        parts += [
+            f"<h2>SLO search ({html.escape(report.search.get('describe', ''))})</h2>",
+            table_html(_flat_search(report.search), SEARCH_COLS),
+        ]
     if report.tune:
         rec = report.tune.get("recommendation") or {}
-        parts += [f"<h2>rig tune ({html.escape(report.tune.get('describe', ''))})</h2>",
-                  f"<p><b>{html.escape(str(rec.get('answer', 'no recommendation')))}</b></p>",
-                  f"<p>{html.escape(str(rec.get('evidence', '')))}</p>",
-                  table_html(report.tune.get("probes") or [], TUNE_COLS, "predicted vs measured, every probe")]
+        parts += [
+            f"<h2>rig tune ({html.escape(report.tune.get('describe', ''))})</h2>",
+            f"<p><b>{html.escape(str(rec.get('answer', 'no recommendation')))}</b></p>",
+            f"<p>{html.escape(str(rec.get('evidence', '')))}</p>",
+            table_html(report.tune.get("probes") or [], TUNE_COLS, "predicted vs measured, every probe"),
+        ]
     return parts
 
 
 def render_html(report: Report, plots: list[Path] | None = None) -> str:
     """The report as one HTML document embedding ``plots`` (drawn into a temporary directory if None)."""
     run = report.run
-    parts = [f"<h1>rig report: {html.escape(run.run_id)}</h1>",
-             f"<p>status: <b>{html.escape(str(run.status or 'unknown'))}</b> · {len(report.campaign)} point(s)</p>"]
+    parts = [
+        f"<h1>rig report: {html.escape(run.run_id)}</h1>",
+        f"<p>status: <b>{html.escape(str(run.status or 'unknown'))}</b> · {len(report.campaign)} point(s)</p>",
+    ]
     parts += [f'<p class="warn">! {html.escape(w)}</p>' for w in report.warnings]
     parts.append(f"<p>Per-request seeds: {html.escape(seeds_line(run.points))}</p>")
     parts += [f'<p class="warn">{html.escape(line)}</p>' for line in report.telemetry]
@@ -218,30 +339,42 @@ def render_html(report: Report, plots: list[Path] | None = None) -> str:
     for _, grp in group_rows(report.campaign):
         open_loop = any(r.get("load_mode") not in (None, "closed") for r in grp)
         repeats = len({r.get("repeat") for r in grp}) > 1
-        cols = [c for c in CAMPAIGN_COLS
-                if not (c[0] == "rate" and not open_loop) and not (c[0] == "repeat" and not repeats)]
+        cols = [
+            c
+            for c in CAMPAIGN_COLS
+            if not (c[0] == "rate" and not open_loop) and not (c[0] == "repeat" and not repeats)
+        ]
         parts.append(table_html(grp, cols, group_title(grp)))
     from rig.analysis.tables import render_problems
 
     problems = render_problems(report.campaign)
     if problems is not None:  # the same text as the terminal's: errors, each flag's figure, top error messages
         parts.append(f"<h2>What went wrong</h2><pre>{html.escape(problems.plain.split(chr(10), 1)[1])}</pre>")
-    parts += ["<h2>Latency</h2><p>milliseconds; ITL percentiles are over tokens.</p>",
-              table_html(report.latency, LATENCY_COLS)]
-    parts += ["<h2>Acceptance length</h2><p>Per-request: rig's, Σ completion tokens / Σ verifies (counts each "
-              "request's prefill token); Decode-only: Σ (tokens - 1) / Σ verifies, the figure SGLang's bench_serving "
-              "prints.</p>", table_html(report.acceptance, ACCEPT_COLS)]
+    parts += [
+        "<h2>Latency</h2><p>milliseconds; ITL percentiles are over tokens.</p>",
+        table_html(report.latency, LATENCY_COLS),
+    ]
+    parts += [
+        "<h2>Acceptance length</h2><p>Per-request: rig's, Σ completion tokens / Σ verifies (counts each "
+        "request's prefill token); Decode-only: Σ (tokens - 1) / Σ verifies, the figure SGLang's bench_serving "
+        "prints.</p>",
+        table_html(report.acceptance, ACCEPT_COLS),
+    ]
     parts += ["<h2>Server vs client</h2>", table_html(report.server, SERVER_COLS)]
     if report.goodput:
-        parts += [f"<h2>Goodput ({html.escape(report.goodput[0]['slos'])})</h2>",
-                  table_html(report.goodput, GOODPUT_COLS)]
+        parts += [
+            f"<h2>Goodput ({html.escape(report.goodput[0]['slos'])})</h2>",
+            table_html(report.goodput, GOODPUT_COLS),
+        ]
     parts += energy_html(report)
     parts += decision_html(report)
     ll = report.lossless
     parts.append("<h2>Greedy losslessness</h2>")
     if ll["ok"]:
-        parts.append(f'<p class="ok">OK: {ll["requests_checked"]} temperature-0 requests compared across '
-                     f'{ll["groups_checked"]} group(s) of points.</p>')
+        parts.append(
+            f'<p class="ok">OK: {ll["requests_checked"]} temperature-0 requests compared across '
+            f"{ll['groups_checked']} group(s) of points.</p>"
+        )
     else:
         parts.append(f'<p class="bad">{len(ll["mismatches"])} mismatching request(s)</p>')
         parts.append(table_html(mismatch_rows(ll), LOSSLESS_COLS))
@@ -251,6 +384,9 @@ def render_html(report: Report, plots: list[Path] | None = None) -> str:
             parts += [_img(p) for p in write_plots(report, Path(tmp))]
     else:
         parts += [_img(p) for p in plots]
-    return ("<!DOCTYPE html><html><head><meta charset=\"utf-8\">"
-            f"<title>rig report {html.escape(run.run_id)}</title><style>{_CSS}</style></head><body>"
-            + "\n".join(parts) + "</body></html>\n")
+    return (
+        '<!DOCTYPE html><html><head><meta charset="utf-8">'
+        f"<title>rig report {html.escape(run.run_id)}</title><style>{_CSS}</style></head><body>"
+        + "\n".join(parts)
+        + "</body></html>\n"
+    )

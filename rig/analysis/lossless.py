@@ -42,8 +42,9 @@ def check_lossless(run: Run) -> dict[str, Any]:
     for gi, group in enumerate(groups):
         parts = []
         for pi, p in enumerate(group):
-            t = read_point_requests(run.run_dir, p.point, ["request_id", "output_hash"], filter=flt,
-                                    on_skip=run.skipped(p))
+            t = read_point_requests(
+                run.run_dir, p.point, ["request_id", "output_hash"], filter=flt, on_skip=run.skipped(p)
+            )
             parts.append(t.append_column("pi", pa.array([pi] * t.num_rows, pa.int32())))
         t = pa.concat_tables(parts)
         if t.num_rows == 0:
@@ -60,8 +61,9 @@ def check_lossless(run: Run) -> dict[str, Any]:
         if differ.size == 0:
             continue
         bad = uniq_ids.take(pa.array(differ))
-        rows = t.filter(pc.is_in(t["request_id"], value_set=bad)).sort_by([("request_id", "ascending"),
-                                                                           ("pi", "ascending")])
+        rows = t.filter(pc.is_in(t["request_id"], value_set=bad)).sort_by(
+            [("request_id", "ascending"), ("pi", "ascending")]
+        )
         by_req: dict[str, dict[str, str]] = defaultdict(dict)
         for rid, h, pi in zip(rows["request_id"].to_pylist(), rows["output_hash"].to_pylist(), rows["pi"].to_pylist()):
             by_req[rid][_label(group[pi], group)] = h

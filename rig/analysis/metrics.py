@@ -36,8 +36,9 @@ Latency metrics use requests with ``ok`` true; times are seconds.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -223,8 +224,9 @@ def _counts(flat: pa.Array) -> np.ndarray:
     return as_float(flat)
 
 
-def itl_values(offsets: pa.ChunkedArray | pa.Array, tokens: pa.ChunkedArray | pa.Array,
-               rows: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+def itl_values(
+    offsets: pa.ChunkedArray | pa.Array, tokens: pa.ChunkedArray | pa.Array, rows: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """ITL values and their token weights from chunk offset and chunk token lists (one entry per later chunk), over
     the rows where ``rows`` is true (all when None). Works on the flattened lists with masks: no list is copied.
     Weights are integers when every count is known (exact as floats: the sums and percentiles do not change)."""
@@ -313,8 +315,11 @@ def weighted_percentiles(
         total = w.sum()  # exact for integer weights, whatever their dtype
         if total <= _EXPAND_MAX and (w.dtype.kind in "iu" or np.array_equal(w, np.floor(w))):
             return _expanded_percentiles(v, w, total, q)
-    v, w = ((np.asarray(values, dtype=float), np.asarray(weights, dtype=float)) if presorted
-            else sort_weighted(values, weights))
+    v, w = (
+        (np.asarray(values, dtype=float), np.asarray(weights, dtype=float))
+        if presorted
+        else sort_weighted(values, weights)
+    )
     if not v.size:
         return [None] * q.size
     cw = np.cumsum(w)

@@ -57,8 +57,9 @@ def latency_rows(p: PointInfo, r: m.Requests, itl: tuple[np.ndarray, np.ndarray]
     return rows
 
 
-def cdf_points(values: np.ndarray, weights: np.ndarray | None = None, n: int = 200,
-               presorted: bool = False) -> tuple[np.ndarray, np.ndarray]:
+def cdf_points(
+    values: np.ndarray, weights: np.ndarray | None = None, n: int = 200, presorted: bool = False
+) -> tuple[np.ndarray, np.ndarray]:
     """(x, F(x)) at n quantiles, enough to draw a CDF without plotting every request."""
     qs = np.linspace(0, 100, n)
     xs = m.weighted_percentiles(values, weights, qs, presorted)

@@ -5,9 +5,13 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import re
+import threading
 from collections import defaultdict
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import matplotlib
 import matplotlib.ticker
@@ -37,8 +41,11 @@ def _config_labels(rows: list[dict[str, Any]]) -> dict[Any, str]:
     for r in rows:
         by_steps[r.get("steps")].add(r.get("server_config"))
     return {
-        r.get("server_config"): (f"steps={r.get('steps')}" if len(by_steps[r.get("steps")]) == 1
-                                 else f"steps={r.get('steps')} {r.get('server_config')}")
+        r.get("server_config"): (
+            f"steps={r.get('steps')}"
+            if len(by_steps[r.get("steps")]) == 1
+            else f"steps={r.get('steps')} {r.get('server_config')}"
+        )
         for r in rows
     }
 
@@ -90,8 +97,10 @@ def plot_energy(report: Report, path: Path) -> Path:
     """J/token and mean power against load, one line per (workload, steps); titled SIMULATED for the sim's model."""
     sim = any("simulated" in str(r.get("energy_source") or "") for r in report.campaign)
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    for ax, key, title, unit in ((axes[0], "j_per_token", "energy per output token", "J/token"),
-                                 (axes[1], "mean_power_w", "mean power, all GPUs", "W")):
+    for ax, key, title, unit in (
+        (axes[0], "j_per_token", "energy per output token", "J/token"),
+        (axes[1], "mean_power_w", "mean power, all GPUs", "W"),
+    ):
         for (w, label), (x, y) in sorted(_lines(report.campaign, key).items()):
             ax.plot(x, y, marker="o", label=f"{w} {label}")
         ax.set_xscale("log", base=2)
@@ -105,8 +114,10 @@ def plot_energy(report: Report, path: Path) -> Path:
 def plot_request_speed(report: Report, path: Path) -> Path:
     """Per-request tok/s (from send) and decode tok/s against load, one line per (workload, steps)."""
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    for ax, key, title in ((axes[0], "per_request_tok_s", "per-request tok/s (from send)"),
-                           (axes[1], "decode_tok_s", "decode tok/s (after first token)")):
+    for ax, key, title in (
+        (axes[0], "per_request_tok_s", "per-request tok/s (from send)"),
+        (axes[1], "decode_tok_s", "decode tok/s (after first token)"),
+    ):
         for (w, label), (x, y) in sorted(_lines(report.campaign, key).items()):
             ax.plot(x, y, marker="o", label=f"{w} {label}")
         ax.set_xscale("log", base=2)
@@ -186,14 +197,15 @@ def _server_panel(ax: plt.Axes, report: Report, point: str) -> bool:
 
 def plot_server(report: Report, rows: list[dict[str, Any]], path: Path) -> Path | None:
     """Server running/queued requests over time, one panel per point of a (configuration, workload) group."""
-    points = [r["point"] for r in rows
-              if report.series.get(r["point"]) and not report.series[r["point"]]["running"].empty]
+    points = [
+        r["point"] for r in rows if report.series.get(r["point"]) and not report.series[r["point"]]["running"].empty
+    ]
     if not points:
         return None
     cols = min(3, len(points))
     nrows = -(-len(points) // cols)
     fig, axes = plt.subplots(nrows, cols, figsize=(5.8 * cols, 3.4 * nrows), squeeze=False)
-    for ax in axes.ravel()[len(points):]:
+    for ax in axes.ravel()[len(points) :]:
         ax.axis("off")
     for ax, point in zip(axes.ravel(), points):
         _server_panel(ax, report, point)
@@ -205,8 +217,13 @@ def plot_server(report: Report, rows: list[dict[str, Any]], path: Path) -> Path 
 def plot_frontier(report: Report, workload: str, path: Path) -> Path:
     """Decode tok/s per request against aggregate tok/s per GPU: one curve per configuration (labelled by load
     level), the Pareto frontier drawn through the points no other point beats on both axes."""
-    rows = [r for r in report.campaign if str(r.get("workload")) == workload and r.get("tok_s_per_gpu") is not None
-            and r.get("decode_tok_s") is not None]
+    rows = [
+        r
+        for r in report.campaign
+        if str(r.get("workload")) == workload
+        and r.get("tok_s_per_gpu") is not None
+        and r.get("decode_tok_s") is not None
+    ]
     labels = _config_labels(report.campaign)
     fig, ax = plt.subplots(figsize=(7.5, 5))
     by_cfg: dict[str, list[dict[str, Any]]] = defaultdict(list)
@@ -216,18 +233,41 @@ def plot_frontier(report: Report, workload: str, path: Path) -> Path:
         pts = sorted(pts, key=lambda r: _level(r) or 0)
         x = [r["tok_s_per_gpu"] for r in pts]
         y = [r["decode_tok_s"] for r in pts]
-        line, = ax.plot(x, y, "o-", alpha=0.75, label=label, markersize=4)
+        (line,) = ax.plot(x, y, "o-", alpha=0.75, label=label, markersize=4)
         for r in pts:
-            ax.annotate(f"{_level(r):g}" if _level(r) is not None else "", (r["tok_s_per_gpu"], r["decode_tok_s"]),
-                        textcoords="offset points", xytext=(3, 3), fontsize=7, color=line.get_color())
+            ax.annotate(
+                f"{_level(r):g}" if _level(r) is not None else "",
+                (r["tok_s_per_gpu"], r["decode_tok_s"]),
+                textcoords="offset points",
+                xytext=(3, 3),
+                fontsize=7,
+                color=line.get_color(),
+            )
     front = sorted((r for r in rows if r.get("on_frontier")), key=lambda r: r["tok_s_per_gpu"])
     if front:
-        ax.plot([r["tok_s_per_gpu"] for r in front], [r["decode_tok_s"] for r in front], "-", color="black",
-                linewidth=2, alpha=0.35, zorder=0, label="Pareto frontier")
-        ax.scatter([r["tok_s_per_gpu"] for r in front], [r["decode_tok_s"] for r in front], s=80,
-                   facecolors="none", edgecolors="black", zorder=3)
-    ax.set(title=f"{workload}: speed per user vs throughput per GPU (labels: load level)",
-           xlabel="aggregate tok/s per GPU", ylabel="decode tok/s per request")
+        ax.plot(
+            [r["tok_s_per_gpu"] for r in front],
+            [r["decode_tok_s"] for r in front],
+            "-",
+            color="black",
+            linewidth=2,
+            alpha=0.35,
+            zorder=0,
+            label="Pareto frontier",
+        )
+        ax.scatter(
+            [r["tok_s_per_gpu"] for r in front],
+            [r["decode_tok_s"] for r in front],
+            s=80,
+            facecolors="none",
+            edgecolors="black",
+            zorder=3,
+        )
+    ax.set(
+        title=f"{workload}: speed per user vs throughput per GPU (labels: load level)",
+        xlabel="aggregate tok/s per GPU",
+        ylabel="decode tok/s per request",
+    )
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     return _save(fig, path)
@@ -247,15 +287,23 @@ def _run_job(job: Job) -> Path | None:
 
 def render_jobs(report: Report, jobs: list[Job]) -> list[Path | None]:
     """Each job's result in order. Matplotlib holds the GIL while it draws, so on several CPUs the plots are drawn in
-    forked worker processes (they inherit the report; nothing is pickled but the paths); one by one otherwise."""
+    forked worker processes (they inherit the report; nothing is pickled but the paths); one by one otherwise.
+
+    Fork only copies the calling thread: a process with other threads (a test runner, a Ray client) may fork a child
+    holding a lock it can never take (seen: a worker segfaulting inside matplotlib). So the pool is used only from a
+    single-threaded process, and a worker that dies (BrokenProcessPool) makes the plots be drawn here instead of
+    hanging the report, as ``multiprocessing.Pool.map`` would.
+    """
     global _FORKED_REPORT
     workers = min(len(jobs), os.cpu_count() or 1, MAX_WORKERS)
-    if workers < 2 or "fork" not in mp.get_all_start_methods():
+    if workers < 2 or threading.active_count() > 1 or "fork" not in mp.get_all_start_methods():
         return [fn(report, *args) for fn, args in jobs]
     _FORKED_REPORT = report
     try:
-        with mp.get_context("fork").Pool(workers) as pool:
-            return pool.map(_run_job, jobs, chunksize=1)
+        with ProcessPoolExecutor(workers, mp_context=mp.get_context("fork")) as pool:
+            return list(pool.map(_run_job, jobs, chunksize=1))
+    except BrokenProcessPool:
+        return [fn(report, *args) for fn, args in jobs]
     finally:
         _FORKED_REPORT = None
 

@@ -15,23 +15,47 @@ import pyarrow.compute as pc
 
 from rig.analysis import metrics as m
 from rig.analysis.runs import PointInfo, Run, generator_offsets, read_point_requests
-from rig.contracts import GeneratorReport, achieved_rate
 from rig.analysis.server_series import Series, counter_window_acceptance, point_series
+from rig.contracts import GeneratorReport, achieved_rate
 
 # Flags that make a point's numbers unfit for comparison (the others are notes).
 INVALIDATING = frozenset(
     {
-        "client_saturated", "generator_lost", "schedule_slip", "no_rows", "missing_rows", "partial", "failed",
-        "interrupted", "pending", "running", "generator_partial", "generator_failed", "status_unknown",
-        "unreadable_parts", "missing_parts",
+        "client_saturated",
+        "generator_lost",
+        "schedule_slip",
+        "no_rows",
+        "missing_rows",
+        "partial",
+        "failed",
+        "interrupted",
+        "pending",
+        "running",
+        "generator_partial",
+        "generator_failed",
+        "status_unknown",
+        "unreadable_parts",
+        "missing_parts",
     }
 )
 # Flags saying the point's records on disk are not all of what it took (a comparison over them is incomplete).
 INCOMPLETE = frozenset(
     {
-        "no_rows", "missing_rows", "unreadable_parts", "missing_parts", "partial", "failed", "interrupted", "pending",
-        "running", "generator_lost", "generator_partial", "generator_failed", "generator_interrupted",
-        "status_unknown", "not_in_manifest",
+        "no_rows",
+        "missing_rows",
+        "unreadable_parts",
+        "missing_parts",
+        "partial",
+        "failed",
+        "interrupted",
+        "pending",
+        "running",
+        "generator_lost",
+        "generator_partial",
+        "generator_failed",
+        "generator_interrupted",
+        "status_unknown",
+        "not_in_manifest",
     }
 )
 
@@ -42,6 +66,7 @@ _METRIC_COLUMNS = [c for c in m.REQUEST_COLUMNS if c != "request_id"]
 
 def load_requests(run: Run, p: PointInfo) -> m.Requests:
     """The point's per-request metric arrays (all written rows); read once for the report's later sections too."""
+
     def read() -> m.Requests:
         table = read_point_requests(run.run_dir, p.point, _METRIC_COLUMNS, on_skip=run.skipped(p))
         return m.requests_from_table(table, generator_offsets(run.manifest))
@@ -49,8 +74,9 @@ def load_requests(run: Run, p: PointInfo) -> m.Requests:
     return run.memo("requests", p.point, read)
 
 
-def acceptance(run: Run, p: PointInfo, r: m.Requests,
-               series: dict[str, Series] | None = None) -> tuple[float | None, str | None]:
+def acceptance(
+    run: Run, p: PointInfo, r: m.Requests, series: dict[str, Series] | None = None
+) -> tuple[float | None, str | None]:
     """(acceptance length, source): per-request fields, else the manifest's counter window, else scraped counters."""
     per_req = m.acceptance_from_requests(r)
     if per_req is not None:
@@ -106,8 +132,9 @@ _NOISE = re.compile(r"\b(?=[0-9a-f-]*\d)[0-9a-f-]{8,}\b")  # request ids, hashes
 
 def top_errors(run: Run, p: PointInfo, limit: int = 3) -> list[dict[str, Any]]:
     """The point's most frequent error messages (failed and cancelled requests) with their counts."""
-    t = read_point_requests(run.run_dir, p.point, ["status", "error"], filter=pc.field("status") != "ok",
-                            on_skip=run.skipped(p))
+    t = read_point_requests(
+        run.run_dir, p.point, ["status", "error"], filter=pc.field("status") != "ok", on_skip=run.skipped(p)
+    )
     counts: Counter[tuple[str, str]] = Counter()
     for status, err in zip(t["status"].to_pylist(), t["error"].to_pylist()):
         counts[(status, _NOISE.sub("…", (err or "no message").strip())[:160])] += 1

@@ -82,23 +82,54 @@ def points_table(runs: list[Run], names: list[str]) -> pa.Table:
     for run, name in zip(runs, names):
         for p in run.points:
             wa = p.window_acceptance
-            rows.append({
-                "run": name, "point": p.point, "server_config": p.server_config, "engine": p.engine,
-                "workload": p.workload, "steps": p.steps, "load_mode": p.load_mode, "concurrency": p.concurrency,
-                "rate": p.rate, "repeat": p.repeat, "status": p.status, "error": p.error, "flags": list(p.flags),
-                "started_ts": p.started_ts, "ended_ts": p.ended_ts, "requests_planned": p.requests_planned,
-                "requests_scheduled": p.requests_scheduled,
-                "window_accept_length": wa.accept_length if wa is not None else None,
-                "in_manifest": p.in_manifest, "knobs": _json(p.knobs),
-            })
-    schema = pa.schema([
-        ("run", pa.string()), ("point", pa.string()), ("server_config", pa.string()), ("engine", pa.string()),
-        ("workload", pa.string()), ("steps", pa.int64()), ("load_mode", pa.string()), ("concurrency", pa.int64()),
-        ("rate", pa.float64()), ("repeat", pa.int64()), ("status", pa.string()), ("error", pa.string()),
-        ("flags", pa.list_(pa.string())), ("started_ts", pa.float64()), ("ended_ts", pa.float64()),
-        ("requests_planned", pa.int64()), ("requests_scheduled", pa.int64()), ("window_accept_length", pa.float64()),
-        ("in_manifest", pa.bool_()), ("knobs", pa.string()),
-    ])
+            rows.append(
+                {
+                    "run": name,
+                    "point": p.point,
+                    "server_config": p.server_config,
+                    "engine": p.engine,
+                    "workload": p.workload,
+                    "steps": p.steps,
+                    "load_mode": p.load_mode,
+                    "concurrency": p.concurrency,
+                    "rate": p.rate,
+                    "repeat": p.repeat,
+                    "status": p.status,
+                    "error": p.error,
+                    "flags": list(p.flags),
+                    "started_ts": p.started_ts,
+                    "ended_ts": p.ended_ts,
+                    "requests_planned": p.requests_planned,
+                    "requests_scheduled": p.requests_scheduled,
+                    "window_accept_length": wa.accept_length if wa is not None else None,
+                    "in_manifest": p.in_manifest,
+                    "knobs": _json(p.knobs),
+                }
+            )
+    schema = pa.schema(
+        [
+            ("run", pa.string()),
+            ("point", pa.string()),
+            ("server_config", pa.string()),
+            ("engine", pa.string()),
+            ("workload", pa.string()),
+            ("steps", pa.int64()),
+            ("load_mode", pa.string()),
+            ("concurrency", pa.int64()),
+            ("rate", pa.float64()),
+            ("repeat", pa.int64()),
+            ("status", pa.string()),
+            ("error", pa.string()),
+            ("flags", pa.list_(pa.string())),
+            ("started_ts", pa.float64()),
+            ("ended_ts", pa.float64()),
+            ("requests_planned", pa.int64()),
+            ("requests_scheduled", pa.int64()),
+            ("window_accept_length", pa.float64()),
+            ("in_manifest", pa.bool_()),
+            ("knobs", pa.string()),
+        ]
+    )
     return pa.Table.from_pylist(rows, schema=schema)
 
 
@@ -107,12 +138,32 @@ def server_configs_table(runs: list[Run], names: list[str]) -> pa.Table:
     rows = []
     for run, name in zip(runs, names):
         for cid, cfg in run.manifest.server_configs.items():
-            rows.append({"run": name, "server_config": cid, "engine": cfg.engine, "status": cfg.status,
-                         "error": cfg.error, "knobs": _json(cfg.knobs), "effective": _json(cfg.effective),
-                         "server_info": _json(cfg.server_info), "ready_after_s": cfg.ready_after_s})
-    schema = pa.schema([("run", pa.string()), ("server_config", pa.string()), ("engine", pa.string()),
-                        ("status", pa.string()), ("error", pa.string()), ("knobs", pa.string()),
-                        ("effective", pa.string()), ("server_info", pa.string()), ("ready_after_s", pa.float64())])
+            rows.append(
+                {
+                    "run": name,
+                    "server_config": cid,
+                    "engine": cfg.engine,
+                    "status": cfg.status,
+                    "error": cfg.error,
+                    "knobs": _json(cfg.knobs),
+                    "effective": _json(cfg.effective),
+                    "server_info": _json(cfg.server_info),
+                    "ready_after_s": cfg.ready_after_s,
+                }
+            )
+    schema = pa.schema(
+        [
+            ("run", pa.string()),
+            ("server_config", pa.string()),
+            ("engine", pa.string()),
+            ("status", pa.string()),
+            ("error", pa.string()),
+            ("knobs", pa.string()),
+            ("effective", pa.string()),
+            ("server_info", pa.string()),
+            ("ready_after_s", pa.float64()),
+        ]
+    )
     return pa.Table.from_pylist(rows, schema=schema)
 
 
@@ -127,8 +178,13 @@ def open_runs(run_dirs: list[Path]) -> Opened:
     runs = [load_run(d) for d in run_dirs]
     names = _names(runs)
     warnings = [f"{n}: {w}" for r, n in zip(runs, names) for w in r.warnings]
-    con = duckdb.connect(config={"memory_limit": MEMORY_LIMIT, "temp_directory": tempfile.gettempdir(),
-                                 "preserve_insertion_order": False})  # ORDER BY orders; scans need not buffer
+    con = duckdb.connect(
+        config={
+            "memory_limit": MEMORY_LIMIT,
+            "temp_directory": tempfile.gettempdir(),
+            "preserve_insertion_order": False,
+        }
+    )  # ORDER BY orders; scans need not buffer
     con.execute("SET enable_progress_bar = false")  # rig prints the answer, nothing else
     tables = []
     for table, kind in FILE_TABLES.items():
@@ -146,9 +202,14 @@ def open_runs(run_dirs: list[Path]) -> Opened:
         con.register(f"_{table}", data)
         con.execute(f"CREATE VIEW {table} AS SELECT * FROM _{table}")
         tables.append(table)
-    runs_t = pa.table({"run": names, "run_dir": [str(r.run_dir) for r in runs],
-                       "status": pa.array([r.status for r in runs], pa.string()),
-                       "points": pa.array([len(r.points) for r in runs], pa.int64())})
+    runs_t = pa.table(
+        {
+            "run": names,
+            "run_dir": [str(r.run_dir) for r in runs],
+            "status": pa.array([r.status for r in runs], pa.string()),
+            "points": pa.array([len(r.points) for r in runs], pa.int64()),
+        }
+    )
     con.register("_runs", runs_t)
     con.execute("CREATE VIEW runs AS SELECT * FROM _runs")
     tables.append("runs")
@@ -160,9 +221,11 @@ def _one_line(e: Exception, opened: Opened) -> str:
     msg = " ".join(str(e).split())
     missing = [t for t in FILE_TABLES if t not in opened.tables and t in str(e)]
     if missing:
-        msg += (f" (these runs have no {missing[0]}"
-                + (": it is recorded only where the server node has NVML" if missing[0] == "gpu_metrics" else "")
-                + f"; tables: {', '.join(opened.tables)})")
+        msg += (
+            f" (these runs have no {missing[0]}"
+            + (": it is recorded only where the server node has NVML" if missing[0] == "gpu_metrics" else "")
+            + f"; tables: {', '.join(opened.tables)})"
+        )
     return msg
 
 
@@ -222,10 +285,19 @@ def _cell(v: Any) -> str:
 @click.command("query")
 @click.argument("sql")
 @click.argument("runs", nargs=-1, required=True, type=click.Path(path_type=Path))
-@click.option("-o", "--output", type=click.Path(path_type=Path, dir_okay=False),
-              help="Write every row of the result to FILE.parquet or FILE.csv instead of printing a table.")
-@click.option("--limit", type=click.IntRange(1), default=100, show_default=True,
-              help="Rows the terminal table shows (-o writes all of them).")
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="Write every row of the result to FILE.parquet or FILE.csv instead of printing a table.",
+)
+@click.option(
+    "--limit",
+    type=click.IntRange(1),
+    default=100,
+    show_default=True,
+    help="Rows the terminal table shows (-o writes all of them).",
+)
 def query(sql: str, runs: tuple[Path, ...], output: Path | None, limit: int) -> None:
     """Answer a question in SQL over one or several runs (DuckDB). Tables: requests, server_metrics, gpu_metrics
     (where recorded), points, server_configs, runs; each has a ``run`` column. Example:

@@ -33,7 +33,9 @@ def render_latency(rows: list[dict[str, Any]]) -> Table:
         if last is not None and r["point"] != last:
             t.add_section()
         t.add_row(
-            r["point"] if r["point"] != last else "", r["metric"], fmt(r["n"], ",d"),
+            r["point"] if r["point"] != last else "",
+            r["metric"],
+            fmt(r["n"], ",d"),
             *(fmt(r[f"{k}_ms"], ",.2f") for k in ("mean", "p50", "p90", "p95", "p99")),
         )
         last = r["point"]
@@ -42,18 +44,39 @@ def render_latency(rows: list[dict[str, Any]]) -> Table:
 
 def render_acceptance(rows: list[dict[str, Any]]) -> Table:
     """Acceptance length per point, with every source side by side."""
-    t = Table(title="Acceptance length (tokens per verify step)", title_justify="left", header_style="bold",
-              caption="Per-request: rig's, Σ completion tokens / Σ verifies (counts each request's prefill token); "
-                      "Decode-only: Σ (tokens - 1) / Σ verifies, the figure SGLang's bench_serving prints",
-              caption_justify="left")
-    for c in ("Point", "Steps", "Level", "Accept len", "Source", "Per-request", "Decode-only", "Manifest window",
-              "Counters", "Gauge mean"):
+    t = Table(
+        title="Acceptance length (tokens per verify step)",
+        title_justify="left",
+        header_style="bold",
+        caption="Per-request: rig's, Σ completion tokens / Σ verifies (counts each request's prefill token); "
+        "Decode-only: Σ (tokens - 1) / Σ verifies, the figure SGLang's bench_serving prints",
+        caption_justify="left",
+    )
+    for c in (
+        "Point",
+        "Steps",
+        "Level",
+        "Accept len",
+        "Source",
+        "Per-request",
+        "Decode-only",
+        "Manifest window",
+        "Counters",
+        "Gauge mean",
+    ):
         t.add_column(c, justify="left" if c in ("Point", "Source") else "right", overflow="fold")
     for r in rows:
         t.add_row(
-            r["point"], fmt(r["steps"], "d"), _level(r), fmt(r["accept_length"], ".3f"), r["source"] or "–",
-            fmt(r["from_requests"], ".3f"), fmt(r.get("decode_only"), ".3f"), fmt(r["from_manifest_window"], ".3f"),
-            fmt(r["from_server_counters"], ".3f"), fmt(r["server_gauge_mean"], ".3f"),
+            r["point"],
+            fmt(r["steps"], "d"),
+            _level(r),
+            fmt(r["accept_length"], ".3f"),
+            r["source"] or "–",
+            fmt(r["from_requests"], ".3f"),
+            fmt(r.get("decode_only"), ".3f"),
+            fmt(r["from_manifest_window"], ".3f"),
+            fmt(r["from_server_counters"], ".3f"),
+            fmt(r["server_gauge_mean"], ".3f"),
         )
     return t
 
@@ -62,21 +85,41 @@ def render_server(rows: list[dict[str, Any]]) -> Table:
     """The server's time series summarised next to the client's throughput."""
     t = Table(
         title="Server vs client (running/queued requests and KV token usage from /metrics)",
-        title_justify="left", header_style="bold",
+        title_justify="left",
+        header_style="bold",
     )
-    for c in ("Point", "Steps", "Level", "Agg tok/s", "Decode tok/s", "Running mean/max", "Queued mean/max",
-              "Token usage mean/max", "Max running (eff.)", "Samples", "Note"):
+    for c in (
+        "Point",
+        "Steps",
+        "Level",
+        "Agg tok/s",
+        "Decode tok/s",
+        "Running mean/max",
+        "Queued mean/max",
+        "Token usage mean/max",
+        "Max running (eff.)",
+        "Samples",
+        "Note",
+    ):
         t.add_column(c, justify="left" if c in ("Point", "Note") else "right", overflow="fold")
     for r in rows:
         note = Text("at running cap, queueing", style="yellow") if r["at_running_cap"] else Text("")
         t.add_row(
-            r["point"], fmt(r["steps"], "d"), _level(r), fmt(r["aggregate_tok_s"]), fmt(r["decode_tok_s"]),
+            r["point"],
+            fmt(r["steps"], "d"),
+            _level(r),
+            fmt(r["aggregate_tok_s"]),
+            fmt(r["decode_tok_s"]),
             f"{fmt(r['running_mean'])} / {fmt(r['running_max'], ',.0f')}",
             f"{fmt(r['queued_mean'])} / {fmt(r['queued_max'], ',.0f')}",
             f"{fmt(r['token_usage_mean'], '.1%')} / {fmt(r['token_usage_max'], '.1%')}",
-            (fmt(r["max_running_requests"], ",d") if isinstance(r["max_running_requests"], int)
-             else fmt(r["max_running_requests"])),
-            fmt(r["samples"], ",d"), note,
+            (
+                fmt(r["max_running_requests"], ",d")
+                if isinstance(r["max_running_requests"], int)
+                else fmt(r["max_running_requests"])
+            ),
+            fmt(r["samples"], ",d"),
+            note,
         )
     return t
 
@@ -89,8 +132,12 @@ def render_energy(report: Report) -> Table:
     """Energy and cost per point (rig.analysis.energy): from the GPU counters over each point's window."""
     rows = report.campaign
     sim = " — SIMULATED: the simulator's power model, not a measurement" if simulated(rows) else ""
-    t = Table(title=f"Energy and cost per point (energy over the point's window, all GPUs){sim}",
-              title_justify="left", header_style="bold", title_style="bold yellow" if sim else None)
+    t = Table(
+        title=f"Energy and cost per point (energy over the point's window, all GPUs){sim}",
+        title_justify="left",
+        header_style="bold",
+        title_style="bold yellow" if sim else None,
+    )
     cols = ["Point", "Steps", "Level", "Agg tok/s"]
     if report.energy:
         cols += ["Source", "Method", "GPUs", "Energy (kJ)", "Mean power (W)", "J/token", "Tok/s per GPU", "Tok/s per W"]
@@ -99,14 +146,24 @@ def render_energy(report: Report) -> Table:
     for c in cols:
         t.add_column(c, justify="left" if c in ("Point", "Source", "Method") else "right", overflow="fold")
     for r in rows:
-        cells = [r["point"], fmt(r.get("steps"), "d"), _level({"level": r.get("rate") if r.get("load_mode") not in
-                                                                (None, "closed") else r.get("concurrency")}),
-                 fmt(r.get("aggregate_tok_s"))]
+        cells = [
+            r["point"],
+            fmt(r.get("steps"), "d"),
+            _level({"level": r.get("rate") if r.get("load_mode") not in (None, "closed") else r.get("concurrency")}),
+            fmt(r.get("aggregate_tok_s")),
+        ]
         if report.energy:
             e = r.get("energy_j")
-            cells += [r.get("energy_source") or "–", r.get("energy_method") or "–", fmt(r.get("gpus"), "d"),
-                      fmt(e / 1000 if e is not None else None, ",.2f"), fmt(r.get("mean_power_w"), ",.0f"),
-                      fmt(r.get("j_per_token"), ",.3f"), fmt(r.get("tok_s_per_gpu")), fmt(r.get("tok_s_per_w"), ",.3f")]
+            cells += [
+                r.get("energy_source") or "–",
+                r.get("energy_method") or "–",
+                fmt(r.get("gpus"), "d"),
+                fmt(e / 1000 if e is not None else None, ",.2f"),
+                fmt(r.get("mean_power_w"), ",.0f"),
+                fmt(r.get("j_per_token"), ",.3f"),
+                fmt(r.get("tok_s_per_gpu")),
+                fmt(r.get("tok_s_per_w"), ",.3f"),
+            ]
         if report.cost:
             cells.append(fmt(r.get("usd_per_mtok"), ",.3f"))
         t.add_row(*cells)
@@ -130,37 +187,70 @@ def render_schedule(report: Report) -> list[RenderableType]:
     sim = simulated(report.campaign)
     for s in report.schedule:
         obj = OBJECTIVE_TEXT.get(s["objective"], s["objective"])
-        t = Table(title=f"Speculative schedule by load · {s['workload']} ({s['load_mode']}): best by {obj} among "
-                        f"{among}; margin over the runner-up, 95% CI", title_justify="left", header_style="bold")
-        for c in ("Band from", "up to", "Best", obj.capitalize(), "Runner-up", obj.capitalize() + " ", "Margin",
-                  "95% CI", "Decided"):
+        t = Table(
+            title=f"Speculative schedule by load · {s['workload']} ({s['load_mode']}): best by {obj} among "
+            f"{among}; margin over the runner-up, 95% CI",
+            title_justify="left",
+            header_style="bold",
+        )
+        for c in (
+            "Band from",
+            "up to",
+            "Best",
+            obj.capitalize(),
+            "Runner-up",
+            obj.capitalize() + " ",
+            "Margin",
+            "95% CI",
+            "Decided",
+        ):
             t.add_column(c, justify="left" if c in ("Best", "Runner-up") else "right")
         for b in s["bands"]:
-            ci = (f"{b['ci_low'] * 100:+.1f}% … {b['ci_high'] * 100:+.1f}%" if b.get("ci_low") is not None else "–")
-            t.add_row(_level({"level": b["level"]}), _level({"level": b["up_to"]}), b["best"] or "none meets",
-                      _value(b["value"], s["objective"]), b["runner_up"] or "–",
-                      _value(b["runner_up_value"], s["objective"]),
-                      f"{b['margin'] * 100:+.1f}%" if b.get("margin") is not None else "–", ci,
-                      "–" if b.get("decided") is None else ("yes" if b["decided"] else "no (CI spans 0)"))
+            ci = f"{b['ci_low'] * 100:+.1f}% … {b['ci_high'] * 100:+.1f}%" if b.get("ci_low") is not None else "–"
+            t.add_row(
+                _level({"level": b["level"]}),
+                _level({"level": b["up_to"]}),
+                b["best"] or "none meets",
+                _value(b["value"], s["objective"]),
+                b["runner_up"] or "–",
+                _value(b["runner_up_value"], s["objective"]),
+                f"{b['margin'] * 100:+.1f}%" if b.get("margin") is not None else "–",
+                ci,
+                "–" if b.get("decided") is None else ("yes" if b["decided"] else "no (CI spans 0)"),
+            )
         out.append(t)
         if s["crossovers"]:
-            out.append(Text("Crossovers: " + "; ".join(
-                f"{c['from']} up to {c['from_level']:g}, {c['to']} from {c['to_level']:g}"
-                + (f" (incomplete: no valid point of {', '.join(c['incomplete'])})" if c.get("incomplete")
-                   else "" if c["decided"] else " (not decided: CI spans 0)") for c in s["crossovers"])))
+            out.append(
+                Text(
+                    "Crossovers: "
+                    + "; ".join(
+                        f"{c['from']} up to {c['from_level']:g}, {c['to']} from {c['to_level']:g}"
+                        + (
+                            f" (incomplete: no valid point of {', '.join(c['incomplete'])})"
+                            if c.get("incomplete")
+                            else ""
+                            if c["decided"]
+                            else " (not decided: CI spans 0)"
+                        )
+                        for c in s["crossovers"]
+                    )
+                )
+            )
         else:
             out.append(Text("Crossovers: none (one setting is best in every band)", style="dim"))
         where = "the highest load meeting the SLOs" if report.slos else "its highest valid load (no --slo given)"
-        lim = Table(title=f"Each setting at {where} · {s['workload']}" + (" — energy SIMULATED" if sim else ""),
-                    title_justify="left", header_style="bold")
+        lim = Table(
+            title=f"Each setting at {where} · {s['workload']}" + (" — energy SIMULATED" if sim else ""),
+            title_justify="left",
+            header_style="bold",
+        )
         cols = ["Setting", "Max level", "Agg tok/s", "Tok/s per GPU"]
         cols += ["Mean power (W)", "J/token", "Tok/s per W"] if report.energy else []
         cols += ["$/Mtok"] if report.cost else []
         for c in cols:
             lim.add_column(c, justify="left" if c == "Setting" else "right")
         for e in s["at_slo_limit"]:
-            cells = [e["config"], _level({"level": e["max_level"]}), fmt(e["aggregate_tok_s"]),
-                     fmt(e["tok_s_per_gpu"])]
+            cells = [e["config"], _level({"level": e["max_level"]}), fmt(e["aggregate_tok_s"]), fmt(e["tok_s_per_gpu"])]
             if report.energy:
                 cells += [fmt(e["mean_power_w"], ",.0f"), fmt(e["j_per_token"], ",.3f"), fmt(e["tok_s_per_w"], ",.3f")]
             if report.cost:
@@ -178,10 +268,15 @@ def render_goodput(rows: list[dict[str, Any]]) -> Table:
         t.add_column(c, justify="left" if c == "Point" else "right", overflow="fold")
     for r in rows:
         t.add_row(
-            r["point"], fmt(r["steps"], "d"), _level(r), fmt(r["good"], ",d"), fmt(r["counted"], ",d"),
+            r["point"],
+            fmt(r["steps"], "d"),
+            _level(r),
+            fmt(r["good"], ",d"),
+            fmt(r["counted"], ",d"),
             fmt(r["fraction"] * 100 if r["fraction"] is not None else None, ".1f")
             + ("%" if r["fraction"] is not None else ""),
-            fmt(r["goodput_req_s"], ",.2f"), fmt(r["goodput_tok_s"]),
+            fmt(r["goodput_req_s"], ",.2f"),
+            fmt(r["goodput_tok_s"]),
         )
     return t
 
@@ -189,16 +284,23 @@ def render_goodput(rows: list[dict[str, Any]]) -> Table:
 def render_lossless(result: dict[str, Any]) -> RenderableType:
     """A one-line verdict, and the mismatching requests if any."""
     if result["groups_checked"] == 0:
-        return Text("Greedy losslessness: nothing to compare (no two points share requests across speculative "
-                    "settings)", style="dim")
+        return Text(
+            "Greedy losslessness: nothing to compare (no two points share requests across speculative settings)",
+            style="dim",
+        )
     if result["ok"]:
         return Text(
             f"Greedy losslessness: OK ({result['requests_checked']:,} temperature-0 requests compared across "
-            f"{result['groups_checked']} group(s) of points)", style="green",
+            f"{result['groups_checked']} group(s) of points)",
+            style="green",
         )
     rows = mismatch_rows(result)
-    t = Table(title=f"Greedy losslessness: {len(rows)} MISMATCH(ES)", title_justify="left", title_style="bold red",
-              header_style="bold")
+    t = Table(
+        title=f"Greedy losslessness: {len(rows)} MISMATCH(ES)",
+        title_justify="left",
+        title_style="bold red",
+        header_style="bold",
+    )
     for c in ("Request", "Workload", "Level", "Repeat", "Steps", "Output hashes"):
         t.add_column(c)
     for r in rows[:MAX_MISMATCH_ROWS]:
@@ -218,8 +320,11 @@ def decision_tables(report: Report) -> list[RenderableType]:
     if report.frontier:
         out.append(frontier_table(report.frontier))
     if report.best_per_level:
-        out.append(best_level_table(report.best_per_level,
-                                    describe(report.slos, report.slo_percentile) if report.slos else None))
+        out.append(
+            best_level_table(
+                report.best_per_level, describe(report.slos, report.slo_percentile) if report.slos else None
+            )
+        )
     if report.best_per_slo:
         out.append(best_slo_table(report.best_per_slo))
     if report.search:
@@ -244,8 +349,10 @@ def seeds_line(points: list[PointInfo]) -> str:
 def render_report(report: Report) -> Group:
     """Every section of the report for the terminal."""
     parts: list[RenderableType] = [
-        Text(f"Run {report.run.run_id}  ·  status {report.run.status or 'unknown'}  ·  {len(report.campaign)} point(s)",
-             style="bold"),
+        Text(
+            f"Run {report.run.run_id}  ·  status {report.run.status or 'unknown'}  ·  {len(report.campaign)} point(s)",
+            style="bold",
+        ),
     ]
     for w in report.warnings:
         parts.append(Text(f"! {w}", style="yellow"))
@@ -256,8 +363,7 @@ def render_report(report: Report) -> Group:
     problems = render_problems(report.campaign)
     if problems is not None:
         parts.append(problems)
-    parts += [render_latency(report.latency),
-              render_acceptance(report.acceptance), render_server(report.server)]
+    parts += [render_latency(report.latency), render_acceptance(report.acceptance), render_server(report.server)]
     if report.energy or report.cost:
         parts.append(render_energy(report))
     if report.goodput:

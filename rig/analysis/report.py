@@ -6,10 +6,11 @@ import csv
 import json
 import os
 from collections import deque
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -19,8 +20,8 @@ from rig.analysis.lossless import check_lossless, mismatch_rows
 from rig.analysis.percentiles import cdf_points, latency_rows, read_itl
 from rig.analysis.points import INVALIDATING, campaign_row, load_requests, sort_key
 from rig.analysis.runs import PointInfo, Run, load_run, point_files
-from rig.contracts import Manifest
 from rig.analysis.server_series import Series, counter_window_acceptance, point_series, summarize_point
+from rig.contracts import Manifest
 
 
 @dataclass
@@ -161,10 +162,16 @@ class Reader:
         return got
 
 
-def build_report(run_dir: Path | str | Run, slos: list[m.Slo] | None = None, cdf_resolution: int = 200,
-                 slo_percentile: float | None = None, thresholds: str | None = None,
-                 gpu_hour_price: float | None = None, objective: str = "throughput",
-                 slo_cancelled: str = "excluded") -> Report:
+def build_report(
+    run_dir: Path | str | Run,
+    slos: list[m.Slo] | None = None,
+    cdf_resolution: int = 200,
+    slo_percentile: float | None = None,
+    thresholds: str | None = None,
+    gpu_hour_price: float | None = None,
+    objective: str = "throughput",
+    slo_cancelled: str = "excluded",
+) -> Report:
     """Read each point once and compute every section of the report (SLOs: the given ones, else those of the
     run's SLO search or tune; ``thresholds``: judge validity again, see rig.analysis.runs.load_run; the price per
     GPU-hour: the given one, else the run's cluster file's; ``objective``: what the speculative schedule ranks by,
@@ -217,16 +224,21 @@ def build_report(run_dir: Path | str | Run, slos: list[m.Slo] | None = None, cdf
         )
         srv = summarize_point(run, p, series)
         srv.update(
-            steps=p.steps, workload=p.workload, level=p.level, aggregate_tok_s=row["aggregate_tok_s"],
-            per_request_tok_s=row["per_request_tok_s"], decode_tok_s=row["decode_tok_s"],
+            steps=p.steps,
+            workload=p.workload,
+            level=p.level,
+            aggregate_tok_s=row["aggregate_tok_s"],
+            per_request_tok_s=row["per_request_tok_s"],
+            decode_tok_s=row["decode_tok_s"],
         )
         server.append(srv)
         if slos:
             g = m.goodput(r, slos, row["wall_s"])
             g.update(point=p.point, steps=p.steps, workload=p.workload, level=p.level)
             good.append(g)
-            row.update(goodput_fraction=g["fraction"], goodput_req_s=g["goodput_req_s"],
-                       goodput_tok_s=g["goodput_tok_s"])
+            row.update(
+                goodput_fraction=g["fraction"], goodput_req_s=g["goodput_req_s"], goodput_tok_s=g["goodput_tok_s"]
+            )
             verdict = evaluate_slos(r, slos, pct, slo_cancelled)
             row.update(slo_meets=verdict["meets"], slo_margin=verdict["margin"], slo_note=verdict["note"])
             meets[p.point] = verdict["meets"]
@@ -317,12 +329,23 @@ def export_csv(report: Report, out_dir: Path) -> list[Path]:
 
 def full_json(report: Report) -> dict[str, Any]:
     """Every decision-level section of a report (``rig report --json-full``)."""
-    return {"run_id": report.run.run_id, "status": report.run.status, "warnings": report.warnings,
-            "slos": [str(s) for s in report.slos], "slo_percentile": report.slo_percentile if report.slos else None,
-            "campaign": report.campaign, "frontier": report.frontier, "best_per_level": report.best_per_level,
-            "best_per_slo": report.best_per_slo, "goodput": report.goodput, "search": report.search,
-            "tune": report.tune, "objective": report.objective, "schedule": report.schedule,
-            **({"telemetry": report.telemetry} if report.telemetry else {})}
+    return {
+        "run_id": report.run.run_id,
+        "status": report.run.status,
+        "warnings": report.warnings,
+        "slos": [str(s) for s in report.slos],
+        "slo_percentile": report.slo_percentile if report.slos else None,
+        "campaign": report.campaign,
+        "frontier": report.frontier,
+        "best_per_level": report.best_per_level,
+        "best_per_slo": report.best_per_slo,
+        "goodput": report.goodput,
+        "search": report.search,
+        "tune": report.tune,
+        "objective": report.objective,
+        "schedule": report.schedule,
+        **({"telemetry": report.telemetry} if report.telemetry else {}),
+    }
 
 
 def to_json(obj: Any) -> str:

@@ -29,5 +29,7 @@ def shrink(stats: np.ndarray, observed: float, n: int, m: int) -> np.ndarray:
 
 def subsample_note() -> str:
     """The warning a report or comparison carries when an interval came from the m-out-of-n bootstrap."""
-    return (f"bootstrap intervals over more than {BOOTSTRAP_DRAWS:,} requests resample {BOOTSTRAP_DRAWS:,} of them at "
-            "a time, their spread scaled by sqrt(m/n) (m-out-of-n bootstrap; README: Analysis at scale)")
+    return (
+        f"bootstrap intervals over more than {BOOTSTRAP_DRAWS:,} requests resample {BOOTSTRAP_DRAWS:,} of them at "
+        "a time, their spread scaled by sqrt(m/n) (m-out-of-n bootstrap; README: Analysis at scale)"
+    )

@@ -6,10 +6,11 @@ import json
 import os
 import threading
 from collections import OrderedDict
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, TypeVar
+from typing import Any, TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -17,9 +18,17 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 from pydantic import Field, ValidationError
 
-from rig.contracts import (IDENTITY_FIELDS, JUDGED_FLAGS, ContractError, Manifest, PointEntry, ServerConfigEntry,
-                           Thresholds, judge_point, parse_manifest)
-from rig.server.effective import change_lines, label_knobs
+from rig.contracts import (
+    IDENTITY_FIELDS,
+    JUDGED_FLAGS,
+    ContractError,
+    Manifest,
+    PointEntry,
+    ServerConfigEntry,
+    Thresholds,
+    judge_point,
+    parse_manifest,
+)
 from rig.results import (
     GPU_METRICS_DIR,
     GPU_METRICS_SCHEMA,
@@ -30,6 +39,7 @@ from rig.results import (
     SERVER_METRICS_SCHEMA,
     part_paths,
 )
+from rig.server.effective import change_lines, label_knobs
 
 # Knobs that only change how speculation runs; configurations differing only in these must agree on greedy output.
 SPECULATIVE_KNOBS = frozenset(
@@ -147,8 +157,9 @@ class Run:
         for p in self.points:
             if p.point == name:
                 return p
-        raise AnalysisInputError(f"no point {name!r} in {self.run_dir} "
-                                 f"(points: {', '.join(p.point for p in self.points)})")
+        raise AnalysisInputError(
+            f"no point {name!r} in {self.run_dir} (points: {', '.join(p.point for p in self.points)})"
+        )
 
     def skipped(self, p: PointInfo) -> Callable[[str], None]:
         """The ``on_skip`` callback every reader of ``p``'s rows uses: warns once and marks the point."""
@@ -219,9 +230,12 @@ def load_run(run_dir: Path | str, thresholds: str | None = None) -> Run:
     status = manifest.status
     if status == "running":
         holder = run_holder(run_dir)
-        warnings.append(f"run in progress (rig pid {holder}): numbers cover what was written so far" if holder else
-                        "the manifest says running but no rig process holds the run: it was cut off (killed, "
-                        "power loss); numbers cover what was written")
+        warnings.append(
+            f"run in progress (rig pid {holder}): numbers cover what was written so far"
+            if holder
+            else "the manifest says running but no rig process holds the run: it was cut off (killed, "
+            "power loss); numbers cover what was written"
+        )
     elif status != "complete":
         warnings.append(f"run status is {status or 'unknown'}: numbers cover what was written")
     points: list[PointInfo] = []
@@ -238,10 +252,16 @@ def load_run(run_dir: Path | str, thresholds: str | None = None) -> Run:
         eff = cfg.effective or {}
         knobs = label_knobs(cfg.knobs, eff)  # a value the server changed is labelled as it ran
         try:
-            p = PointInfo(**{**entry.model_dump(), "engine": entry.engine or cfg.engine,
-                             "steps": entry.steps if entry.steps is not None else knobs.get("steps"),
-                             "error": entry.error or None},
-                          knobs=knobs, seeds_honoured=eff.get("seeds_honoured"))
+            p = PointInfo(
+                **{
+                    **entry.model_dump(),
+                    "engine": entry.engine or cfg.engine,
+                    "steps": entry.steps if entry.steps is not None else knobs.get("steps"),
+                    "error": entry.error or None,
+                },
+                knobs=knobs,
+                seeds_honoured=eff.get("seeds_honoured"),
+            )
         except ValidationError as e:
             raise AnalysisInputError(f"{mpath}: point {name}: {e.errors()[0]['msg']}") from None
         points.append(p)
@@ -254,8 +274,10 @@ def load_run(run_dir: Path | str, thresholds: str | None = None) -> Run:
         _fill_from_rows(run_dir, p)
         p.missing_parts = _missing_parts(run_dir, p)
         if p.missing_parts:
-            warnings.append(f"point {p.point}: {len(p.missing_parts)} part file(s) listed in the manifest are missing "
-                            f"({', '.join(p.missing_parts[:3])}{' …' if len(p.missing_parts) > 3 else ''})")
+            warnings.append(
+                f"point {p.point}: {len(p.missing_parts)} part file(s) listed in the manifest are missing "
+                f"({', '.join(p.missing_parts[:3])}{' …' if len(p.missing_parts) > 3 else ''})"
+            )
     if not points:
         raise AnalysisInputError(f"{run_dir} has no points (empty run)")
     return Run(run_dir=run_dir, manifest=manifest, points=points, warnings=warnings)
@@ -270,21 +292,30 @@ def rejudge_points(manifest: Manifest, overrides: str, warnings: list[str]) -> N
         raise AnalysisInputError(str(e)) from None
     for entry in manifest.points:
         died = entry.flag_reasons.get("server_died", entry.error) if "server_died" in entry.flags else None
-        reasons = {f: entry.flag_reasons.get(f, "set by the run (see the manifest)") for f in entry.flags
-                   if f not in JUDGED_FLAGS}
+        reasons = {
+            f: entry.flag_reasons.get(f, "set by the run (see the manifest)")
+            for f in entry.flags
+            if f not in JUDGED_FLAGS
+        }
         reasons.update(judge_point(entry.load_mode, entry.generators, new, died))
         entry.set_verdict(reasons)
     changed = ", ".join(f"{k}={v:g}" for k, v in new.model_dump().items() if v != getattr(recorded, k))
-    warnings.append(f"validity judged again with {changed or 'the same thresholds'} (the run recorded "
-                    + ", ".join(f"{k}={v:g}" for k, v in recorded.model_dump().items()) + ")")
+    warnings.append(
+        f"validity judged again with {changed or 'the same thresholds'} (the run recorded "
+        + ", ".join(f"{k}={v:g}" for k, v in recorded.model_dump().items())
+        + ")"
+    )
     manifest.thresholds = new
 
 
 def sampled_workloads(manifest: Manifest) -> set[str]:
     """Names of the run's workloads that sample (temperature > 0), from the recorded spec."""
     spec = _dict(manifest.spec)
-    return {str(w.get("name")) for w in spec.get("workloads") or []
-            if isinstance(w, dict) and (w.get("temperature") or 0) > 0}
+    return {
+        str(w.get("name"))
+        for w in spec.get("workloads") or []
+        if isinstance(w, dict) and (w.get("temperature") or 0) > 0
+    }
 
 
 def effective_warnings(manifest: Manifest) -> list[str]:
@@ -301,15 +332,19 @@ def effective_warnings(manifest: Manifest) -> list[str]:
         else:
             ran.setdefault(json.dumps(cfg.knobs, sort_keys=True, default=str), []).append(cid)
         if eff.get("seeds_honoured") is False and sampled:
-            out.append(f"server {cid} does not honour per-request seeds (SGLang needs "
-                       f"--enable-deterministic-inference; rig run --deterministic, which also changes the engine: "
-                       f"pytorch sampler, and the prefix cache off unless the attention backend is fa3/fa4/triton): "
-                       f"sampled workloads ({', '.join(sorted(sampled))}) draw different outputs for the same request "
-                       f"at every point")
+            out.append(
+                f"server {cid} does not honour per-request seeds (SGLang needs "
+                f"--enable-deterministic-inference; rig run --deterministic, which also changes the engine: "
+                f"pytorch sampler, and the prefix cache off unless the attention backend is fa3/fa4/triton): "
+                f"sampled workloads ({', '.join(sorted(sampled))}) draw different outputs for the same request "
+                f"at every point"
+            )
     for cids in ran.values():
         if len(cids) > 1:  # e.g. --grid num_draft_tokens=4,8 with topk 1: both ran steps + 1
-            out.append(f"server configurations {', '.join(cids)} ran the same effective settings (the server "
-                       "changed what distinguished them): their points are repeats, not different configurations")
+            out.append(
+                f"server configurations {', '.join(cids)} ran the same effective settings (the server "
+                "changed what distinguished them): their points are repeats, not different configurations"
+            )
     return out
 
 
@@ -360,8 +395,13 @@ def _fill_from_rows(run_dir: Path, p: PointInfo) -> None:
         p.load_mode = CLOSED if p.concurrency is not None else "poisson"
 
 
-def _read(files: list[str], schema: pa.Schema, cols: list[str] | None, filter: pc.Expression | None,
-          on_skip: Callable[[str], None] | None) -> pa.Table:
+def _read(
+    files: list[str],
+    schema: pa.Schema,
+    cols: list[str] | None,
+    filter: pc.Expression | None,
+    on_skip: Callable[[str], None] | None,
+) -> pa.Table:
     """Read part files as one table; an unreadable file (a crash or a copy cut it short) is skipped and reported."""
     empty = schema.empty_table()
     if not files:
@@ -394,8 +434,9 @@ def read_point_requests(
     return _read(point_files(Path(run_dir), point), REQUEST_SCHEMA, list(columns), filter, on_skip)
 
 
-def read_request_files(files: list[str], columns: Iterable[str],
-                       on_skip: Callable[[str], None] | None = None) -> pa.Table:
+def read_request_files(
+    files: list[str], columns: Iterable[str], on_skip: Callable[[str], None] | None = None
+) -> pa.Table:
     """Selected request columns of the given part files (a point's, a few at a time: see percentiles.read_itl)."""
     return _read(files, REQUEST_SCHEMA, list(columns), None, on_skip)
 
@@ -408,8 +449,9 @@ def read_point_server_metrics(
     return _read(point_files(Path(run_dir), point, SERVER_METRICS_DIR), SERVER_METRICS_SCHEMA, None, flt, on_skip)
 
 
-def read_point_gpu_metrics(run_dir: Path | str, point: str, columns: Iterable[str] | None = None,
-                           on_skip: Callable[[str], None] | None = None) -> pa.Table:
+def read_point_gpu_metrics(
+    run_dir: Path | str, point: str, columns: Iterable[str] | None = None, on_skip: Callable[[str], None] | None = None
+) -> pa.Table:
     """GPU telemetry samples (gpu_metrics) of one point: an empty table where the run has none."""
     cols = list(columns) if columns is not None else None
     return _read(point_files(Path(run_dir), point, GPU_METRICS_DIR), GPU_METRICS_SCHEMA, cols, None, on_skip)

@@ -37,8 +37,15 @@ OBJECTIVES: dict[str, tuple[str, bool]] = {  # name -> (campaign row key, higher
     "usd_per_mtok": ("usd_per_mtok", False),
 }
 RESAMPLES = 500
-LIMIT_KEYS = ("aggregate_tok_s", "tok_s_per_gpu", "mean_power_w", "j_per_token", "tok_s_per_w", "usd_per_mtok",
-              "energy_source")
+LIMIT_KEYS = (
+    "aggregate_tok_s",
+    "tok_s_per_gpu",
+    "mean_power_w",
+    "j_per_token",
+    "tok_s_per_w",
+    "usd_per_mtok",
+    "energy_source",
+)
 
 
 class ScheduleError(AnalysisInputError):
@@ -53,8 +60,9 @@ def _margin(best: float, runner: float, higher: bool) -> float:
     return best / runner - 1 if higher else 1 - best / runner
 
 
-def _samples(run: Run, rows: list[dict[str, Any]], key: str, higher: bool, rng: np.random.Generator,
-             resamples: int) -> np.ndarray:
+def _samples(
+    run: Run, rows: list[dict[str, Any]], key: str, higher: bool, rng: np.random.Generator, resamples: int
+) -> np.ndarray:
     """Bootstrap samples of a configuration's mean objective value at one level (its points' requests)."""
     per_point = []
     for r in rows:
@@ -64,8 +72,9 @@ def _samples(run: Run, rows: list[dict[str, Any]], key: str, higher: bool, rng: 
     return np.mean(per_point, axis=0)
 
 
-def _pairs(run: Run, best: dict[str, Any], runner: dict[str, Any], rng: np.random.Generator, resamples: int
-           ) -> tuple[np.ndarray, np.ndarray] | None:
+def _pairs(
+    run: Run, best: dict[str, Any], runner: dict[str, Any], rng: np.random.Generator, resamples: int
+) -> tuple[np.ndarray, np.ndarray] | None:
     """Paired throughput multipliers of two points (compare.paired_multipliers), None when they share fewer than
     two requests."""
     sides = [cmp.Side(run, run.point(r["point"]), r["point"]) for r in (best, runner)]
@@ -73,8 +82,15 @@ def _pairs(run: Run, best: dict[str, Any], runner: dict[str, Any], rng: np.rando
     return (mb, mr) if n >= 2 else None
 
 
-def _interval(run: Run, best: list[dict[str, Any]], runner: list[dict[str, Any]], key: str, higher: bool,
-              rng: np.random.Generator, resamples: int) -> tuple[float | None, float | None, str | None]:
+def _interval(
+    run: Run,
+    best: list[dict[str, Any]],
+    runner: list[dict[str, Any]],
+    key: str,
+    higher: bool,
+    rng: np.random.Generator,
+    resamples: int,
+) -> tuple[float | None, float | None, str | None]:
     if len(best) > 1 and len(runner) > 1:
         bv, rv = np.array([r[key] for r in best]), np.array([r[key] for r in runner])
         bs = bv[rng.integers(0, bv.size, (resamples, bv.size))].mean(1)
@@ -108,20 +124,31 @@ def check_objective(rows: list[dict[str, Any]], objective: str, why_absent: str 
     if any(r.get(key) is not None for r in rows):
         return
     if objective == "j_per_token":
-        raise ScheduleError("--objective j_per_token needs GPU telemetry, and this run has no energy figures"
-                            + (f" ({why_absent})" if why_absent else ""))
+        raise ScheduleError(
+            "--objective j_per_token needs GPU telemetry, and this run has no energy figures"
+            + (f" ({why_absent})" if why_absent else "")
+        )
     if objective == "usd_per_mtok":
-        raise ScheduleError("--objective usd_per_mtok needs a GPU-hour price: --gpu-hour-price USD, or "
-                            "gpu_hour_price in the cluster file")
+        raise ScheduleError(
+            "--objective usd_per_mtok needs a GPU-hour price: --gpu-hour-price USD, or "
+            "gpu_hour_price in the cluster file"
+        )
 
 
-def build_schedule(run: Run, rows: list[dict[str, Any]], meets: dict[str, bool] | None, objective: str = "throughput",
-                   resamples: int = RESAMPLES, seed: int = cmp.SEED) -> list[dict[str, Any]]:
+def build_schedule(
+    run: Run,
+    rows: list[dict[str, Any]],
+    meets: dict[str, bool] | None,
+    objective: str = "throughput",
+    resamples: int = RESAMPLES,
+    seed: int = cmp.SEED,
+) -> list[dict[str, Any]]:
     """One entry per (workload, load mode) with two or more configurations: bands, crossovers, SLO limits."""
     key, higher = OBJECTIVES[objective]
     rng = np.random.default_rng(seed)
-    groups: dict[tuple, dict[float, dict[str, list[dict[str, Any]]]]] = defaultdict(lambda: defaultdict(
-        lambda: defaultdict(list)))
+    groups: dict[tuple, dict[float, dict[str, list[dict[str, Any]]]]] = defaultdict(
+        lambda: defaultdict(lambda: defaultdict(list))
+    )
     labels: dict[str, str] = {}
     steps_of: dict[str, Any] = {}
     for r in rows:
@@ -140,19 +167,34 @@ def build_schedule(run: Run, rows: list[dict[str, Any]], meets: dict[str, bool] 
         order = sorted(levels)
         bands = []
         for i, level in enumerate(order):
-            ok = {lab: [r for r in rs if (meets is None or meets.get(r["point"])) and r.get(key) is not None]
-                  for lab, rs in levels[level].items()}
+            ok = {
+                lab: [r for r in rs if (meets is None or meets.get(r["point"])) and r.get(key) is not None]
+                for lab, rs in levels[level].items()
+            }
             ok = {lab: rs for lab, rs in ok.items() if rs}
             band: dict[str, Any] = {
-                "level": level, "up_to": order[i + 1] if i + 1 < len(order) else None, "best": None,
-                "best_steps": None, "value": None, "runner_up": None, "runner_up_value": None, "margin": None,
-                "ci_low": None, "ci_high": None, "ci_method": None, "decided": None, "candidates": len(ok),
+                "level": level,
+                "up_to": order[i + 1] if i + 1 < len(order) else None,
+                "best": None,
+                "best_steps": None,
+                "value": None,
+                "runner_up": None,
+                "runner_up_value": None,
+                "margin": None,
+                "ci_low": None,
+                "ci_high": None,
+                "ci_method": None,
+                "decided": None,
+                "candidates": len(ok),
                 # settings with no valid point at this level (not measured, or flagged invalid): the band's answer
                 # does not rank them
-                "missing": [lab for lab in configs if not levels[level].get(lab)]}
+                "missing": [lab for lab in configs if not levels[level].get(lab)],
+            }
             if ok:
-                ranked = sorted(ok.items(), key=lambda kv: -np.mean([r[key] for r in kv[1]]) if higher
-                                else np.mean([r[key] for r in kv[1]]))
+                ranked = sorted(
+                    ok.items(),
+                    key=lambda kv: -np.mean([r[key] for r in kv[1]]) if higher else np.mean([r[key] for r in kv[1]]),
+                )
                 (b_lab, b_rows) = ranked[0]
                 b_val = float(np.mean([r[key] for r in b_rows]))
                 band.update(best=b_lab, best_steps=steps_of[b_lab], value=b_val)
@@ -160,9 +202,15 @@ def build_schedule(run: Run, rows: list[dict[str, Any]], meets: dict[str, bool] 
                     r_lab, r_rows = ranked[1]
                     r_val = float(np.mean([r[key] for r in r_rows]))
                     lo, hi, method = _interval(run, b_rows, r_rows, key, higher, rng, resamples)
-                    band.update(runner_up=r_lab, runner_up_value=r_val, margin=_margin(b_val, r_val, higher),
-                                ci_low=lo, ci_high=hi, ci_method=method,
-                                decided=bool(lo is not None and lo > 0))
+                    band.update(
+                        runner_up=r_lab,
+                        runner_up_value=r_val,
+                        margin=_margin(b_val, r_val, higher),
+                        ci_low=lo,
+                        ci_high=hi,
+                        ci_method=method,
+                        decided=bool(lo is not None and lo > 0),
+                    )
             bands.append(band)
         crossovers = []
         prev = None
@@ -171,35 +219,72 @@ def build_schedule(run: Run, rows: list[dict[str, Any]], meets: dict[str, bool] 
                 continue
             if prev is not None and band["best"] != prev["best"]:
                 missing = sorted(set(prev["missing"]) | set(band["missing"]))
-                crossovers.append({"from_level": prev["level"], "to_level": band["level"], "from": prev["best"],
-                                   "to": band["best"], "from_steps": prev["best_steps"],
-                                   "to_steps": band["best_steps"], "incomplete": missing or None,
-                                   "decided": bool(band["decided"]) and not missing})
+                crossovers.append(
+                    {
+                        "from_level": prev["level"],
+                        "to_level": band["level"],
+                        "from": prev["best"],
+                        "to": band["best"],
+                        "from_steps": prev["best_steps"],
+                        "to_steps": band["best_steps"],
+                        "incomplete": missing or None,
+                        "decided": bool(band["decided"]) and not missing,
+                    }
+                )
             prev = band
         limits = []
         for lab in configs:
-            passing = [(level, r) for level in order for r in levels[level].get(lab, [])
-                       if meets is None or meets.get(r["point"])]
+            passing = [
+                (level, r)
+                for level in order
+                for r in levels[level].get(lab, [])
+                if meets is None or meets.get(r["point"])
+            ]
             top_level = max((lv for lv, _ in passing), default=None)
             at = [r for lv, r in passing if lv == top_level]
-            entry: dict[str, Any] = {"config": lab, "steps": steps_of[lab], "max_level": top_level,
-                                     "points": [r["point"] for r in at]}
+            entry: dict[str, Any] = {
+                "config": lab,
+                "steps": steps_of[lab],
+                "max_level": top_level,
+                "points": [r["point"] for r in at],
+            }
             for k in LIMIT_KEYS:
                 vals: list[Any] = [r.get(k) for r in at if r.get(k) is not None]
                 entry[k] = (vals[0] if k == "energy_source" else float(np.mean(vals))) if vals else None
             limits.append(entry)
-        out.append({"workload": workload, "load_mode": mode, "objective": objective, "key": key,
-                    "higher_is_better": higher, "bands": bands, "crossovers": crossovers, "at_slo_limit": limits})
+        out.append(
+            {
+                "workload": workload,
+                "load_mode": mode,
+                "objective": objective,
+                "key": key,
+                "higher_is_better": higher,
+                "bands": bands,
+                "crossovers": crossovers,
+                "at_slo_limit": limits,
+            }
+        )
     return out
 
 
 def schedule_rows(schedule: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The bands of every group as flat rows (CSV)."""
-    return [{"workload": s["workload"], "load_mode": s["load_mode"], "objective": s["objective"], **b}
-            for s in schedule for b in s["bands"]]
+    return [
+        {"workload": s["workload"], "load_mode": s["load_mode"], "objective": s["objective"], **b}
+        for s in schedule
+        for b in s["bands"]
+    ]
 
 
 def limit_rows(schedule: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The at-the-SLO-limit entries of every group as flat rows (CSV)."""
-    return [{"workload": s["workload"], "load_mode": s["load_mode"], **{k: v for k, v in e.items() if k != "points"},
-             "points": e["points"]} for s in schedule for e in s["at_slo_limit"]]
+    return [
+        {
+            "workload": s["workload"],
+            "load_mode": s["load_mode"],
+            **{k: v for k, v in e.items() if k != "points"},
+            "points": e["points"],
+        }
+        for s in schedule
+        for e in s["at_slo_limit"]
+    ]

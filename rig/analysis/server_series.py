@@ -67,7 +67,7 @@ def _rows_by_name(table: pa.Table) -> dict[str, np.ndarray]:
     codes = np.asarray(enc.indices.to_numpy(zero_copy_only=False))
     order = np.argsort(codes, kind="stable")
     bounds = np.searchsorted(codes[order], np.arange(len(enc.dictionary) + 1))
-    return {str(n): order[bounds[i]:bounds[i + 1]] for i, n in enumerate(enc.dictionary.to_pylist())}
+    return {str(n): order[bounds[i] : bounds[i + 1]] for i, n in enumerate(enc.dictionary.to_pylist())}
 
 
 def point_series(run: Run, point: str) -> dict[str, Series]:
@@ -142,7 +142,9 @@ def summarize_point(run: Run, p: PointInfo, series: dict[str, Series] | None = N
         cap *= dp_ranks(run, p)
     # The campaign's C=64 regression: the running batch pinned at the (speculation-lowered) cap while requests queue.
     row["at_running_cap"] = bool(
-        cap is not None and row["running_max"] is not None and row["running_max"] >= cap
+        cap is not None
+        and row["running_max"] is not None
+        and row["running_max"] >= cap
         and (row["queued_max"] or 0) > 0
     )
     return row

@@ -53,8 +53,9 @@ def cancelled_note(n_cancelled: int, cancelled: str) -> str:
     return f"{n_cancelled} cancelled request(s) {how}"
 
 
-def evaluate_slos(r: m.Requests, slos: list[m.Slo], percentile: float = DEFAULT_PERCENTILE,
-                  cancelled: str = "excluded") -> dict[str, Any]:
+def evaluate_slos(
+    r: m.Requests, slos: list[m.Slo], percentile: float = DEFAULT_PERCENTILE, cancelled: str = "excluded"
+) -> dict[str, Any]:
     """{meets, margin, per_slo: [{slo, value_s, limit_s, margin, meets}], requests, cancelled, cancelled_counted,
     note} for one point's requests (``cancelled``: one of CANCELLED_COUNTING)."""
     if cancelled not in CANCELLED_COUNTING:
@@ -64,10 +65,16 @@ def evaluate_slos(r: m.Requests, slos: list[m.Slo], percentile: float = DEFAULT_
         v = slo_values(r, s.metric, cancelled)
         value = float(np.percentile(v, percentile)) if v.size else None
         margin = (s.limit_s - value) / s.limit_s if value is not None else None
-        per.append({"slo": str(s), "metric": s.metric, "limit_s": s.limit_s,
-                    "value_s": value if value is None or value < _FAILED else None,
-                    "margin": margin if value is None or value < _FAILED else -1.0,  # margin is None iff value is
-                    "meets": value is not None and value <= s.limit_s})
+        per.append(
+            {
+                "slo": str(s),
+                "metric": s.metric,
+                "limit_s": s.limit_s,
+                "value_s": value if value is None or value < _FAILED else None,
+                "margin": margin if value is None or value < _FAILED else -1.0,  # margin is None iff value is
+                "meets": value is not None and value <= s.limit_s,
+            }
+        )
     margins = [p["margin"] for p in per if p["margin"] is not None]
     n_cancelled = int((r.cancelled & ~r.ok).sum())
     return {

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any
 
 from rich.console import Group
 from rich.table import Table
@@ -14,10 +15,34 @@ from rig.analysis.runs import Run, load_run
 
 # Keys every campaign row carries (rig report --json); documented in the README.
 CAMPAIGN_KEYS = (
-    "point", "server_config", "engine", "steps", "workload", "load_mode", "concurrency", "rate", "achieved_rate",
-    "repeat", "status", "requests", "aggregate_tok_s", "per_request_tok_s", "decode_tok_s", "tokens", "wall_s",
-    "first_send_ts", "last_end_ts", "ok", "failed", "cancelled", "accept_length", "accept_source", "flags",
-    "flag_reasons", "error", "errors",
+    "point",
+    "server_config",
+    "engine",
+    "steps",
+    "workload",
+    "load_mode",
+    "concurrency",
+    "rate",
+    "achieved_rate",
+    "repeat",
+    "status",
+    "requests",
+    "aggregate_tok_s",
+    "per_request_tok_s",
+    "decode_tok_s",
+    "tokens",
+    "wall_s",
+    "first_send_ts",
+    "last_end_ts",
+    "ok",
+    "failed",
+    "cancelled",
+    "accept_length",
+    "accept_source",
+    "flags",
+    "flag_reasons",
+    "error",
+    "errors",
 )
 
 
@@ -62,9 +87,13 @@ def group_title(rows: list[dict[str, Any]]) -> str:
 def _level_header(rows: list[dict[str, Any]]) -> tuple[str, Callable[[dict[str, Any]], str]]:
     if all(r.get("load_mode") in (None, "closed") for r in rows):
         return "Concurrency", lambda r: fmt(r.get("concurrency"), "d")
-    return "Rate (req/s)", lambda r: (
-        fmt(r.get("concurrency"), "d") + " (C)" if r.get("load_mode") in (None, "closed")
-        else fmt(r.get("rate"), ",.2f")
+    return (
+        "Rate (req/s)",
+        lambda r: (
+            fmt(r.get("concurrency"), "d") + " (C)"
+            if r.get("load_mode") in (None, "closed")
+            else fmt(r.get("rate"), ",.2f")
+        ),
     )
 
 
@@ -85,8 +114,16 @@ def render_campaign_table(rows: list[dict[str, Any]]) -> Group:
         t.add_column(header, justify="right")
         if show_repeat:
             t.add_column("Repeat", justify="right")
-        for name in ("Aggregate tok/s", "Per-request tok/s", "Decode tok/s", "Tokens", "Wall time (s)", "OK",
-                     "Failed", "Accept len"):
+        for name in (
+            "Aggregate tok/s",
+            "Per-request tok/s",
+            "Decode tok/s",
+            "Tokens",
+            "Wall time (s)",
+            "OK",
+            "Failed",
+            "Accept len",
+        ):
             t.add_column(name, justify="right")
         t.add_column("Flags")
         for r in grp:

@@ -77,5 +77,3 @@ class WindowAcceptance(BaseModel):
     accepted_tokens: float | None = None  # vLLM: tokens accepted
     accept_rate: float | None = None  # vLLM: accepted / proposed
     tokens_per_step: float | None = None  # vLLM: generated tokens per decode step over all steps
-
-

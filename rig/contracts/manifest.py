@@ -56,7 +56,7 @@ class PointEntry(BaseModel):
     generators: list[GeneratorReport] = Field(default_factory=list)
 
     @classmethod
-    def new(cls, identity: PointIdentity) -> "PointEntry":
+    def new(cls, identity: PointIdentity) -> PointEntry:
         """A pending entry for a point about to be run."""
         return cls(**identity.model_dump(), status="pending", requests_scheduled=0)
 
@@ -156,7 +156,7 @@ class Manifest(BaseModel):
     tune: dict[str, Any] | None = None  # rig tune: likewise
 
     @classmethod
-    def from_data(cls, data: dict[str, Any]) -> "Manifest":
+    def from_data(cls, data: dict[str, Any]) -> Manifest:
         """A manifest from its JSON object as read from disk: an older version is migrated, then validated."""
         return cls.model_validate(migrate(data))
 

@@ -26,8 +26,9 @@ class PointIdentity(BaseModel):
 IDENTITY_FIELDS: tuple[str, ...] = tuple(PointIdentity.model_fields)
 
 
-def point_name(config_id: str, workload: str, concurrency: int | None, rate: float | None, mode: str,
-               repeat: int) -> str:
+def point_name(
+    config_id: str, workload: str, concurrency: int | None, rate: float | None, mode: str, repeat: int
+) -> str:
     """A point's id: readable and deterministic, so a resumed sweep finds the same points."""
     level = f"c{concurrency}" if rate is None else f"r{rate:g}" + (f"c{concurrency}" if concurrency else "")
     if mode == "trace":
@@ -45,5 +46,3 @@ class PointColumns(PointIdentity):
 
     def columns(self) -> dict[str, Any]:
         return self.model_dump()
-
-

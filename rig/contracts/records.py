@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import types
 import typing
+from collections.abc import Sequence
 from dataclasses import dataclass, fields
-from typing import Annotated, Any, Sequence
+from typing import Annotated, Any
 
 from rig.contracts.errors import ContractError
-
 
 Int32 = Annotated[int, "int32"]
 Int64 = Annotated[int, "int64"]
@@ -179,5 +179,3 @@ def repair_record(row: dict[str, Any]) -> str:
 def unknown_columns(keys: Sequence[str]) -> list[str]:
     """Keys that are not request record columns."""
     return sorted(set(keys) - set(RECORD_FIELDS))
-
-

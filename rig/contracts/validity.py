@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -21,15 +22,16 @@ class Thresholds(BaseModel):
     rate_ratio: float = Field(default=0.99, gt=0)  # open loop: achieved / scheduled send rate below this
     min_window_s: float = Field(default=2.0, ge=0)  # lag or CPU over a shorter generator window is not evidence
 
-    def with_overrides(self, text: str) -> "Thresholds":
+    def with_overrides(self, text: str) -> Thresholds:
         """These thresholds with ``name=value[,name=value...]`` applied; ContractError on a bad one."""
         updates: dict[str, float] = {}
         for item in filter(None, (s.strip() for s in text.split(","))):
             name, sep, value = item.partition("=")
             name = name.strip()
             if not sep or name not in type(self).model_fields:
-                raise ContractError(f"--thresholds: {item!r} is not NAME=VALUE with NAME one of "
-                                    f"{', '.join(type(self).model_fields)}")
+                raise ContractError(
+                    f"--thresholds: {item!r} is not NAME=VALUE with NAME one of {', '.join(type(self).model_fields)}"
+                )
             try:
                 updates[name] = float(value)
             except ValueError:
@@ -45,8 +47,9 @@ class Thresholds(BaseModel):
 JUDGED_FLAGS = frozenset({"client_saturated", "schedule_slip", "rate_shortfall", "generator_lost", "server_died"})
 
 
-def judge_point(load_mode: str | None, generators: Sequence[GeneratorReport], thresholds: Thresholds,
-                server_died: str | None = None) -> dict[str, str]:
+def judge_point(
+    load_mode: str | None, generators: Sequence[GeneratorReport], thresholds: Thresholds, server_died: str | None = None
+) -> dict[str, str]:
     """The point's validity flags, each with the figure that tripped it: the one place these rules live.
 
     A generator saturated (CPU share or event-loop lag over a window long enough to mean something), an open loop
@@ -65,8 +68,9 @@ def judge_point(load_mode: str | None, generators: Sequence[GeneratorReport], th
             if (g.cpu_pct or 0) >= t.cpu_pct:
                 why["client_saturated"] = f"{name} used {g.cpu_pct:.0f}% CPU (limit {t.cpu_pct:.0f}%){over}"
             elif (g.loop_lag_p99_ms or 0) > t.loop_lag_p99_ms:
-                why["client_saturated"] = (f"{name} event-loop lag p99 {g.loop_lag_p99_ms:.0f} ms "
-                                           f"(limit {t.loop_lag_p99_ms:.0f} ms)")
+                why["client_saturated"] = (
+                    f"{name} event-loop lag p99 {g.loop_lag_p99_ms:.0f} ms (limit {t.loop_lag_p99_ms:.0f} ms)"
+                )
         if not open_loop:
             continue
         slip_ms = 1e3 * (g.slip_p99_s or 0)

@@ -45,8 +45,14 @@ class LoadGenerator:
         return spool.fill(template, self.host, self.node_ip, self.node_id)
 
     async def info(self) -> dict[str, Any]:
-        return {"generator": self.generator, "host": self.host, "node_ip": self.node_ip, "node_id": self.node_id,
-                "pid": os.getpid(), "spool_root": str(self.spool_root)}
+        return {
+            "generator": self.generator,
+            "host": self.host,
+            "node_ip": self.node_ip,
+            "node_id": self.node_id,
+            "pid": os.getpid(),
+            "spool_root": str(self.spool_root),
+        }
 
     async def sees(self, path: str, token: str) -> bool:
         """Whether this host sees the driver's file at ``path`` holding ``token`` (same host or a shared FS)."""

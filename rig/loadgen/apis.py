@@ -113,8 +113,12 @@ def _vllm_speculative_fields(sd: dict[str, Any]) -> dict[str, Any]:
     steps, accepted, drafted = sd.get("num_spec_steps"), sd.get("num_accepted_draft_tokens"), sd.get("num_draft_tokens")
     if not all(isinstance(x, int) for x in (steps, accepted, drafted)) or steps <= 0:
         return {}
-    return {"spec_verify_ct": steps, "spec_accepted_drafts": accepted, "spec_proposed_drafts": drafted,
-            "spec_accept_length": 1.0 + accepted / steps}
+    return {
+        "spec_verify_ct": steps,
+        "spec_accepted_drafts": accepted,
+        "spec_proposed_drafts": drafted,
+        "spec_accept_length": 1.0 + accepted / steps,
+    }
 
 
 def _server_timestamps(meta: dict[str, Any]) -> dict[str, float]:
@@ -191,12 +195,14 @@ class SGLangNative(Api):
             params["top_k"] = turn.top_k
         if turn.seed is not None:
             params["sampling_seed"] = turn.seed
-        return self.dialect.finish({
-            "text": render_messages([*history, *turn.messages]),
-            "sampling_params": params,
-            "stream": True,
-            "rid": turn.request_id,
-        })
+        return self.dialect.finish(
+            {
+                "text": render_messages([*history, *turn.messages]),
+                "sampling_params": params,
+                "stream": True,
+                "rid": turn.request_id,
+            }
+        )
 
     def fold(self, obj: Any, state: StreamState) -> int:
         obj = _event_object(obj)
@@ -271,8 +277,14 @@ class _OpenAIBase(Api):
 
     def fold(self, obj: Any, state: StreamState) -> int:
         # The common event, one choice and nothing else to look at: straight to it.
-        if type(obj) is dict and obj.get("usage") is None and obj.get("error") is None \
-                and obj.get("sglext") is None and obj.get("metrics") is None and obj.get("object") != "error":
+        if (
+            type(obj) is dict
+            and obj.get("usage") is None
+            and obj.get("error") is None
+            and obj.get("sglext") is None
+            and obj.get("metrics") is None
+            and obj.get("object") != "error"
+        ):
             choices = obj.get("choices")
             if type(choices) is list and choices and type(choices[0]) is dict:
                 return self._fold_choice(choices[0], None, state)
@@ -371,8 +383,14 @@ class OpenAICompletions(_OpenAIBase):
         parts = state.text_parts
         i = 0
         for e in events:
-            if e.usage is not None or e.error is not None or e.sglext is not None or e.metrics is not None \
-                    or e.kind == "error" or not e.choices:
+            if (
+                e.usage is not None
+                or e.error is not None
+                or e.sglext is not None
+                or e.metrics is not None
+                or e.kind == "error"
+                or not e.choices
+            ):
                 break
             choice = e.choices[0]
             text = choice.text
@@ -401,7 +419,7 @@ class OpenAICompletions(_OpenAIBase):
                 pos = len(array)
                 for _ in range(count - i):
                     pos = array.rfind(b",\n", 0, pos)
-                objs = orjson.loads(b"[" + array[pos + 2:])
+                objs = orjson.loads(b"[" + array[pos + 2 :])
         except orjson.JSONDecodeError:
             return i
         self.fold_all(objs, state, tokens)

@@ -47,8 +47,12 @@ def _rng(seed: int | np.random.Generator) -> np.random.Generator:
 
 
 def _check_rate(rate: float) -> float:
-    if isinstance(rate, bool) or not isinstance(rate, (int, float, np.floating, np.integer)) \
-            or not math.isfinite(rate) or not 1e-9 <= rate <= 1e9:
+    if (
+        isinstance(rate, bool)
+        or not isinstance(rate, (int, float, np.floating, np.integer))
+        or not math.isfinite(rate)
+        or not 1e-9 <= rate <= 1e9
+    ):
         # Outside these bounds offsets overflow or collapse to zero: a unit mistake, not a load pattern.
         raise ValueError(f"arrival rate must be a finite number > 0 requests/s, within [1e-9, 1e9] (got {rate!r})")
     return float(rate)
@@ -59,8 +63,12 @@ def _check_bounds(n: int | None, duration_s: float | None) -> None:
         raise ValueError("give exactly one of n (a request count) or duration_s")
     if n is not None and (isinstance(n, bool) or not isinstance(n, (int, np.integer)) or not 0 <= n <= MAX_ARRIVALS):
         raise ValueError(f"arrival count n must be an integer in [0, {MAX_ARRIVALS}] (got {n!r})")
-    if duration_s is not None and (isinstance(duration_s, bool) or not isinstance(duration_s, (int, float))
-                                   or not math.isfinite(duration_s) or duration_s <= 0):
+    if duration_s is not None and (
+        isinstance(duration_s, bool)
+        or not isinstance(duration_s, (int, float))
+        or not math.isfinite(duration_s)
+        or duration_s <= 0
+    ):
         raise ValueError(f"arrival duration_s must be a finite number > 0 (got {duration_s!r})")
 
 
@@ -71,8 +79,9 @@ def cv_from_burstiness(burstiness: float) -> float:
     return 1.0 / math.sqrt(burstiness)
 
 
-def _from_unit_gaps(draw: Callable[[int], np.ndarray], rate: float, n: int | None,
-                    duration_s: float | None) -> np.ndarray:
+def _from_unit_gaps(
+    draw: Callable[[int], np.ndarray], rate: float, n: int | None, duration_s: float | None
+) -> np.ndarray:
     """Offsets from unit-mean gaps: the first at 0, then cumulative gaps / rate; for n or for [0, duration_s)."""
     if n is not None:
         if n == 0:
@@ -95,8 +104,9 @@ def _from_unit_gaps(draw: Callable[[int], np.ndarray], rate: float, n: int | Non
     return offsets[offsets < duration_s]
 
 
-def poisson(rate: float, *, n: int | None = None, duration_s: float | None = None,
-            seed: int | np.random.Generator = 0) -> np.ndarray:
+def poisson(
+    rate: float, *, n: int | None = None, duration_s: float | None = None, seed: int | np.random.Generator = 0
+) -> np.ndarray:
     """Poisson arrivals at ``rate`` per second: exponential gaps of mean 1 / rate."""
     rate = _check_rate(rate)
     _check_bounds(n, duration_s)
@@ -104,8 +114,14 @@ def poisson(rate: float, *, n: int | None = None, duration_s: float | None = Non
     return _from_unit_gaps(rng.standard_exponential, rate, n, duration_s)
 
 
-def gamma(rate: float, cv: float, *, n: int | None = None, duration_s: float | None = None,
-          seed: int | np.random.Generator = 0) -> np.ndarray:
+def gamma(
+    rate: float,
+    cv: float,
+    *,
+    n: int | None = None,
+    duration_s: float | None = None,
+    seed: int | np.random.Generator = 0,
+) -> np.ndarray:
     """Gamma arrivals: gaps of mean 1 / rate and coefficient of variation ``cv`` (shape 1 / cv**2)."""
     rate = _check_rate(rate)
     _check_bounds(n, duration_s)
@@ -123,8 +139,9 @@ def constant(rate: float, *, n: int | None = None, duration_s: float | None = No
     if n is None:
         assert duration_s is not None
         if rate * duration_s > MAX_ARRIVALS:
-            raise ValueError(f"rate x duration_s = {rate * duration_s:.0f} arrivals exceeds the limit of "
-                             f"{MAX_ARRIVALS}")
+            raise ValueError(
+                f"rate x duration_s = {rate * duration_s:.0f} arrivals exceeds the limit of {MAX_ARRIVALS}"
+            )
         n = int(math.ceil(rate * duration_s))
         offsets = np.arange(n) / rate
         return offsets[offsets < duration_s]
@@ -152,8 +169,15 @@ def trace(timestamps: Sequence[float] | np.ndarray, speed: float = 1.0) -> np.nd
     return (ts - ts[0]) / float(speed)
 
 
-def schedule(pattern: Pattern, rate: float, *, cv: float = 1.0, n: int | None = None,
-             duration_s: float | None = None, seed: int | np.random.Generator = 0) -> np.ndarray:
+def schedule(
+    pattern: Pattern,
+    rate: float,
+    *,
+    cv: float = 1.0,
+    n: int | None = None,
+    duration_s: float | None = None,
+    seed: int | np.random.Generator = 0,
+) -> np.ndarray:
     """One entry point for the driver: ``pattern`` at ``rate`` for ``n`` arrivals or ``duration_s`` seconds."""
     if pattern == "poisson":
         return poisson(rate, n=n, duration_s=duration_s, seed=seed)
@@ -164,8 +188,15 @@ def schedule(pattern: Pattern, rate: float, *, cv: float = 1.0, n: int | None = 
     raise ValueError(f"arrival pattern must be poisson, gamma or constant (got {pattern!r})")
 
 
-def arrival_offsets(mode: str, *, rate: float, n: int | None = None, duration_s: float | None = None,
-                    seed: int | np.random.Generator = 0, burstiness: float = 1.0) -> np.ndarray:
+def arrival_offsets(
+    mode: str,
+    *,
+    rate: float,
+    n: int | None = None,
+    duration_s: float | None = None,
+    seed: int | np.random.Generator = 0,
+    burstiness: float = 1.0,
+) -> np.ndarray:
     """``schedule`` under the run spec's names: ``mode`` poisson|gamma|constant, ``burstiness`` = the gamma CV."""
     return schedule(mode, rate, cv=burstiness, n=n, duration_s=duration_s, seed=seed)  # type: ignore[arg-type]
 
@@ -190,5 +221,9 @@ def stats(offsets: np.ndarray) -> dict[str, float]:
     if gaps.size == 0:
         return {"n": float(len(offsets)), "rate": float("nan"), "mean_gap": float("nan"), "cv": float("nan")}
     mean = float(gaps.mean())
-    return {"n": float(len(offsets)), "rate": 1.0 / mean if mean > 0 else float("inf"), "mean_gap": mean,
-            "cv": float(gaps.std() / mean) if mean > 0 else float("nan")}
+    return {
+        "n": float(len(offsets)),
+        "rate": 1.0 / mean if mean > 0 else float("inf"),
+        "mean_gap": mean,
+        "cv": float(gaps.std() / mean) if mean > 0 else float("nan"),
+    }

@@ -21,7 +21,6 @@ from rig.loadgen.refusals import http_error
 from rig.loadgen.sse import SSEBytesParser, array_events
 from rig.workloads.base import Turn
 
-
 _log = logging.getLogger(__name__)
 
 
@@ -172,7 +171,7 @@ def _no_usage(out: Outcome, api: Api) -> Outcome:
 
 
 async def stream_request(
-    http: "aiohttp.ClientSession | http1.Pool",
+    http: aiohttp.ClientSession | http1.Pool,
     base_url: str,
     api: Api,
     turn: Turn,
@@ -252,11 +251,34 @@ class LeanRequest:
     writes first, as a request built on the spot does.
     """
 
-    __slots__ = ("pool", "api", "timeouts", "host", "port", "request", "out", "conn", "sink", "fin", "reused",
-                 "first_at", "total_at", "deadline")
+    __slots__ = (
+        "pool",
+        "api",
+        "timeouts",
+        "host",
+        "port",
+        "request",
+        "out",
+        "conn",
+        "sink",
+        "fin",
+        "reused",
+        "first_at",
+        "total_at",
+        "deadline",
+    )
 
-    def __init__(self, pool: http1.Pool, base_url: str, api: Api, turn: Turn, history: list[dict[str, str]],
-                 model: str, timeouts: Timeouts, headers: dict[str, str] | None) -> None:
+    def __init__(
+        self,
+        pool: http1.Pool,
+        base_url: str,
+        api: Api,
+        turn: Turn,
+        history: list[dict[str, str]],
+        model: str,
+        timeouts: Timeouts,
+        headers: dict[str, str] | None,
+    ) -> None:
         body = orjson.dumps(api.payload(turn, history, model))
         self.host, self.port, prefix = _split(base_url)
         self.request = http1.build_request(self.host, self.port, prefix + api.path, body, headers)
@@ -368,8 +390,16 @@ class LeanRequest:
             conn.detach()
 
 
-async def _stream_lean(pool: http1.Pool, base_url: str, api: Api, turn: Turn, history: list[dict[str, str]],
-                       model: str, timeouts: Timeouts, headers: dict[str, str] | None) -> Outcome:
+async def _stream_lean(
+    pool: http1.Pool,
+    base_url: str,
+    api: Api,
+    turn: Turn,
+    history: list[dict[str, str]],
+    model: str,
+    timeouts: Timeouts,
+    headers: dict[str, str] | None,
+) -> Outcome:
     return await LeanRequest(pool, base_url, api, turn, history, model, timeouts, headers).run()
 
 
@@ -390,8 +420,13 @@ def reuse_trace() -> aiohttp.TraceConfig:
     return trace
 
 
-async def _post(session: aiohttp.ClientSession, url: str, body: dict[str, Any], headers: dict[str, str] | None,
-                timeout: aiohttp.ClientTimeout) -> aiohttp.ClientResponse:
+async def _post(
+    session: aiohttp.ClientSession,
+    url: str,
+    body: dict[str, Any],
+    headers: dict[str, str] | None,
+    timeout: aiohttp.ClientTimeout,
+) -> aiohttp.ClientResponse:
     """POST, sent once more when it went out on a reused keep-alive connection that the server had closed (SGLang
     closes one idle for 5 s: environ.py SGLANG_TIMEOUT_KEEP_ALIVE, uvicorn's timeout_keep_alive) and no byte of a
     response came: a server closes an idle connection only when no request is on it, so nothing was processed. A
@@ -430,8 +465,10 @@ async def _stream_aiohttp(
     first_at = loop.time() + min(timeouts.first_token_s, timeouts.total_s)
     total_at = loop.time() + timeouts.total_s
     try:
-        async with asyncio.timeout_at(first_at) as deadline, \
-                await _post(session, base_url + api.path, body, headers, timeout) as resp:
+        async with (
+            asyncio.timeout_at(first_at) as deadline,
+            await _post(session, base_url + api.path, body, headers, timeout) as resp,
+        ):
             out.http_status = resp.status
             if resp.status != 200:
                 text = (await resp.text(errors="replace"))[:4096].replace("\n", " ")

@@ -24,18 +24,69 @@ DialectName = Literal["plain", "sglang", "vllm"]
 # types/chat/completion_create_params.py (CompletionCreateParamsBase plus ``stream``). ``stream_options`` holds
 # ``include_usage`` and ``include_obfuscation`` (types/chat/chat_completion_stream_options_param.py).
 OPENAI_FIELDS: dict[str, frozenset[str]] = {
-    "/v1/completions": frozenset({
-        "model", "prompt", "best_of", "echo", "frequency_penalty", "logit_bias", "logprobs", "max_tokens", "n",
-        "presence_penalty", "seed", "stop", "stream", "stream_options", "suffix", "temperature", "top_p", "user",
-    }),
-    "/v1/chat/completions": frozenset({
-        "messages", "model", "audio", "frequency_penalty", "function_call", "functions", "logit_bias", "logprobs",
-        "max_completion_tokens", "max_tokens", "metadata", "modalities", "moderation", "n", "parallel_tool_calls",
-        "prediction", "presence_penalty", "prompt_cache_key", "prompt_cache_options", "prompt_cache_retention",
-        "reasoning_effort", "response_format", "safety_identifier", "seed", "service_tier", "stop", "store",
-        "stream", "stream_options", "temperature", "tool_choice", "tools", "top_logprobs", "top_p", "user",
-        "verbosity", "web_search_options",
-    }),
+    "/v1/completions": frozenset(
+        {
+            "model",
+            "prompt",
+            "best_of",
+            "echo",
+            "frequency_penalty",
+            "logit_bias",
+            "logprobs",
+            "max_tokens",
+            "n",
+            "presence_penalty",
+            "seed",
+            "stop",
+            "stream",
+            "stream_options",
+            "suffix",
+            "temperature",
+            "top_p",
+            "user",
+        }
+    ),
+    "/v1/chat/completions": frozenset(
+        {
+            "messages",
+            "model",
+            "audio",
+            "frequency_penalty",
+            "function_call",
+            "functions",
+            "logit_bias",
+            "logprobs",
+            "max_completion_tokens",
+            "max_tokens",
+            "metadata",
+            "modalities",
+            "moderation",
+            "n",
+            "parallel_tool_calls",
+            "prediction",
+            "presence_penalty",
+            "prompt_cache_key",
+            "prompt_cache_options",
+            "prompt_cache_retention",
+            "reasoning_effort",
+            "response_format",
+            "safety_identifier",
+            "seed",
+            "service_tier",
+            "stop",
+            "store",
+            "stream",
+            "stream_options",
+            "temperature",
+            "tool_choice",
+            "tools",
+            "top_logprobs",
+            "top_p",
+            "user",
+            "verbosity",
+            "web_search_options",
+        }
+    ),
 }
 OPENAI_STREAM_OPTIONS = frozenset({"include_usage", "include_obfuscation"})
 
@@ -122,11 +173,15 @@ def limits(dialect: Dialect, sampling: Iterable[tuple[str, dict[str, Any]]]) -> 
     out = []
     for name, s in sampling:
         if s.get("ignore_eos") and not dialect.ignore_eos:
-            out.append(f"workload {name} asks for a fixed output length (ignore_eos), which the {dialect.name} "
-                       f"dialect cannot send: its requests end at the model's EOS (counted: flag ended_early)")
+            out.append(
+                f"workload {name} asks for a fixed output length (ignore_eos), which the {dialect.name} "
+                f"dialect cannot send: its requests end at the model's EOS (counted: flag ended_early)"
+            )
         if (s.get("top_k") or 0) > 0 and not dialect.top_k:
-            out.append(f"workload {name} sets top_k={s['top_k']}, which the {dialect.name} dialect cannot send: the "
-                       f"server samples with its own top_k (the records keep the workload's value)")
+            out.append(
+                f"workload {name} sets top_k={s['top_k']}, which the {dialect.name} dialect cannot send: the "
+                f"server samples with its own top_k (the records keep the workload's value)"
+            )
     return out
 
 

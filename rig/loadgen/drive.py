@@ -22,19 +22,16 @@ from typing import Any
 import aiohttp
 import numpy as np
 
+from rig.contracts import GeneratorReport, GeneratorStatus, RecordCounts, achieved_rate, check_record, repair_record
 from rig.loadgen import http1
 from rig.loadgen.apis import api_for
-from rig.loadgen.client import (LeanRequest, Outcome, request_fields, reuse_trace, stream_request,
-                               unexpected_error)
-from rig.loadgen.health import LoopMonitor
+from rig.loadgen.client import LeanRequest, Outcome, request_fields, reuse_trace, stream_request, unexpected_error
 from rig.loadgen.gc_gaps import GapCollector
+from rig.loadgen.health import LoopMonitor
 from rig.loadgen.pacer import Pacer
 from rig.loadgen.plan import GeneratorPlan
-from rig.contracts import (GeneratorReport, GeneratorStatus, RecordCounts, achieved_rate, check_record,
-                           repair_record)
 from rig.results import REQUEST_SCHEMA, PartWriter, empty_record, requests_dir
 from rig.workloads.base import Session, Turn
-
 
 Http = "http1.Pool | aiohttp.ClientSession"
 _log = logging.getLogger(__name__)
@@ -58,7 +55,7 @@ WARM_REFILL = 32  # on its task, behind every read of that turn of the loop: ten
 HTTP_CLIENT_ENV = "RIG_HTTP_CLIENT"  # "lean" (default) or "aiohttp"
 
 
-def make_session(kind: str | None = None) -> "http1.Pool | aiohttp.ClientSession":
+def make_session(kind: str | None = None) -> http1.Pool | aiohttp.ClientSession:
     """One HTTP client per generator: the lean HTTP/1.1 client (default) or aiohttp, behind one interface.
 
     Neither caps connections below the concurrency (aiohttp's default cap of 100 is lifted).
@@ -123,12 +120,21 @@ class PointRun:
         self.api = api_for(plan.point.api, plan.dialect)
         self.host = host
         self.clock_offset_s = clock_offset_s
-        self.writer = PartWriter(requests_dir(Path(out_root), plan.point.point, plan.generator), REQUEST_SCHEMA,
-                                 repair=self._repaired)
+        self.writer = PartWriter(
+            requests_dir(Path(out_root), plan.point.point, plan.generator), REQUEST_SCHEMA, repair=self._repaired
+        )
         self.timeouts = plan.timeouts
         self.headers = dict(plan.extra_headers)
-        self.counts = {"scheduled": 0, "ok": 0, "failed": 0, "cancelled": 0, "in_flight": 0, "tokens": 0,
-                       "ended_early": 0, "tokens_estimated": 0}
+        self.counts = {
+            "scheduled": 0,
+            "ok": 0,
+            "failed": 0,
+            "cancelled": 0,
+            "in_flight": 0,
+            "tokens": 0,
+            "ended_early": 0,
+            "tokens_estimated": 0,
+        }
         self.slips: list[float] = []
         self._refused = 0  # consecutive connection failures
         self.unreachable = False
@@ -136,8 +142,12 @@ class PointRun:
         self.send_span = [float("inf"), float("-inf")]  # first and last send of every record (achieved_rate)
         self._anchor_wall = time.time()
         self._anchor_mono = time.perf_counter()
-        self._common = {**plan.point.columns(), "generator": plan.generator, "host": host,
-                        "clock_offset_s": clock_offset_s}
+        self._common = {
+            **plan.point.columns(),
+            "generator": plan.generator,
+            "host": host,
+            "clock_offset_s": clock_offset_s,
+        }
         self.started_mono: float | None = None
         self.ended_mono: float | None = None
         self.cancel_reason = "cancelled: the run was stopped"  # what a cancelled in-flight request records
@@ -205,8 +215,13 @@ class PointRun:
             self.counts["failed"] += 1
         if was == "ok":
             self.counts["tokens"] -= int(tokens or 0)  # as _record counted it
-        _log.warning("point %s, generator %d: request %s repaired: %s", self.plan.point.point, self.plan.generator,
-                     row.get("request_id"), error)
+        _log.warning(
+            "point %s, generator %d: request %s repaired: %s",
+            self.plan.point.point,
+            self.plan.generator,
+            row.get("request_id"),
+            error,
+        )
 
     def _record_or_fail(self, session: Session, j: int, turn: Turn, intended: float, out: Outcome) -> Outcome:
         """Record a turn; an outcome that does not make a record (a bug) is recorded as that turn's failure."""
@@ -215,8 +230,13 @@ class PointRun:
             return out
         except Exception as e:
             _log.warning("request %s: its record could not be made", turn.request_id, exc_info=e)
-            failed = Outcome(send_mono=out.send_mono, end_mono=out.end_mono, http_status=out.http_status,
-                             status="failed", error=unexpected_error(e))
+            failed = Outcome(
+                send_mono=out.send_mono,
+                end_mono=out.end_mono,
+                http_status=out.http_status,
+                status="failed",
+                error=unexpected_error(e),
+            )
             self._record(session, j, turn, intended, failed)
             return failed
 
@@ -227,8 +247,9 @@ class PointRun:
         self._record(session, j, turn, now, out, sent=False)
 
     # ---------------------------------------------------------------- sending
-    async def _run_session(self, http: Http, session: Session, intended: float,
-                           deadline: float | None, first: LeanRequest | None = None) -> None:
+    async def _run_session(
+        self, http: Http, session: Session, intended: float, deadline: float | None, first: LeanRequest | None = None
+    ) -> None:
         """Every turn of one session, each a record; ``first``: the first turn, built ahead (and maybe sent)."""
         history: list[dict[str, str]] = []
         self.counts["scheduled"] += session.n_requests
@@ -251,13 +272,18 @@ class PointRun:
                 if j == 0 and first is not None:
                     out = await first.run()
                 else:
-                    out = await stream_request(http, self.plan.url, self.api, turn, history, self.plan.model,
-                                               self.timeouts, self.headers)
+                    out = await stream_request(
+                        http, self.plan.url, self.api, turn, history, self.plan.model, self.timeouts, self.headers
+                    )
             except asyncio.CancelledError:
                 now = time.perf_counter()
-                self._record(session, j, turn, intended,
-                             Outcome(send_mono=min(intended, now), end_mono=now, status="cancelled",
-                                     error=self.cancel_reason))
+                self._record(
+                    session,
+                    j,
+                    turn,
+                    intended,
+                    Outcome(send_mono=min(intended, now), end_mono=now, status="cancelled", error=self.cancel_reason),
+                )
                 for k in range(j + 1, session.n_requests):
                     self._skip(session, k, session.turns[k], f"not sent: {self.cancel_reason}")
                 raise
@@ -355,8 +381,9 @@ class PointRun:
             """Lean client: idle connections below WARM_LOW are topped up by a task, off the sender's path."""
             nonlocal refill
             assert pool is not None and addr is not None
-            if refill is not None and (not refill.done() or refill.cancelled() or refill.exception() is not None
-                                       or refill.result() == 0):
+            if refill is not None and (
+                not refill.done() or refill.cancelled() or refill.exception() is not None or refill.result() == 0
+            ):
                 return  # one refill at a time; none after one that could open nothing (each request will say why)
             if pool.idle(*addr) < WARM_LOW and not (slots and pool.size >= slots):
                 refill = loop.create_task(pool.warm(*addr, WARM_REFILL, self.timeouts.connect_s))
@@ -462,15 +489,21 @@ class PointRun:
         except Exception:
             return None
 
-    def _cancelled_before_start(self, item: "_Due") -> None:
+    def _cancelled_before_start(self, item: _Due) -> None:
         session, now = item.session, time.perf_counter()
         self.counts["scheduled"] += session.n_requests
         sent = item.request is not None and item.request.out is not None  # written by the timer's callback
         send = item.request.out.send_mono if sent else now
         if item.request is not None:
             item.request.abandon()
-        self._record(session, 0, session.turns[0], item.due,
-                     Outcome(send_mono=send, end_mono=now, status="cancelled", error=self.cancel_reason), sent=sent)
+        self._record(
+            session,
+            0,
+            session.turns[0],
+            item.due,
+            Outcome(send_mono=send, end_mono=now, status="cancelled", error=self.cancel_reason),
+            sent=sent,
+        )
         for k in range(1, session.n_requests):
             self._skip(session, k, session.turns[k], f"not sent: {self.cancel_reason}")
 
@@ -511,8 +544,13 @@ class PointRun:
             _log.warning("point %s, generator %d: %s: %s", self.plan.point.point, self.plan.generator, part, why)
         else:
             why = f"cannot write part file: {unexpected_error(e)}"
-            _log.error("point %s, generator %d: %s could not be made", self.plan.point.point, self.plan.generator,
-                       part, exc_info=e)
+            _log.error(
+                "point %s, generator %d: %s could not be made",
+                self.plan.point.point,
+                self.plan.generator,
+                part,
+                exc_info=e,
+            )
         return why
 
     async def _flush_due(self) -> None:
@@ -539,7 +577,7 @@ class PointRun:
         del table
         for end in range(len(rows), 0, -FREE_SLICE):  # releasing 5,000 records at once held the loop ~8 ms
             await self._gap(FLUSH_GAP_S)
-            del rows[max(0, end - FREE_SLICE):end]
+            del rows[max(0, end - FREE_SLICE) : end]
 
     async def _gap(self, need_s: float) -> None:
         """Yield to the loop; then, in the open loop, wait until no send is due within ``need_s`` (at most
@@ -569,8 +607,9 @@ class PointRun:
         for session in self.plan.warmup:
             history: list[dict[str, str]] = []
             for turn in session.turns:
-                out = await stream_request(http, self.plan.url, self.api, turn, history, self.plan.model,
-                                           self.timeouts, self.headers)
+                out = await stream_request(
+                    http, self.plan.url, self.api, turn, history, self.plan.model, self.timeouts, self.headers
+                )
                 self.warm_ok += out.status == "ok"
         return self.warm_ok
 
@@ -608,8 +647,9 @@ class PointRun:
                 await asyncio.sleep(delay)
             monitor.start()
             self.started_mono = max(time.perf_counter(), start_mono)
-            level = self._closed_loop(http, start_mono) if self.plan.arrivals is None \
-                else self._open_loop(http, start_mono)
+            level = (
+                self._closed_loop(http, start_mono) if self.plan.arrivals is None else self._open_loop(http, start_mono)
+            )
             await self._bounded(level, start_mono)
             if self.unreachable:
                 status = "partial"
@@ -618,8 +658,12 @@ class PointRun:
             status, error = "interrupted", "stopped before the level ended"
         except Exception as e:  # a bug in the level's own machinery: end the point, keep every record taken
             status, error = "failed", f"level stopped: {unexpected_error(e)}"
-            _log.error("point %s, generator %d: the level stopped on an unexpected exception",
-                       self.plan.point.point, self.plan.generator, exc_info=e)
+            _log.error(
+                "point %s, generator %d: the level stopped on an unexpected exception",
+                self.plan.point.point,
+                self.plan.generator,
+                exc_info=e,
+            )
         finally:
             gc.unfreeze()
             self.ended_mono = time.perf_counter()

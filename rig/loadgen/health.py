@@ -9,7 +9,6 @@ import time
 import numpy as np
 import psutil
 
-
 RESERVOIR = 100_000  # lag samples kept (about 17 minutes at one per 10 ms, then sampled uniformly)
 
 

@@ -23,8 +23,9 @@ import struct
 import sys
 import time
 from collections import deque
+from collections.abc import Sequence
 from operator import ne
-from typing import Protocol, Sequence
+from typing import Protocol
 from urllib.parse import urlsplit
 
 MAX_HEAD = 64 * 1024  # a response head larger than this is not one the rig can accept
@@ -68,8 +69,8 @@ def whole_chunks(data: bytes, pos: int, body: list[bytes]) -> int:
     k = (len(parts) - 1) >> 1  # (size line, data) pairs both followed by CRLF
     if not k:
         return pos
-    sizes = parts[0:2 * k:2]
-    datas = parts[1:2 * k:2]
+    sizes = parts[0 : 2 * k : 2]
+    datas = parts[1 : 2 * k : 2]
     lens = list(map(len, datas))
     hexes = list(map(_HEX_SIZES.__getitem__, lens))
     j = k if sizes == hexes else list(map(ne, sizes, hexes)).index(True)
@@ -116,8 +117,9 @@ class _Socket:
     the transport calls the connection uses: ``write`` and ``close``.
     """
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, sock: socket.socket, conn: "_Conn",
-                 bufs: list[memoryview]) -> None:
+    def __init__(
+        self, loop: asyncio.AbstractEventLoop, sock: socket.socket, conn: _Conn, bufs: list[memoryview]
+    ) -> None:
         self.loop, self.sock, self.conn, self.bufs = loop, sock, conn, bufs  # bufs: the pool's read buffer, shared
         self.fd = sock.fileno()
         self.out: bytes | memoryview = b""  # the part of a write the kernel has not taken yet
@@ -132,7 +134,7 @@ class _Socket:
         loop.add_reader(self.fd, self._readable)
 
     @classmethod
-    async def open(cls, host: str, port: int, conn: "_Conn", bufs: list[memoryview]) -> "_Socket":
+    async def open(cls, host: str, port: int, conn: _Conn, bufs: list[memoryview]) -> _Socket:
         """Connect to the first address of host:port that answers (raises OSError as ``create_connection`` does)."""
         loop = asyncio.get_running_loop()
         infos: Sequence[tuple]
@@ -240,7 +242,7 @@ class _Socket:
 class _Conn:
     """One keep-alive connection; parses the response head and chunked / sized / close-delimited bodies."""
 
-    def __init__(self, pool: "Pool") -> None:
+    def __init__(self, pool: Pool) -> None:
         self.pool = pool
         self.transport: _Socket | None = None
         self.sink: Sink | None = None
@@ -304,7 +306,7 @@ class _Conn:
             if st == "data" or st == "sized":
                 take = min(self._left, n - pos)
                 if take:
-                    body.append(data[pos:pos + take])
+                    body.append(data[pos : pos + take])
                 self._left -= take
                 pos += take
                 if self._left == 0:
@@ -318,7 +320,7 @@ class _Conn:
             elif st == "crlf":
                 if n - pos < 2:
                     break
-                if data[pos:pos + 2] != b"\r\n":
+                if data[pos : pos + 2] != b"\r\n":
                     raise HTTPError("bad chunked encoding: chunk not followed by CRLF")
                 pos += 2
                 self._state = "size"
@@ -342,9 +344,9 @@ class _Conn:
                 if size == 0:
                     self._state = "trailer"
                 elif pos + size + 2 <= n:  # the whole chunk is in this read (the common case): take it at once
-                    if data[pos + size:pos + size + 2] != b"\r\n":
+                    if data[pos + size : pos + size + 2] != b"\r\n":
                         raise HTTPError("bad chunked encoding: chunk not followed by CRLF")
-                    body.append(data[pos:pos + size])
+                    body.append(data[pos : pos + size])
                     pos += size + 2
                 else:
                     self._left = size
@@ -505,8 +507,9 @@ class Pool:
         idle = self._idle.setdefault((host, port), deque())
         want = n - sum(not c.broken for c in idle)
         if want > 0:
-            got = await asyncio.gather(*(self._connect(host, port, connect_s) for _ in range(want)),
-                                       return_exceptions=True)
+            got = await asyncio.gather(
+                *(self._connect(host, port, connect_s) for _ in range(want)), return_exceptions=True
+            )
             for conn in got:
                 if isinstance(conn, _Conn):
                     self._release(conn)
@@ -528,7 +531,7 @@ class Pool:
         self._idle.clear()
         await asyncio.sleep(0)  # let the transports run their close callbacks
 
-    async def __aenter__(self) -> "Pool":
+    async def __aenter__(self) -> Pool:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -545,8 +548,13 @@ def split_url(url: str) -> tuple[str, int, str]:
 
 def build_request(host: str, port: int, path: str, body: bytes, headers: dict[str, str] | None) -> bytes:
     """The bytes of one POST with a JSON body (keep-alive)."""
-    head = [f"POST {path} HTTP/1.1", f"Host: {host}:{port}", "Content-Type: application/json",
-            "Accept: text/event-stream", f"Content-Length: {len(body)}"]
+    head = [
+        f"POST {path} HTTP/1.1",
+        f"Host: {host}:{port}",
+        "Content-Type: application/json",
+        "Accept: text/event-stream",
+        f"Content-Length: {len(body)}",
+    ]
     for k, v in (headers or {}).items():
         if "\r" in k or "\n" in k or "\r" in v or "\n" in v:
             raise ValueError(f"header {k!r} holds a line break")

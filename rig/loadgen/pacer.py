@@ -17,7 +17,7 @@ import math
 import os
 import sys
 import time
-from typing import Callable
+from collections.abc import Callable
 
 SPIN_S = 0.0015  # fallback: sleep until this close, then yield until due
 _CLOCK_MONOTONIC = 1
@@ -36,8 +36,10 @@ class _Itimerspec(ctypes.Structure):
 
 @functools.cache
 def _libc():  # loaded once: find_library runs ldconfig, milliseconds a level's first send should not wait for
-    if not sys.platform.startswith("linux") or time.get_clock_info("perf_counter").implementation != \
-            "clock_gettime(CLOCK_MONOTONIC)":
+    if (
+        not sys.platform.startswith("linux")
+        or time.get_clock_info("perf_counter").implementation != "clock_gettime(CLOCK_MONOTONIC)"
+    ):
         return None
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
@@ -146,7 +148,6 @@ class Pacer:
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1
-
 
 
 async def spin_until(due: float) -> None:

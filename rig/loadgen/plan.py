@@ -31,8 +31,9 @@ class LazySessions:
         from rig.workloads import build_session_range
 
         for start in range(0, self.limit, self.chunk):
-            batch = build_session_range(self.workload, seed=self.seed, start=start,
-                                        stop=min(self.limit, start + self.chunk))
+            batch = build_session_range(
+                self.workload, seed=self.seed, start=start, stop=min(self.limit, start + self.chunk)
+            )
             if not batch:
                 return
             for offset, session in enumerate(batch):

@@ -79,17 +79,22 @@ def refusal_line(fields: list[str], dialect: Dialect, path: str) -> str:
     openai = [f for f in fields if f not in extra and in_reference(f)]
     fixes = []
     if own and dialect.name != "plain":
-        how = ("run with --dialect plain (or drop --dialect " + dialect.name + ")" if dialect.source == "user"
-               else f"run with --dialect plain (rig chose {dialect.name} by {dialect.source})")
+        how = (
+            "run with --dialect plain (or drop --dialect " + dialect.name + ")"
+            if dialect.source == "user"
+            else f"run with --dialect plain (rig chose {dialect.name} by {dialect.source})"
+        )
         fixes.append(f"it speaks plain OpenAI; {how}")
     elif own:  # plain sends none of these: a server that refuses what rig did not send is odd; say what was seen
         fixes.append("rig's plain dialect sent them nonetheless: please report it")
     if extra:
         fixes.append("drop --extra-body " + ", ".join(f.split(".")[0] for f in extra))
     if openai:
-        fixes.append(f"{', '.join(openai)} {'is' if len(openai) == 1 else 'are'} in OpenAI's API reference and "
-                     f"every dialect sends {'it' if len(openai) == 1 else 'them'}: try the other OpenAI route "
-                     f"(--api openai-chat / openai-completions)")
+        fixes.append(
+            f"{', '.join(openai)} {'is' if len(openai) == 1 else 'are'} in OpenAI's API reference and "
+            f"every dialect sends {'it' if len(openai) == 1 else 'them'}: try the other OpenAI route "
+            f"(--api openai-chat / openai-completions)"
+        )
     return f"server refused field{'s' if len(fields) > 1 else ''} {', '.join(fields)}: {'; '.join(fixes)}"
 
 

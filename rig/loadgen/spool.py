@@ -17,6 +17,7 @@ import pyarrow.fs as pafs
 
 from rig.results import PART_GLOB, is_part_name
 
+
 def fill(template: str, host: str, node_ip: str, node_id: str | None) -> str:
     """A path template with {host}, {node_ip}, {node_id} filled in for this host."""
     return template.format(host=host, node_ip=node_ip, node_id=(node_id or "local")[:12])
@@ -39,7 +40,7 @@ def is_remote_uri(uri: str | None) -> bool:
 
 def local_path(uri: str) -> str:
     """The directory of a local path or file:// URI."""
-    return uri[len("file://"):] if uri.startswith("file://") else uri
+    return uri[len("file://") :] if uri.startswith("file://") else uri
 
 
 def put(fs: pafs.FileSystem, path: str, data: bytes, local: bool) -> None:

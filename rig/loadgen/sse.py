@@ -48,8 +48,11 @@ class SSEBytesParser:
                 else:
                     n = head.count(b"\n\n")
                     # every block is exactly one "data: " line: n blank-line ends, 2n newlines, n "data: " starts
-                    if head.count(b"\n") == 2 * n and (not n or head.startswith(b"data: ")) \
-                            and head.count(b"\n\ndata: ") == n - 1:
+                    if (
+                        head.count(b"\n") == 2 * n
+                        and (not n or head.startswith(b"data: "))
+                        and head.count(b"\n\ndata: ") == n - 1
+                    ):
                         events = [b[6:] for b in head.split(b"\n\n")[:-1]]
                     else:
                         events = self._slow(head)  # ends at a blank line: no event left open

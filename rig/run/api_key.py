@@ -13,8 +13,10 @@ def read_api_key(spec: RunSpec) -> str | None:
     """From the file or the environment variable named in the spec; never stored anywhere."""
     key = _read(spec)
     if key is None and spec.server.engine == "command" and uses_api_key(spec.server):
-        raise RunInputError(f"server.command places {{api_key}} but no API key is set: export {spec.api_key_env} "
-                            f"(or give --api-key-env / --api-key-file)")
+        raise RunInputError(
+            f"server.command places {{api_key}} but no API key is set: export {spec.api_key_env} "
+            f"(or give --api-key-env / --api-key-file)"
+        )
     return key
 
 

@@ -40,8 +40,17 @@ def _first_line(e: BaseException) -> str:
 class PointExecutor:
     """Runs points on the fleet against the running server and records each one's outcome in the manifest."""
 
-    def __init__(self, spec: RunSpec, run_dir: Path, store: ManifestStore, progress: Progress, stop: StopControl,
-                 fleet: Fleet, server: ServerLifecycle, api_key: str | None):
+    def __init__(
+        self,
+        spec: RunSpec,
+        run_dir: Path,
+        store: ManifestStore,
+        progress: Progress,
+        stop: StopControl,
+        fleet: Fleet,
+        server: ServerLifecycle,
+        api_key: str | None,
+    ):
         self.spec = spec
         self.run_dir = run_dir
         self.store = store
@@ -60,8 +69,16 @@ class PointExecutor:
             return
         cfg = p.server
         api = self.spec.api_for(engine_for(cfg.engine).default_api)
-        plans = build_plans(self.spec, p, str(server_entry.url), served_model(cfg, server_entry), api,
-                            [g for g, _ in self.fleet.active], self.api_key, entry_dialect(server_entry))
+        plans = build_plans(
+            self.spec,
+            p,
+            str(server_entry.url),
+            served_model(cfg, server_entry),
+            api,
+            [g for g, _ in self.fleet.active],
+            self.api_key,
+            entry_dialect(server_entry),
+        )
         planned = [pl.n_requests for pl in plans]
         total = None if None in planned else sum(n or 0 for n in planned)  # None: bound by duration (an open-ended bar)
         store.update_point(pid, status="running", requests_scheduled=0, started_ts=time.time(), api=api)
@@ -113,15 +130,18 @@ class PointExecutor:
                 if pending and time.monotonic() - stop_since > STOP_GRACE_S:
                     # Too busy to stop in time (an overloaded event loop): kill them, then count what reached
                     # the disk, so the manifest's counts are exactly the rows there.
-                    self.progress.status(f"{len(pending)} generator(s) did not stop within {STOP_GRACE_S:g}s: "
-                                         f"killed; counting their rows on disk")
+                    self.progress.status(
+                        f"{len(pending)} generator(s) did not stop within {STOP_GRACE_S:g}s: "
+                        f"killed; counting their rows on disk"
+                    )
                     for ref in pending:
                         gid = plans[refs.index(ref)].generator
                         handle = self.fleet.handle(gid)
                         with contextlib.suppress(Exception):
                             ray.kill(handle)
-                        results[gid] = self.salvage(pid, gid, f"killed: still running {STOP_GRACE_S:g}s after "
-                                                    f"the stop request")
+                        results[gid] = self.salvage(
+                            pid, gid, f"killed: still running {STOP_GRACE_S:g}s after the stop request"
+                        )
                         results[gid].status = "interrupted"  # stopped, by force: not a fault of the point
                     pending = []
                     break
@@ -155,10 +175,13 @@ class PointExecutor:
             self._flag(pid, "metrics_unwritten", f"server metrics not copied: {_first_line(e)}")
         # Counter increases over the point's window (warm-up excluded): the server's own token accounting.
         store.update_point(
-            pid, ended_ts=time.time(),
+            pid,
+            ended_ts=time.time(),
             window_acceptance=engine_for(cfg.engine).window_acceptance(before, after) if after else None,
-            server_counters_delta={k: after[k] - before.get(k, 0.0) for k in sorted(after)
-                                   if k.endswith("_total")} if after else None)
+            server_counters_delta={k: after[k] - before.get(k, 0.0) for k in sorted(after) if k.endswith("_total")}
+            if after
+            else None,
+        )
         self.finish_point(pid, plans, results, server_died)
         self.progress.point_end(pid, store.entry(pid))
 
@@ -221,14 +244,20 @@ class PointExecutor:
                 with contextlib.suppress(OSError, pa.ArrowException):  # a half-written file has no footer
                     statuses += pq.ParquetFile(part).read(columns=["status"]).column("status").to_pylist()
             if statuses:
-                result = result.model_copy(update=dict(
-                    status="partial", rows_written=len(statuses), scheduled=len(statuses),
-                    records=RecordCounts(**{k: statuses.count(k) for k in ("ok", "failed", "cancelled")}),
-                    parts=sorted(p.name for p in gen_dir.glob(PART_GLOB))))
+                result = result.model_copy(
+                    update=dict(
+                        status="partial",
+                        rows_written=len(statuses),
+                        scheduled=len(statuses),
+                        records=RecordCounts(**{k: statuses.count(k) for k in ("ok", "failed", "cancelled")}),
+                        parts=sorted(p.name for p in gen_dir.glob(PART_GLOB)),
+                    )
+                )
         return result
 
     def gather(self, pid: str, results: dict[int, GeneratorReport], metric_parts: list[str]) -> None:
         """Bring part files written on other hosts into the run directory (no-op when they are already here)."""
+
         def host(gens: list[int]) -> list[tuple[int, dict[str, int] | None, str | None]]:
             out: list[tuple[int, dict[str, int] | None, str | None]] = []
             for g in gens:  # one host's generators one after another: its tasks reuse one worker process
@@ -264,21 +293,30 @@ class PointExecutor:
         rel = str(requests_dir(Path("."), pid, gid))
         return cluster.gather_parts(self.run_dir, rel, info, self.spec.cluster.results_uri, self.spec.run_id)
 
-    def finish_point(self, pid: str, plans: list[GeneratorPlan], results: dict[int, GeneratorReport],
-                     server_died: int | None) -> None:
+    def finish_point(
+        self, pid: str, plans: list[GeneratorPlan], results: dict[int, GeneratorReport], server_died: int | None
+    ) -> None:
         """Sum the generators' results into the point's entry and judge it (flags, status)."""
-        gens = [results.get(pl.generator) or GeneratorReport(generator=pl.generator, status="failed", error="no result")
-                for pl in plans]
+        gens = [
+            results.get(pl.generator) or GeneratorReport(generator=pl.generator, status="failed", error="no result")
+            for pl in plans
+        ]
         records = RecordCounts(**{k: sum(getattr(r.records, k) for r in gens) for k in ("ok", "failed", "cancelled")})
         planned = [pl.n_requests for pl in plans]
         entry = self.store.entry(pid)
         thresholds = self.store.data.thresholds or Thresholds()
-        flags, status, error = point_verdict(gens, records, self.spec.load.mode, thresholds, server_died,
-                                             self.stop.is_set(), entry.flag_reasons)
+        flags, status, error = point_verdict(
+            gens, records, self.spec.load.mode, thresholds, server_died, self.stop.is_set(), entry.flag_reasons
+        )
         flags.update(dialect_flags(gens, records.ok, plans[0].dialect if plans else None))
-        self.store.update_point(pid, generators=gens, records=records,
-                                requests_scheduled=sum(r.scheduled for r in gens),
-                                requests_planned=None if None in planned else sum(planned), status=status)
+        self.store.update_point(
+            pid,
+            generators=gens,
+            records=records,
+            requests_scheduled=sum(r.scheduled for r in gens),
+            requests_planned=None if None in planned else sum(planned),
+            status=status,
+        )
         entry.set_verdict(flags)
         if error is not None:
             entry.error = error

@@ -27,11 +27,14 @@ def corpus_mismatch(seen: dict[str, dict[str, Any]]) -> str | None:
         for wl, mine in here.items():
             theirs = fp.get(wl) or {}
             if fp.get("error") or theirs.get("sha256") != mine["sha256"]:
-                got = fp.get("error") or (f"{theirs.get('root')} ({theirs.get('files')} files, "
-                                          f"sha256 {theirs.get('sha256')})")
-                return (f"{who} would build different {wl} prompts for one seed: its code corpus is {got}, the "
-                        f"driver's {mine['root']} ({mine['files']} files, sha256 {mine['sha256']}); pin one tree "
-                        f"present on every host with --workload-opt code_dir=PATH")
+                got = fp.get("error") or (
+                    f"{theirs.get('root')} ({theirs.get('files')} files, sha256 {theirs.get('sha256')})"
+                )
+                return (
+                    f"{who} would build different {wl} prompts for one seed: its code corpus is {got}, the "
+                    f"driver's {mine['root']} ({mine['files']} files, sha256 {mine['sha256']}); pin one tree "
+                    f"present on every host with --workload-opt code_dir=PATH"
+                )
     return None
 
 
@@ -46,13 +49,20 @@ class Fleet:
         self.started_ray = False
         self.session_dir: Path | None = None  # the local Ray this run started keeps its logs here (~230 KB a run)
 
-    def setup(self, spec: RunSpec, run_dir: Path, progress: Progress, on_connect: Callable[[], None],
-              stop: Callable[[], bool] | None = None) -> ClusterInfo:
+    def setup(
+        self,
+        spec: RunSpec,
+        run_dir: Path,
+        progress: Progress,
+        on_connect: Callable[[], None],
+        stop: Callable[[], bool] | None = None,
+    ) -> ClusterInfo:
         """Connect Ray, place and start the generators, check them; return the manifest's cluster section."""
         n = spec.clients
         self.started_ray = not ray.is_initialized()
-        progress.status("starting Ray" if spec.cluster.address is None else
-                        f"connecting to Ray at {spec.cluster.address}")
+        progress.status(
+            "starting Ray" if spec.cluster.address is None else f"connecting to Ray at {spec.cluster.address}"
+        )
         try:
             layout = cluster.connect(spec.cluster, n)
             if self.started_ray and spec.cluster.address is None:
@@ -64,8 +74,9 @@ class Fleet:
             self.placement = cluster.plan_placement(spec.cluster, layout["nodes"], gpus, n)
             Gen = generator_class()
             out_root = str(run_dir.resolve())
-            self.generators = [Gen.options(**opts).remote(i, out_root)
-                               for i, opts in enumerate(self.placement.generator_options)]
+            self.generators = [
+                Gen.options(**opts).remote(i, out_root) for i, opts in enumerate(self.placement.generator_options)
+            ]
             self.active = list(enumerate(self.generators))
             self.gen_info = cluster.wait_started(self.generators, spec.cluster.placement_timeout_s, stop=stop)
             cluster.verify_generators(self.placement, self.gen_info)
@@ -80,10 +91,17 @@ class Fleet:
             offset, rtt = cluster.measure_clock_offset(g)
             info["clock_offset_s"], info["clock_rtt_s"] = offset, rtt
             ray.get(g.set_clock_offset.remote(offset))
-        return ClusterInfo.model_validate({
-            **layout, "local": self.placement.local, "generators": self.gen_info,
-            "hosts": cluster.host_clocks(self.gen_info), "server_node": self.placement.server_node,
-            "results_uri": spec.cluster.results_uri, "corpus": corpus})
+        return ClusterInfo.model_validate(
+            {
+                **layout,
+                "local": self.placement.local,
+                "generators": self.gen_info,
+                "hosts": cluster.host_clocks(self.gen_info),
+                "server_node": self.placement.server_node,
+                "results_uri": spec.cluster.results_uri,
+                "corpus": corpus,
+            }
+        )
 
     def _check_corpus(self, spec: RunSpec) -> dict[str, Any] | None:
         """Record the prompt corpus each host would quote; refuse to start when they differ (the driver builds

@@ -45,8 +45,16 @@ def entry_dialect(entry: ServerConfigEntry) -> Dialect:
 class ServerLifecycle:
     """The server actor of the configuration being measured (at most one at a time)."""
 
-    def __init__(self, spec: RunSpec, run_dir: Path, store: ManifestStore, progress: Progress, stop: StopControl,
-                 fleet: Fleet, api_key: str | None):
+    def __init__(
+        self,
+        spec: RunSpec,
+        run_dir: Path,
+        store: ManifestStore,
+        progress: Progress,
+        stop: StopControl,
+        fleet: Fleet,
+        api_key: str | None,
+    ):
         self.spec = spec
         self.run_dir = run_dir
         self.store = store
@@ -68,8 +76,7 @@ class ServerLifecycle:
         # The server node writes where it can: the run directory on one machine or a shared filesystem, else a
         # local spool; the driver fetches the log and metrics parts through Ray (fetch_log, execute's gather).
         self.spooled = not (placement.local or c.shared_results)
-        root = f"{c.spool_dir.rstrip('/')}/{self.spec.run_id}/server" if self.spooled \
-            else str(self.run_dir.resolve())
+        root = f"{c.spool_dir.rstrip('/')}/{self.spec.run_id}/server" if self.spooled else str(self.run_dir.resolve())
         if placement.local and cfg.host is None:
             # The embedded default is one machine: the engine listens on loopback only (not the LAN), and the
             # generators reach it there. Multi-host placement binds the node's address as before.
@@ -78,8 +85,13 @@ class ServerLifecycle:
         cid = cfg.config_id()
         self.store.set_server_config(cid, ServerConfigEntry(engine=cfg.engine, knobs=cfg.knobs(), status="starting"))
         started = ray.get(self.handle.start.remote())
-        self.store.update_server_config(cid, command=started["command"], url=started["url"],
-                                        node_ip=started.get("node_ip"), gpu_ids=started.get("gpu_ids"))
+        self.store.update_server_config(
+            cid,
+            command=started["command"],
+            url=started["url"],
+            node_ip=started.get("node_ip"),
+            gpu_ids=started.get("gpu_ids"),
+        )
         self.store.save()
         self.progress.status(f"waiting for {cfg.engine} (steps={cfg.steps}) to be healthy at {started['url']}")
         ready_ref = self.handle.wait_ready.remote()
@@ -94,21 +106,31 @@ class ServerLifecycle:
                 next_note += 10
                 with contextlib.suppress(Exception):
                     w = ray.get(self.handle.wait_progress.remote(), timeout=2)
-                    self.progress.status(f"still waiting for {cfg.engine} at {started['url']}: "
-                                         f"{w['elapsed_s']:.0f}s, last: {w['last']}")
+                    self.progress.status(
+                        f"still waiting for {cfg.engine} at {started['url']}: {w['elapsed_s']:.0f}s, last: {w['last']}"
+                    )
         ready = ray.get(ready_ref)  # raises ServerError wrapped by Ray if the engine died
         desc = ray.get(self.handle.describe.remote())
         info = desc["info"]
         # Which fields its requests may carry: the user's --dialect, the engine's, or what the probes found.
         dialect = resolve(cfg.engine, cfg.dialect, cfg.extra_body, info)
-        self.store.update_server_config(cid, status="ready", ready_after_s=ready["ready_after_s"],
-                                        ready_probe=ready.get("probe"), startup=desc["startup"],
-                                        server_info=info.get("/server_info"), model_info=info.get("/model_info"),
-                                        info=info, **dialect.manifest())
+        self.store.update_server_config(
+            cid,
+            status="ready",
+            ready_after_s=ready["ready_after_s"],
+            ready_probe=ready.get("probe"),
+            startup=desc["startup"],
+            server_info=info.get("/server_info"),
+            model_info=info.get("/model_info"),
+            info=info,
+            **dialect.manifest(),
+        )
         if dialect.source != "engine" or dialect.extra_body:  # what a user of a foreign server wants to see
             extra = f", extra body fields {', '.join(dialect.extra_body)}" if dialect.extra_body else ""
-            self.progress.status(f"{cfg.engine} ready at {ready.get('probe', '/health')}; requests speak the "
-                                 f"{dialect.name} dialect ({dialect.source}){extra}")
+            self.progress.status(
+                f"{cfg.engine} ready at {ready.get('probe', '/health')}; requests speak the "
+                f"{dialect.name} dialect ({dialect.source}){extra}"
+            )
         # What the server really runs (it may change requested values) and whether it honours per-request seeds.
         effective = effective_config(cfg, info.get("/server_info"), desc["startup"])
         warnings = change_lines(cid, effective)

@@ -12,8 +12,15 @@ import ray
 
 import rig
 from rig.config import RunSpec
-from rig.contracts import (ClusterInfo, ContractError, Manifest, PointEntry, RecordCounts, ServerConfigEntry,
-                           thresholds_of_spec)
+from rig.contracts import (
+    ClusterInfo,
+    ContractError,
+    Manifest,
+    PointEntry,
+    RecordCounts,
+    ServerConfigEntry,
+    thresholds_of_spec,
+)
 from rig.results import load_manifest, write_manifest
 from rig.run.parts_on_disk import count_rows_on_disk, rows_by_status
 from rig.run.points import Point
@@ -23,8 +30,14 @@ def versions() -> dict[str, str]:
     import aiohttp
     import pyarrow
 
-    return {"rig": rig.__version__, "python": platform.python_version(), "ray": ray.__version__,
-            "aiohttp": aiohttp.__version__, "pyarrow": pyarrow.__version__, "platform": platform.platform()}
+    return {
+        "rig": rig.__version__,
+        "python": platform.python_version(),
+        "ray": ray.__version__,
+        "aiohttp": aiohttp.__version__,
+        "pyarrow": pyarrow.__version__,
+        "platform": platform.platform(),
+    }
 
 
 def point_entry(p: Point, load_mode: str) -> PointEntry:
@@ -89,8 +102,10 @@ class ManifestStore:
         if m.status != "complete" or any(p.point not in entries for p in points):
             return False
         self.data = m
-        return all(e.status == "complete" and count_rows_on_disk(self.run_dir, e.point) == e.records.total
-                   for e in entries.values())
+        return all(
+            e.status == "complete" and count_rows_on_disk(self.run_dir, e.point) == e.records.total
+            for e in entries.values()
+        )
 
     # ---------------------------------------------------------------- points
     def entry(self, pid: str) -> PointEntry:
@@ -136,8 +151,13 @@ class ManifestStore:
         for p in self.data.points:
             if p.status == "running":
                 records = RecordCounts(**rows_by_status(self.run_dir, p.point))
-                self.update_point(p.point, status="interrupted", records=records, requests_scheduled=records.total,
-                                  ended_ts=p.ended_ts or time.time())
+                self.update_point(
+                    p.point,
+                    status="interrupted",
+                    records=records,
+                    requests_scheduled=records.total,
+                    ended_ts=p.ended_ts or time.time(),
+                )
         for cfg in self.data.server_configs.values():
             if cfg.status == "starting":  # stopped while its engine started: it never served a point
                 cfg.status = "interrupted"

@@ -44,8 +44,9 @@ def split_closed(sessions: list[Session], concurrency: int, n_gen: int) -> list[
     return out
 
 
-def split_open(sessions: list[Session], offsets: list[float], n_gen: int, cap: int | None
-               ) -> list[tuple[list[Session], list[float], int | None]]:
+def split_open(
+    sessions: list[Session], offsets: list[float], n_gen: int, cap: int | None
+) -> list[tuple[list[Session], list[float], int | None]]:
     """One global arrival schedule; generator g takes every G-th arrival (its slice keeps absolute offsets)."""
     out = []
     for g in range(n_gen):
@@ -83,45 +84,76 @@ def point_sessions(load: LoadSpec, p: Point) -> tuple[list[Session], list[float]
         n = max(1, int((p.rate or 1) * (load.duration_s or 60) * 1.5) + 16)
     if p.rate is None:  # LoadSpec requires rates for the open-loop modes
         raise RunError(f"mode {load.mode} needs a rate (--rate)")
-    offsets = list(arrivals.arrival_offsets(load.mode, rate=p.rate, n=n, seed=load.seed,
-                                            burstiness=load.burstiness))
+    offsets = list(arrivals.arrival_offsets(load.mode, rate=p.rate, n=n, seed=load.seed, burstiness=load.burstiness))
     if load.duration_s:
         offsets = [o for o in offsets if o < load.duration_s]
     return build_sessions(p.workload, seed=load.seed, n_sessions=len(offsets)), offsets
 
 
-def build_plans(spec: RunSpec, p: Point, url: str, model: str, api: str, ids: list[int],
-                api_key: str | None, dialect: Dialect | None = None) -> list[GeneratorPlan]:
+def build_plans(
+    spec: RunSpec,
+    p: Point,
+    url: str,
+    model: str,
+    api: str,
+    ids: list[int],
+    api_key: str | None,
+    dialect: Dialect | None = None,
+) -> list[GeneratorPlan]:
     """One plan per generator (``ids``, in order) for point ``p`` against the server at ``url``, whose requests
     speak ``dialect`` (default: the SGLang dialect)."""
     load = spec.load
-    info = PointColumns(**p.identity(load.mode).model_dump(), run_id=spec.run_id, api=api,
-                        server_args=json.dumps(p.server.knobs(), sort_keys=True))
+    info = PointColumns(
+        **p.identity(load.mode).model_dump(),
+        run_id=spec.run_id,
+        api=api,
+        server_args=json.dumps(p.server.knobs(), sort_keys=True),
+    )
     sessions, offsets = point_sessions(load, p)
     n_gen = len(ids)
     # Warm-up content differs from the measured requests (it must not pre-fill the prefix cache for them).
     warm = [shorten(s) for s in warmup_sessions(p.workload, seed=load.seed, n_sessions=load.warmup_requests)]
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-    common = PlanCommon(point=info, url=url, model=model, duration_s=load.duration_s, grace_s=load.grace_s,
-                        warmup=tuple(warm), timeouts=load.timeouts, extra_headers=headers,
-                        dialect=dialect if dialect is not None else Dialect())
+    common = PlanCommon(
+        point=info,
+        url=url,
+        model=model,
+        duration_s=load.duration_s,
+        grace_s=load.grace_s,
+        warmup=tuple(warm),
+        timeouts=load.timeouts,
+        extra_headers=headers,
+        dialect=dialect if dialect is not None else Dialect(),
+    )
     conc = p.concurrency or 1
     if offsets is None and load.requests_for(p.concurrency, p.rate) is None:
         # Bound by duration: no session list crosses Ray; generators build theirs as they go.
-        plans = [GeneratorPlan(generator=ids[i], sessions=(), slots=slots, lazy=LazySessions(
-                    p.workload, load.seed, conc, n_gen, i, limit=LAZY_SESSION_LIMIT), **common)
-                 for i, (_, slots) in enumerate(split_closed([], conc, n_gen))]
+        plans = [
+            GeneratorPlan(
+                generator=ids[i],
+                sessions=(),
+                slots=slots,
+                lazy=LazySessions(p.workload, load.seed, conc, n_gen, i, limit=LAZY_SESSION_LIMIT),
+                **common,
+            )
+            for i, (_, slots) in enumerate(split_closed([], conc, n_gen))
+        ]
     elif offsets is None:
-        plans = [GeneratorPlan(generator=ids[i], sessions=tuple(mine), slots=slots, **common)
-                 for i, (mine, slots) in enumerate(split_closed(sessions, p.concurrency or 1, n_gen))]
+        plans = [
+            GeneratorPlan(generator=ids[i], sessions=tuple(mine), slots=slots, **common)
+            for i, (mine, slots) in enumerate(split_closed(sessions, p.concurrency or 1, n_gen))
+        ]
     else:
-        plans = [GeneratorPlan(generator=ids[i], sessions=tuple(mine), arrivals=tuple(offs), slots=cap, **common)
-                 for i, (mine, offs, cap) in enumerate(split_open(sessions, offsets, n_gen, p.concurrency))]
+        plans = [
+            GeneratorPlan(generator=ids[i], sessions=tuple(mine), arrivals=tuple(offs), slots=cap, **common)
+            for i, (mine, offs, cap) in enumerate(split_open(sessions, offsets, n_gen, p.concurrency))
+        ]
     return [replace(plan, warmup=own_warmup(plan.warmup, plan.generator)) for plan in plans]
 
 
 def own_warmup(warm: tuple[Session, ...], generator: int) -> tuple[Session, ...]:
     """Each generator's warm-up under request ids of its own: the generators warm up at once, and SGLang refuses a
     rid that is still in flight ("Duplicate request ID detected", managers/tokenizer_manager.py)."""
-    return tuple(replace(s, turns=tuple(replace(t, request_id=f"{t.request_id}-g{generator}") for t in s.turns))
-                 for s in warm)
+    return tuple(
+        replace(s, turns=tuple(replace(t, request_id=f"{t.request_id}-g{generator}") for t in s.turns)) for s in warm
+    )

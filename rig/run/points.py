@@ -25,13 +25,22 @@ class Point:
 
     def identity(self, load_mode: str) -> PointIdentity:
         """The point's identity as every package sees it (manifest entry, record columns, analysis)."""
-        return PointIdentity(point=self.point, server_config=self.config_id, engine=self.server.engine,
-                             workload=self.workload.name, steps=self.server.steps, load_mode=load_mode,
-                             concurrency=self.concurrency, rate=self.rate, repeat=self.repeat)
+        return PointIdentity(
+            point=self.point,
+            server_config=self.config_id,
+            engine=self.server.engine,
+            workload=self.workload.name,
+            steps=self.server.steps,
+            load_mode=load_mode,
+            concurrency=self.concurrency,
+            rate=self.rate,
+            repeat=self.repeat,
+        )
 
 
-def point_id(cfg: ServerConfig, workload: WorkloadSpec, concurrency: int | None, rate: float | None,
-             mode: str, repeat: int) -> str:
+def point_id(
+    cfg: ServerConfig, workload: WorkloadSpec, concurrency: int | None, rate: float | None, mode: str, repeat: int
+) -> str:
     """Readable and deterministic, so a resumed sweep finds the same points (rig.contracts.point_name)."""
     return point_name(cfg.config_id(), workload.name, concurrency, rate, mode, repeat)
 

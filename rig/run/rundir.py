@@ -33,9 +33,11 @@ class RunDirLock:
                 self.run_dir.mkdir()
             except FileExistsError:
                 if any(self.run_dir.iterdir()):
-                    raise RunInputError(f"{shown} already exists (run id {self.run_id!r} was used before); "
-                                        f"choose another --run-id, or continue that run with: rig sweep --resume "
-                                        f"{shown}") from None
+                    raise RunInputError(
+                        f"{shown} already exists (run id {self.run_id!r} was used before); "
+                        f"choose another --run-id, or continue that run with: rig sweep --resume "
+                        f"{shown}"
+                    ) from None
             except OSError as e:
                 raise RunError(f"cannot write results to {shown}: {e.strerror or e}") from None
         try:
@@ -47,15 +49,19 @@ class RunDirLock:
         except OSError:
             holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
             os.close(fd)
-            raise RunInputError(f"{shown} is in use by another rig process (pid {holder}); wait for it to end or "
-                                f"choose another --run-id") from None
+            raise RunInputError(
+                f"{shown} is in use by another rig process (pid {holder}); wait for it to end or "
+                f"choose another --run-id"
+            ) from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, str(os.getpid()).encode(), 0)
         self._fd = fd
         if not self.resume and (self.run_dir / "manifest.json").exists():  # another run claimed it just before us
             self.release()
-            raise RunInputError(f"{shown} already exists (run id {self.run_id!r} was used before); choose "
-                                f"another --run-id, or continue that run with: rig sweep --resume {shown}")
+            raise RunInputError(
+                f"{shown} already exists (run id {self.run_id!r} was used before); choose "
+                f"another --run-id, or continue that run with: rig sweep --resume {shown}"
+            )
 
     def release(self) -> None:
         if self._fd is not None:

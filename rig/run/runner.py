@@ -29,9 +29,15 @@ from rig.server.actor import ServerError
 
 
 class Runner:
-    def __init__(self, spec: RunSpec, progress: Progress | None = None, resume: bool = False,
-                 handle_signals: bool = False, planner: Callable[[Runner], Iterable[Point]] | None = None,
-                 run_dir: Path | str | None = None) -> None:
+    def __init__(
+        self,
+        spec: RunSpec,
+        progress: Progress | None = None,
+        resume: bool = False,
+        handle_signals: bool = False,
+        planner: Callable[[Runner], Iterable[Point]] | None = None,
+        run_dir: Path | str | None = None,
+    ) -> None:
         self.spec = spec
         self.progress = progress if progress is not None else Progress()
         self.resume = resume
@@ -48,10 +54,12 @@ class Runner:
         self.store = ManifestStore(self.run_dir, self.spec.load.mode)
         self.fleet = Fleet()
         self.api_key = read_api_key(self.spec)
-        self.server = ServerLifecycle(self.spec, self.run_dir, self.store, self.progress, self.stop, self.fleet,
-                                      self.api_key)
-        self.executor = PointExecutor(self.spec, self.run_dir, self.store, self.progress, self.stop, self.fleet,
-                                      self.server, self.api_key)
+        self.server = ServerLifecycle(
+            self.spec, self.run_dir, self.store, self.progress, self.stop, self.fleet, self.api_key
+        )
+        self.executor = PointExecutor(
+            self.spec, self.run_dir, self.store, self.progress, self.stop, self.fleet, self.server, self.api_key
+        )
 
     # ---------------------------------------------------------------- what planners and the CLI use
     @property
@@ -155,7 +163,7 @@ class Runner:
                 self.store.save()
 
         def fail_rest(i: int, cid: str, error: str) -> None:
-            for q in ahead[i + 1:]:
+            for q in ahead[i + 1 :]:
                 if q.config_id == cid:
                     self.store.update_point(q.point, status="failed", error=error)
             given_up.add(cid)

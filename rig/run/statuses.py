@@ -8,9 +8,15 @@ from rig.loadgen.dialects import Dialect
 EXIT_CODES = {"complete": 0, "partial": 1, "failed": 1, "interrupted": 130}  # by run status; anything else 1
 
 
-def point_verdict(gens: list[GeneratorReport], records: RecordCounts, load_mode: str, thresholds: Thresholds,
-                  server_died: int | None, stopped: bool, before: dict[str, str] | None
-                  ) -> tuple[dict[str, str], str, str | None]:
+def point_verdict(
+    gens: list[GeneratorReport],
+    records: RecordCounts,
+    load_mode: str,
+    thresholds: Thresholds,
+    server_died: int | None,
+    stopped: bool,
+    before: dict[str, str] | None,
+) -> tuple[dict[str, str], str, str | None]:
     """(flags with their reasons, status, error or None) of a point whose generators returned ``gens``; the flags
     are rig.contracts.judge_point's (kept with any the entry had before)."""
     died = f"server exited with code {server_died} during the point" if server_died is not None else None
@@ -40,14 +46,21 @@ def dialect_flags(gens: list[GeneratorReport], ok: int, dialect: Dialect | None)
     why: dict[str, str] = {}
     early = sum(g.ended_early for g in gens)
     if early:
-        cause = (f"the {dialect.name} dialect cannot send ignore_eos (not in OpenAI's API)"
-                 if dialect is not None and not dialect.ignore_eos else "the server stopped despite ignore_eos")
-        why["ended_early"] = (f"{early} of {ok} requests asked for a fixed length (max_tokens) and ended early: "
-                              f"{cause}; their lengths follow the model's EOS")
+        cause = (
+            f"the {dialect.name} dialect cannot send ignore_eos (not in OpenAI's API)"
+            if dialect is not None and not dialect.ignore_eos
+            else "the server stopped despite ignore_eos"
+        )
+        why["ended_early"] = (
+            f"{early} of {ok} requests asked for a fixed length (max_tokens) and ended early: "
+            f"{cause}; their lengths follow the model's EOS"
+        )
     estimated = sum(g.tokens_estimated for g in gens)
     if estimated:
-        why["tokens_estimated"] = (f"{estimated} of {ok} requests' completion tokens are estimates counted from "
-                                   f"streamed chunks (completion_tokens_source=chunks): the server sent no usage")
+        why["tokens_estimated"] = (
+            f"{estimated} of {ok} requests' completion tokens are estimates counted from "
+            f"streamed chunks (completion_tokens_source=chunks): the server sent no usage"
+        )
     return why
 
 

@@ -21,11 +21,23 @@ import psutil
 import ray
 
 from rig.loadgen.dialects import probe_paths
-from rig.results import (GPU_METRICS_SCHEMA, SERVER_METRICS_SCHEMA, PartWriter, atomic_write, gpu_metrics_dir,
-                         server_metrics_dir)
+from rig.results import (
+    GPU_METRICS_SCHEMA,
+    SERVER_METRICS_SCHEMA,
+    PartWriter,
+    atomic_write,
+    gpu_metrics_dir,
+    server_metrics_dir,
+)
 from rig.server.engines import engine_for
-from rig.server.gpu_telemetry import (SOURCE_SIMULATED, GpuSampler, Source, TelemetryAbsent, assigned_devices,
-                                      open_source)
+from rig.server.gpu_telemetry import (
+    SOURCE_SIMULATED,
+    GpuSampler,
+    Source,
+    TelemetryAbsent,
+    assigned_devices,
+    open_source,
+)
 from rig.server.scrape import parse_metrics, summed_values
 from rig.server.spec import ServerConfig
 
@@ -39,8 +51,10 @@ def free_port(preferred: int, host: str = "0.0.0.0") -> int:
             s.bind((host, preferred))
         except OSError as e:
             if preferred:
-                raise ServerError(f"port {preferred} on {host} is in use ({e.strerror}); choose another --port, or "
-                                  f"--port 0 for any free port") from None
+                raise ServerError(
+                    f"port {preferred} on {host} is in use ({e.strerror}); choose another --port, or "
+                    f"--port 0 for any free port"
+                ) from None
             raise
         return s.getsockname()[1]
 
@@ -72,8 +86,9 @@ class ServerActor:
             self.gpu_ids = [str(g) for g in ray.get_runtime_context().get_accelerator_ids().get("GPU", [])]
         except Exception:  # outside Ray (tests)
             self.node_ip, self.node_id, self.gpu_ids = "127.0.0.1", None, []
-        self.spool_root = Path(spool_root.format(host=socket.gethostname(), node_ip=self.node_ip,
-                                                 node_id=self.node_id or "local"))
+        self.spool_root = Path(
+            spool_root.format(host=socket.gethostname(), node_ip=self.node_ip, node_id=self.node_id or "local")
+        )
         self.log_path = self.spool_root / log_rel
         self.proc: subprocess.Popen | None = None
         self.url: str | None = cfg.url.rstrip("/") if cfg.url else None
@@ -108,8 +123,14 @@ class ServerActor:
         log.close()
         url_host = self.node_ip if bind in ("0.0.0.0", "::") else bind
         self.url = f"http://{url_host}:{port}"
-        return {"command": self.public_command(), "url": self.url, "node_ip": self.node_ip, "node_id": self.node_id,
-                "gpu_ids": self.gpu_ids, "pid": self.proc.pid}
+        return {
+            "command": self.public_command(),
+            "url": self.url,
+            "node_ip": self.node_ip,
+            "node_id": self.node_id,
+            "gpu_ids": self.gpu_ids,
+            "pid": self.proc.pid,
+        }
 
     def public_command(self) -> list[str]:
         """The command with any secret masked (the API key is passed on the command line to SGLang, and wherever a
@@ -139,8 +160,9 @@ class ServerActor:
 
     async def _probe_ready(self, path: str) -> int:
         """The HTTP status of GET ``path`` (connection errors propagate)."""
-        async with self._session().get(self._base_url() + path, headers=self._headers(),
-                                       timeout=aiohttp.ClientTimeout(total=2)) as r:
+        async with self._session().get(
+            self._base_url() + path, headers=self._headers(), timeout=aiohttp.ClientTimeout(total=2)
+        ) as r:
             return r.status
 
     async def wait_ready(self, timeout_s: float | None = None) -> dict[str, Any]:
@@ -154,8 +176,10 @@ class ServerActor:
         silent_since: float | None = None  # external server: since when nothing has answered
         while time.monotonic() < deadline:
             if self.proc is not None and self.proc.poll() is not None:
-                raise ServerError(f"{self.cfg.engine} exited with code {self.proc.returncode} before it was healthy"
-                                  f"\n{self.log_tail()}")
+                raise ServerError(
+                    f"{self.cfg.engine} exited with code {self.proc.returncode} before it was healthy"
+                    f"\n{self.log_tail()}"
+                )
             answered = True
             probe = self.engine.health_path()
             try:
@@ -168,15 +192,18 @@ class ServerActor:
                     await asyncio.sleep(0.2)
                     if self.proc is not None and self.proc.poll() is not None:
                         # Something else answered on our port and our engine died (e.g. address in use).
-                        raise ServerError(f"{self.cfg.engine} exited with code {self.proc.returncode} while "
-                                          f"another process answered on {self.url}\n{self.log_tail()}")
+                        raise ServerError(
+                            f"{self.cfg.engine} exited with code {self.proc.returncode} while "
+                            f"another process answered on {self.url}\n{self.log_tail()}"
+                        )
                     return {"ready_after_s": time.monotonic() - t0, "probe": probe}
-                last = (f"{last}, HTTP {status} from {probe}" if probe == READY_FALLBACK
-                        else f"HTTP {status} from {probe}")
+                last = (
+                    f"{last}, HTTP {status} from {probe}" if probe == READY_FALLBACK else f"HTTP {status} from {probe}"
+                )
                 # 404 at /health: not the server's root URL, unless /v1/models answers; a 4xx there (no route, a
                 # refused key) will not change by waiting: the unreachable budget applies and its message says it
                 answered = status >= 500 if probe == READY_FALLBACK else status != 404
-            except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as e:
+            except (TimeoutError, aiohttp.ClientError, OSError) as e:
                 last, answered = _why(e), False
             now = time.monotonic()
             self._wait = {"elapsed_s": now - t0, "last": last}
@@ -185,11 +212,15 @@ class ServerActor:
             else:
                 silent_since = silent_since or now
                 if now - silent_since >= self.cfg.unreachable_timeout_s:
-                    raise ServerError(f"nothing usable answers at {self.url} after {now - t0:.0f}s (last: {last}); "
-                                      f"is the server running there? (--unreachable-timeout waits longer)")
+                    raise ServerError(
+                        f"nothing usable answers at {self.url} after {now - t0:.0f}s (last: {last}); "
+                        f"is the server running there? (--unreachable-timeout waits longer)"
+                    )
             await asyncio.sleep(0.25 if now - t0 < 10 else 1.0)
-        raise ServerError(f"{self.cfg.engine} not healthy at {self.url} after {timeout_s:g}s (last: "
-                          f"{self._wait['last']})\n{self.log_tail()}")
+        raise ServerError(
+            f"{self.cfg.engine} not healthy at {self.url} after {timeout_s:g}s (last: "
+            f"{self._wait['last']})\n{self.log_tail()}"
+        )
 
     async def wait_progress(self) -> dict[str, Any]:
         """Elapsed seconds and the last health answer (or connection error) of a wait_ready in progress."""
@@ -203,10 +234,11 @@ class ServerActor:
         paths = list(dict.fromkeys([*self.engine.info_paths(), *probe_paths(self.cfg.engine, self.cfg.dialect)]))
         for path in paths:
             try:
-                async with self._session().get(self._base_url() + path, headers=self._headers(),
-                                               timeout=aiohttp.ClientTimeout(total=10)) as r:
+                async with self._session().get(
+                    self._base_url() + path, headers=self._headers(), timeout=aiohttp.ClientTimeout(total=10)
+                ) as r:
                     info[path] = await r.json(content_type=None) if r.status == 200 else {"http_status": r.status}
-            except (aiohttp.ClientError, asyncio.TimeoutError, ValueError) as e:
+            except (TimeoutError, aiohttp.ClientError, ValueError) as e:
                 info[path] = {"error": f"{type(e).__name__}: {e}"}
         startup = self.engine.parse_startup_log(self._log_text())
         # /server_info echoes every resolved server arg, api_key included: never let it reach the manifest.
@@ -237,11 +269,13 @@ class ServerActor:
         if self.cfg.engine not in ("sglang", "sim"):
             return {"status": None, "body": "not supported by this engine"}
         try:
-            async with self._session().post(self._base_url() + f"/flush_cache?timeout={timeout_s:g}",
-                                            headers=self._headers(),
-                                            timeout=aiohttp.ClientTimeout(total=timeout_s + 30)) as r:
+            async with self._session().post(
+                self._base_url() + f"/flush_cache?timeout={timeout_s:g}",
+                headers=self._headers(),
+                timeout=aiohttp.ClientTimeout(total=timeout_s + 30),
+            ) as r:
                 return {"status": r.status, "body": (await r.text())[:200]}
-        except (aiohttp.ClientError, asyncio.TimeoutError) as e:
+        except (TimeoutError, aiohttp.ClientError) as e:
             return {"status": None, "body": f"{type(e).__name__}: {e}"}
 
     async def alive(self) -> bool:
@@ -276,8 +310,14 @@ class ServerActor:
         except TelemetryAbsent as e:
             return {"source": None, "absent_reason": str(e), "node_ip": self.node_ip}
         self._gpu_source = src
-        note = ("simulated: the simulator's power model (rig/sim/power.py; parameters and their sources in the sim "
-                "profile), not a measurement") if src.source == SOURCE_SIMULATED else None
+        note = (
+            (
+                "simulated: the simulator's power model (rig/sim/power.py; parameters and their sources in the sim "
+                "profile), not a measurement"
+            )
+            if src.source == SOURCE_SIMULATED
+            else None
+        )
         return {"source": src.source, "gpus": src.gpus, "node_ip": self.node_ip, "note": note}
 
     async def gpu_sample_at(self, wall_ts: float) -> None:
@@ -292,12 +332,13 @@ class ServerActor:
     # ------------------------------------------------------------------ metrics
     async def _scrape(self) -> list[tuple[str, str, float]] | None:
         try:
-            async with self._session().get(self._base_url() + "/metrics", headers=self._headers(),
-                                           timeout=aiohttp.ClientTimeout(total=5)) as r:
+            async with self._session().get(
+                self._base_url() + "/metrics", headers=self._headers(), timeout=aiohttp.ClientTimeout(total=5)
+            ) as r:
                 if r.status != 200:
                     return None
                 return parse_metrics(await r.text())
-        except (aiohttp.ClientError, asyncio.TimeoutError, ValueError):
+        except (TimeoutError, aiohttp.ClientError, ValueError):
             return None
 
     async def metrics_snapshot(self) -> dict[str, float]:
@@ -307,8 +348,9 @@ class ServerActor:
 
     async def start_scrape(self, run_id: str, point: str, interval_s: float) -> None:
         await self.stop_scrape()
-        self._scrape_writer = PartWriter(server_metrics_dir(self.spool_root, point), SERVER_METRICS_SCHEMA,
-                                         max_age_s=5.0)
+        self._scrape_writer = PartWriter(
+            server_metrics_dir(self.spool_root, point), SERVER_METRICS_SCHEMA, max_age_s=5.0
+        )
         writer = self._scrape_writer
 
         async def loop() -> None:
@@ -316,8 +358,9 @@ class ServerActor:
             while True:
                 ts = time.time()
                 for name, labels, value in await self._scrape() or []:
-                    writer.add({"run_id": run_id, "point": point, "ts": ts, "name": name, "labels": labels,
-                                "value": value})
+                    writer.add(
+                        {"run_id": run_id, "point": point, "ts": ts, "name": name, "labels": labels, "value": value}
+                    )
                 await asyncio.to_thread(writer.maybe_flush)
                 next_t += interval_s
                 await asyncio.sleep(max(0.0, next_t - time.monotonic()))
@@ -325,8 +368,9 @@ class ServerActor:
         self._scrape_task = asyncio.get_running_loop().create_task(loop())
         if self._gpu_source is not None:  # its own thread: NVML calls block, and nothing waits on them
             gpu_writer = PartWriter(gpu_metrics_dir(self.spool_root, point), GPU_METRICS_SCHEMA, max_age_s=5.0)
-            self._gpu_sampler = GpuSampler(self._gpu_source, gpu_writer,
-                                           {"run_id": run_id, "point": point, "node": self.node_ip}, interval_s)
+            self._gpu_sampler = GpuSampler(
+                self._gpu_source, gpu_writer, {"run_id": run_id, "point": point, "node": self.node_ip}, interval_s
+            )
             self._gpu_stats = None
             self._gpu_sampler.start()
 
@@ -424,4 +468,3 @@ def redact(obj: Any, secret: str | None) -> Any:
 def remote_class(**options: Any) -> Any:  # a Ray actor class (Ray ships no types)
     """Never restarted: a restarted server would silently change the system under test."""
     return ray.remote(max_restarts=0, max_task_retries=0, **options)(ServerActor)
-

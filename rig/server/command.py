@@ -39,8 +39,10 @@ def _fields(arg: str) -> list[str]:
             continue
         if not name.isidentifier() or spec or conversion:
             shown = "{" + name + (f"!{conversion}" if conversion else "") + (f":{spec}" if spec else "") + "}"
-            raise TemplateError(f"argument {arg!r}: {shown} is not a placeholder; placeholders are plain names such "
-                                f"as {{model}} (write {{{{ and }}}} for a literal brace)")
+            raise TemplateError(
+                f"argument {arg!r}: {shown} is not a placeholder; placeholders are plain names such "
+                f"as {{model}} (write {{{{ and }}}} for a literal brace)"
+            )
         names.append(name)
     return names
 
@@ -72,8 +74,9 @@ def _text(v: Any) -> str:
 
 def values(cfg: ServerConfig, host: str, port: int, api_key: str | None) -> dict[str, str | None]:
     """Placeholder name -> its text for this configuration (None: the setting has no value)."""
-    out: dict[str, str | None] = {n: None if v is None else _text(v) for n, v in cfg
-                                  if n not in _NOT_PLACEHOLDERS and _scalar(v)}
+    out: dict[str, str | None] = {
+        n: None if v is None else _text(v) for n, v in cfg if n not in _NOT_PLACEHOLDERS and _scalar(v)
+    }
     # The chain SGLang's adapter launches: steps + 1 draft tokens unless the configuration says otherwise.
     out["num_draft_tokens"] = _text(cfg.num_draft_tokens if cfg.num_draft_tokens else cfg.steps + 1)
     out.update(host=host, port=str(port), api_key=api_key)
@@ -91,27 +94,35 @@ def expand(cfg: ServerConfig, host: str, port: int, api_key: str | None = MASK) 
     unknown = [n for n in used if n not in allowed]
     if unknown:
         names = ", ".join("{" + n + "}" for n in unknown)
-        raise TemplateError(f"unknown placeholder {names} in the command; use {{model}}, {{host}}, {{port}}, "
-                            f"{{steps}}, {{num_draft_tokens}}, {{tp}}, {{served_model_name}}, {{extra_args}}, "
-                            f"{{api_key}}, another server setting, or a --grid NAME=... knob "
-                            f"(write {{{{ and }}}} for a literal brace)")
+        raise TemplateError(
+            f"unknown placeholder {names} in the command; use {{model}}, {{host}}, {{port}}, "
+            f"{{steps}}, {{num_draft_tokens}}, {{tp}}, {{served_model_name}}, {{extra_args}}, "
+            f"{{api_key}}, another server setting, or a --grid NAME=... knob "
+            f"(write {{{{ and }}}} for a literal brace)"
+        )
     unused = [k for k in cfg.command_vars if k not in used]
     if unused:
-        raise TemplateError(f"the command does not use {{{unused[0]}}}: a knob it does not place changes nothing "
-                            f"(put {{{unused[0]}}} where its value goes)")
+        raise TemplateError(
+            f"the command does not use {{{unused[0]}}}: a knob it does not place changes nothing "
+            f"(put {{{unused[0]}}} where its value goes)"
+        )
     vals = values(cfg, host, port, api_key)
     missing = [n for n in used if n != EXTRA_ARGS and vals.get(n) is None]
     if missing:
         n = missing[0]
-        why = ("no API key is set (export RIG_API_KEY, or --api-key-env / --api-key-file)" if n == API_KEY
-               else f"server.{n} is not set")
+        why = (
+            "no API key is set (export RIG_API_KEY, or --api-key-env / --api-key-file)"
+            if n == API_KEY
+            else f"server.{n} is not set"
+        )
         raise TemplateError(f"the command uses {{{n}}} but {why}")
     argv: list[str] = []
     for arg in cfg.command:
         if EXTRA_ARGS in _fields(arg):
             if arg != "{" + EXTRA_ARGS + "}":
-                raise TemplateError(f"argument {arg!r}: {{extra_args}} stands alone as one argument (it becomes "
-                                    f"several)")
+                raise TemplateError(
+                    f"argument {arg!r}: {{extra_args}} stands alone as one argument (it becomes several)"
+                )
             argv += list(cfg.extra_args)
         else:
             argv.append(arg.format(**vals))

@@ -29,8 +29,11 @@ def requested(cfg: ServerConfig) -> dict[str, Any]:
     """The values the user asked for, under the knob names points are labelled with."""
     out: dict[str, Any] = {"steps": cfg.steps}
     if cfg.steps > 0 and cfg.engine in ("sglang", "sim"):
-        out.update(spec_algorithm=cfg.spec_algorithm, eagle_topk=cfg.eagle_topk,
-                   num_draft_tokens=cfg.num_draft_tokens or cfg.steps + 1)
+        out.update(
+            spec_algorithm=cfg.spec_algorithm,
+            eagle_topk=cfg.eagle_topk,
+            num_draft_tokens=cfg.num_draft_tokens or cfg.steps + 1,
+        )
     mrr = _flag_value(cfg.extra_args, "--max-running-requests")
     if mrr is not None and mrr.isdigit():
         out["max_running_requests"] = int(mrr)
@@ -42,12 +45,18 @@ def _sglang_effective(info: dict[str, Any], startup: dict[str, Any]) -> dict[str
     algo = info.get("speculative_algorithm")
     out: dict[str, Any] = {"steps": int(info.get("speculative_num_steps") or 0) if algo else 0}
     if algo:
-        out.update(spec_algorithm=str(algo).upper(), eagle_topk=info.get("speculative_eagle_topk"),
-                   num_draft_tokens=info.get("speculative_num_draft_tokens"))
+        out.update(
+            spec_algorithm=str(algo).upper(),
+            eagle_topk=info.get("speculative_eagle_topk"),
+            num_draft_tokens=info.get("speculative_num_draft_tokens"),
+        )
     states = info.get("internal_states")
     state0 = states[0] if isinstance(states, list) and states and isinstance(states[0], dict) else {}
-    mrr = state0.get("effective_max_running_requests_per_dp") or startup.get("max_running_requests") \
+    mrr = (
+        state0.get("effective_max_running_requests_per_dp")
+        or startup.get("max_running_requests")
         or info.get("max_running_requests")
+    )
     if isinstance(mrr, int):
         out["max_running_requests"] = mrr
     det = info.get("enable_deterministic_inference")
@@ -70,8 +79,12 @@ def effective_config(cfg: ServerConfig, server_info: Any, startup: dict[str, Any
     seeds_honoured: SGLang (and the sim) only with deterministic inference; vLLM always (a per-request seed gets its
     own generator); an external server: unknown (None)."""
     want = requested(cfg)
-    if cfg.engine in ("sglang", "sim") and isinstance(server_info, dict) and "http_status" not in server_info \
-            and "error" not in server_info:
+    if (
+        cfg.engine in ("sglang", "sim")
+        and isinstance(server_info, dict)
+        and "http_status" not in server_info
+        and "error" not in server_info
+    ):
         got = _sglang_effective(server_info, startup or {})
         seeds = got.get("deterministic_inference")
     elif cfg.engine == "vllm":
@@ -95,8 +108,10 @@ def effective_config(cfg: ServerConfig, server_info: Any, startup: dict[str, Any
 
 def change_lines(config_id: str, eff: dict[str, Any]) -> list[str]:
     """One warning line per requested value the server changed, and one for what deterministic inference cost."""
-    out = [f"server {config_id}: requested {c['knob']}={c['requested']} but the server runs {c['effective']}"
-           for c in eff.get("changed") or []]
+    out = [
+        f"server {config_id}: requested {c['knob']}={c['requested']} but the server runs {c['effective']}"
+        for c in eff.get("changed") or []
+    ]
     line = deterministic_line(config_id, eff)
     return out + [line] if line else out
 
@@ -109,17 +124,22 @@ def deterministic_line(config_id: str, eff: dict[str, Any]) -> str | None:
         return None
     parts = []
     if got.get("radix_cache") is False:
-        parts.append(f"radix (prefix) cache OFF (attention backend {got.get('attention_backend')}: SGLang keeps the "
-                     "cache under deterministic inference only on fa3/fa4/triton), so multi-turn prefixes are "
-                     "prefilled again")
+        parts.append(
+            f"radix (prefix) cache OFF (attention backend {got.get('attention_backend')}: SGLang keeps the "
+            "cache under deterministic inference only on fa3/fa4/triton), so multi-turn prefixes are "
+            "prefilled again"
+        )
     else:
         parts.append(f"radix cache on (attention backend {got.get('attention_backend')})")
     if got.get("sampling_backend"):
         parts.append(f"sampling backend {got['sampling_backend']}")
     if got.get("custom_all_reduce") is False:
         parts.append("custom all-reduce off (NCCL tree)")
-    return (f"server {config_id}: deterministic inference changes the engine, not only the seeds: "
-            + "; ".join(parts) + " -- its throughput and latency are not those of the default engine")
+    return (
+        f"server {config_id}: deterministic inference changes the engine, not only the seeds: "
+        + "; ".join(parts)
+        + " -- its throughput and latency are not those of the default engine"
+    )
 
 
 def label_knobs(knobs: dict[str, Any], eff: dict[str, Any] | None) -> dict[str, Any]:

@@ -80,18 +80,25 @@ class SGLangAdapter(EngineAdapter):
         if cfg.draft_model_path:
             args += ["--speculative-draft-model-path", cfg.draft_model_path]
         args += [
-            "--speculative-num-steps", str(cfg.steps),
-            "--speculative-eagle-topk", str(cfg.eagle_topk),
-            "--speculative-num-draft-tokens", str(cfg.num_draft_tokens if cfg.num_draft_tokens else cfg.steps + 1),
+            "--speculative-num-steps",
+            str(cfg.steps),
+            "--speculative-eagle-topk",
+            str(cfg.eagle_topk),
+            "--speculative-num-draft-tokens",
+            str(cfg.num_draft_tokens if cfg.num_draft_tokens else cfg.steps + 1),
         ]
         return args
 
     def argv(self, cfg: ServerConfig, host: str, port: int) -> list[str]:
         argv = self.module(cfg) + [
-            "--model-path", cfg.model,
-            "--tp-size", str(cfg.tp),
-            "--host", host,
-            "--port", str(port),
+            "--model-path",
+            cfg.model,
+            "--tp-size",
+            str(cfg.tp),
+            "--host",
+            host,
+            "--port",
+            str(port),
             "--enable-metrics",
             # usage.prompt_tokens_details.cached_tokens on the OpenAI routes is null without it
             # (entrypoints/openai/usage_processor.py::calculate_response_usage; off by default in 0.5.23)
@@ -148,18 +155,26 @@ class VLLMAdapter(EngineAdapter):
     #   "init engine (profile, create kv cache, warmup model) took 32.73 s"
     startup_lines: ClassVar[tuple[re.Pattern[str], ...]] = (
         re.compile(r"(?P<kv_cache_device>[A-Z]+) KV cache size: (?P<kv_cache_tokens>[\d,]+) tokens"),
-        re.compile(r"Maximum concurrency for (?P<max_model_len>[\d,]+) tokens per request: "
-                   r"(?P<max_concurrency>[\d.]+)x"),
+        re.compile(
+            r"Maximum concurrency for (?P<max_model_len>[\d,]+) tokens per request: "
+            r"(?P<max_concurrency>[\d.]+)x"
+        ),
         re.compile(r"init engine \(profile, create kv cache, warmup model\) took (?P<init_engine_s>[\d.]+) s"),
     )
 
     def argv(self, cfg: ServerConfig, host: str, port: int) -> list[str]:
         argv = [
-            self.python(cfg), "-m", "vllm.entrypoints.openai.api_server",
-            "--model", cfg.model,
-            "--host", host,
-            "--port", str(port),
-            "--tensor-parallel-size", str(cfg.tp),
+            self.python(cfg),
+            "-m",
+            "vllm.entrypoints.openai.api_server",
+            "--model",
+            cfg.model,
+            "--host",
+            host,
+            "--port",
+            str(port),
+            "--tensor-parallel-size",
+            str(cfg.tp),
             "--enable-prompt-tokens-details",  # usage.prompt_tokens_details.cached_tokens (off by default)
         ]
         if cfg.served_model_name:
@@ -267,7 +282,8 @@ class CommandAdapter(EngineAdapter):
 
 
 ENGINES: dict[str, EngineAdapter] = {
-    e.name: e for e in (SGLangAdapter(), SimAdapter(), VLLMAdapter(), ExternalAdapter(), CommandAdapter())}
+    e.name: e for e in (SGLangAdapter(), SimAdapter(), VLLMAdapter(), ExternalAdapter(), CommandAdapter())
+}
 
 
 def engine_for(name: str) -> EngineAdapter:

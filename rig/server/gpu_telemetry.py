@@ -24,9 +24,10 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
 
 from rig.results import PartWriter
 
@@ -37,8 +38,18 @@ SOURCE_SIMULATED = "simulated"
 SIM_PATH = "/sim/gpu"
 
 # The measured fields of a row (GPU_METRICS_SCHEMA adds the keys: run, point, node, ts, source, gpu).
-FIELDS = ("power_mw", "energy_mj", "util_gpu_pct", "util_mem_pct", "mem_used_bytes", "mem_total_bytes",
-          "sm_clock_mhz", "temperature_c", "throttle_reasons", "power_limit_mw")
+FIELDS = (
+    "power_mw",
+    "energy_mj",
+    "util_gpu_pct",
+    "util_mem_pct",
+    "mem_used_bytes",
+    "mem_total_bytes",
+    "sm_clock_mhz",
+    "temperature_c",
+    "throttle_reasons",
+    "power_limit_mw",
+)
 
 
 class TelemetryAbsent(Exception):
@@ -96,15 +107,16 @@ class NvmlSource:
         self.handles = handles
         self.gpus = gpus
         # The clock-event call was renamed in NVML 12.535 (ThrottleReasons is deprecated); use what this one has.
-        self._reasons: Callable[[Any], int] | None = (
-            getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None)
-            or getattr(nvml, "nvmlDeviceGetCurrentClocksThrottleReasons", None))
+        self._reasons: Callable[[Any], int] | None = getattr(
+            nvml, "nvmlDeviceGetCurrentClocksEventReasons", None
+        ) or getattr(nvml, "nvmlDeviceGetCurrentClocksThrottleReasons", None)
 
     @classmethod
-    def open(cls, devices: list[str], nvml: ModuleType | None = None) -> "NvmlSource":
+    def open(cls, devices: list[str], nvml: ModuleType | None = None) -> NvmlSource:
         if not devices:
-            raise TelemetryAbsent("no GPU assigned to the server actor (CUDA_VISIBLE_DEVICES and Ray's GPU ids are "
-                                  "empty)")
+            raise TelemetryAbsent(
+                "no GPU assigned to the server actor (CUDA_VISIBLE_DEVICES and Ray's GPU ids are empty)"
+            )
         if nvml is None:
             nvml = import_nvml()
         try:
@@ -115,12 +127,21 @@ class NvmlSource:
         try:
             for dev in devices:
                 if dev.startswith("MIG-"):
-                    raise TelemetryAbsent(f"device {dev} is a MIG instance: NVML reports power and energy per "
-                                          "physical GPU, not per instance")
-                h = nvml.nvmlDeviceGetHandleByUUID(dev) if dev.startswith("GPU-") else \
-                    nvml.nvmlDeviceGetHandleByIndex(int(dev))
-                info = {"cuda_device": dev, "index": int(nvml.nvmlDeviceGetIndex(h)),
-                        "uuid": _text(nvml.nvmlDeviceGetUUID(h)), "name": _text(nvml.nvmlDeviceGetName(h))}
+                    raise TelemetryAbsent(
+                        f"device {dev} is a MIG instance: NVML reports power and energy per "
+                        "physical GPU, not per instance"
+                    )
+                h = (
+                    nvml.nvmlDeviceGetHandleByUUID(dev)
+                    if dev.startswith("GPU-")
+                    else nvml.nvmlDeviceGetHandleByIndex(int(dev))
+                )
+                info = {
+                    "cuda_device": dev,
+                    "index": int(nvml.nvmlDeviceGetIndex(h)),
+                    "uuid": _text(nvml.nvmlDeviceGetUUID(h)),
+                    "name": _text(nvml.nvmlDeviceGetName(h)),
+                }
                 try:
                     info["power_limit_mw"] = int(nvml.nvmlDeviceGetEnforcedPowerLimit(h))
                 except nvml.NVMLError:
@@ -139,8 +160,12 @@ class NvmlSource:
         nvml = self.nvml
         rows = []
         for h, info in zip(self.handles, self.gpus):
-            row: dict[str, Any] = {"gpu_index": info["index"], "gpu_uuid": info["uuid"], "gpu_name": info["name"],
-                                   "power_limit_mw": info.get("power_limit_mw")}
+            row: dict[str, Any] = {
+                "gpu_index": info["index"],
+                "gpu_uuid": info["uuid"],
+                "gpu_name": info["name"],
+                "power_limit_mw": info.get("power_limit_mw"),
+            }
             errors: list[str] = []
 
             def get(name: str, fn: Callable[[], Any]) -> Any:
@@ -159,8 +184,9 @@ class NvmlSource:
             row["mem_used_bytes"] = mem.used if mem is not None else None
             row["mem_total_bytes"] = mem.total if mem is not None else None
             row["sm_clock_mhz"] = get("sm_clock_mhz", lambda: nvml.nvmlDeviceGetClockInfo(h, nvml.NVML_CLOCK_SM))
-            row["temperature_c"] = get("temperature_c",
-                                       lambda: nvml.nvmlDeviceGetTemperature(h, nvml.NVML_TEMPERATURE_GPU))
+            row["temperature_c"] = get(
+                "temperature_c", lambda: nvml.nvmlDeviceGetTemperature(h, nvml.NVML_TEMPERATURE_GPU)
+            )
             reasons = self._reasons
             row["throttle_reasons"] = get("throttle_reasons", lambda: reasons(h)) if reasons is not None else None
             row["errors"] = "; ".join(errors) or None
@@ -188,8 +214,7 @@ class SimulatedSource:
         self.url = base_url.rstrip("/") + SIM_PATH
         self.headers = dict(headers or {})
         self.timeout_s = timeout_s
-        self.gpus = [{k: g.get(k) for k in ("index", "uuid", "name", "power_limit_mw")}
-                     for g in self._get()["gpus"]]
+        self.gpus = [{k: g.get(k) for k in ("index", "uuid", "name", "power_limit_mw")} for g in self._get()["gpus"]]
 
     def _get(self) -> dict[str, Any]:
         req = urllib.request.Request(self.url, headers=self.headers)
@@ -208,8 +233,13 @@ class SimulatedSource:
         pass
 
 
-def open_source(engine: str, base_url: str | None, devices: list[str], headers: dict[str, str] | None = None,
-                nvml: ModuleType | None = None) -> Source:
+def open_source(
+    engine: str,
+    base_url: str | None,
+    devices: list[str],
+    headers: dict[str, str] | None = None,
+    nvml: ModuleType | None = None,
+) -> Source:
     """The telemetry source of a server: the simulator's model for ``sim``, else NVML on the assigned GPUs.
     Raises TelemetryAbsent with the reason."""
     if engine == "sim":
@@ -234,9 +264,15 @@ class SamplerStats:
     rows_unwritten: int = 0  # rows the part writer still could not write at stop (a disk that stayed full)
 
     def as_dict(self) -> dict[str, Any]:
-        return {"samples": self.samples, "failed": self.failed, "last_error": self.last_error,
-                "rows": self.rows, "rows_unwritten": self.rows_unwritten, "cpu_s": round(self.cpu_s, 6),
-                "wall_s": round(self.wall_s, 6)}
+        return {
+            "samples": self.samples,
+            "failed": self.failed,
+            "last_error": self.last_error,
+            "rows": self.rows,
+            "rows_unwritten": self.rows_unwritten,
+            "cpu_s": round(self.cpu_s, 6),
+            "wall_s": round(self.wall_s, 6),
+        }
 
 
 class GpuSampler:

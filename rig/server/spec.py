@@ -24,41 +24,56 @@ class ServerConfig(BaseModel):
     tp: int = Field(4, ge=1, le=64, description="Tensor parallel size (GPUs the server asks Ray for).")
     steps: int = Field(0, ge=0, le=32)  # 0: no speculative decoding
     spec_algorithm: str = Field(
-        "NEXTN", description="SGLang --speculative-algorithm (NEXTN, EAGLE, EAGLE3, STANDALONE).")  # NEXTN is MTP
+        "NEXTN", description="SGLang --speculative-algorithm (NEXTN, EAGLE, EAGLE3, STANDALONE)."
+    )  # NEXTN is MTP
     spec_method: str = Field("mtp", description="vLLM speculative method (ngram, mtp, eagle, eagle3).")
     eagle_topk: int = Field(1, ge=1)
     num_draft_tokens: int | None = Field(None, ge=1)  # default steps + 1 (chain)
     draft_model_path: str | None = Field(None, description="Draft model path (EAGLE/STANDALONE).")
     deterministic: bool = Field(
-        False, description="SGLang/sim: --enable-deterministic-inference, so per-request seeds are honoured; it also "
-                           "changes the engine (pytorch sampler, prefix cache off unless fa3/fa4/triton attention).")
-    extra_args: tuple[str, ...] = Field((), description="Extra engine argument, passed verbatim; repeat for each token "
-                                                     "(--server-arg=--foo --server-arg=1).")
+        False,
+        description="SGLang/sim: --enable-deterministic-inference, so per-request seeds are honoured; it also "
+        "changes the engine (pytorch sampler, prefix cache off unless fa3/fa4/triton attention).",
+    )
+    extra_args: tuple[str, ...] = Field(
+        (),
+        description="Extra engine argument, passed verbatim; repeat for each token "
+        "(--server-arg=--foo --server-arg=1).",
+    )
     env: dict[str, str] = Field(default_factory=dict)
     device: Literal["gpu", "cpu"] = "gpu"
     port: int = Field(0, ge=0, le=65535, description="Server port (0 = any free port).")  # 30000 is SGLang's usual
     host: str | None = None  # bind address; default: the node's IP as Ray sees it
-    url: str | None = Field(None,
-                            description="external engine: root URL of a server you already run (http://HOST:PORT).")
+    url: str | None = Field(
+        None, description="external engine: root URL of a server you already run (http://HOST:PORT)."
+    )
     python: str | None = Field(None, description="Interpreter that runs the engine (its own venv).")  # default: rig's
     command: tuple[str, ...] = Field(
-        (), description="command engine: the server's command line, with placeholders {model} {host} {port} {steps} "
-                        "{num_draft_tokens} {tp} {served_model_name} {extra_args} and any --grid knob (one string, "
-                        "split as a shell would; never run by a shell).")
+        (),
+        description="command engine: the server's command line, with placeholders {model} {host} {port} {steps} "
+        "{num_draft_tokens} {tp} {served_model_name} {extra_args} and any --grid knob (one string, "
+        "split as a shell would; never run by a shell).",
+    )
     # command engine: values of the template's own placeholders ({ctx}); --grid ctx=2048,4096 sweeps one
     command_vars: dict[str, str | int | float | bool] = Field(default_factory=dict)
     sim_profile: str | None = None  # sim only: a profile file (default: the shipped reference profile)
     health_timeout_s: float = Field(1800.0, gt=0)  # model loads take minutes
     dialect: DialectName | None = Field(
-        None, description="Request fields the server accepts: plain (OpenAI's API reference only), sglang or vllm "
-                          "(their extensions: ignore_eos, top_k, token ids, ...). Default: the engine's; external: "
-                          "probed, else plain.")
+        None,
+        description="Request fields the server accepts: plain (OpenAI's API reference only), sglang or vllm "
+        "(their extensions: ignore_eos, top_k, token ids, ...). Default: the engine's; external: "
+        "probed, else plain.",
+    )
     extra_body: dict[str, Any] = Field(
-        default_factory=dict, description="JSON field added to every request body, KEY=JSON (repeatable), for "
-                                          "engines rig does not know.")
+        default_factory=dict,
+        description="JSON field added to every request body, KEY=JSON (repeatable), for engines rig does not know.",
+    )
     # nothing answering means: refused, no route, or no /health
-    unreachable_timeout_s: float = Field(30.0, gt=0, description="external engine: seconds nothing may answer at --url "
-                                                                 "before the run fails (default 30).")
+    unreachable_timeout_s: float = Field(
+        30.0,
+        gt=0,
+        description="external engine: seconds nothing may answer at --url before the run fails (default 30).",
+    )
 
     @field_validator("command", mode="before")
     @classmethod
@@ -80,8 +95,11 @@ class ServerConfig(BaseModel):
             if not key.isidentifier():
                 raise ValueError(f"{key!r} is not a placeholder name (letters, digits and _)")
             if key in cls.model_fields or key in _RESERVED_VARS:
-                raise ValueError(f"{key!r} is a server setting of its own; set it as server.{key}"
-                                 if key in cls.model_fields else f"{{{key}}} is filled by rig itself")
+                raise ValueError(
+                    f"{key!r} is a server setting of its own; set it as server.{key}"
+                    if key in cls.model_fields
+                    else f"{{{key}}} is filled by rig itself"
+                )
         return v
 
     @field_validator("spec_algorithm")
@@ -103,8 +121,7 @@ class ServerConfig(BaseModel):
         # rig reads a stream and names the model itself: a body that turned either off could not be measured
         for key in ("stream", "model"):
             if key in v:
-                raise ValueError(f"{key!r} is rig's own field (it streams every request to the served model); "
-                                 f"drop it")
+                raise ValueError(f"{key!r} is rig's own field (it streams every request to the served model); drop it")
         return v
 
     @field_validator("url")
@@ -129,12 +146,13 @@ class ServerConfig(BaseModel):
             raise ValueError("port must be a number from 1 to 65535")
         if parts.path not in ("", "/") or parts.query or parts.fragment:
             tail = parts.path + (("?" + parts.query) if parts.query else "")
-            raise ValueError(f"give the server's root URL without {tail!r}"
-                             f" (rig adds /health, /v1/... itself; {example})")
+            raise ValueError(
+                f"give the server's root URL without {tail!r} (rig adds /health, /v1/... itself; {example})"
+            )
         return v.strip().rstrip("/")
 
     @model_validator(mode="after")
-    def _consistent(self) -> "ServerConfig":
+    def _consistent(self) -> ServerConfig:
         if self.engine == "external" and not self.url:
             raise ValueError("engine 'external' needs server.url (the URL of the server you run)")
         if self.engine == "command" and not self.command:

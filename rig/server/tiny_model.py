@@ -52,8 +52,14 @@ RECIPE: dict[str, Any] = {
 # vocabulary: 0.98 B parameters, 1.97 GB in bf16.
 PRESETS: dict[str, dict[str, Any]] = {
     "tiny": RECIPE,
-    "gpu-1b": {**RECIPE, "hidden_size": 2048, "intermediate_size": 5632, "num_hidden_layers": 22,
-               "num_attention_heads": 32, "num_key_value_heads": 4},
+    "gpu-1b": {
+        **RECIPE,
+        "hidden_size": 2048,
+        "intermediate_size": 5632,
+        "num_hidden_layers": 22,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 4,
+    },
 }
 
 CHAT_TEMPLATE = (
@@ -80,7 +86,8 @@ def corpus_files(n: int = RECIPE["corpus_files"]) -> list[Path]:
     """The first ``n`` standard-library .py files in sorted order (deterministic for a given Python install)."""
     stdlib = Path(sysconfig.get_paths()["stdlib"])
     files = sorted(
-        p for p in stdlib.rglob("*.py")
+        p
+        for p in stdlib.rglob("*.py")
         if "site-packages" not in p.parts and "test" not in p.parts and "tests" not in p.parts
     )
     if len(files) < n:
@@ -110,7 +117,10 @@ def _build_tokenizer(out: Path) -> Any:
     tok.train_from_iterator(_corpus(), trainer=trainer)
     tok.post_processor = processors.ByteLevel(trim_offsets=False)
     fast = PreTrainedTokenizerFast(
-        tokenizer_object=tok, bos_token=bos, eos_token=eos, pad_token=pad,
+        tokenizer_object=tok,
+        bos_token=bos,
+        eos_token=eos,
+        pad_token=pad,
         model_max_length=RECIPE["max_position_embeddings"],
     )
     fast.chat_template = CHAT_TEMPLATE
@@ -175,14 +185,20 @@ def build_tiny_model(out_dir: str | os.PathLike[str], preset: str = "tiny") -> P
             tok = _build_tokenizer(tmp)
             _build_weights(tmp, tok, recipe)
             size = sum(p.stat().st_size for p in tmp.iterdir() if p.is_file())
-            (tmp / STAMP).write_text(json.dumps({
-                "recipe": recipe_hash(preset),
-                "preset": preset,
-                "recipe_fields": recipe,
-                "vocab_size": len(tok),
-                "build_s": round(time.monotonic() - t0, 2),
-                "size_bytes": size,
-            }, indent=1, sort_keys=True))
+            (tmp / STAMP).write_text(
+                json.dumps(
+                    {
+                        "recipe": recipe_hash(preset),
+                        "preset": preset,
+                        "recipe_fields": recipe,
+                        "vocab_size": len(tok),
+                        "build_s": round(time.monotonic() - t0, 2),
+                        "size_bytes": size,
+                    },
+                    indent=1,
+                    sort_keys=True,
+                )
+            )
             tmp.chmod(0o755)  # mkdtemp makes it 0700
             if out.exists():
                 shutil.rmtree(out)

@@ -6,8 +6,20 @@ from __future__ import annotations
 from aiohttp import web
 
 from rig.sim import faults, openai_api
-from rig.sim.server import (SimServer, flush_cache, generate, get_server_info, health, make_middlewares, metrics,
-                            model_info, model_one, models, server_info, sim_gpu)
+from rig.sim.server import (
+    SimServer,
+    flush_cache,
+    generate,
+    get_server_info,
+    health,
+    make_middlewares,
+    metrics,
+    model_info,
+    model_one,
+    models,
+    server_info,
+    sim_gpu,
+)
 
 
 def create_app(srv: SimServer) -> web.Application:

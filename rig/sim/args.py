@@ -22,16 +22,45 @@ PROG = "rig.sim"
 SGLANG_VERSION = "0.5.23"  # the release whose parser the flag table was generated from
 ARGS_TABLE = Path(__file__).parent / "data" / f"sglang_args_{SGLANG_VERSION.replace('.', '_')}.json"
 # Options whose value changes what the simulator does; every other SGLang option is accepted and ignored.
-MODELLED = frozenset({
-    "model_path", "tokenizer_path", "served_model_name", "context_length", "host", "port", "api_key",
-    "admin_api_key", "log_level", "log_level_http", "random_seed", "skip_server_warmup", "stream_interval",
-    "stream_response_default_include_usage", "enable_cache_report", "decode_log_interval", "tp_size",
-    "mem_fraction_static", "max_running_requests", "max_total_tokens", "chunked_prefill_size", "max_prefill_tokens",
-    "disable_radix_cache", "enable_metrics", "bucket_time_to_first_token", "bucket_inter_token_latency",
-    "bucket_e2e_request_latency", "speculative_algorithm", "speculative_draft_model_path",
-    "speculative_draft_model_revision", "speculative_num_steps", "speculative_eagle_topk",
-    "speculative_num_draft_tokens", "enable_deterministic_inference", "sampling_defaults",
-})
+MODELLED = frozenset(
+    {
+        "model_path",
+        "tokenizer_path",
+        "served_model_name",
+        "context_length",
+        "host",
+        "port",
+        "api_key",
+        "admin_api_key",
+        "log_level",
+        "log_level_http",
+        "random_seed",
+        "skip_server_warmup",
+        "stream_interval",
+        "stream_response_default_include_usage",
+        "enable_cache_report",
+        "decode_log_interval",
+        "tp_size",
+        "mem_fraction_static",
+        "max_running_requests",
+        "max_total_tokens",
+        "chunked_prefill_size",
+        "max_prefill_tokens",
+        "disable_radix_cache",
+        "enable_metrics",
+        "bucket_time_to_first_token",
+        "bucket_inter_token_latency",
+        "bucket_e2e_request_latency",
+        "speculative_algorithm",
+        "speculative_draft_model_path",
+        "speculative_draft_model_revision",
+        "speculative_num_steps",
+        "speculative_eagle_topk",
+        "speculative_num_draft_tokens",
+        "enable_deterministic_inference",
+        "sampling_defaults",
+    }
+)
 MODELLED_ALGORITHMS = {"EAGLE", "EAGLE3", "NEXTN"}  # chain drafts from an MTP head / EAGLE draft
 KNOWN_ALGORITHMS = MODELLED_ALGORITHMS | {"STANDALONE", "NGRAM", "DFLASH", "DSPARK", "UNO"}
 MAX_RUNNING_WARNING = (
@@ -70,7 +99,8 @@ def human_readable_int(value: str) -> int:
             if "." in number:
                 raise argparse.ArgumentTypeError(
                     f"Decimals are not allowed with IEC suffixes like '{suffix}'. Use an integer IEC value such as "
-                    f"'{int(Decimal(number))}{suffix}', or an SI value such as '{number}{suffix[0]}'.")
+                    f"'{int(Decimal(number))}{suffix}', or an SI value such as '{number}{suffix[0]}'."
+                )
             return int(number) * 2 ** (10 * "KMGT".index(suffix[0]) + 10)
         return int(Decimal(number) * 10 ** (3 * "kMGT".index(suffix) + 3))
     try:
@@ -78,7 +108,8 @@ def human_readable_int(value: str) -> int:
     except ValueError:
         raise argparse.ArgumentTypeError(
             f"Invalid integer value: '{value}'. Use a plain integer, SI suffixes (1k, 1M), or IEC suffixes (1Ki, "
-            "1Mi). Suffixes are case-sensitive.") from None
+            "1Mi). Suffixes are case-sensitive."
+        ) from None
 
 
 def _json_value(value: str) -> Any:
@@ -107,9 +138,16 @@ def _json_object(value: str) -> dict:
 
 # The argparse `type` of each table row, by the name SGLang's parser used (the table records names, not code).
 _TYPES: dict[str | None, Any] = {
-    None: None, "str": str, "int": int, "float": float, "human_readable_int": human_readable_int,
-    "loads": _json_value, "json_list_type": _json_value, "nullable_str": _nullable_str,
-    "parse_cuda_graph_backend_arg": _cuda_graph_backend, "parse_cuda_graph_config_arg": _json_object,
+    None: None,
+    "str": str,
+    "int": int,
+    "float": float,
+    "human_readable_int": human_readable_int,
+    "loads": _json_value,
+    "json_list_type": _json_value,
+    "nullable_str": _nullable_str,
+    "parse_cuda_graph_backend_arg": _cuda_graph_backend,
+    "parse_cuda_graph_config_arg": _json_object,
 }
 
 
@@ -147,17 +185,30 @@ def _add_sglang_arguments(p: argparse.ArgumentParser, rows: list[dict[str, Any]]
 
 def build_parser(cls: type[argparse.ArgumentParser] = _Parser) -> argparse.ArgumentParser:
     """SGLang's parser, rebuilt from the table, plus the simulator's own --sim-* flags."""
-    p = cls(prog=PROG, usage=f"python -m {PROG} --model-path PATH [options]",
-            description="Simulated SGLang server (speaks sglang.launch_server's flags and HTTP contract).")
+    p = cls(
+        prog=PROG,
+        usage=f"python -m {PROG} --model-path PATH [options]",
+        description="Simulated SGLang server (speaks sglang.launch_server's flags and HTTP contract).",
+    )
     _add_sglang_arguments(p, load_table()["arguments"])
     a = p.add_argument
     # the simulator's own (no SGLang option starts with --sim, so SGLang's prefix matches are unchanged)
     a("--sim-profile", default=None, help="performance profile YAML (default: the shipped reference profile)")
-    a("--sim-spin-ms", type=float, default=1.5,
-      help="wake this early before an iteration's deadline and yield-spin to it (sub-millisecond timing)")
+    a(
+        "--sim-spin-ms",
+        type=float,
+        default=1.5,
+        help="wake this early before an iteration's deadline and yield-spin to it (sub-millisecond timing)",
+    )
     a("--sim-no-access-log", action="store_true", help="do not log one line per HTTP request")
-    a("--sim-fault", action="append", default=[], type=_fault, metavar="SPEC",
-      help="TEST ONLY: misbehave on purpose (crash, hang, slow, HTTP errors, broken streams); see rig/sim/faults.py")
+    a(
+        "--sim-fault",
+        action="append",
+        default=[],
+        type=_fault,
+        metavar="SPEC",
+        help="TEST ONLY: misbehave on purpose (crash, hang, slow, HTTP errors, broken streams); see rig/sim/faults.py",
+    )
     return p
 
 

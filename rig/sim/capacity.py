@@ -61,8 +61,9 @@ def compute_capacity(
     tokens = int(kv_gb * 1e9 / (profile.kv_bytes_per_token * shard))
     if max_total_tokens is not None:
         tokens = min(tokens, max_total_tokens)
-    per_req_mb = (profile.state_mb_base
-                  + (profile.state_mb_per_draft_token * draft_tokens if speculative else 0.0)) * shard
+    per_req_mb = (
+        profile.state_mb_base + (profile.state_mb_per_draft_token * draft_tokens if speculative else 0.0)
+    ) * shard
     state_limit = max(1, math.floor(state_gb * 1000.0 / per_req_mb))
     if max_running_requests is not None:
         configured = max_running_requests

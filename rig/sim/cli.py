@@ -35,14 +35,24 @@ def sim(argv: tuple[str, ...]) -> None:
 @click.command("fit")
 @click.argument("run_dir", required=False, type=click.Path(file_okay=False, path_type=Path))
 @click.option("--campaign", is_flag=True, help="Fit to the reference campaign's published figures.")
-@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Write the fitted profile here (default: print the table only).")
-@click.option("--start", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Profile to start from (default: the built-in defaults; with RUN_DIR, the reference profile).")
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Write the fitted profile here (default: print the table only).",
+)
+@click.option(
+    "--start",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Profile to start from (default: the built-in defaults; with RUN_DIR, the reference profile).",
+)
 @click.option("--max-evals", type=int, default=1500, show_default=True, help="Objective evaluations per pass.")
 @click.option("--name", default=None, help="Name recorded in the profile.")
-def fit_cmd(run_dir: Path | None, campaign: bool, output: Path | None, start: Path | None, max_evals: int,
-            name: str | None) -> None:
+def fit_cmd(
+    run_dir: Path | None, campaign: bool, output: Path | None, start: Path | None, max_evals: int, name: str | None
+) -> None:
     """Fit a profile's parameters to the campaign (--campaign) or to a results directory of real runs."""
     from rich.console import Console
 
@@ -72,13 +82,27 @@ def fit_cmd(run_dir: Path | None, campaign: bool, output: Path | None, start: Pa
     console = Console(stderr=True)
     t0 = time.monotonic()
     with console.status("fitting (virtual-time simulation of every scenario per evaluation)...") as status:
-        result = fitmod.fit(targets, base, free=free, max_evals=max_evals,
-                            progress=lambda n, v: status.update(f"fitting: {n} evaluations, objective {v:.5f}"))
+        result = fitmod.fit(
+            targets,
+            base,
+            free=free,
+            max_evals=max_evals,
+            progress=lambda n, v: status.update(f"fitting: {n} evaluations, objective {v:.5f}"),
+        )
     elapsed = time.monotonic() - t0
     _print_table(result, elapsed)
     if output:
-        command = ["rig", "sim", "fit", *(["--campaign"] if campaign else [str(run_dir)]),
-                   *(["--start", str(start)] if start else []), "--max-evals", str(max_evals), "-o", str(output)]
+        command = [
+            "rig",
+            "sim",
+            "fit",
+            *(["--campaign"] if campaign else [str(run_dir)]),
+            *(["--start", str(start)] if start else []),
+            "--max-evals",
+            str(max_evals),
+            "-o",
+            str(output),
+        ]
         prof = fitmod.fitted_profile(result, name or output.stem, command, note)
         prof.save(output)
         click.echo(f"wrote {output}", err=True)

@@ -13,13 +13,13 @@ import logging
 import time
 from dataclasses import dataclass, field
 
-from rig.sim.prometheus import SimMetrics
-from rig.sim.prefix_cache import PrefixCache
+from rig.sim.cost import ForwardCost
 from rig.sim.power import PowerMeter, PowerModel
+from rig.sim.prefix_cache import PrefixCache
 from rig.sim.profile import Profile
+from rig.sim.prometheus import SimMetrics
 from rig.sim.requests import Sampling, build_req, output_stream, plan_request, prompt_key
 from rig.sim.scheduler import EngineConfig, Iteration, Req, Scheduler
-from rig.sim.cost import ForwardCost
 from rig.sim.text import OutputStream, stable_hash
 
 log = logging.getLogger("rig.sim")
@@ -64,8 +64,19 @@ class Stream:
 class Engine:
     """Scheduler + prefix cache + token streams + metrics, on the wall clock."""
 
-    def __init__(self, profile: Profile, cfg: EngineConfig, *, tp: int, seed: int, metrics: SimMetrics,
-                 radix: bool, decode_log_interval: int, stream_interval: int, spin_s: float):
+    def __init__(
+        self,
+        profile: Profile,
+        cfg: EngineConfig,
+        *,
+        tp: int,
+        seed: int,
+        metrics: SimMetrics,
+        radix: bool,
+        decode_log_interval: int,
+        stream_interval: int,
+        spin_s: float,
+    ):
         self.profile = profile
         self.cfg = cfg
         self.sched = Scheduler(cfg, ForwardCost(profile, tp))
@@ -117,14 +128,28 @@ class Engine:
         return mono + self.wall_offset
 
     # ---- requests ----
-    def submit(self, toks: list[str], ids: list[int], s: Sampling, *, rid: str | None,
-               stops: tuple[str, ...] = (), log_metrics: bool = True) -> Stream:
+    def submit(
+        self,
+        toks: list[str],
+        ids: list[int],
+        s: Sampling,
+        *,
+        rid: str | None,
+        stops: tuple[str, ...] = (),
+        log_metrics: bool = True,
+    ) -> Stream:
         """Queue a tokenized request; its Stream fills as iterations commit tokens."""
         self._n += 1
         rid = rid or f"{stable_hash('rid', self.seed, self._n):016x}"
         if s.seed is None and not s.greedy:
-            s = Sampling(s.max_new_tokens, s.temperature, s.top_p, s.top_k, s.ignore_eos,
-                         stable_hash("seed", self.seed, self._n) % (2**31))
+            s = Sampling(
+                s.max_new_tokens,
+                s.temperature,
+                s.top_p,
+                s.top_k,
+                s.ignore_eos,
+                stable_hash("seed", self.seed, self._n) % (2**31),
+            )
         key = prompt_key(ids)
         plan = plan_request(self.profile, self.cfg.steps, toks, key, s)
         cached = self.cache.match(ids) if self.cache is not None else 0
@@ -221,17 +246,19 @@ class Engine:
                 st.signalled = st.n_tokens
                 st.event.set()
 
-    def _apply_stops(self, st: Stream, req: Req, ids: list[int], text: str, t_end: float
-                     ) -> tuple[int, list[int], str]:
+    def _apply_stops(self, st: Stream, req: Req, ids: list[int], text: str, t_end: float) -> tuple[int, list[int], str]:
         """Cut the output at the first stop string; the tokens after it are dropped."""
         full = st.text + text
-        hit = min(((full.find(s, max(0, len(st.text) - len(s))), s) for s in st.stops if s), default=(-1, ""),
-                  key=lambda x: (x[0] < 0, x[0]))
+        hit = min(
+            ((full.find(s, max(0, len(st.text) - len(s))), s) for s in st.stops if s),
+            default=(-1, ""),
+            key=lambda x: (x[0] < 0, x[0]),
+        )
         pos, s = hit
         if pos < 0:
             return len(ids), ids, text
         # Keep tokens until the one that completes the stop string; text ends before the stop string.
-        pieces = st.out.pieces[len(st.out.pieces) - len(ids):]
+        pieces = st.out.pieces[len(st.out.pieces) - len(ids) :]
         acc = len(st.text)
         keep = len(ids)
         for i, p in enumerate(pieces):
@@ -241,7 +268,7 @@ class Engine:
                 break
         st.matched = s
         self.sched.finish_early(req, st.n_tokens + keep, "stop", t_end)
-        return keep, ids[:keep], full[len(st.text):pos]
+        return keep, ids[:keep], full[len(st.text) : pos]
 
     def _finish(self, st: Stream, req: Req, wall: float) -> None:
         st.finished = True
@@ -270,8 +297,13 @@ class Engine:
         c = self.sched.counters
         if it.kind == "prefill":
             self._update_gauges()
-            log.debug("Prefill batch, #new-seq: %d, #new-token: %d, #running-req: %d, #queue-req: %d",
-                      len(it.reqs), it.tokens, self.sched.num_running, len(self.sched.waiting))
+            log.debug(
+                "Prefill batch, #new-seq: %d, #new-token: %d, #running-req: %d, #queue-req: %d",
+                len(it.reqs),
+                it.tokens,
+                self.sched.num_running,
+                len(self.sched.waiting),
+            )
             return
         self._iv_decodes += 1
         if self._iv_decodes < self.decode_log_interval:
@@ -283,8 +315,10 @@ class Engine:
         self.last_gen_throughput = tokens / dt
         m = self.metrics
         m.gen_throughput.set(self.last_gen_throughput)
-        parts = [f"Decode batch, #running-req: {len(self.sched.running)}, #token: {self.sched.used_tokens()}, "
-                 f"token usage: {self.sched.used_tokens() / self.cfg.kv_pool_tokens:.2f}, "]
+        parts = [
+            f"Decode batch, #running-req: {len(self.sched.running)}, #token: {self.sched.used_tokens()}, "
+            f"token usage: {self.sched.used_tokens() / self.cfg.kv_pool_tokens:.2f}, "
+        ]
         if self.cfg.steps > 0 and verify:
             al = (c.decode_tokens - self._iv_dec_tokens) / verify
             rate = accepted / (verify * self.cfg.steps)
@@ -293,8 +327,10 @@ class Engine:
             parts.append(f"accept len: {al:.2f}, accept rate: {rate:.2f}, ")
             if c.verify_calls:
                 self.avg_spec_accept_length = c.decode_tokens / c.verify_calls
-        parts.append(f"cuda graph: True, gen throughput (token/s): {self.last_gen_throughput:.2f}, "
-                     f"#queue-req: {len(self.sched.waiting)}")
+        parts.append(
+            f"cuda graph: True, gen throughput (token/s): {self.last_gen_throughput:.2f}, "
+            f"#queue-req: {len(self.sched.waiting)}"
+        )
         log.info("".join(parts))
         self._update_gauges()
         self._iv_start = t_end

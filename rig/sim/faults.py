@@ -39,8 +39,9 @@ import json
 import logging
 import os
 import signal
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Awaitable, Callable
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
@@ -91,8 +92,9 @@ def hash_unit(seed: int, key: str) -> float:
     return int.from_bytes(h[:8], "big") / 2**64
 
 
-def _num(name: str, raw: str, kind: type, lo: float | None = None, hi: float | None = None,
-         lo_open: bool = False) -> Any:
+def _num(
+    name: str, raw: str, kind: type, lo: float | None = None, hi: float | None = None, lo_open: bool = False
+) -> Any:
     try:
         v = kind(raw)
     except ValueError:
@@ -117,8 +119,9 @@ def parse_fault(spec: str) -> Fault:
     for p in parts[1:]:
         k, eq2, v = p.partition("=")
         if k not in _KEYS or not eq2:
-            raise FaultSpecError(f"{kind}: unknown option {p!r} (options: key=value with key in "
-                                 f"{', '.join(sorted(_KEYS))})")
+            raise FaultSpecError(
+                f"{kind}: unknown option {p!r} (options: key=value with key in {', '.join(sorted(_KEYS))})"
+            )
         if k in opts:
             raise FaultSpecError(f"{kind}: option {k!r} given twice")
         opts[k] = v
@@ -144,8 +147,9 @@ def parse_fault(spec: str) -> Fault:
     if kind in ("crash_after", "crash_at"):
         allowed = {"code"}
     elif kind in REQUEST_KINDS:
-        allowed = {"every", "offset", "fraction", "seed"} | ({"after"} if kind in ("truncate", "reset", "malformed")
-                                                            else set())
+        allowed = {"every", "offset", "fraction", "seed"} | (
+            {"after"} if kind in ("truncate", "reset", "malformed") else set()
+        )
     extra = set(opts) - allowed
     if extra:
         raise FaultSpecError(f"{kind} does not take {', '.join(sorted(extra))}")
@@ -156,7 +160,8 @@ def parse_fault(spec: str) -> Fault:
     if "seed" in opts and "fraction" not in opts:
         raise FaultSpecError(f"{kind}: seed= needs fraction=")
     return Fault(
-        kind=kind, value=val,
+        kind=kind,
+        value=val,
         every=_num("every", opts["every"], int, 1) if "every" in opts else None,
         offset=_num("offset", opts["offset"], int, 0) if "offset" in opts else 0,
         fraction=_num("fraction", opts["fraction"], float, 0, 1) if "fraction" in opts else None,
@@ -267,7 +272,7 @@ class FaultyStream(web.StreamResponse):
             self.ended = True
             raise FaultInjected("sim fault: hang after headers")
         data = bytes(data)
-        payload = data[len(b"data: "):].rstrip(b"\n") if data.startswith(b"data: ") else data
+        payload = data[len(b"data: ") :].rstrip(b"\n") if data.startswith(b"data: ") else data
         kind = self.fault.kind
         if payload != b"[DONE]":
             self._last_json = payload
@@ -331,8 +336,9 @@ def middleware(plan: FaultPlan) -> Callable:
     """Counts generation requests, crashes on schedule, and applies per-request faults."""
 
     @web.middleware
-    async def inject(request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
-                     ) -> web.StreamResponse:
+    async def inject(
+        request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+    ) -> web.StreamResponse:
         if request.method != "POST" or request.path not in GENERATION_PATHS:
             return await handler(request)
         srv = request.app["srv"]
@@ -349,8 +355,10 @@ def middleware(plan: FaultPlan) -> Callable:
         log.info("sim fault: request %d (rid %s): %s", index, rid, fault.spec)
         if fault.kind == "http":
             status = int(fault.value)
-            return web.json_response({"error": {"message": f"sim fault: injected HTTP {status}",
-                                                "type": "SimFault", "code": status}}, status=status)
+            return web.json_response(
+                {"error": {"message": f"sim fault: injected HTTP {status}", "type": "SimFault", "code": status}},
+                status=status,
+            )
         if fault.kind == "hang":
             await _wait_gone(request, srv)
             return web.Response(status=499)

@@ -12,10 +12,10 @@ import math
 import multiprocessing
 import os
 import shlex
+from collections.abc import Callable, Iterable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable
 
 import numpy as np
 import yaml
@@ -113,16 +113,30 @@ def campaign_targets(path: Path = CAMPAIGN_DATA) -> list[Target]:
     for steps, agg in sorted(d["c64_aggregate_tok_s"].items()):
         if int(steps) == 4:
             continue
-        sc = Scenario(int(steps), 64, int(c64["ok"]), lengths or _spread(int(c64["tokens"]), int(c64["ok"])), prompts,
-                      label=f"steps{steps} C=64")
+        sc = Scenario(
+            int(steps),
+            64,
+            int(c64["ok"]),
+            lengths or _spread(int(c64["tokens"]), int(c64["ok"])),
+            prompts,
+            label=f"steps{steps} C=64",
+        )
         out.append(Target(f"steps{steps} C=64 aggregate", "aggregate_tok_s", float(agg), sc))
     reg = d["c64_aggregate_tok_s"]
-    out.append(Target("C=64 aggregate steps4/steps3", "ratio", float(reg[4]) / float(reg[3]), weight=10.0,
-                      ratio_of=("steps4 C=64 aggregate", "steps3 C=64 aggregate")))
+    out.append(
+        Target(
+            "C=64 aggregate steps4/steps3",
+            "ratio",
+            float(reg[4]) / float(reg[3]),
+            weight=10.0,
+            ratio_of=("steps4 C=64 aggregate", "steps3 C=64 aggregate"),
+        )
+    )
     for steps, mr in sorted(d["max_running_requests"].items()):
         # Read by hand from logs ("about 17"): a softer target than the throughput figures.
-        out.append(Target(f"max_running_requests steps={steps}", "max_running", float(mr), steps=int(steps),
-                          weight=0.5))
+        out.append(
+            Target(f"max_running_requests steps={steps}", "max_running", float(mr), steps=int(steps), weight=0.5)
+        )
     return out
 
 
@@ -166,8 +180,9 @@ def _simulate(job: tuple[Profile, list[Scenario]]) -> list[dict[str, float]]:
     return [summarize(run_closed_loop(profile, sc)) for sc in scenarios]
 
 
-def simulate_scenarios(profile: Profile, scenarios: Iterable[Scenario], pool: ProcessPoolExecutor | None = None,
-                       workers: int = 1) -> dict[Scenario, dict[str, float]]:
+def simulate_scenarios(
+    profile: Profile, scenarios: Iterable[Scenario], pool: ProcessPoolExecutor | None = None, workers: int = 1
+) -> dict[Scenario, dict[str, float]]:
     """Every distinct scenario simulated once, split over ``workers`` processes of ``pool`` when given (each run is
     deterministic, so the figures do not depend on where it ran). One batch per worker, balanced by cost: a task
     per scenario would spend more on pickling than the small scenarios take to simulate."""
@@ -186,13 +201,17 @@ def simulate_scenarios(profile: Profile, scenarios: Iterable[Scenario], pool: Pr
     return out
 
 
-def evaluate(profile: Profile, targets: Iterable[Target], pool: ProcessPoolExecutor | None = None,
-             workers: int = 1) -> list[dict]:
+def evaluate(
+    profile: Profile, targets: Iterable[Target], pool: ProcessPoolExecutor | None = None, workers: int = 1
+) -> list[dict]:
     """Simulate every scenario once (over ``pool``'s ``workers`` when given) and compare each target with it."""
     targets = list(targets)
-    cache = simulate_scenarios(profile, [t.scenario for t in targets
-                                         if t.metric not in ("ratio", "max_running") and t.scenario is not None],
-                               pool, workers)
+    cache = simulate_scenarios(
+        profile,
+        [t.scenario for t in targets if t.metric not in ("ratio", "max_running") and t.scenario is not None],
+        pool,
+        workers,
+    )
     sims: dict[str, float] = {}
     rows = []
     for t in targets:
@@ -263,7 +282,7 @@ def fit(
 
     workers = fit_workers()
     # Worker processes are started fresh (spawn): the fit may run inside a process that already has threads.
-    pool = (ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) if workers > 1 else None)
+    pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) if workers > 1 else None
 
     def f(x: np.ndarray) -> float:
         nonlocal n_evals
@@ -275,11 +294,21 @@ def fit(
 
     x0 = to_x(base)
     try:
-        best = minimize(f, x0, method="Nelder-Mead", bounds=bounds,
-                        options={"maxfev": max_evals, "xatol": 1e-4, "fatol": 1e-7, "adaptive": True})
+        best = minimize(
+            f,
+            x0,
+            method="Nelder-Mead",
+            bounds=bounds,
+            options={"maxfev": max_evals, "xatol": 1e-4, "fatol": 1e-7, "adaptive": True},
+        )
         # A restart from the optimum escapes a collapsed simplex (common with piecewise-constant terms).
-        best = minimize(f, best.x, method="Nelder-Mead", bounds=bounds,
-                        options={"maxfev": max_evals, "xatol": 1e-5, "fatol": 1e-8, "adaptive": True})
+        best = minimize(
+            f,
+            best.x,
+            method="Nelder-Mead",
+            bounds=bounds,
+            options={"maxfev": max_evals, "xatol": 1e-5, "fatol": 1e-8, "adaptive": True},
+        )
     finally:
         if pool is not None:
             pool.shutdown(cancel_futures=True)
@@ -295,14 +324,20 @@ def fitted_profile(result: FitResult, name: str, command: list[str], data_note: 
     for n in result.free:
         sources[n] = "fitted"
     notes = dict(p.notes)
-    notes.update({
-        "produced_by": shlex.join(command),
-        "fitted_to": data_note,
-        "fit_objective": round(result.objective, 6),
-        "fit_quality": [
-            {"target": r["label"], "measured": round(r["target"], 4), "simulated": round(r["sim"], 4),
-             "rel_err_pct": round(100 * r["rel_err"], 2)}
-            for r in result.rows
-        ],
-    })
+    notes.update(
+        {
+            "produced_by": shlex.join(command),
+            "fitted_to": data_note,
+            "fit_objective": round(result.objective, 6),
+            "fit_quality": [
+                {
+                    "target": r["label"],
+                    "measured": round(r["target"], 4),
+                    "simulated": round(r["sim"], 4),
+                    "rel_err_pct": round(100 * r["rel_err"], 2),
+                }
+                for r in result.rows
+            ],
+        }
+    )
     return Profile(dict(p.values), name=name, notes=notes, sources={**p.sources, **sources})

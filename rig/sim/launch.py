@@ -10,15 +10,15 @@ import sys
 
 from aiohttp import web
 
+from rig.sim.app import create_app
 from rig.sim.args import SGLANG_VERSION, ServerArgs, context_length_allowed, main_error, resolve
 from rig.sim.capacity import Capacity, CapacityError, compute_capacity
 from rig.sim.engine import Engine
 from rig.sim.generation import GenerationConfigError, chat_defaults
-from rig.sim.prometheus import SimMetrics
 from rig.sim.profile import REFERENCE_PROFILE, Profile, ProfileError, load_profile
+from rig.sim.prometheus import SimMetrics
 from rig.sim.requests import Sampling
 from rig.sim.scheduler import EngineConfig
-from rig.sim.app import create_app
 from rig.sim.server import SimServer
 from rig.sim.text import token_id, tokenize
 
@@ -55,8 +55,7 @@ def main(argv: list[str] | None = None) -> None:
     for w in args.warnings:
         log.warning(w)
     for flag in args.ignored:
-        log.info("%s is accepted (SGLang %s has it) but not modelled by the simulator: ignored", flag,
-                 SGLANG_VERSION)
+        log.info("%s is accepted (SGLang %s has it) but not modelled by the simulator: ignored", flag, SGLANG_VERSION)
     try:
         asyncio.run(serve(args, profile, cap, context_len, profile_path))
     except KeyboardInterrupt:
@@ -67,35 +66,63 @@ def _startup_lines(args: ServerArgs, cap: Capacity, profile: Profile) -> None:
     mem = profile.gpu_mem_gb
     after_w = mem - cap.weight_gb_per_gpu
     log.info("Load weight begin. avail mem=%.2f GB", mem - 0.5)
-    log.info("Load weight end. elapsed=0.00 s, type=%s, dtype=torch.bfloat16, avail mem=%.2f GB, mem usage=%.2f GB.",
-             "Qwen3_5MoeForConditionalGeneration", after_w, cap.weight_gb_per_gpu)
-    log.info("KV Cache is allocated. dtype: torch.bfloat16, #tokens: %d, K size: %.2f GB, V size: %.2f GB",
-             cap.max_total_num_tokens, cap.kv_pool_gb / 2, cap.kv_pool_gb / 2)
-    log.info("Mamba Cache is allocated. max_mamba_cache_size: %d, state size: %.2f GB", cap.state_limit,
-             cap.state_pool_gb)
+    log.info(
+        "Load weight end. elapsed=0.00 s, type=%s, dtype=torch.bfloat16, avail mem=%.2f GB, mem usage=%.2f GB.",
+        "Qwen3_5MoeForConditionalGeneration",
+        after_w,
+        cap.weight_gb_per_gpu,
+    )
+    log.info(
+        "KV Cache is allocated. dtype: torch.bfloat16, #tokens: %d, K size: %.2f GB, V size: %.2f GB",
+        cap.max_total_num_tokens,
+        cap.kv_pool_gb / 2,
+        cap.kv_pool_gb / 2,
+    )
+    log.info(
+        "Mamba Cache is allocated. max_mamba_cache_size: %d, state size: %.2f GB", cap.state_limit, cap.state_pool_gb
+    )
     log.info("Memory pool end. avail mem=%.2f GB", cap.available_gpu_mem_gb + profile.graph_reserve_gb)
     phases = ["target verify", "draft decode"] if args.speculative else ["target decode"]
     for ph in phases:
-        log.info("Capture %s CUDA graph begin. backend=simulated, avail mem=%.2f GB", ph,
-                 cap.available_gpu_mem_gb + profile.graph_reserve_gb)
-        log.info("Capture %s CUDA graph end. bs=[1, 2, 4, 8, 16, 24, 32, 48], elapsed=0.00 s, mem usage=%.2f GB, "
-                 "avail mem=%.2f GB.", ph, profile.graph_reserve_gb / len(phases), cap.available_gpu_mem_gb)
+        log.info(
+            "Capture %s CUDA graph begin. backend=simulated, avail mem=%.2f GB",
+            ph,
+            cap.available_gpu_mem_gb + profile.graph_reserve_gb,
+        )
+        log.info(
+            "Capture %s CUDA graph end. bs=[1, 2, 4, 8, 16, 24, 32, 48], elapsed=0.00 s, mem usage=%.2f GB, "
+            "avail mem=%.2f GB.",
+            ph,
+            profile.graph_reserve_gb / len(phases),
+            cap.available_gpu_mem_gb,
+        )
     log.info(
         "max_total_num_tokens=%d, chunked_prefill_size=%d, max_prefill_tokens=%d, max_running_requests=%d, "
         "context_len=%d, available_gpu_mem=%.2f GB",
-        cap.max_total_num_tokens, args.chunked_prefill_size, args.max_prefill_tokens, cap.max_running_requests,
-        args.context_length, cap.available_gpu_mem_gb,
+        cap.max_total_num_tokens,
+        args.chunked_prefill_size,
+        args.max_prefill_tokens,
+        cap.max_running_requests,
+        args.context_length,
+        cap.available_gpu_mem_gb,
     )
     if cap.state_limit < cap.configured_max_running:
-        log.warning("max_running_requests is capped to %d by the mamba state cache (%.0f MB per request with %d "
-                    "draft tokens).", cap.state_limit, cap.state_mb_per_request,
-                    args.speculative_num_draft_tokens or 0)
+        log.warning(
+            "max_running_requests is capped to %d by the mamba state cache (%.0f MB per request with %d draft tokens).",
+            cap.state_limit,
+            cap.state_mb_per_request,
+            args.speculative_num_draft_tokens or 0,
+        )
 
 
 def build_server(args: ServerArgs, profile: Profile, cap: Capacity, context_len: int, profile_path: str) -> SimServer:
     """Metrics, engine (started) and handler state; must be called inside the event loop."""
-    metrics = SimMetrics(args.served_model_name, args.bucket_time_to_first_token, args.bucket_inter_token_latency,
-                         args.bucket_e2e_request_latency)
+    metrics = SimMetrics(
+        args.served_model_name,
+        args.bucket_time_to_first_token,
+        args.bucket_inter_token_latency,
+        args.bucket_e2e_request_latency,
+    )
     cfg = EngineConfig(
         steps=args.steps,
         max_running=cap.max_running_requests,
@@ -104,13 +131,24 @@ def build_server(args: ServerArgs, profile: Profile, cap: Capacity, context_len:
         max_prefill_tokens=args.max_prefill_tokens,
         new_token_ratio=profile.new_token_ratio,
     )
-    engine = Engine(profile, cfg, tp=args.tp_size, seed=args.random_seed, metrics=metrics,
-                    radix=not args.disable_radix_cache, decode_log_interval=args.decode_log_interval,
-                    stream_interval=args.stream_interval, spin_s=max(0.0, args.sim_spin_ms) / 1000.0)
-    for g, v in ((metrics.max_total_num_tokens, cap.max_total_num_tokens),
-                 (metrics.max_running_requests_g, cap.max_running_requests), (metrics.context_len, context_len),
-                 (metrics.spec_num_steps, args.steps),
-                 (metrics.spec_num_draft_tokens, args.speculative_num_draft_tokens or 0)):
+    engine = Engine(
+        profile,
+        cfg,
+        tp=args.tp_size,
+        seed=args.random_seed,
+        metrics=metrics,
+        radix=not args.disable_radix_cache,
+        decode_log_interval=args.decode_log_interval,
+        stream_interval=args.stream_interval,
+        spin_s=max(0.0, args.sim_spin_ms) / 1000.0,
+    )
+    for g, v in (
+        (metrics.max_total_num_tokens, cap.max_total_num_tokens),
+        (metrics.max_running_requests_g, cap.max_running_requests),
+        (metrics.context_len, context_len),
+        (metrics.spec_num_steps, args.steps),
+        (metrics.spec_num_draft_tokens, args.speculative_num_draft_tokens or 0),
+    ):
         g.set(v)
     engine.start()
     srv = SimServer(args, profile, cap, engine, metrics, context_len, profile_path)
@@ -128,13 +166,21 @@ def prepare(argv: list[str] | None = None) -> tuple[ServerArgs, Profile, Capacit
     model_max = int(profile.context_length)
     context_len = args.context_length or model_max
     if not context_length_allowed(context_len, model_max):
-        main_error(f"User-specified context_length ({context_len}) is greater than the derived context_length "
-                   f"({model_max}). Set SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1 to allow it.")
+        main_error(
+            f"User-specified context_length ({context_len}) is greater than the derived context_length "
+            f"({model_max}). Set SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1 to allow it."
+        )
     try:
-        cap = compute_capacity(profile, tp=args.tp_size, mem_fraction_static=args.mem_fraction_static,
-                               draft_tokens=args.speculative_num_draft_tokens or 0, speculative=args.speculative,
-                               max_running_requests=args.max_running_requests, max_total_tokens=args.max_total_tokens,
-                               context_length=context_len)
+        cap = compute_capacity(
+            profile,
+            tp=args.tp_size,
+            mem_fraction_static=args.mem_fraction_static,
+            draft_tokens=args.speculative_num_draft_tokens or 0,
+            speculative=args.speculative,
+            max_running_requests=args.max_running_requests,
+            max_total_tokens=args.max_total_tokens,
+            context_length=context_len,
+        )
     except CapacityError as e:
         main_error(str(e))
     try:
@@ -156,8 +202,9 @@ async def serve(args: ServerArgs, profile: Profile, cap: Capacity, context_len: 
     if srv.chat_defaults:  # serving_chat.py logs this once
         log.info("Using default chat sampling params from model generation config: %s", srv.chat_defaults)
     engine = srv.engine
-    runner = web.AppRunner(create_app(srv), access_log=None, handle_signals=False,
-                           keepalive_timeout=keepalive_timeout())
+    runner = web.AppRunner(
+        create_app(srv), access_log=None, handle_signals=False, keepalive_timeout=keepalive_timeout()
+    )
     await runner.setup()
     site = web.TCPSite(runner, args.host, args.port, reuse_address=True)
     try:
@@ -174,8 +221,9 @@ async def serve(args: ServerArgs, profile: Profile, cap: Capacity, context_len: 
     if not args.skip_server_warmup:
         text = "The capital city of France is"
         toks = tokenize(text)
-        st = engine.submit(toks, [token_id(t) for t in toks], Sampling(max_new_tokens=8, temperature=0.0),
-                           rid=None, log_metrics=False)
+        st = engine.submit(
+            toks, [token_id(t) for t in toks], Sampling(max_new_tokens=8, temperature=0.0), rid=None, log_metrics=False
+        )
         await srv.wait_finished(st)
         logging.getLogger("rig.sim.access").info('127.0.0.1:0 - "POST /generate HTTP/1.1" 200')
         engine.flush_cache()  # the warmup leaves no trace in counters or cache

@@ -20,8 +20,9 @@ from rig.sim.text import render_chat
 
 def _oai_error(message: str, status: int = 400, err_type: str = "BadRequestError") -> web.Response:
     """ErrorResponse (openai/protocol.py) as serving_base.py::create_error_response sends it."""
-    return web.json_response({"object": "error", "message": message, "type": err_type, "param": None,
-                              "code": status}, status=status)
+    return web.json_response(
+        {"object": "error", "message": message, "type": err_type, "param": None, "code": status}, status=status
+    )
 
 
 class ServingValueError(BadRequest):
@@ -30,12 +31,20 @@ class ServingValueError(BadRequest):
 
 # serving_chat.py::_convert_to_internal_request: options that need the whole output at once refuse streaming.
 _CHAT_NO_STREAM = (
-    ("return_prompt_token_ids", "return_prompt_token_ids is not supported with streaming. Please set stream=false "
-                                "when using return_prompt_token_ids=true."),
-    ("return_token_ids", "return_token_ids is not supported with streaming on /v1/chat/completions. Please set "
-                         "stream=false when using return_token_ids=true."),
-    ("return_meta_info", "return_meta_info is not supported with streaming. Please set stream=false when using "
-                         "return_meta_info=true."),
+    (
+        "return_prompt_token_ids",
+        "return_prompt_token_ids is not supported with streaming. Please set stream=false "
+        "when using return_prompt_token_ids=true.",
+    ),
+    (
+        "return_token_ids",
+        "return_token_ids is not supported with streaming on /v1/chat/completions. Please set "
+        "stream=false when using return_token_ids=true.",
+    ),
+    (
+        "return_meta_info",
+        "return_meta_info is not supported with streaming. Please set stream=false when using return_meta_info=true.",
+    ),
 )
 
 
@@ -70,13 +79,19 @@ def _sglext(st: Stream, srv: SimServer, body: dict) -> dict | None:
     if body.get("return_spec_tokens_details"):
         d = speculative_fields(st, srv.engine.cfg.steps)
         if d:
-            return {"spec_tokens_details": {
-                "spec_accept_rate": d["spec_accept_rate"], "spec_accept_length": d["spec_accept_length"],
-                "spec_cap_length": 0.0, "spec_block_accept_length": 0.0,
-                "spec_num_correct_drafts": d["spec_num_correct_drafts"],
-                "spec_num_proposed_drafts": d["spec_num_proposed_drafts"], "spec_verify_ct": d["spec_verify_ct"],
-                "spec_correct_drafts_histogram": d["spec_correct_drafts_histogram"], "spec_cap_lens_histogram": [],
-            }}
+            return {
+                "spec_tokens_details": {
+                    "spec_accept_rate": d["spec_accept_rate"],
+                    "spec_accept_length": d["spec_accept_length"],
+                    "spec_cap_length": 0.0,
+                    "spec_block_accept_length": 0.0,
+                    "spec_num_correct_drafts": d["spec_num_correct_drafts"],
+                    "spec_num_proposed_drafts": d["spec_num_proposed_drafts"],
+                    "spec_verify_ct": d["spec_verify_ct"],
+                    "spec_correct_drafts_histogram": d["spec_correct_drafts_histogram"],
+                    "spec_cap_lens_histogram": [],
+                }
+            }
     return None
 
 
@@ -113,14 +128,26 @@ async def completions(request: web.Request) -> web.StreamResponse:
     created = int(time.time())
     if not body.get("stream"):
         await srv.wait_finished(st)
-        return web.json_response({
-            "id": rid, "object": "text_completion", "created": created, "model": model,
-            "choices": [{"index": 0, "text": st.text, "logprobs": None, "finish_reason": finish_name(st),
-                         "matched_stop": matched_stop(st),
-                         **({"token_ids": _ids(st, 0)[0], "prompt_token_ids": tok_ids} if want_ids else {})}],
-            "usage": usage(st, cache_report=srv.args.enable_cache_report),
-            **({"sglext": x} if (x := _sglext(st, srv, body)) else {}),
-        })
+        return web.json_response(
+            {
+                "id": rid,
+                "object": "text_completion",
+                "created": created,
+                "model": model,
+                "choices": [
+                    {
+                        "index": 0,
+                        "text": st.text,
+                        "logprobs": None,
+                        "finish_reason": finish_name(st),
+                        "matched_stop": matched_stop(st),
+                        **({"token_ids": _ids(st, 0)[0], "prompt_token_ids": tok_ids} if want_ids else {}),
+                    }
+                ],
+                "usage": usage(st, cache_report=srv.args.enable_cache_report),
+                **({"sglext": x} if (x := _sglext(st, srv, body)) else {}),
+            }
+        )
     resp = await start_sse(request)
     try:
         sent_text = sent_ids = 0
@@ -131,15 +158,26 @@ async def completions(request: web.Request) -> web.StreamResponse:
             # chunk under speculative decoding) and the first one the prompt's ids.
             delta = st.text[sent_text:]
             sent_text = len(st.text)
-            choice = {"index": 0, "text": delta, "logprobs": None, "finish_reason": finish_name(st),
-                      "matched_stop": matched_stop(st)}
+            choice = {
+                "index": 0,
+                "text": delta,
+                "logprobs": None,
+                "finish_reason": finish_name(st),
+                "matched_stop": matched_stop(st),
+            }
             if want_ids:
                 choice["token_ids"], sent_ids = _ids(st, sent_ids)
                 if first:
                     choice["prompt_token_ids"] = tok_ids
             first = False
-            chunk = {"id": rid, "object": "text_completion", "created": created, "model": model,
-                     "choices": [choice], "usage": usage(st, cache_report=False) if continuous else None}
+            chunk = {
+                "id": rid,
+                "object": "text_completion",
+                "created": created,
+                "model": model,
+                "choices": [choice],
+                "usage": usage(st, cache_report=False) if continuous else None,
+            }
             await resp.write(sse(json.dumps(chunk)))
         await _tail(resp, st, srv, body, rid, "text_completion", created, model)
     except (ConnectionResetError, asyncio.CancelledError):
@@ -148,17 +186,22 @@ async def completions(request: web.Request) -> web.StreamResponse:
     return resp
 
 
-async def _tail(resp: web.StreamResponse, st: Stream, srv: SimServer, body: dict, rid: str, obj: str, created: int,
-                model: str) -> None:
+async def _tail(
+    resp: web.StreamResponse, st: Stream, srv: SimServer, body: dict, rid: str, obj: str, created: int, model: str
+) -> None:
     """After the last choice chunk: optional sglext chunk, optional usage chunk, then [DONE]."""
     ext = _sglext(st, srv, body)
     if ext:
-        await resp.write(sse(json.dumps({"id": rid, "object": obj, "created": created, "model": model,
-                                         "choices": [], "sglext": ext})))
+        await resp.write(
+            sse(
+                json.dumps({"id": rid, "object": obj, "created": created, "model": model, "choices": [], "sglext": ext})
+            )
+        )
     if _include_usage(srv, body):
         u = {k: v for k, v in usage(st, cache_report=srv.args.enable_cache_report).items() if v is not None}
-        await resp.write(sse(json.dumps({"id": rid, "object": obj, "created": created, "model": model,
-                                         "choices": [], "usage": u})))
+        await resp.write(
+            sse(json.dumps({"id": rid, "object": obj, "created": created, "model": model, "choices": [], "usage": u}))
+        )
     await resp.write(DONE)
 
 
@@ -200,15 +243,23 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         choice: dict[str, Any] = {
             "index": 0,
             "message": {"role": "assistant", "content": st.text, "reasoning_content": None, "tool_calls": None},
-            "logprobs": None, "finish_reason": finish_name(st), "matched_stop": matched_stop(st),
+            "logprobs": None,
+            "finish_reason": finish_name(st),
+            "matched_stop": matched_stop(st),
         }
         if body.get("return_meta_info"):
             choice["meta_info"] = meta_info(st, srv.engine, enable_metrics=srv.args.enable_metrics)
-        return web.json_response({
-            "id": rid, "object": "chat.completion", "created": created, "model": model, "choices": [choice],
-            "usage": usage(st, cache_report=srv.args.enable_cache_report),
-            **({"sglext": x} if (x := _sglext(st, srv, body)) else {}),
-        })
+        return web.json_response(
+            {
+                "id": rid,
+                "object": "chat.completion",
+                "created": created,
+                "model": model,
+                "choices": [choice],
+                "usage": usage(st, cache_report=srv.args.enable_cache_report),
+                **({"sglext": x} if (x := _sglext(st, srv, body)) else {}),
+            }
+        )
     resp = await start_sse(request)
 
     continuous = _continuous_usage(body)
@@ -216,9 +267,21 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     def chunk(delta: dict, finish: str | None, matched: Any = None, with_usage: bool = False) -> bytes:
         """openai/sse_utils.py::build_sse_content: the delta always has reasoning_content (null), role and content
         only when set; usage only with continuous_usage_stats, on content chunks (serving_chat.py)."""
-        out = {"id": rid, "object": "chat.completion.chunk", "created": created, "model": model,
-               "choices": [{"index": 0, "delta": {"reasoning_content": None, **delta}, "logprobs": None,
-                            "finish_reason": finish, "matched_stop": matched}]}
+        out = {
+            "id": rid,
+            "object": "chat.completion.chunk",
+            "created": created,
+            "model": model,
+            "choices": [
+                {
+                    "index": 0,
+                    "delta": {"reasoning_content": None, **delta},
+                    "logprobs": None,
+                    "finish_reason": finish,
+                    "matched_stop": matched,
+                }
+            ],
+        }
         if with_usage:
             out["usage"] = usage(st, cache_report=srv.args.enable_cache_report)
         return sse(json.dumps(out))

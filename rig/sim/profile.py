@@ -34,74 +34,211 @@ SPECS: tuple[ParamSpec, ...] = (
     _p("gpu_mem_gb", "GB", 96.0, 8, 400, "Memory of one GPU (RTX PRO 6000 Blackwell: 96 GB)."),
     _p("calibrated_tp", "GPUs", 4, 1, 64, "Tensor-parallel size the timing parameters were calibrated at."),
     _p("weight_gb_total", "GB", 244.0, 1, 2000, "Model weights over all GPUs (122 B parameters in bf16)."),
-    _p("default_mem_fraction_static", "fraction", 0.85, 0.1, 0.99,
-       "mem_fraction_static when the flag is unset: share of GPU memory for weights, KV pool and request state."),
+    _p(
+        "default_mem_fraction_static",
+        "fraction",
+        0.85,
+        0.1,
+        0.99,
+        "mem_fraction_static when the flag is unset: share of GPU memory for weights, KV pool and request state.",
+    ),
     _p("graph_reserve_gb", "GB", 1.5, 0, 50, "Memory kept back per GPU for CUDA graphs and activations."),
-    _p("state_pool_share", "fraction", 0.5, 0.01, 0.99,
-       "Share of the memory left after weights that holds per-request recurrent (GDN/Mamba) state; "
-       "the rest is the KV pool."),
-    _p("kv_bytes_per_token", "bytes/token/GPU", 12288, 64, 1e7,
-       "KV-cache bytes one token occupies per GPU (full-attention layers only in a hybrid model)."),
+    _p(
+        "state_pool_share",
+        "fraction",
+        0.5,
+        0.01,
+        0.99,
+        "Share of the memory left after weights that holds per-request recurrent (GDN/Mamba) state; "
+        "the rest is the KV pool.",
+    ),
+    _p(
+        "kv_bytes_per_token",
+        "bytes/token/GPU",
+        12288,
+        64,
+        1e7,
+        "KV-cache bytes one token occupies per GPU (full-attention layers only in a hybrid model).",
+    ),
     _p("context_length", "tokens", 262144, 1024, 1e7, "Model's maximum context length (config.json)."),
     _p("default_chunked_prefill_size", "tokens", 8192, 256, 1e6, "chunked_prefill_size when the flag is unset."),
     _p("default_max_prefill_tokens", "tokens", 16384, 256, 1e6, "Token budget of one prefill batch."),
-    _p("new_token_ratio", "fraction", 0.7, 0.0, 1.0,
-       "Share of a request's max_new_tokens the scheduler reserves in the KV pool at admission."),
+    _p(
+        "new_token_ratio",
+        "fraction",
+        0.7,
+        0.0,
+        1.0,
+        "Share of a request's max_new_tokens the scheduler reserves in the KV pool at admission.",
+    ),
     # --- per-request state reservation (fitted: this is what lowers max running requests as steps rise) ---
-    _p("state_mb_base", "MB/request/GPU", 70.0, 10, 5000,
-       "Recurrent state one running request holds per GPU (conv + SSM state of the linear-attention layers)."),
-    _p("state_mb_per_draft_token", "MB/request/draft token/GPU", 140.0, 0, 5000,
-       "Extra state one running request reserves per draft token verified (intermediate states kept for rollback)."),
+    _p(
+        "state_mb_base",
+        "MB/request/GPU",
+        70.0,
+        10,
+        5000,
+        "Recurrent state one running request holds per GPU (conv + SSM state of the linear-attention layers).",
+    ),
+    _p(
+        "state_mb_per_draft_token",
+        "MB/request/draft token/GPU",
+        140.0,
+        0,
+        5000,
+        "Extra state one running request reserves per draft token verified (intermediate states kept for rollback).",
+    ),
     # --- forward cost (fitted) ---
-    _p("t_fixed_ms", "ms", 12.9, 1, 100,
-       "Fixed cost of one target forward: kernel launches, all-reduce latency, dense and attention weights."),
-    _p("t_experts_ms", "ms", 1.0, 0.1, 200,
-       "Time to stream every routed expert's weights once; a forward pays the share of experts its tokens touch."),
-    _p("c_tok_ms", "ms/token", 0.1, 0.0, 5,
-       "Compute cost per token in a target forward (prefill and verify tokens alike)."),
-    _p("c_ctx_ms_per_ktok", "ms/1000 context tokens", 0.02, 0.0, 5,
-       "Attention cost per thousand tokens of context read by a forward (sum over the batch)."),
+    _p(
+        "t_fixed_ms",
+        "ms",
+        12.9,
+        1,
+        100,
+        "Fixed cost of one target forward: kernel launches, all-reduce latency, dense and attention weights.",
+    ),
+    _p(
+        "t_experts_ms",
+        "ms",
+        1.0,
+        0.1,
+        200,
+        "Time to stream every routed expert's weights once; a forward pays the share of experts its tokens touch.",
+    ),
+    _p(
+        "c_tok_ms",
+        "ms/token",
+        0.1,
+        0.0,
+        5,
+        "Compute cost per token in a target forward (prefill and verify tokens alike).",
+    ),
+    _p(
+        "c_ctx_ms_per_ktok",
+        "ms/1000 context tokens",
+        0.02,
+        0.0,
+        5,
+        "Attention cost per thousand tokens of context read by a forward (sum over the batch).",
+    ),
     _p("d_fixed_ms", "ms", 0.05, 0.0, 20, "Fixed cost of one draft (MTP head) forward."),
     _p("d_tok_ms", "ms/token", 0.01, 0.0, 2, "Per-token cost of one draft forward."),
     _p("experts_total", "experts", 256, 1, 4096, "Routed experts per MoE layer (Qwen3.5-122B-A10B: 256)."),
     _p("experts_per_token", "experts", 8, 1, 64, "Routed experts each token activates."),
     # --- acceptance (logit scale; position i = 1..k) ---
-    _p("acc_logit_greedy", "logit", 2.17, -5, 10,
-       "Logit of accepting draft position 1 at temperature 0 for content score 0.5 (assumption, see profile notes)."),
-    _p("acc_logit_content_slope", "logit/unit score", 1.45, 0, 10,
-       "How much the content score (0 prose .. 1 code/repetitive) raises the acceptance logit (assumption)."),
-    _p("acc_logit_position_decay", "logit/position", 0.35, 0, 5,
-       "Logit drop per later draft position: the draft head compounds its own errors (assumption)."),
-    _p("acc_logit_temperature_slope", "logit/unit temperature", 0.9, -2, 10,
-       "Logit drop per unit of sampling temperature (capped at 2): a flatter target distribution rejects more drafts "
-       "(assumption)."),
-    _p("acc_logit_loop", "logit", 4.5, -5, 12,
-       "Logit of accepting any draft position while greedy output repeats itself (no decay: a loop is "
-       "equally predictable at every depth); fitted to the campaign, whose greedy output was repetitive."),
-    _p("greedy_repeat_onset_tokens", "tokens", 60, 1, 5000,
-       "Output position after which greedy decoding falls into repetition (degeneration of greedy search); "
-       "sampling escapes it. Fitted to the campaign."),
+    _p(
+        "acc_logit_greedy",
+        "logit",
+        2.17,
+        -5,
+        10,
+        "Logit of accepting draft position 1 at temperature 0 for content score 0.5 (assumption, see profile notes).",
+    ),
+    _p(
+        "acc_logit_content_slope",
+        "logit/unit score",
+        1.45,
+        0,
+        10,
+        "How much the content score (0 prose .. 1 code/repetitive) raises the acceptance logit (assumption).",
+    ),
+    _p(
+        "acc_logit_position_decay",
+        "logit/position",
+        0.35,
+        0,
+        5,
+        "Logit drop per later draft position: the draft head compounds its own errors (assumption).",
+    ),
+    _p(
+        "acc_logit_temperature_slope",
+        "logit/unit temperature",
+        0.9,
+        -2,
+        10,
+        "Logit drop per unit of sampling temperature (capped at 2): a flatter target distribution rejects more drafts "
+        "(assumption).",
+    ),
+    _p(
+        "acc_logit_loop",
+        "logit",
+        4.5,
+        -5,
+        12,
+        "Logit of accepting any draft position while greedy output repeats itself (no decay: a loop is "
+        "equally predictable at every depth); fitted to the campaign, whose greedy output was repetitive.",
+    ),
+    _p(
+        "greedy_repeat_onset_tokens",
+        "tokens",
+        60,
+        1,
+        5000,
+        "Output position after which greedy decoding falls into repetition (degeneration of greedy search); "
+        "sampling escapes it. Fitted to the campaign.",
+    ),
     # --- output lengths ---
-    _p("eos_median_tokens", "tokens", 400, 1, 1e5,
-       "Median natural answer length (where EOS falls) for content score 0.5."),
-    _p("eos_content_slope", "ln(tokens)/unit score", 0.5, -5, 5,
-       "Log-length change of the natural length per unit content score."),
+    _p(
+        "eos_median_tokens",
+        "tokens",
+        400,
+        1,
+        1e5,
+        "Median natural answer length (where EOS falls) for content score 0.5.",
+    ),
+    _p(
+        "eos_content_slope",
+        "ln(tokens)/unit score",
+        0.5,
+        -5,
+        5,
+        "Log-length change of the natural length per unit content score.",
+    ),
     _p("eos_sigma", "ln(tokens)", 0.8, 0.0, 3, "Log-normal spread of the natural length across prompts and seeds."),
-    _p("loop_period_tokens", "tokens", 24, 2, 1000,
-       "Period of the repetition greedy output falls into past its natural end."),
+    _p(
+        "loop_period_tokens",
+        "tokens",
+        24,
+        2,
+        1000,
+        "Period of the repetition greedy output falls into past its natural end.",
+    ),
     # --- power of one GPU (rig/sim/power.py; not fitted: the campaign measured no power) ---
-    _p("gpu_board_power_w", "W", 600, 50, 2000,
-       "Board power limit of one GPU: no modelled draw exceeds it (RTX PRO 6000 Blackwell: 600 W)."),
-    _p("gpu_idle_w", "W", 70, 0, 2000,
-       "Draw of one GPU with the model loaded and no iteration running."),
-    _p("gpu_fixed_w", "W", 300, 0, 2000,
-       "Draw while a forward's fixed part runs (kernel launches, all-reduce waits, dense and attention weights): "
-       "t_fixed_ms and d_fixed_ms."),
-    _p("gpu_memory_w", "W", 420, 0, 2000,
-       "Draw while a forward streams routed experts or reads context (memory-bound): t_experts_ms and c_ctx terms."),
-    _p("gpu_compute_w", "W", 600, 0, 2000,
-       "Draw while a forward computes over its tokens (tensor cores): c_tok_ms and d_tok_ms terms, every drafted "
-       "token counted whether it is accepted or not."),
+    _p(
+        "gpu_board_power_w",
+        "W",
+        600,
+        50,
+        2000,
+        "Board power limit of one GPU: no modelled draw exceeds it (RTX PRO 6000 Blackwell: 600 W).",
+    ),
+    _p("gpu_idle_w", "W", 70, 0, 2000, "Draw of one GPU with the model loaded and no iteration running."),
+    _p(
+        "gpu_fixed_w",
+        "W",
+        300,
+        0,
+        2000,
+        "Draw while a forward's fixed part runs (kernel launches, all-reduce waits, dense and attention weights): "
+        "t_fixed_ms and d_fixed_ms.",
+    ),
+    _p(
+        "gpu_memory_w",
+        "W",
+        420,
+        0,
+        2000,
+        "Draw while a forward streams routed experts or reads context (memory-bound): t_experts_ms and c_ctx terms.",
+    ),
+    _p(
+        "gpu_compute_w",
+        "W",
+        600,
+        0,
+        2000,
+        "Draw while a forward computes over its tokens (tensor cores): c_tok_ms and d_tok_ms terms, every drafted "
+        "token counted whether it is accepted or not.",
+    ),
 )
 SPEC_BY_NAME: dict[str, ParamSpec] = {s.name: s for s in SPECS}
 
@@ -117,12 +254,12 @@ DEFAULT_SOURCES: dict[str, str] = {
     "default_max_prefill_tokens": "fact: SGLang default --max-prefill-tokens",
     "new_token_ratio": "fact: SGLang's initial new-token ratio (SGLANG_INIT_NEW_TOKEN_RATIO=0.7)",
     "acc_logit_greedy": "assumption: p1 ~ 0.85-0.9 for greedy prose (DeepSeek-V3 report: MTP second-token "
-                        "acceptance 85-90 %)",
+    "acceptance 85-90 %)",
     "acc_logit_temperature_slope": "assumption: T=0.7 lowers p1 from ~0.85 to ~0.75 (speculative sampling accepts "
-                                   "with prob. 1 - TV distance, which grows as temperature flattens the target)",
+    "with prob. 1 - TV distance, which grows as temperature flattens the target)",
     "gpu_board_power_w": "fact: RTX PRO 6000 Blackwell (Workstation and Server Edition) board power 600 W",
     "gpu_idle_w": "assumption: ~12 % of board power, as an H200 with a model loaded idles at 80 W of 700 W "
-                  "(shared/reference/gpu-node.md)",
+    "(shared/reference/gpu-node.md)",
     "gpu_fixed_w": "assumption: half of board power while launch- and latency-bound kernels run",
     "gpu_memory_w": "assumption: ~70 % of board power for memory-bound kernels (decode of a MoE streams weights)",
     "gpu_compute_w": "assumption: dense tensor-core work runs at the board power limit",
@@ -171,7 +308,7 @@ class Profile:
             return values[item]
         raise AttributeError(item)
 
-    def with_values(self, **updates: float) -> "Profile":
+    def with_values(self, **updates: float) -> Profile:
         """A copy with some parameters replaced."""
         unknown = set(updates) - set(SPEC_BY_NAME)
         if unknown:
@@ -179,9 +316,13 @@ class Profile:
         return Profile({**self.values, **updates}, self.name, dict(self.notes), dict(self.sources))
 
     @classmethod
-    def defaults(cls) -> "Profile":
-        return cls({s.name: float(s.default) for s in SPECS}, name="defaults", notes=dict(DEFAULT_NOTES),
-                   sources=dict(DEFAULT_SOURCES))
+    def defaults(cls) -> Profile:
+        return cls(
+            {s.name: float(s.default) for s in SPECS},
+            name="defaults",
+            notes=dict(DEFAULT_NOTES),
+            sources=dict(DEFAULT_SOURCES),
+        )
 
     def to_yaml(self) -> str:
         params = {}
@@ -221,9 +362,7 @@ def load_profile(path: Path | str | None = None) -> Profile:
     unknown = set(params) - set(SPEC_BY_NAME)
     missing = set(SPEC_BY_NAME) - set(params)
     if unknown or missing:
-        raise ProfileError(
-            f"sim profile {p}: unknown {sorted(unknown)}, missing {sorted(missing)}"
-        )
+        raise ProfileError(f"sim profile {p}: unknown {sorted(unknown)}, missing {sorted(missing)}")
     values: dict[str, float] = {}
     sources: dict[str, str] = {}
     for name, entry in params.items():

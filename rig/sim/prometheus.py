@@ -9,10 +9,52 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 # SGLang's default buckets (tokenizer metrics).
 TTFT_BUCKETS = (0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 2.0, 4.0, 6.0, 8.0, 10.0, 20.0, 40.0, 60.0, 80.0, 100.0, 200.0, 400.0)
-ITL_BUCKETS = (0.002, 0.004, 0.006, 0.008, 0.010, 0.015, 0.020, 0.025, 0.030, 0.035, 0.040, 0.060, 0.080, 0.100,
-               0.200, 0.400, 0.600, 0.800, 1.0, 2.0, 4.0, 6.0, 8.0)
-E2E_BUCKETS = (0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 2.0, 4.0, 6.0, 8.0, 10.0, 20.0, 40.0, 60.0, 80.0, 100.0, 200.0, 400.0,
-               800.0)
+ITL_BUCKETS = (
+    0.002,
+    0.004,
+    0.006,
+    0.008,
+    0.010,
+    0.015,
+    0.020,
+    0.025,
+    0.030,
+    0.035,
+    0.040,
+    0.060,
+    0.080,
+    0.100,
+    0.200,
+    0.400,
+    0.600,
+    0.800,
+    1.0,
+    2.0,
+    4.0,
+    6.0,
+    8.0,
+)
+E2E_BUCKETS = (
+    0.1,
+    0.2,
+    0.4,
+    0.6,
+    0.8,
+    1.0,
+    2.0,
+    4.0,
+    6.0,
+    8.0,
+    10.0,
+    20.0,
+    40.0,
+    60.0,
+    80.0,
+    100.0,
+    200.0,
+    400.0,
+    800.0,
+)
 LAG_BUCKETS = (0.0001, 0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.5, 1.0)
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 disable_created_metrics()  # SGLang serves multiprocess-mode metrics, which have no *_created samples
@@ -21,13 +63,23 @@ disable_created_metrics()  # SGLang serves multiprocess-mode metrics, which have
 class SimMetrics:
     """One registry; scheduler gauges are set by the engine, tokenizer counters and histograms per request."""
 
-    def __init__(self, model_name: str, ttft_buckets: Sequence[float] | None = None,
-                 itl_buckets: Sequence[float] | None = None, e2e_buckets: Sequence[float] | None = None) -> None:
+    def __init__(
+        self,
+        model_name: str,
+        ttft_buckets: Sequence[float] | None = None,
+        itl_buckets: Sequence[float] | None = None,
+        e2e_buckets: Sequence[float] | None = None,
+    ) -> None:
         self.registry = r = CollectorRegistry(auto_describe=True)
         sched = ["model_name", "engine_type", "tp_rank", "pp_rank", "moe_ep_rank"]
         tok = ["model_name", "engine_type"]
-        self._sched_labels = {"model_name": model_name, "engine_type": "unified", "tp_rank": "0", "pp_rank": "0",
-                              "moe_ep_rank": "0"}
+        self._sched_labels = {
+            "model_name": model_name,
+            "engine_type": "unified",
+            "tp_rank": "0",
+            "pp_rank": "0",
+            "moe_ep_rank": "0",
+        }
         self._tok_labels = {"model_name": model_name, "engine_type": "unified"}
 
         def g(name: str, doc: str) -> Gauge:
@@ -52,12 +104,19 @@ class SimMetrics:
         self.max_total_num_tokens = g("max_total_num_tokens", "Size of the KV pool in tokens.")
         self.max_running_requests_g = g("max_running_requests", "Effective maximum of running requests.")
         self.context_len = g("context_len", "Context length.")
-        self.sim_lag = g("sim_lag_seconds",
-                         "Simulator: how late (s) the latest iteration ended after its simulated deadline.")
-        self.sim_lag_max = g("sim_lag_max_seconds",
-                             "Simulator: largest lag (s) since startup or the last /flush_cache.")
-        self.sim_iteration_lag = Histogram("sglang:sim_iteration_lag_seconds", "Simulator: lag per iteration (s).",
-                                           sched, buckets=LAG_BUCKETS, registry=r).labels(**self._sched_labels)
+        self.sim_lag = g(
+            "sim_lag_seconds", "Simulator: how late (s) the latest iteration ended after its simulated deadline."
+        )
+        self.sim_lag_max = g(
+            "sim_lag_max_seconds", "Simulator: largest lag (s) since startup or the last /flush_cache."
+        )
+        self.sim_iteration_lag = Histogram(
+            "sglang:sim_iteration_lag_seconds",
+            "Simulator: lag per iteration (s).",
+            sched,
+            buckets=LAG_BUCKETS,
+            registry=r,
+        ).labels(**self._sched_labels)
 
         self.prompt_tokens_total = c("prompt_tokens", "Number of prefill tokens processed.")
         self.generation_tokens_total = c("generation_tokens", "Number of generation tokens processed.")
@@ -65,14 +124,20 @@ class SimMetrics:
         self.num_aborted_requests_total = c("num_aborted_requests", "Number of requests aborted.")
         self.cached_tokens_total = c("cached_tokens", "Number of cached prompt tokens.")
         self.spec_verify_calls_total = c("spec_verify_calls", "Number of speculative verify forwards (per request).")
-        self.ttft = h("time_to_first_token_seconds", "Histogram of time to first token in seconds.",
-                      ttft_buckets or TTFT_BUCKETS)
-        self.itl = h("inter_token_latency_seconds", "Histogram of inter-token latency in seconds.",
-                     itl_buckets or ITL_BUCKETS)
-        self.e2e = h("e2e_request_latency_seconds", "Histogram of end-to-end request latency in seconds",
-                     e2e_buckets or E2E_BUCKETS)
-        self.tpot = h("request_time_per_output_token_seconds", "Histogram of time per output token in seconds.",
-                      ITL_BUCKETS)
+        self.ttft = h(
+            "time_to_first_token_seconds", "Histogram of time to first token in seconds.", ttft_buckets or TTFT_BUCKETS
+        )
+        self.itl = h(
+            "inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", itl_buckets or ITL_BUCKETS
+        )
+        self.e2e = h(
+            "e2e_request_latency_seconds",
+            "Histogram of end-to-end request latency in seconds",
+            e2e_buckets or E2E_BUCKETS,
+        )
+        self.tpot = h(
+            "request_time_per_output_token_seconds", "Histogram of time per output token in seconds.", ITL_BUCKETS
+        )
         self.lag_max = 0.0
 
     def observe_lag(self, lag: float) -> None:

@@ -67,10 +67,20 @@ def plan_request(profile: Profile, steps: int, prompt_tokens: list[str], key: in
     return RequestPlan(score, nat, eos_at, loop_from, acc, out_seed)
 
 
-def build_req(rid: str, plan: RequestPlan, prompt_len: int, s: Sampling, accept_seed: int, cached: int = 0,
-              user: object = None) -> Req:
-    return Req(rid, prompt_len, s.max_new_tokens, plan.acceptance, accept_seed, cached=cached,
-               eos_at=plan.eos_at, loop_from=plan.loop_from, user=user)
+def build_req(
+    rid: str, plan: RequestPlan, prompt_len: int, s: Sampling, accept_seed: int, cached: int = 0, user: object = None
+) -> Req:
+    return Req(
+        rid,
+        prompt_len,
+        s.max_new_tokens,
+        plan.acceptance,
+        accept_seed,
+        cached=cached,
+        eos_at=plan.eos_at,
+        loop_from=plan.loop_from,
+        user=user,
+    )
 
 
 def output_stream(profile: Profile, plan: RequestPlan) -> OutputStream:

@@ -34,9 +34,28 @@ class Req:
     """One request inside the scheduler."""
 
     __slots__ = (
-        "rid", "prompt_len", "cached", "max_new", "eos_at", "loop_from", "acc", "rng", "user",
-        "arrival", "admit_t", "prefill_done_t", "first_token_t", "finish_t",
-        "prefilled", "generated", "verify_ct", "accepted_drafts", "hist", "last_new", "finish_reason", "done",
+        "rid",
+        "prompt_len",
+        "cached",
+        "max_new",
+        "eos_at",
+        "loop_from",
+        "acc",
+        "rng",
+        "user",
+        "arrival",
+        "admit_t",
+        "prefill_done_t",
+        "first_token_t",
+        "finish_t",
+        "prefilled",
+        "generated",
+        "verify_ct",
+        "accepted_drafts",
+        "hist",
+        "last_new",
+        "finish_reason",
+        "done",
     )
 
     def __init__(
@@ -169,8 +188,13 @@ class Scheduler:
             return it
         if self.running:
             b = len(self.running)
-            return Iteration("decode", self.cost.decode(b, self.cfg.steps, self.ctx_sum), self.running[:],
-                             tokens=b * (self.cfg.steps + 1), ctx=self.ctx_sum)
+            return Iteration(
+                "decode",
+                self.cost.decode(b, self.cfg.steps, self.ctx_sum),
+                self.running[:],
+                tokens=b * (self.cfg.steps + 1),
+                ctx=self.ctx_sum,
+            )
         return None
 
     def _reservation(self, r: Req) -> float:

@@ -6,10 +6,11 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
-import os
 import logging
+import os
 import time
-from typing import Any, AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
 
 from aiohttp import web
 
@@ -18,8 +19,8 @@ from rig.sim import faults
 from rig.sim.args import ServerArgs
 from rig.sim.capacity import Capacity
 from rig.sim.engine import Engine, Stream
-from rig.sim.prometheus import CONTENT_TYPE, SimMetrics
 from rig.sim.profile import Profile
+from rig.sim.prometheus import CONTENT_TYPE, SimMetrics
 from rig.sim.requests import Sampling
 from rig.sim.resolution import MODEL_ARCH
 from rig.sim.responses import native_body
@@ -43,8 +44,16 @@ class DuplicateRid(BadRequest):
 class SimServer:
     """State shared by the handlers: resolved args, profile, capacity, engine, metrics, readiness."""
 
-    def __init__(self, args: ServerArgs, profile: Profile, capacity: Capacity, engine: Engine, metrics: SimMetrics,
-                 context_len: int, profile_path: str):
+    def __init__(
+        self,
+        args: ServerArgs,
+        profile: Profile,
+        capacity: Capacity,
+        engine: Engine,
+        metrics: SimMetrics,
+        context_len: int,
+        profile_path: str,
+    ):
         self.args = args
         self.profile = profile
         self.capacity = capacity
@@ -60,8 +69,9 @@ class SimServer:
         self._rids: dict[str, Stream] = {}  # client-given rids of unfinished requests (SGLang's rid_to_state)
 
     # ---- shared helpers for the native and OpenAI routes ----
-    def submit(self, toks: list[str], ids: list[int], s: Sampling, *, rid: str | None,
-               stops: tuple[str, ...] = ()) -> Stream:
+    def submit(
+        self, toks: list[str], ids: list[int], s: Sampling, *, rid: str | None, stops: tuple[str, ...] = ()
+    ) -> Stream:
         """Queue a request with the seed SGLang would use: sampling_seed counts only with
         --enable-deterministic-inference, where an unseeded request gets 42 (sampling/sampling_batch_info.py);
         otherwise the seed is accepted and ignored and the draw comes from the server's RNG."""
@@ -135,8 +145,9 @@ class SimServer:
 def validation_error(message: str) -> web.Response:
     """http_server.py::validation_exception_handler: a request that fails FastAPI/pydantic validation gets 400 and
     ErrorResponse with type 'Bad Request' (not FastAPI's default 422)."""
-    return web.json_response({"object": "error", "message": message, "type": "Bad Request", "param": None,
-                              "code": 400}, status=400)
+    return web.json_response(
+        {"object": "error", "message": message, "type": "Bad Request", "param": None, "code": 400}, status=400
+    )
 
 
 def error_json(message: str, status: int = 400, err_type: str = "BadRequestError") -> web.Response:
@@ -170,8 +181,9 @@ DONE = b"data: [DONE]\n\n"
 # ---------------------------------------------------------------- middleware
 def make_middlewares(srv: SimServer) -> list:
     @web.middleware
-    async def auth_and_log(request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
-                           ) -> web.StreamResponse:
+    async def auth_and_log(
+        request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+    ) -> web.StreamResponse:
         path = request.path
         key = srv.args.api_key
         if path.startswith(ADMIN_PATHS) and srv.args.admin_api_key:
@@ -219,15 +231,17 @@ async def health(request: web.Request) -> web.Response:
     loop = asyncio.get_running_loop()
     tic = loop.time()
     timeout = float(os.environ.get("SGLANG_HEALTH_CHECK_TIMEOUT", "20"))
-    st = srv.engine.submit(["0"], [0], Sampling(max_new_tokens=1, temperature=0.0), rid=None, log_metrics=False) \
-        if srv.engine.alive else None
+    st = (
+        srv.engine.submit(["0"], [0], Sampling(max_new_tokens=1, temperature=0.0), rid=None, log_metrics=False)
+        if srv.engine.alive
+        else None
+    )
     try:
         while loop.time() < tic + timeout:
             await asyncio.sleep(1.0)
             if srv.engine.last_output > tic:
                 return web.Response(status=200)
-        log.error("Health check failed. Server couldn't get a response from detokenizer for last %g seconds.",
-                  timeout)
+        log.error("Health check failed. Server couldn't get a response from detokenizer for last %g seconds.", timeout)
         return web.Response(status=503)
     finally:
         if st is not None and not st.finished:
@@ -239,30 +253,41 @@ def server_info_dict(srv: SimServer) -> dict[str, Any]:
     cap = srv.capacity
     eng = srv.engine
     state: dict[str, Any] = dict(args)
-    state.update({
-        "last_gen_throughput": eng.last_gen_throughput,
-        "effective_max_running_requests_per_dp": cap.max_running_requests,
-        "memory_usage": {"weight": cap.weight_gb_per_gpu, "kvcache": cap.kv_pool_gb, "token_capacity":
-                         cap.max_total_num_tokens, "graph": srv.profile.graph_reserve_gb,
-                         "mamba_state": cap.state_pool_gb},
-        "world_size": srv.args.tp_size,
-        "startup_time": srv.started,
-    })
+    state.update(
+        {
+            "last_gen_throughput": eng.last_gen_throughput,
+            "effective_max_running_requests_per_dp": cap.max_running_requests,
+            "memory_usage": {
+                "weight": cap.weight_gb_per_gpu,
+                "kvcache": cap.kv_pool_gb,
+                "token_capacity": cap.max_total_num_tokens,
+                "graph": srv.profile.graph_reserve_gb,
+                "mamba_state": cap.state_pool_gb,
+            },
+            "world_size": srv.args.tp_size,
+            "startup_time": srv.started,
+        }
+    )
     if srv.args.speculative and eng.avg_spec_accept_length is not None:
         state["avg_spec_accept_length"] = eng.avg_spec_accept_length
     info = dict(args)
-    info.update({
-        "max_total_num_tokens": cap.max_total_num_tokens,
-        "max_req_input_len": srv.context_len - 5,
-        "startup_time": srv.started,
-        "status": "ready" if srv.ready else "starting",
-        "internal_states": [state],
-        "version": f"{rig.__version__}-rig-sim",
-        "frontend": "python",
-        "sim": {"profile": srv.profile.name, "profile_path": srv.profile_path,
+    info.update(
+        {
+            "max_total_num_tokens": cap.max_total_num_tokens,
+            "max_req_input_len": srv.context_len - 5,
+            "startup_time": srv.started,
+            "status": "ready" if srv.ready else "starting",
+            "internal_states": [state],
+            "version": f"{rig.__version__}-rig-sim",
+            "frontend": "python",
+            "sim": {
+                "profile": srv.profile.name,
+                "profile_path": srv.profile_path,
                 "state_limit_max_running_requests": cap.state_limit,
-                "state_mb_per_request": cap.state_mb_per_request},
-    })
+                "state_mb_per_request": cap.state_mb_per_request,
+            },
+        }
+    )
     return info
 
 
@@ -271,25 +296,29 @@ async def server_info(request: web.Request) -> web.Response:
 
 
 async def get_server_info(request: web.Request) -> web.Response:
-    log.warning("Endpoint '/get_server_info' is deprecated and will be removed in a future version. "
-                "Please use '/server_info' instead.")
+    log.warning(
+        "Endpoint '/get_server_info' is deprecated and will be removed in a future version. "
+        "Please use '/server_info' instead."
+    )
     return await server_info(request)
 
 
 async def model_info(request: web.Request) -> web.Response:
     srv: SimServer = request.app["srv"]
-    return web.json_response({
-        "model_path": srv.args.model_path,
-        "tokenizer_path": srv.args.tokenizer_path,
-        "is_generation": True,
-        "preferred_sampling_params": None,
-        "weight_version": "default",
-        "has_image_understanding": False,
-        "has_audio_understanding": False,
-        "model_type": "qwen3_5_moe",
-        "architectures": [MODEL_ARCH],
-        "served_model_name": srv.model,
-    })
+    return web.json_response(
+        {
+            "model_path": srv.args.model_path,
+            "tokenizer_path": srv.args.tokenizer_path,
+            "is_generation": True,
+            "preferred_sampling_params": None,
+            "weight_version": "default",
+            "has_image_understanding": False,
+            "has_audio_understanding": False,
+            "model_type": "qwen3_5_moe",
+            "architectures": [MODEL_ARCH],
+            "served_model_name": srv.model,
+        }
+    )
 
 
 async def models(request: web.Request) -> web.Response:
@@ -301,14 +330,29 @@ async def model_one(request: web.Request) -> web.Response:
     srv: SimServer = request.app["srv"]
     name = request.match_info["name"]
     if name != srv.model:
-        return web.json_response({"object": "error", "message": f"The model `{name}` does not exist.",
-                                  "type": "NotFoundError", "param": "model", "code": "model_not_found"}, status=404)
+        return web.json_response(
+            {
+                "object": "error",
+                "message": f"The model `{name}` does not exist.",
+                "type": "NotFoundError",
+                "param": "model",
+                "code": "model_not_found",
+            },
+            status=404,
+        )
     return web.json_response(_model_card(srv))
 
 
 def _model_card(srv: SimServer) -> dict:
-    return {"id": srv.model, "object": "model", "created": int(srv.started), "owned_by": "sglang",
-            "root": srv.model, "parent": None, "max_model_len": srv.context_len}
+    return {
+        "id": srv.model,
+        "object": "model",
+        "created": int(srv.started),
+        "owned_by": "sglang",
+        "root": srv.model,
+        "parent": None,
+        "max_model_len": srv.context_len,
+    }
 
 
 async def metrics(request: web.Request) -> web.Response:
@@ -333,13 +377,25 @@ async def sim_gpu(request: web.Request) -> web.Response:
     cap = srv.capacity
     total = int(srv.profile.gpu_mem_gb * 1e9)
     used = int(max(0.0, srv.profile.gpu_mem_gb - cap.available_gpu_mem_gb) * 1e9)
-    gpus = [{"index": i, "uuid": f"GPU-SIM-{i:08d}", "name": SIM_GPU_NAME, "power_mw": int(watts * 1000),
-             "energy_mj": energy_mj, "util_gpu_pct": int(round(busy * 100)), "util_mem_pct": int(round(memory * 100)),
-             "mem_used_bytes": used, "mem_total_bytes": total,
-             "power_limit_mw": int(srv.profile.gpu_board_power_w * 1000), "sm_clock_mhz": None,
-             "temperature_c": None, "throttle_reasons": None} for i in range(eng.tp)]
-    return web.json_response({"source": "simulated", "ts": eng.wall(now), "profile": srv.profile.name,
-                              "gpus": gpus})
+    gpus = [
+        {
+            "index": i,
+            "uuid": f"GPU-SIM-{i:08d}",
+            "name": SIM_GPU_NAME,
+            "power_mw": int(watts * 1000),
+            "energy_mj": energy_mj,
+            "util_gpu_pct": int(round(busy * 100)),
+            "util_mem_pct": int(round(memory * 100)),
+            "mem_used_bytes": used,
+            "mem_total_bytes": total,
+            "power_limit_mw": int(srv.profile.gpu_board_power_w * 1000),
+            "sm_clock_mhz": None,
+            "temperature_c": None,
+            "throttle_reasons": None,
+        }
+        for i in range(eng.tp)
+    ]
+    return web.json_response({"source": "simulated", "ts": eng.wall(now), "profile": srv.profile.name, "gpus": gpus})
 
 
 async def flush_cache(request: web.Request) -> web.Response:
@@ -362,11 +418,16 @@ async def flush_cache(request: web.Request) -> web.Response:
         if srv.engine.sched.busy:
             message = "Timed out waiting for idle state."
     if message is None and srv.engine.flush_cache():
-        return web.Response(text="Cache flushed.\nPlease check backend logs for more details. (When there are "
-                                 "running or waiting requests, the operation will not be performed.)\n")
+        return web.Response(
+            text="Cache flushed.\nPlease check backend logs for more details. (When there are "
+            "running or waiting requests, the operation will not be performed.)\n"
+        )
     if message is None:
-        log.warning("Cache not flushed because there are pending requests. #queue-req: %d, #running-req: %d",
-                    len(srv.engine.sched.waiting), len(srv.engine.sched.running))
+        log.warning(
+            "Cache not flushed because there are pending requests. #queue-req: %d, #running-req: %d",
+            len(srv.engine.sched.waiting),
+            len(srv.engine.sched.running),
+        )
     return web.Response(status=400, text=message or "Flush cache failed.\n")
 
 
@@ -390,8 +451,7 @@ async def generate(request: web.Request) -> web.StreamResponse:
         if not stream:
             raise
         resp = await start_sse(request)  # SGLang reports validation failures inside the stream (http_server.py)
-        await resp.write(sse(json.dumps({"error": {"message": str(e), "type": "invalid_request_error",
-                                                   "code": 400}})))
+        await resp.write(sse(json.dumps({"error": {"message": str(e), "type": "invalid_request_error", "code": 400}})))
         await resp.write(DONE)
         return resp
     try:
@@ -400,8 +460,13 @@ async def generate(request: web.Request) -> web.StreamResponse:
         if not stream:  # http_server.py::_create_error_response
             return web.json_response({"error": {"message": str(e)}}, status=400)
         resp = await start_sse(request)  # http_server.py::stream_results: the ValueError inside the stream
-        await resp.write(sse(json.dumps({"error": {"message": str(e), "type": "invalid_request_error",
-                                                   "code": 400, "retryable": False}})))
+        await resp.write(
+            sse(
+                json.dumps(
+                    {"error": {"message": str(e), "type": "invalid_request_error", "code": 400, "retryable": False}}
+                )
+            )
+        )
         await resp.write(DONE)
         return resp
     if not stream:

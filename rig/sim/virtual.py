@@ -64,8 +64,16 @@ class LevelResult:
 
 def engine_config(profile: Profile, steps: int, tp: int = 4) -> EngineConfig:
     """The limits a server with default flags would use."""
-    cap = compute_capacity(profile, tp=tp, mem_fraction_static=None, draft_tokens=steps + 1, speculative=steps > 0,
-                           max_running_requests=None, max_total_tokens=None, context_length=int(profile.context_length))
+    cap = compute_capacity(
+        profile,
+        tp=tp,
+        mem_fraction_static=None,
+        draft_tokens=steps + 1,
+        speculative=steps > 0,
+        max_running_requests=None,
+        max_total_tokens=None,
+        context_length=int(profile.context_length),
+    )
     return EngineConfig(
         steps=steps,
         max_running=cap.max_running_requests,
@@ -80,8 +88,9 @@ def run_closed_loop(profile: Profile, sc: Scenario) -> LevelResult:
     """Simulate one level in virtual time; deterministic for a given profile and scenario."""
     cfg = engine_config(profile, sc.steps, sc.tp)
     if sc.max_running is not None or sc.kv_pool_tokens is not None:
-        cfg = replace(cfg, max_running=sc.max_running or cfg.max_running,
-                      kv_pool_tokens=sc.kv_pool_tokens or cfg.kv_pool_tokens)
+        cfg = replace(
+            cfg, max_running=sc.max_running or cfg.max_running, kv_pool_tokens=sc.kv_pool_tokens or cfg.kv_pool_tokens
+        )
     sched = Scheduler(cfg, ForwardCost(profile, sc.tp))
     prompt_toks = [tokenize(p) for p in sc.prompts]
     keys = [prompt_key([token_id(t) for t in toks]) for toks in prompt_toks]
@@ -92,8 +101,12 @@ def run_closed_loop(profile: Profile, sc: Scenario) -> LevelResult:
         nonlocal sent
         i = sent
         j = i % len(sc.prompts)
-        s = Sampling(max_new_tokens=sc.output_tokens[i % len(sc.output_tokens)], temperature=sc.temperature,
-                     ignore_eos=sc.ignore_eos, seed=None if sc.temperature == 0 else sc.seed * 100003 + i)
+        s = Sampling(
+            max_new_tokens=sc.output_tokens[i % len(sc.output_tokens)],
+            temperature=sc.temperature,
+            ignore_eos=sc.ignore_eos,
+            seed=None if sc.temperature == 0 else sc.seed * 100003 + i,
+        )
         plan = plan_request(profile, sc.steps, prompt_toks[j], keys[j], s)
         req = build_req(f"r{i}", plan, len(prompt_toks[j]), s, stable_hash("acc", sc.seed, i))
         sched.submit(req, now)
@@ -123,8 +136,14 @@ def run_closed_loop(profile: Profile, sc: Scenario) -> LevelResult:
 def _result(r: Req) -> RequestResult:
     if r.arrival is None or r.finish_t is None:
         raise RuntimeError(f"sim: request {r.rid} finished without an arrival or finish time")
-    return RequestResult(r.arrival, r.first_token_t if r.first_token_t is not None else r.finish_t, r.finish_t,
-                         r.prompt_len, r.generated, r.verify_ct)
+    return RequestResult(
+        r.arrival,
+        r.first_token_t if r.first_token_t is not None else r.finish_t,
+        r.finish_t,
+        r.prompt_len,
+        r.generated,
+        r.verify_ct,
+    )
 
 
 def summarize(level: LevelResult) -> dict[str, float]:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -27,8 +28,14 @@ def parse_slos(texts: tuple[str, ...]) -> list:
         raise click.BadParameter(str(e), param_hint="--slo") from None
 
 
-def search_settings(variable: str, slo_texts: tuple[str, ...], percentile: float, maximum: float | None,
-                    tolerance: float, kw: dict[str, Any]) -> SearchSettings:
+def search_settings(
+    variable: str,
+    slo_texts: tuple[str, ...],
+    percentile: float,
+    maximum: float | None,
+    tolerance: float,
+    kw: dict[str, Any],
+) -> SearchSettings:
     """Validate the search flags; the first --concurrency (--rate) value is where the search starts."""
     from rig.tune.probe import slo_texts as to_texts
 
@@ -39,12 +46,16 @@ def search_settings(variable: str, slo_texts: tuple[str, ...], percentile: float
         start = float(kw["concurrency"].split(",")[0]) if kw.get("concurrency") else 1.0
         maximum = maximum or MAX_CONCURRENCY
         if start < 1 or start != int(start) or maximum < start:
-            raise click.BadParameter(f"the search starts at {start:g} and stops at {maximum:g}",
-                                     param_hint="--concurrency")
+            raise click.BadParameter(
+                f"the search starts at {start:g} and stops at {maximum:g}", param_hint="--concurrency"
+            )
         if kw.get("requests") and kw["requests"] < maximum:  # a 'max passing 16' from 4 requests measured 4
-            click.echo(f"rig: note: --requests {kw['requests']} is below the search's maximum {maximum:g}: a probe "
-                       f"above {kw['requests']} has at most {kw['requests']} requests in flight (give --requests >= "
-                       f"--search-max, or --duration)", err=True)
+            click.echo(
+                f"rig: note: --requests {kw['requests']} is below the search's maximum {maximum:g}: a probe "
+                f"above {kw['requests']} has at most {kw['requests']} requests in flight (give --requests >= "
+                f"--search-max, or --duration)",
+                err=True,
+            )
     else:
         if kw.get("mode") in ("closed", "trace"):
             raise click.UsageError("--search rate needs an open loop (--mode poisson or gamma)")

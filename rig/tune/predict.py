@@ -49,21 +49,38 @@ class Replay:
         lengths = tuple(self.lengths.get(t.request_id, known[i % len(known)]) for i, t in enumerate(turns))
         temps = {t.temperature for t in turns}
         caps = caps or {}
-        return Scenario(steps, concurrency, n, lengths, tuple(render_messages(list(t.messages)) for t in turns),
-                        temperature=max(temps), ignore_eos=True, tp=tp, seed=self.seed,
-                        label=f"s{steps} C={concurrency}", max_running=caps.get("max_running_requests"),
-                        kv_pool_tokens=caps.get("max_total_num_tokens"))
+        return Scenario(
+            steps,
+            concurrency,
+            n,
+            lengths,
+            tuple(render_messages(list(t.messages)) for t in turns),
+            temperature=max(temps),
+            ignore_eos=True,
+            tp=tp,
+            seed=self.seed,
+            label=f"s{steps} C={concurrency}",
+            max_running=caps.get("max_running_requests"),
+            kv_pool_tokens=caps.get("max_total_num_tokens"),
+        )
 
 
 def as_requests(results: list[RequestResult]) -> m.Requests:
     """Simulated requests as the metric arrays the analysis uses (so the SLO verdict has one definition)."""
     n = len(results)
     nan = np.full(n, np.nan)
-    return m.Requests(ok=np.ones(n, bool), cancelled=np.zeros(n, bool),
-                      tokens=np.array([r.completion_tokens for r in results], float),
-                      ttft=np.array([r.ttft for r in results]), e2e=np.array([r.e2e for r in results]),
-                      send=np.array([r.send for r in results]), end=np.array([r.end for r in results]),
-                      slip=nan, e2e_from_intended=nan, verify_ct=np.array([r.verify_ct for r in results], float))
+    return m.Requests(
+        ok=np.ones(n, bool),
+        cancelled=np.zeros(n, bool),
+        tokens=np.array([r.completion_tokens for r in results], float),
+        ttft=np.array([r.ttft for r in results]),
+        e2e=np.array([r.e2e for r in results]),
+        send=np.array([r.send for r in results]),
+        end=np.array([r.end for r in results]),
+        slip=nan,
+        e2e_from_intended=nan,
+        verify_ct=np.array([r.verify_ct for r in results], float),
+    )
 
 
 def predict(profile: Profile, sc: Scenario, slos: list[m.Slo], percentile: float) -> dict[str, Any]:
@@ -71,9 +88,14 @@ def predict(profile: Profile, sc: Scenario, slos: list[m.Slo], percentile: float
     level = run_closed_loop(profile, sc)
     summary = summarize(level)
     verdict = evaluate_slos(as_requests(level.requests), slos, percentile)
-    return {"meets": verdict["meets"], "margin": verdict["margin"], "aggregate_tok_s": summary["aggregate_tok_s"],
-            "decode_tok_s": summary["decode_tok_s"], "accept_length": summary["accept_length"],
-            "max_running": summary["max_running"]}
+    return {
+        "meets": verdict["meets"],
+        "margin": verdict["margin"],
+        "aggregate_tok_s": summary["aggregate_tok_s"],
+        "decode_tok_s": summary["decode_tok_s"],
+        "accept_length": summary["accept_length"],
+        "max_running": summary["max_running"],
+    }
 
 
 def targets(measured: list[dict[str, Any]]) -> list[Target]:

@@ -40,8 +40,11 @@ def read_probe(run_dir: Path, point: str, slos: list[m.Slo], percentile: float) 
 def output_lengths(run_dir: Path, point: str) -> dict[str, int]:
     """request_id -> completion tokens of the point's ok requests (what the server produced for each)."""
     t = read_point_requests(run_dir, point, ["request_id", "completion_tokens", "ok"])
-    return {rid: int(n) for rid, n, ok in zip(t["request_id"].to_pylist(), t["completion_tokens"].to_pylist(),
-                                              t["ok"].to_pylist()) if ok and n is not None}
+    return {
+        rid: int(n)
+        for rid, n, ok in zip(t["request_id"].to_pylist(), t["completion_tokens"].to_pylist(), t["ok"].to_pylist())
+        if ok and n is not None
+    }
 
 
 def slo_texts(slos: list[m.Slo]) -> list[str]:

@@ -3,8 +3,9 @@ point meets every SLO, found by bracketing and bisection; each probe is an ordin
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from rig.analysis.metrics import Slo, parse_slo
 from rig.analysis.slo import DEFAULT_PERCENTILE, describe
@@ -15,7 +16,6 @@ from rig.server.spec import ServerConfig
 from rig.tune.probe import read_probe
 from rig.tune.search import MAX_CONCURRENCY, Bisection, Domain, IntDomain, RateDomain
 from rig.workloads.spec import WorkloadSpec
-
 
 
 @dataclass(frozen=True)
@@ -38,7 +38,7 @@ class SearchSettings:
         return [parse_slo(s) for s in self.slos]
 
     @classmethod
-    def from_manifest(cls, d: dict[str, Any]) -> "SearchSettings":
+    def from_manifest(cls, d: dict[str, Any]) -> SearchSettings:
         return cls(**{**d, "slos": tuple(d["slos"])})
 
 
@@ -77,9 +77,18 @@ def search_planner(spec: RunSpec, settings: SearchSettings) -> Callable[[Runner]
             for wl in spec.workloads:
                 start = int(settings.start) if settings.variable == "concurrency" else settings.start
                 b = Bisection(settings.domain(), start)
-                res: dict[str, Any] = {"server_config": cfg.config_id(), "steps": cfg.steps, "workload": wl.name,
-                                       "variable": settings.variable, "status": "searching", "probes": 0,
-                                       "probe_points": [], "max_passing": None, "min_failing": None, "error": None}
+                res: dict[str, Any] = {
+                    "server_config": cfg.config_id(),
+                    "steps": cfg.steps,
+                    "workload": wl.name,
+                    "variable": settings.variable,
+                    "status": "searching",
+                    "probes": 0,
+                    "probe_points": [],
+                    "max_passing": None,
+                    "min_failing": None,
+                    "error": None,
+                }
                 results.append(res)
                 probes: dict[float, dict[str, Any]] = {}
                 while (v := b.next()) is not None:
@@ -92,10 +101,13 @@ def search_planner(spec: RunSpec, settings: SearchSettings) -> Callable[[Runner]
                     probes[v] = probe
                     b.record(v, probe["meets"])
                     res["probes"] += 1
-                    res["probe_points"].append({"value": v, "point": p.point, "meets": probe["meets"],
-                                                "margin": probe["margin"]})
-                    res.update(max_passing=summary_probe(_probe_at(probes, b.max_passing)),
-                               min_failing=summary_probe(_probe_at(probes, b.min_failing)))
+                    res["probe_points"].append(
+                        {"value": v, "point": p.point, "meets": probe["meets"], "margin": probe["margin"]}
+                    )
+                    res.update(
+                        max_passing=summary_probe(_probe_at(probes, b.max_passing)),
+                        min_failing=summary_probe(_probe_at(probes, b.min_failing)),
+                    )
                     runner.save()
                 if res["status"] != "error":
                     res["status"] = b.outcome

@@ -19,8 +19,9 @@ The recommendation is then read off the measured points alone, by the same rule 
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from rig.analysis.metrics import Slo, parse_slo
 from rig.analysis.slo import DEFAULT_PERCENTILE, describe
@@ -31,7 +32,6 @@ from rig.sim.profile import load_profile
 from rig.tune.predict import Replay, predict, refit
 from rig.tune.probe import output_lengths, read_probe
 from rig.tune.slo_search import make_point
-
 
 
 @dataclass(frozen=True)
@@ -46,7 +46,7 @@ class TuneSettings:
     fit_evals: int = 120  # objective evaluations per Nelder-Mead pass of each refit
 
     @classmethod
-    def from_manifest(cls, d: dict[str, Any]) -> "TuneSettings":
+    def from_manifest(cls, d: dict[str, Any]) -> TuneSettings:
         return cls(**{**d, "slos": tuple(d["slos"])})
 
 
@@ -83,8 +83,9 @@ class Knowledge:
         return src.get("aggregate_tok_s") or 0.0
 
     def leader(self) -> tuple[str | None, int | None]:
-        ranked = sorted(self.configs, key=lambda c: (self.capacity(c) or 0, self.throughput(c, self.capacity(c) or 0)),
-                        reverse=True)
+        ranked = sorted(
+            self.configs, key=lambda c: (self.capacity(c) or 0, self.throughput(c, self.capacity(c) or 0)), reverse=True
+        )
         best = ranked[0] if ranked and self.capacity(ranked[0]) is not None else None
         return best, (self.capacity(best) if best else None)
 
@@ -105,8 +106,11 @@ class Knowledge:
         out: list[tuple[str, int, str]] = []
         if best is None or top is None:  # nothing meets the SLOs anywhere, as far as is known: the lowest level
             low = self.ladder[0]
-            return [(c, low, "does anything meet the SLOs at the lowest level?") for c in self.configs
-                    if self.known(c, low) is None]
+            return [
+                (c, low, "does anything meet the SLOs at the lowest level?")
+                for c in self.configs
+                if self.known(c, low) is None
+            ]
         up = self.above(top)
         if self.known(best, top) is None:
             out.append((best, top, f"leader: does it meet the SLOs at {top}?"))
@@ -152,9 +156,16 @@ def tune_planner(spec: RunSpec, settings: TuneSettings) -> Callable[[Runner], It
 
     def plan(runner: Runner) -> Iterator[Point]:
         section = runner.manifest.tune = runner.manifest.tune or {}
-        section.update(settings=asdict(settings) | {"slos": list(settings.slos)},
-                       describe=describe(slos, settings.percentile), ladder=ladder, workload=wl.name,
-                       configs={cid: c.steps for cid, c in by_id.items()}, probes=[], rounds=[], recommendation=None)
+        section.update(
+            settings=asdict(settings) | {"slos": list(settings.slos)},
+            describe=describe(slos, settings.percentile),
+            ladder=ladder,
+            workload=wl.name,
+            configs={cid: c.steps for cid, c in by_id.items()},
+            probes=[],
+            rounds=[],
+            recommendation=None,
+        )
         profile = load_profile(settings.start_profile)
         replay = Replay(wl, seed, {})
         caps: dict[str, dict[str, int]] = {}
@@ -173,8 +184,7 @@ def tune_planner(spec: RunSpec, settings: TuneSettings) -> Callable[[Runner], It
             return out
 
         predicted = predict_all()
-        batch = [(cid, _design_level(ladder, {lv: predicted[(cid, lv)] for lv in ladder}), "design")
-                 for cid in by_id]
+        batch = [(cid, _design_level(ladder, {lv: predicted[(cid, lv)] for lv in ladder}), "design") for cid in by_id]
         stop_reason = f"max rounds ({settings.max_rounds}) reached"
         for rnd in range(settings.max_rounds):
             order = list(by_id)
@@ -183,11 +193,18 @@ def tune_planner(spec: RunSpec, settings: TuneSettings) -> Callable[[Runner], It
                 cfg = by_id[cid]
                 p = make_point(spec, cfg, wl, "concurrency", lv)
                 pred = predicted.get((cid, lv), {})
-                entry: dict[str, Any] = {"round": rnd, "point": p.point, "server_config": cid, "steps": cfg.steps,
-                                         "level": lv, "why": why, "predicted_meets": pred.get("meets"),
-                                         "predicted_margin": pred.get("margin"),
-                                         "predicted_aggregate_tok_s": pred.get("aggregate_tok_s"),
-                                         "predicted_decode_tok_s": pred.get("decode_tok_s")}
+                entry: dict[str, Any] = {
+                    "round": rnd,
+                    "point": p.point,
+                    "server_config": cid,
+                    "steps": cfg.steps,
+                    "level": lv,
+                    "why": why,
+                    "predicted_meets": pred.get("meets"),
+                    "predicted_margin": pred.get("margin"),
+                    "predicted_aggregate_tok_s": pred.get("aggregate_tok_s"),
+                    "predicted_decode_tok_s": pred.get("decode_tok_s"),
+                }
                 section["probes"].append(entry)
                 yield p
                 probe = read_probe(runner.run_dir, p.point, slos, settings.percentile)
@@ -195,9 +212,14 @@ def tune_planner(spec: RunSpec, settings: TuneSettings) -> Callable[[Runner], It
                     entry["error"] = runner.entry(p.point).error or "no rows"
                     runner.save()
                     continue
-                entry.update(meets=probe["meets"], margin=probe["margin"], aggregate_tok_s=probe["aggregate_tok_s"],
-                             decode_tok_s=probe["decode_tok_s"], accept_length=probe["accept_length"],
-                             flags=probe["flags"])
+                entry.update(
+                    meets=probe["meets"],
+                    margin=probe["margin"],
+                    aggregate_tok_s=probe["aggregate_tok_s"],
+                    decode_tok_s=probe["decode_tok_s"],
+                    accept_length=probe["accept_length"],
+                    flags=probe["flags"],
+                )
                 measured[(cid, lv)] = probe
                 caps[cid] = _observed_caps(runner, cid)
                 replay.lengths.update(output_lengths(runner.run_dir, p.point))
@@ -208,33 +230,42 @@ def tune_planner(spec: RunSpec, settings: TuneSettings) -> Callable[[Runner], It
                 break
             for fp in fit_points:  # scenarios with the lengths and limits known now
                 cfg = by_id[fp["cid"]]
-                fp["scenario"] = replay.scenario(cfg.steps, fp["level"], n_requests(fp["level"]), caps.get(fp["cid"]),
-                                                 cfg.tp)
+                fp["scenario"] = replay.scenario(
+                    cfg.steps, fp["level"], n_requests(fp["level"]), caps.get(fp["cid"]), cfg.tp
+                )
             profile, objective = refit(profile, fit_points, settings.fit_evals)
             predicted = predict_all()
             know = Knowledge(ladder, list(by_id), measured, predicted)
             best, top = know.leader()
             batch = know.needed(settings.confidence)
-            section["rounds"].append({
-                "round": rnd, "fit_objective": objective,
-                "profile": {k: profile.values[k] for k in ("t_fixed_ms", "t_experts_ms", "c_tok_ms", "d_fixed_ms",
-                                                           "acc_logit_greedy")},
-                "leader": {"server_config": best, "steps": by_id[best].steps if best else None, "level": top},
-                "capacity": {cid: know.capacity(cid) for cid in by_id},
-                "next": [{"server_config": c, "level": lv, "why": w} for c, lv, w in batch]})
+            section["rounds"].append(
+                {
+                    "round": rnd,
+                    "fit_objective": objective,
+                    "profile": {
+                        k: profile.values[k]
+                        for k in ("t_fixed_ms", "t_experts_ms", "c_tok_ms", "d_fixed_ms", "acc_logit_greedy")
+                    },
+                    "leader": {"server_config": best, "steps": by_id[best].steps if best else None, "level": top},
+                    "capacity": {cid: know.capacity(cid) for cid in by_id},
+                    "next": [{"server_config": c, "level": lv, "why": w} for c, lv, w in batch],
+                }
+            )
             runner.save()
             if not batch:
                 stop_reason = "stable: every point that decides the answer is measured or predicted beyond the margin"
                 break
-        section["recommendation"] = recommend(runner, section, slos, settings.percentile, stop_reason,
-                                              len(by_id) * len(ladder))
+        section["recommendation"] = recommend(
+            runner, section, slos, settings.percentile, stop_reason, len(by_id) * len(ladder)
+        )
         runner.save()
 
     return plan
 
 
-def recommend(runner: Runner, section: dict[str, Any], slos: list[Slo], percentile: float, stop_reason: str,
-              grid_points: int) -> dict[str, Any]:
+def recommend(
+    runner: Runner, section: dict[str, Any], slos: list[Slo], percentile: float, stop_reason: str, grid_points: int
+) -> dict[str, Any]:
     """The answer from the measured points alone (report's rule), with its evidence."""
     from rig.analysis.frontier import best_per_slo
     from rig.analysis.points import campaign_row, load_requests
@@ -252,8 +283,13 @@ def recommend(runner: Runner, section: dict[str, Any], slos: list[Slo], percenti
     text = describe(slos, percentile)
     best = best_per_slo(run, rows, meets, text) if rows else []
     measured = sum(1 for pr in section["probes"] if pr.get("meets") is not None)
-    rec: dict[str, Any] = {"measured_points": measured, "grid_points": grid_points,
-                           "stable": stop_reason.startswith("stable"), "stop_reason": stop_reason, "per_workload": best}
+    rec: dict[str, Any] = {
+        "measured_points": measured,
+        "grid_points": grid_points,
+        "stable": stop_reason.startswith("stable"),
+        "stop_reason": stop_reason,
+        "per_workload": best,
+    }
     if best and best[0]["best"]:
         b = best[0]
         mf = f"misses them at {b['min_failing']:g}" if b["min_failing"] is not None else "the highest level tried"
@@ -261,16 +297,21 @@ def recommend(runner: Runner, section: dict[str, Any], slos: list[Slo], percenti
         rec["server_config"] = b["server_config"]
         rec["max_passing"] = b["max_passing"]
         rec["min_failing"] = b["min_failing"]
-        rec["answer"] = (f"{b['best']} ({b['server_config']}): meets {text} up to concurrency {b['max_passing']:g} "
-                         f"({mf}), {b['best_aggregate_tok_s']:,.0f} tok/s there")
-        runner_up = (f"runner-up {b['runner_up']} meets them up to {b['runner_up_max_passing']:g}"
-                     if b["runner_up"] else "no other configuration meets them at any measured level")
-        margin = (f" (capacity {b['capacity_margin'] * 100:+.0f} %)" if b["capacity_margin"] is not None else "")
-        rec["evidence"] = (f"{runner_up}{margin}; {measured} points measured instead of the grid's {grid_points}; "
-                           f"{stop_reason}")
+        rec["answer"] = (
+            f"{b['best']} ({b['server_config']}): meets {text} up to concurrency {b['max_passing']:g} "
+            f"({mf}), {b['best_aggregate_tok_s']:,.0f} tok/s there"
+        )
+        runner_up = (
+            f"runner-up {b['runner_up']} meets them up to {b['runner_up_max_passing']:g}"
+            if b["runner_up"]
+            else "no other configuration meets them at any measured level"
+        )
+        margin = f" (capacity {b['capacity_margin'] * 100:+.0f} %)" if b["capacity_margin"] is not None else ""
+        rec["evidence"] = (
+            f"{runner_up}{margin}; {measured} points measured instead of the grid's {grid_points}; {stop_reason}"
+        )
     else:
         rec["best_steps"] = None
         rec["answer"] = f"no configuration meets {text} at any measured level"
         rec["evidence"] = f"{measured} points measured; {stop_reason}"
     return rec
-

@@ -18,9 +18,19 @@ from rig.workloads.errors import WorkloadError
 from rig.workloads.seeding import MAIN, WARMUP
 from rig.workloads.spec import Dist, WorkloadSpec
 
-__all__ = ["Dist", "Session", "Turn", "WorkloadError", "WorkloadSpec", "build_session_range", "build_sessions",
-           "dataset_size",
-           "render_messages", "sessions_digest", "warmup_sessions"]
+__all__ = [
+    "Dist",
+    "Session",
+    "Turn",
+    "WorkloadError",
+    "WorkloadSpec",
+    "build_session_range",
+    "build_sessions",
+    "dataset_size",
+    "render_messages",
+    "sessions_digest",
+    "warmup_sessions",
+]
 
 _BUILDERS: dict[str, Callable[[WorkloadSpec, int, range, str, int], list[Session]]] = {
     "greedy": greedy.build,
@@ -87,6 +97,21 @@ def sessions_digest(sessions: list[Session]) -> str:
     for s in sessions:
         h.update(json.dumps([s.session_id, s.arrival_s], sort_keys=True).encode())
         for t in s.turns:
-            h.update(json.dumps([t.request_id, t.messages, t.max_tokens, t.temperature, t.top_p, t.top_k,
-                                 t.ignore_eos, t.seed, t.think_time_s, t.category], sort_keys=True).encode())
+            h.update(
+                json.dumps(
+                    [
+                        t.request_id,
+                        t.messages,
+                        t.max_tokens,
+                        t.temperature,
+                        t.top_p,
+                        t.top_k,
+                        t.ignore_eos,
+                        t.seed,
+                        t.think_time_s,
+                        t.category,
+                    ],
+                    sort_keys=True,
+                ).encode()
+            )
     return h.hexdigest()

@@ -55,28 +55,37 @@ def build(spec: WorkloadSpec, seed: int, indices: range, id_prefix: str, stream:
                 # Decide before building the text: a chunk that would overflow the context is never generated.
                 if context + n_tokens + max_tokens > spec.agent_max_context_tokens:
                     break
-                call, body = _tool_output(tool, tree, rng, tokens_to_chars(n_tokens, spec.code_chars_per_token),
-                                          focus, name)
+                call, body = _tool_output(
+                    tool, tree, rng, tokens_to_chars(n_tokens, spec.code_chars_per_token), focus, name
+                )
                 content = f"Tool result for {call}:\n{body}"
                 messages = ({"role": "user", "content": content},)
                 added = estimate_tokens(content, spec.code_chars_per_token)
             context += added + max_tokens
-            turns.append(Turn(
-                request_id=f"{sid}-t{j}",
-                messages=messages,
-                max_tokens=max_tokens,
-                **spec.sampling(),
-                seed=req_seed,
-                think_time_s=think,
-                category="agent",
-            ))
-        out.append(Session(session_id=sid, turns=tuple(turns),
-                           extra={"focus": focus, "planned_turns": n_turns, "est_context_tokens": context}))
+            turns.append(
+                Turn(
+                    request_id=f"{sid}-t{j}",
+                    messages=messages,
+                    max_tokens=max_tokens,
+                    **spec.sampling(),
+                    seed=req_seed,
+                    think_time_s=think,
+                    category="agent",
+                )
+            )
+        out.append(
+            Session(
+                session_id=sid,
+                turns=tuple(turns),
+                extra={"focus": focus, "planned_turns": n_turns, "est_context_tokens": context},
+            )
+        )
     return out
 
 
-def _tool_output(tool: str, tree: source.SourceTree, rng: np.random.Generator, n_chars: int, focus: str,
-                 name: str) -> tuple[str, str]:
+def _tool_output(
+    tool: str, tree: source.SourceTree, rng: np.random.Generator, n_chars: int, focus: str, name: str
+) -> tuple[str, str]:
     """Dispatch to one tool's generator: reads mostly of the session's file, sometimes of another."""
     if tool == "read_file":
         path = focus if rng.random() < 0.6 else source.pick_file(tree, rng, n_chars)

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import json
-from functools import lru_cache
+from functools import cache
 from importlib import resources
 from typing import Any
 
 
-@lru_cache(maxsize=None)
+@cache
 def load(name: str) -> dict[str, Any]:
     """The parsed data file ``rig/workloads/data/<name>.json`` (shipped with the package)."""
     return json.loads(resources.files("rig.workloads").joinpath("data", f"{name}.json").read_text("utf-8"))

@@ -30,8 +30,16 @@ from rig.workloads.lengths import MAX_TOKENS_LIMIT, estimate_tokens
 
 _ROLES = {"system", "user", "assistant", "tool"}
 # ShareGPT dumps use several speaker names; map them onto chat roles.
-_SHAREGPT_ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant",
-                   "chatgpt": "assistant", "bard": "assistant", "bing": "assistant", "system": "system"}
+_SHAREGPT_ROLES = {
+    "human": "user",
+    "user": "user",
+    "gpt": "assistant",
+    "assistant": "assistant",
+    "chatgpt": "assistant",
+    "bard": "assistant",
+    "bing": "assistant",
+    "system": "system",
+}
 
 
 @dataclass(frozen=True)
@@ -78,8 +86,9 @@ def _messages(raw: Any, where: str) -> tuple[dict[str, str], ...]:
             raise WorkloadError(f"{where}: messages[{k}] must be an object with 'role' and 'content'")
         role, content = m.get("role"), m.get("content")
         if role not in _ROLES:
-            raise WorkloadError(f"{where}: messages[{k}].role must be one of {', '.join(sorted(_ROLES))} "
-                                f"(got {_short(role)})")
+            raise WorkloadError(
+                f"{where}: messages[{k}].role must be one of {', '.join(sorted(_ROLES))} (got {_short(role)})"
+            )
         if not isinstance(content, str):
             raise WorkloadError(f"{where}: messages[{k}].content must be a string (got {_short(content)})")
         out.append({"role": role, "content": content})
@@ -92,8 +101,9 @@ def _max_tokens(v: Any, where: str) -> int | None:
     if v is None:
         return None
     if isinstance(v, bool) or not isinstance(v, int) or v < 1 or v > MAX_TOKENS_LIMIT:
-        raise WorkloadError(f"{where}: 'max_tokens' must be an integer from 1 to {MAX_TOKENS_LIMIT:,} "
-                            f"(got {_short(v)})")
+        raise WorkloadError(
+            f"{where}: 'max_tokens' must be an integer from 1 to {MAX_TOKENS_LIMIT:,} (got {_short(v)})"
+        )
     return v
 
 
@@ -113,13 +123,17 @@ def _check_timestamps(entries: list[Entry]) -> None:
     prev: Entry | None = None
     for e in entries:
         if (e.timestamp is not None) != first_has:
-            state = "has no 'timestamp' but the first entry does" if first_has else \
-                "has a 'timestamp' but the first entry does not"
+            state = (
+                "has no 'timestamp' but the first entry does"
+                if first_has
+                else "has a 'timestamp' but the first entry does not"
+            )
             raise WorkloadError(f"{e.where}: {state} (give timestamps on every entry or on none)")
-        if prev is not None and e.timestamp is not None and prev.timestamp is not None \
-                and e.timestamp < prev.timestamp:
-            raise WorkloadError(f"{e.where}: timestamp {e.timestamp:g} is earlier than the previous entry's "
-                                f"{prev.timestamp:g}; sort the file by timestamp")
+        if prev is not None and e.timestamp is not None and prev.timestamp is not None and e.timestamp < prev.timestamp:
+            raise WorkloadError(
+                f"{e.where}: timestamp {e.timestamp:g} is earlier than the previous entry's "
+                f"{prev.timestamp:g}; sort the file by timestamp"
+            )
         prev = e
 
 
@@ -152,19 +166,26 @@ def _sharegpt(obj: dict[str, Any], where: str, use_reply_length: bool, cpt: floa
             raise WorkloadError(f"{where}: conversations[{k}] must be an object with a string 'value'")
         role = _SHAREGPT_ROLES.get(str(turn.get("from", "")).lower())
         if role is None:
-            raise WorkloadError(f"{where}: conversations[{k}].from must be human, gpt or system "
-                                f"(got {_short(turn.get('from'))})")
+            raise WorkloadError(
+                f"{where}: conversations[{k}].from must be human, gpt or system (got {_short(turn.get('from'))})"
+            )
         if role == "system":
             system.append(turn["value"])
         elif role == "user":
             if not turn["value"].strip():
                 return None
-            messages = ([{"role": "system", "content": "\n".join(system)}] if system else []) + \
-                [{"role": "user", "content": turn["value"]}]
+            messages = ([{"role": "system", "content": "\n".join(system)}] if system else []) + [
+                {"role": "user", "content": turn["value"]}
+            ]
             hint = None
             reply = conv[k + 1] if k + 1 < len(conv) else None
-            if use_reply_length and isinstance(reply, dict) and isinstance(reply.get("value"), str) \
-                    and _SHAREGPT_ROLES.get(str(reply.get("from", "")).lower()) == "assistant" and reply["value"]:
+            if (
+                use_reply_length
+                and isinstance(reply, dict)
+                and isinstance(reply.get("value"), str)
+                and _SHAREGPT_ROLES.get(str(reply.get("from", "")).lower()) == "assistant"
+                and reply["value"]
+            ):
                 hint = estimate_tokens(reply["value"], cpt)
             return Entry(tuple(messages), hint, None, where)
         else:
@@ -205,20 +226,21 @@ def skipped_entries(path: str) -> int:
     return SKIPPED.get(os.path.abspath(path), 0)
 
 
-def read_dataset(path: str, fmt: str = "auto", *, use_reply_length: bool = False,
-                 chars_per_token: float = 4.5) -> tuple[Entry, ...]:
+def read_dataset(
+    path: str, fmt: str = "auto", *, use_reply_length: bool = False, chars_per_token: float = 4.5
+) -> tuple[Entry, ...]:
     """Every usable entry of a dataset file, in file order (cached while the file is unchanged)."""
     try:
         st = os.stat(path)
     except OSError as e:
         raise WorkloadError(f"{path}: cannot read ({e.strerror})") from None
-    return _read_cached(os.path.abspath(path), path, st.st_mtime_ns, st.st_size, fmt, use_reply_length,
-                        chars_per_token)
+    return _read_cached(os.path.abspath(path), path, st.st_mtime_ns, st.st_size, fmt, use_reply_length, chars_per_token)
 
 
 @lru_cache(maxsize=8)
-def _read_cached(_abs: str, path: str, _mtime: int, _size: int, fmt: str, use_reply_length: bool,
-                 cpt: float) -> tuple[Entry, ...]:
+def _read_cached(
+    _abs: str, path: str, _mtime: int, _size: int, fmt: str, use_reply_length: bool, cpt: float
+) -> tuple[Entry, ...]:
     try:
         with open(path, encoding="utf-8") as fh:
             text = fh.read()

@@ -23,8 +23,9 @@ from rig.workloads.spec import WorkloadSpec
 def entries_for(spec: WorkloadSpec) -> tuple[Entry, ...]:
     """The spec's file, parsed (a WorkloadError names the file, the line or entry, and the problem)."""
     assert spec.path is not None  # the spec validator guarantees it
-    return read_dataset(spec.path, spec.format, use_reply_length=spec.use_reply_length,
-                        chars_per_token=spec.text_chars_per_token)
+    return read_dataset(
+        spec.path, spec.format, use_reply_length=spec.use_reply_length, chars_per_token=spec.text_chars_per_token
+    )
 
 
 def _order(spec: WorkloadSpec, seed: int, n: int, stream: int) -> np.ndarray:

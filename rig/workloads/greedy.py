@@ -13,20 +13,36 @@ from rig.workloads.seeding import request_seed, session_rng
 from rig.workloads.spec import WorkloadSpec
 
 TEMPLATES: tuple[tuple[str, int], ...] = (
-    ("Write a detailed technical essay on how a modern CPU executes instructions: pipelining, branch prediction, "
-     "out-of-order execution, caches and the memory hierarchy. Use section headings and concrete examples.", 1000),
-    ("Explain, step by step, how to implement a hash map from scratch in Python, including hashing, collision "
-     "handling with open addressing, resizing, deletion, and the complexity of each operation. Include the code.",
-     1000),
-    ("Tell a long story about a cartographer who discovers that the maps she draws change the land they describe. "
-     "Give the story a beginning, a middle and an end, with dialogue.", 1000),
-    ("Write a complete beginner's guide to growing vegetables on a balcony: choosing containers, soil, sunlight, "
-     "watering, which vegetables to start with, a month-by-month calendar, and common problems with their fixes.",
-     1000),
-    ("Describe the history of the Roman Empire from the founding of the Republic to the fall of the West, "
-     "organised by century, with the main political, military and economic changes in each.", 875),
-    ("Write a tutorial on SQL joins for analysts: inner, left, right, full and cross joins, each with a small "
-     "example table, the query, its result, and a common mistake to avoid.", 625),
+    (
+        "Write a detailed technical essay on how a modern CPU executes instructions: pipelining, branch prediction, "
+        "out-of-order execution, caches and the memory hierarchy. Use section headings and concrete examples.",
+        1000,
+    ),
+    (
+        "Explain, step by step, how to implement a hash map from scratch in Python, including hashing, collision "
+        "handling with open addressing, resizing, deletion, and the complexity of each operation. Include the code.",
+        1000,
+    ),
+    (
+        "Tell a long story about a cartographer who discovers that the maps she draws change the land they describe. "
+        "Give the story a beginning, a middle and an end, with dialogue.",
+        1000,
+    ),
+    (
+        "Write a complete beginner's guide to growing vegetables on a balcony: choosing containers, soil, sunlight, "
+        "watering, which vegetables to start with, a month-by-month calendar, and common problems with their fixes.",
+        1000,
+    ),
+    (
+        "Describe the history of the Roman Empire from the founding of the Republic to the fall of the West, "
+        "organised by century, with the main political, military and economic changes in each.",
+        875,
+    ),
+    (
+        "Write a tutorial on SQL joins for analysts: inner, left, right, full and cross joins, each with a small "
+        "example table, the query, its result, and a common mistake to avoid.",
+        625,
+    ),
 )
 
 

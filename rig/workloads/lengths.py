@@ -46,7 +46,7 @@ class Dist(BaseModel):
         return data
 
     @model_validator(mode="after")
-    def _ordered(self) -> "Dist":
+    def _ordered(self) -> Dist:
         if self.min > self.max:
             raise ValueError(f"min ({self.min:g}) must not exceed max ({self.max:g})")
         if not self.min <= self.median <= self.max:

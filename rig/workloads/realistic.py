@@ -32,12 +32,22 @@ _FRAMES: tuple[str, ...] = (
     "{context}\n\n{question}",
     "Here are some notes I took:\n\n{context}\n\n{question}",
     "Context:\n{context}\n\nQuestion: {question}",
-    "I'm going to paste a text and then ask you something.\n\n\"\"\"\n{context}\n\"\"\"\n\n{question}",
+    'I\'m going to paste a text and then ask you something.\n\n"""\n{context}\n"""\n\n{question}',
 )
 _MIN_CONTEXT = 80  # below this, pasted context is noise: send the question alone
 
-_LANG = {".py": "python", ".c": "c", ".h": "c", ".cc": "cpp", ".cpp": "cpp", ".rs": "rust", ".go": "go",
-         ".java": "java", ".js": "javascript", ".ts": "typescript"}
+_LANG = {
+    ".py": "python",
+    ".c": "c",
+    ".h": "c",
+    ".cc": "cpp",
+    ".cpp": "cpp",
+    ".rs": "rust",
+    ".go": "go",
+    ".java": "java",
+    ".js": "javascript",
+    ".ts": "typescript",
+}
 
 
 def _needs_context(question: str) -> bool:
@@ -80,10 +90,13 @@ def code_prompt(rng: np.random.Generator, spec: WorkloadSpec, target_tokens: int
     instruction = CODE_INSTRUCTIONS[int(rng.integers(len(CODE_INSTRUCTIONS)))]
     tree = source.source_tree(spec.code_dir)
     text_chars = len(instruction) + 40  # instruction, fence and header line
-    code_chars = max(200, tokens_to_chars(target_tokens, spec.code_chars_per_token)
-                     - int(text_chars * spec.code_chars_per_token / spec.text_chars_per_token))
+    code_chars = max(
+        200,
+        tokens_to_chars(target_tokens, spec.code_chars_per_token)
+        - int(text_chars * spec.code_chars_per_token / spec.text_chars_per_token),
+    )
     ex = source.excerpt(tree, rng, code_chars)
-    lang = _LANG.get(ex.path[ex.path.rfind("."):], "")
+    lang = _LANG.get(ex.path[ex.path.rfind(".") :], "")
     prompt = f"{instruction}\n\n```{lang}\n# {ex.path}, from line {ex.first_line}\n{ex.text.rstrip()}\n```"
     return prompt, f"{ex.path}:{ex.first_line}"
 

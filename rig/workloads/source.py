@@ -20,9 +20,21 @@ from rig.workloads.errors import WorkloadError
 
 _SUFFIXES = (".py", ".c", ".h", ".cc", ".cpp", ".rs", ".go", ".java", ".js", ".ts")
 # Third-party packages (site-packages) differ per machine; the test suite and demos are huge and atypical.
-_SKIP_DIRS = {"site-packages", "dist-packages", "__pycache__", "test", "tests", "idlelib", "turtledemo", ".git",
-              "node_modules", ".venv", "venv", "pydoc_data",
-              "encodings"}  # pydoc_data: one string blob; encodings: generated charmap tables
+_SKIP_DIRS = {
+    "site-packages",
+    "dist-packages",
+    "__pycache__",
+    "test",
+    "tests",
+    "idlelib",
+    "turtledemo",
+    ".git",
+    "node_modules",
+    ".venv",
+    "venv",
+    "pydoc_data",
+    "encodings",
+}  # pydoc_data: one string blob; encodings: generated charmap tables
 _MIN_BYTES = 1024  # tiny files (empty __init__.py and the like) make poor excerpts
 
 
@@ -68,8 +80,9 @@ def source_tree(root: str | None = None) -> SourceTree:
                 if size >= _MIN_BYTES:
                     found.append((size, os.path.relpath(full, base).replace(os.sep, "/")))
     if not found:
-        raise WorkloadError(f"code_dir {base}: no source files of at least {_MIN_BYTES} bytes; "
-                            "set code_dir or code_fraction: 0")
+        raise WorkloadError(
+            f"code_dir {base}: no source files of at least {_MIN_BYTES} bytes; set code_dir or code_fraction: 0"
+        )
     found.sort()
     return SourceTree(base, tuple(p for _, p in found), tuple(s for s, _ in found))
 
@@ -84,8 +97,7 @@ def tree_fingerprint(root: str | None = None) -> dict[str, object]:
         h.update(rel.encode() + b"\0")
         with open(os.path.join(tree.root, rel), "rb") as fh:
             h.update(hashlib.sha256(fh.read()).digest())
-    return {"root": tree.root, "files": len(tree.paths), "sha256": h.hexdigest()[:16],
-            "default": root is None}
+    return {"root": tree.root, "files": len(tree.paths), "sha256": h.hexdigest()[:16], "default": root is None}
 
 
 @lru_cache(maxsize=1024)
@@ -129,7 +141,7 @@ def names_defined(text: str) -> list[str]:
         stripped = line.lstrip()
         for kw in ("def ", "class ", "async def "):
             if stripped.startswith(kw):
-                name = stripped[len(kw):].split("(")[0].split(":")[0].strip()
+                name = stripped[len(kw) :].split("(")[0].split(":")[0].strip()
                 if name.isidentifier():
                     out.append(name)
                 break

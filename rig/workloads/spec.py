@@ -76,8 +76,15 @@ _DIST_DEFAULTS: dict[str, dict[str, float]] = {
     "think_time_s": _dist(1.5, 1.0, 0, 60),
 }
 _MAX_TOKENS_LIMIT = MAX_TOKENS_LIMIT  # rig.workloads.lengths says why
-_TOKEN_DISTS = ("chat_prompt_tokens", "chat_output_tokens", "code_prompt_tokens", "code_output_tokens",
-                "agent_turns", "agent_output_tokens", "tool_output_tokens")
+_TOKEN_DISTS = (
+    "chat_prompt_tokens",
+    "chat_output_tokens",
+    "code_prompt_tokens",
+    "code_output_tokens",
+    "agent_turns",
+    "agent_output_tokens",
+    "tool_output_tokens",
+)
 
 
 class WorkloadSpec(BaseModel):
@@ -124,7 +131,7 @@ class WorkloadSpec(BaseModel):
             raise WorkloadError(_one_line(e)) from None
 
     @classmethod
-    def model_validate(cls, obj: Any, *args: Any, **kwargs: Any) -> "WorkloadSpec":
+    def model_validate(cls, obj: Any, *args: Any, **kwargs: Any) -> WorkloadSpec:
         """Like pydantic's, but errors are one-line WorkloadErrors."""
         if not isinstance(obj, dict):
             raise WorkloadError(f"workload: expected a mapping of options, got {type(obj).__name__}")
@@ -175,21 +182,30 @@ class WorkloadSpec(BaseModel):
         return v
 
     @model_validator(mode="after")
-    def _workload_needs(self) -> "WorkloadSpec":
+    def _workload_needs(self) -> WorkloadSpec:
         if self.name == "dataset":
             if not self.path:
                 raise ValueError("path is required for the dataset workload (a ShareGPT .json or a .jsonl file)")
             # Read the file now (cached), so a bad file stops the run before any server starts.
             from rig.workloads.datafile import read_dataset
 
-            read_dataset(self.path, self.format, use_reply_length=self.use_reply_length,
-                         chars_per_token=self.text_chars_per_token)
+            read_dataset(
+                self.path,
+                self.format,
+                use_reply_length=self.use_reply_length,
+                chars_per_token=self.text_chars_per_token,
+            )
         return self
 
     def sampling(self) -> dict[str, Any]:
         """The sampling parameters every turn of this workload carries."""
-        return {"temperature": self.temperature, "top_p": self.top_p, "top_k": self.top_k,
-                "ignore_eos": self.ignore_eos}
+        return {
+            "temperature": self.temperature,
+            "top_p": self.top_p,
+            "top_k": self.top_k,
+            "ignore_eos": self.ignore_eos,
+        }
+
 
 def _one_line(err: ValidationError) -> str:
     """The first validation problem as ``workload.<key>: <what> (got <value>)`` on one line."""

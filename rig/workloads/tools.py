@@ -66,10 +66,17 @@ def run_tests(tree: SourceTree, rng: np.random.Generator, n_chars: int, path: st
     src = source.read_source(tree.root, path).splitlines()
     n_tests = int(rng.integers(8, 40))
     failed = sorted({int(x) for x in rng.integers(0, n_tests, size=int(rng.integers(1, 4)))})
-    head = ["=" * 29 + " test session starts " + "=" * 30, "platform linux -- Python 3.11, pytest-8.3",
-            f"collected {n_tests} items", ""]
-    results = [f"tests/test_{module}.py::{names[t % len(names)]}_{t} {'FAILED' if t in failed else 'PASSED'}"
-               f" [{100 * (t + 1) // n_tests:3d}%]" for t in range(n_tests)]
+    head = [
+        "=" * 29 + " test session starts " + "=" * 30,
+        "platform linux -- Python 3.11, pytest-8.3",
+        f"collected {n_tests} items",
+        "",
+    ]
+    results = [
+        f"tests/test_{module}.py::{names[t % len(names)]}_{t} {'FAILED' if t in failed else 'PASSED'}"
+        f" [{100 * (t + 1) // n_tests:3d}%]"
+        for t in range(n_tests)
+    ]
     lines = head + results + ["", "=" * 36 + " FAILURES " + "=" * 36]
     size = sum(len(x) + 1 for x in lines)
     k = 0
@@ -78,11 +85,18 @@ def run_tests(tree: SourceTree, rng: np.random.Generator, n_chars: int, path: st
         at = int(rng.integers(max(1, len(src) - 12)))
         block = ["_" * 20 + f" {names[t % len(names)]}_{t} " + "_" * 20, ""]
         block += [f"    {line[:_MAX_LINE]}" for line in src[at : at + 8]]
-        block += [f">   {src[min(at + 8, len(src) - 1)][:_MAX_LINE]}" if src else ">",
-                  f"E   {failures[int(rng.integers(len(failures)))]}", "", f"{path}:{at + 9}: in {module}", ""]
+        block += [
+            f">   {src[min(at + 8, len(src) - 1)][:_MAX_LINE]}" if src else ">",
+            f"E   {failures[int(rng.integers(len(failures)))]}",
+            "",
+            f"{path}:{at + 9}: in {module}",
+            "",
+        ]
         lines += block
         size += sum(len(x) + 1 for x in block)
         k += 1
-    lines.append(f"{'=' * 20} {len(failed)} failed, {n_tests - len(failed)} passed in "
-                 f"{float(rng.uniform(0.5, 30)):.2f}s {'=' * 20}")
+    lines.append(
+        f"{'=' * 20} {len(failed)} failed, {n_tests - len(failed)} passed in "
+        f"{float(rng.uniform(0.5, 30)):.2f}s {'=' * 20}"
+    )
     return f"run_tests('tests/test_{module}.py')", "\n".join(lines)

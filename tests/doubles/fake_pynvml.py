@@ -28,14 +28,19 @@ NVML_ERROR_NOT_SUPPORTED = 3
 NVML_ERROR_NOT_FOUND = 6
 NVML_ERROR_LIBRARY_NOT_FOUND = 12
 
-_STRINGS = {1: "Uninitialized", 2: "Invalid Argument", 3: "Not Supported", 6: "Not Found",
-            12: "NVML Shared Library Not Found"}
+_STRINGS = {
+    1: "Uninitialized",
+    2: "Invalid Argument",
+    3: "Not Supported",
+    6: "Not Found",
+    12: "NVML Shared Library Not Found",
+}
 
 
 class NVMLError(Exception):
     _valClassMapping: dict[int, type] = {}
 
-    def __new__(cls, value: int) -> "NVMLError":
+    def __new__(cls, value: int) -> NVMLError:
         if cls is NVMLError:
             cls = NVMLError._valClassMapping.get(value, cls)
         obj = Exception.__new__(cls)

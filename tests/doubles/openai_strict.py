@@ -38,17 +38,70 @@ from typing import Any
 from aiohttp import web
 
 # openai-python 3.57: CompletionCreateParamsBase / CompletionCreateParamsStreaming (types/completion_create_params.py)
-COMPLETIONS_FIELDS = frozenset({
-    "model", "prompt", "best_of", "echo", "frequency_penalty", "logit_bias", "logprobs", "max_tokens", "n",
-    "presence_penalty", "seed", "stop", "stream", "stream_options", "suffix", "temperature", "top_p", "user"})
+COMPLETIONS_FIELDS = frozenset(
+    {
+        "model",
+        "prompt",
+        "best_of",
+        "echo",
+        "frequency_penalty",
+        "logit_bias",
+        "logprobs",
+        "max_tokens",
+        "n",
+        "presence_penalty",
+        "seed",
+        "stop",
+        "stream",
+        "stream_options",
+        "suffix",
+        "temperature",
+        "top_p",
+        "user",
+    }
+)
 # ... and types/chat/completion_create_params.py
-CHAT_FIELDS = frozenset({
-    "messages", "model", "audio", "frequency_penalty", "function_call", "functions", "logit_bias", "logprobs",
-    "max_completion_tokens", "max_tokens", "metadata", "modalities", "moderation", "n", "parallel_tool_calls",
-    "prediction", "presence_penalty", "prompt_cache_key", "prompt_cache_options", "prompt_cache_retention",
-    "reasoning_effort", "response_format", "safety_identifier", "seed", "service_tier", "stop", "store", "stream",
-    "stream_options", "temperature", "tool_choice", "tools", "top_logprobs", "top_p", "user", "verbosity",
-    "web_search_options"})
+CHAT_FIELDS = frozenset(
+    {
+        "messages",
+        "model",
+        "audio",
+        "frequency_penalty",
+        "function_call",
+        "functions",
+        "logit_bias",
+        "logprobs",
+        "max_completion_tokens",
+        "max_tokens",
+        "metadata",
+        "modalities",
+        "moderation",
+        "n",
+        "parallel_tool_calls",
+        "prediction",
+        "presence_penalty",
+        "prompt_cache_key",
+        "prompt_cache_options",
+        "prompt_cache_retention",
+        "reasoning_effort",
+        "response_format",
+        "safety_identifier",
+        "seed",
+        "service_tier",
+        "stop",
+        "store",
+        "stream",
+        "stream_options",
+        "temperature",
+        "tool_choice",
+        "tools",
+        "top_logprobs",
+        "top_p",
+        "user",
+        "verbosity",
+        "web_search_options",
+    }
+)
 # types/chat/chat_completion_stream_options_param.py (both routes take it)
 STREAM_OPTIONS = frozenset({"include_usage", "include_obfuscation"})
 ROUTE_FIELDS = {"/v1/completions": COMPLETIONS_FIELDS, "/v1/chat/completions": CHAT_FIELDS}
@@ -60,10 +113,10 @@ MODEL_KEY = web.AppKey("model", str)
 USAGE_KEY = web.AppKey("usage", bool)
 
 
-def _error(status: int, message: str, param: str | None = None, code: str | None = None,
-           kind: str = "invalid_request_error") -> web.Response:
-    return web.json_response({"error": {"message": message, "type": kind, "param": param, "code": code}},
-                             status=status)
+def _error(
+    status: int, message: str, param: str | None = None, code: str | None = None, kind: str = "invalid_request_error"
+) -> web.Response:
+    return web.json_response({"error": {"message": message, "type": kind, "param": param, "code": code}}, status=status)
 
 
 def _refusal(body: dict[str, Any], route: str) -> web.Response | None:
@@ -75,8 +128,9 @@ def _refusal(body: dict[str, Any], route: str) -> web.Response | None:
     if unknown:
         return _error(400, f"Unrecognized request argument supplied: {unknown[0]}")
     if so is not None and not body.get("stream"):
-        return _error(400, "The 'stream_options' parameter is only allowed when 'stream' is enabled.",
-                      param="stream_options")
+        return _error(
+            400, "The 'stream_options' parameter is only allowed when 'stream' is enabled.", param="stream_options"
+        )
     return None
 
 
@@ -101,8 +155,11 @@ async def _serve(request: web.Request, route: str) -> web.StreamResponse:
         return refused
     model = request.app[MODEL_KEY]
     if body.get("model") != model:
-        return _error(404, f"The model `{body.get('model')}` does not exist or you do not have access to it.",
-                      code="model_not_found")
+        return _error(
+            404,
+            f"The model `{body.get('model')}` does not exist or you do not have access to it.",
+            code="model_not_found",
+        )
     chat = route == "/v1/chat/completions"
     if chat:
         msgs = body.get("messages")
@@ -119,8 +176,7 @@ async def _serve(request: web.Request, route: str) -> web.StreamResponse:
         return _error(400, f"Invalid 'max_tokens': integer below minimum value 1, got {limit!r}.", param="max_tokens")
     temperature = body.get("temperature", 1.0)
     if not isinstance(temperature, (int, float)) or not 0 <= temperature <= 2:
-        return _error(400, f"Invalid 'temperature': must be between 0 and 2, got {temperature!r}.",
-                      param="temperature")
+        return _error(400, f"Invalid 'temperature': must be between 0 and 2, got {temperature!r}.", param="temperature")
     if not body.get("stream"):
         return _error(400, "this test double streams only (rig always streams)")
     n, finish = _tokens(prompt, limit)
@@ -167,8 +223,12 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
 
 
 async def models(request: web.Request) -> web.Response:
-    return web.json_response({"object": "list", "data": [
-        {"id": request.app[MODEL_KEY], "object": "model", "created": 0, "owned_by": "rig-tests"}]})
+    return web.json_response(
+        {
+            "object": "list",
+            "data": [{"id": request.app[MODEL_KEY], "object": "model", "created": 0, "owned_by": "rig-tests"}],
+        }
+    )
 
 
 def make_app(model: str = MODEL, usage: bool = True) -> web.Application:
@@ -188,8 +248,7 @@ def main() -> None:
     ap.add_argument("--model", default=MODEL)
     ap.add_argument("--no-usage", action="store_true")
     args = ap.parse_args()
-    web.run_app(make_app(args.model, not args.no_usage), host=args.host, port=args.port, print=None,
-                access_log=None)
+    web.run_app(make_app(args.model, not args.no_usage), host=args.host, port=args.port, print=None, access_log=None)
 
 
 if __name__ == "__main__":

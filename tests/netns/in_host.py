@@ -10,5 +10,5 @@ import sys
 if __name__ == "__main__":
     sep = sys.argv.index("--")
     socket.sethostname(sys.argv[1])
-    argv = sys.argv[sep + 1:]
+    argv = sys.argv[sep + 1 :]
     os.execvp(argv[0], argv)

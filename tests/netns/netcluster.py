@@ -97,14 +97,48 @@ class NetnsCluster:
     def _layout(self) -> None:
         common = ["--object-store-memory", str(self.object_store_bytes), "--disable-usage-stats", "--block"]
         join = ["--address", self.address]
-        self.nodes = [Node("head", self.head_ip, ["--head", "--port", str(self.port), "--num-cpus", "0",
-                                                  "--include-dashboard", "false", "--labels", "role=head", *common])]
-        self.nodes.append(Node("server", f"{self.subnet}.2", [*join, "--num-cpus", "1", "--num-gpus", "0",
-                                                              "--labels", "role=server", *common]))
+        self.nodes = [
+            Node(
+                "head",
+                self.head_ip,
+                [
+                    "--head",
+                    "--port",
+                    str(self.port),
+                    "--num-cpus",
+                    "0",
+                    "--include-dashboard",
+                    "false",
+                    "--labels",
+                    "role=head",
+                    *common,
+                ],
+            )
+        ]
+        self.nodes.append(
+            Node(
+                "server",
+                f"{self.subnet}.2",
+                [*join, "--num-cpus", "1", "--num-gpus", "0", "--labels", "role=server", *common],
+            )
+        )
         for k in range(self.n_clients):
-            self.nodes.append(Node(f"client{k + 1}", f"{self.subnet}.{3 + k}",
-                                   [*join, "--num-cpus", "1", "--labels", "role=client",
-                                    "--resources", json.dumps({"client": 1}), *common]))
+            self.nodes.append(
+                Node(
+                    f"client{k + 1}",
+                    f"{self.subnet}.{3 + k}",
+                    [
+                        *join,
+                        "--num-cpus",
+                        "1",
+                        "--labels",
+                        "role=client",
+                        "--resources",
+                        json.dumps({"client": 1}),
+                        *common,
+                    ],
+                )
+            )
         for n in self.nodes:
             n.ns = f"{self.tag}-{n.name}"
             n.hostname = f"rig-{n.name}"
@@ -129,8 +163,20 @@ class NetnsCluster:
     def exec_argv(self, node: str, argv: list[str]) -> list[str]:
         """argv run inside a node's network namespace, with the node's hostname."""
         n = self.node(node)
-        return ["ip", "netns", "exec", n.ns, "unshare", "--uts", "--", self.python, str(IN_HOST), n.hostname, "--",
-                *argv]
+        return [
+            "ip",
+            "netns",
+            "exec",
+            n.ns,
+            "unshare",
+            "--uts",
+            "--",
+            self.python,
+            str(IN_HOST),
+            n.hostname,
+            "--",
+            *argv,
+        ]
 
     def full_env(self) -> dict[str, str]:
         return {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0", **self.env}
@@ -138,11 +184,19 @@ class NetnsCluster:
     # ------------------------------------------------------------------------------------------- ray
     def _start(self, n: Node) -> None:
         n.log = self.base / f"{n.name}.log"
-        argv = self.exec_argv(n.name, [self._ray(), "start", "--node-ip-address", n.ip,
-                                       "--temp-dir", str(self.base / n.name), *n.ray_args])
+        argv = self.exec_argv(
+            n.name,
+            [self._ray(), "start", "--node-ip-address", n.ip, "--temp-dir", str(self.base / n.name), *n.ray_args],
+        )
         with open(n.log, "wb") as log:
-            n.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                      env=self.full_env(), start_new_session=True)
+            n.proc = subprocess.Popen(
+                argv,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=self.full_env(),
+                start_new_session=True,
+            )
 
     def _wait_started(self, nodes: list[Node], timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
@@ -160,22 +214,29 @@ class NetnsCluster:
 
     def wait_nodes(self, timeout_s: float = 60) -> list[dict]:
         """From the head namespace, wait until every node is alive in the GCS; returns ray.nodes()."""
-        code = ("import json, sys, time, ray\n"
-                f"ray.init(address={self.address!r}, log_to_driver=False, include_dashboard=False)\n"
-                f"deadline = time.monotonic() + {timeout_s}\n"
-                "while True:\n"
-                "    alive = [n for n in ray.nodes() if n['Alive']]\n"
-                f"    if len(alive) >= {len(self.nodes)} or time.monotonic() > deadline: break\n"
-                "    time.sleep(0.2)\n"
-                "print(json.dumps([{'ip': n['NodeManagerAddress'], 'host': n['NodeManagerHostname'],"
-                " 'labels': n['Labels'], 'resources': n['Resources']} for n in alive]))\n")
-        out = subprocess.run(self.exec_argv("head", [self.python, "-c", code]), capture_output=True, text=True,
-                             timeout=timeout_s + 30, env=self.full_env())
+        code = (
+            "import json, sys, time, ray\n"
+            f"ray.init(address={self.address!r}, log_to_driver=False, include_dashboard=False)\n"
+            f"deadline = time.monotonic() + {timeout_s}\n"
+            "while True:\n"
+            "    alive = [n for n in ray.nodes() if n['Alive']]\n"
+            f"    if len(alive) >= {len(self.nodes)} or time.monotonic() > deadline: break\n"
+            "    time.sleep(0.2)\n"
+            "print(json.dumps([{'ip': n['NodeManagerAddress'], 'host': n['NodeManagerHostname'],"
+            " 'labels': n['Labels'], 'resources': n['Resources']} for n in alive]))\n"
+        )
+        out = subprocess.run(
+            self.exec_argv("head", [self.python, "-c", code]),
+            capture_output=True,
+            text=True,
+            timeout=timeout_s + 30,
+            env=self.full_env(),
+        )
         if out.returncode != 0:
             raise RuntimeError(f"cannot list the nodes: {out.stderr[-2000:]}")
         return json.loads(out.stdout.strip().splitlines()[-1])
 
-    def up(self, timeout_s: float = 90) -> "NetnsCluster":
+    def up(self, timeout_s: float = 90) -> NetnsCluster:
         self._layout()
         try:
             self._network()

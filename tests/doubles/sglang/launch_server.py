@@ -45,8 +45,9 @@ def parse() -> argparse.Namespace:
             ns.speculative_num_steps, ns.speculative_eagle_topk, ns.speculative_num_draft_tokens = 3, 1, 4
         if ns.speculative_eagle_topk == 1 and ns.speculative_num_draft_tokens != ns.speculative_num_steps + 1:
             ns.speculative_num_draft_tokens = ns.speculative_num_steps + 1
-            ns.resolved_warnings.append("speculative_num_draft_tokens is adjusted to speculative_num_steps + 1 "
-                                        "when speculative_eagle_topk == 1")
+            ns.resolved_warnings.append(
+                "speculative_num_draft_tokens is adjusted to speculative_num_steps + 1 when speculative_eagle_topk == 1"
+            )
         if ns.max_running_requests is None:
             ns.max_running_requests = 48
     if ns.served_model_name is None:
@@ -62,11 +63,36 @@ WORDS = ["alpha", "beta", "gamma", "delta", "eps", "zeta", "eta", "theta"]
 RIDS: set = set()  # rids of unfinished /generate requests
 DRAWS = itertools.count()  # the server's own RNG for unseeded (or seed-ignoring) sampled requests
 # api/v1/api_types.py::_FIELDS_SamplingParams
-NATIVE_FIELDS = ("max_new_tokens", "stop", "stop_token_ids", "stop_regex", "temperature", "top_p", "top_k", "min_p",
-                 "frequency_penalty", "presence_penalty", "repetition_penalty", "min_new_tokens", "n", "json_schema",
-                 "regex", "ebnf", "structural_tag", "ignore_eos", "skip_special_tokens",
-                 "spaces_between_special_tokens", "no_stop_trim", "stream_interval", "logit_bias", "sampling_seed",
-                 "custom_params", "beam_width", "watermark", "choice")
+NATIVE_FIELDS = (
+    "max_new_tokens",
+    "stop",
+    "stop_token_ids",
+    "stop_regex",
+    "temperature",
+    "top_p",
+    "top_k",
+    "min_p",
+    "frequency_penalty",
+    "presence_penalty",
+    "repetition_penalty",
+    "min_new_tokens",
+    "n",
+    "json_schema",
+    "regex",
+    "ebnf",
+    "structural_tag",
+    "ignore_eos",
+    "skip_special_tokens",
+    "spaces_between_special_tokens",
+    "no_stop_trim",
+    "stream_interval",
+    "logit_bias",
+    "sampling_seed",
+    "custom_params",
+    "beam_width",
+    "watermark",
+    "choice",
+)
 
 
 def effective_seed(seed):
@@ -94,8 +120,9 @@ def unauthorized() -> web.Response:
 
 def oai_error(message: str, err_type: str = "BadRequest") -> web.Response:
     """openai/serving_base.py::create_error_response (a ValueError in the serving code is type BadRequest)."""
-    return web.json_response({"object": "error", "message": message, "type": err_type, "param": None, "code": 400},
-                             status=400)
+    return web.json_response(
+        {"object": "error", "message": message, "type": err_type, "param": None, "code": 400}, status=400
+    )
 
 
 async def steps_of(n: int):
@@ -125,10 +152,17 @@ def spec_details(done: int, verify: int) -> dict:
     """openai/protocol.py::SpecTokensDetails from the finished meta_info (openai/utils.py)."""
     accepted = done - verify
     proposed = verify * STEPS
-    return {"spec_accept_rate": accepted / proposed if proposed else 0.0, "spec_accept_length": done / verify,
-            "spec_cap_length": 0.0, "spec_block_accept_length": 0.0, "spec_num_correct_drafts": accepted,
-            "spec_num_proposed_drafts": proposed, "spec_verify_ct": verify, "spec_correct_drafts_histogram": [],
-            "spec_cap_lens_histogram": []}
+    return {
+        "spec_accept_rate": accepted / proposed if proposed else 0.0,
+        "spec_accept_length": done / verify,
+        "spec_cap_length": 0.0,
+        "spec_block_accept_length": 0.0,
+        "spec_num_correct_drafts": accepted,
+        "spec_num_proposed_drafts": proposed,
+        "spec_verify_ct": verify,
+        "spec_correct_drafts_histogram": [],
+        "spec_cap_lens_histogram": [],
+    }
 
 
 async def sse_response(request: web.Request) -> web.StreamResponse:
@@ -156,8 +190,18 @@ async def generate(request: web.Request) -> web.StreamResponse:
     resp = await sse_response(request)
     if rid is not None and rid in RIDS:  # managers/tokenizer_manager.py: a rid still in rid_to_state; the stream
         # carries the ValueError (http_server.py::stream_results)
-        await resp.write(data({"error": {"message": f"Duplicate request ID detected: {rid}",
-                                         "type": "invalid_request_error", "code": 400, "retryable": False}}))
+        await resp.write(
+            data(
+                {
+                    "error": {
+                        "message": f"Duplicate request ID detected: {rid}",
+                        "type": "invalid_request_error",
+                        "code": 400,
+                        "retryable": False,
+                    }
+                }
+            )
+        )
         await resp.write(b"data: [DONE]\n\n")
         return resp
     if rid is not None:
@@ -172,21 +216,40 @@ async def generate(request: web.Request) -> web.StreamResponse:
 async def _generate_stream(resp: web.StreamResponse, body: dict, n: int, words: list[str]) -> None:
     async for done, verify in steps_of(n):
         # managers/tokenizer_manager.py::_handle_batch_output: the keys of every chunk's meta_info
-        meta = {"id": body.get("rid"), "finish_reason": {"type": "length", "length": n} if done == n else None,
-                "prompt_tokens": len(body.get("text", "").split()), "weight_version": "default",
-                "num_retractions": 0, "reasoning_tokens": 0, "completion_tokens": done, "cached_tokens": 0}
+        meta = {
+            "id": body.get("rid"),
+            "finish_reason": {"type": "length", "length": n} if done == n else None,
+            "prompt_tokens": len(body.get("text", "").split()),
+            "weight_version": "default",
+            "num_retractions": 0,
+            "reasoning_tokens": 0,
+            "completion_tokens": done,
+            "cached_tokens": 0,
+        }
         if done == n and STEPS:
             meta.update(spec_verify_ct=verify, spec_accept_length=done / verify)
-        await resp.write(data({"text": " ".join(words[:done]), "output_ids": [WORDS.index(w) for w in words[:done]],
-                               "meta_info": meta}))
+        await resp.write(
+            data(
+                {
+                    "text": " ".join(words[:done]),
+                    "output_ids": [WORDS.index(w) for w in words[:done]],
+                    "meta_info": meta,
+                }
+            )
+        )
     await resp.write(b"data: [DONE]\n\n")
 
 
 def _usage(prompt_tokens: int, done: int) -> dict:
     """openai/usage_processor.py: cached tokens only with --enable-cache-report."""
-    return {"prompt_tokens": prompt_tokens, "completion_tokens": done, "total_tokens": prompt_tokens + done,
-            "prompt_tokens_details": {"cached_tokens": 0} if ARGS.enable_cache_report else None,
-            "reasoning_tokens": 0, "completion_tokens_details": None}
+    return {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": done,
+        "total_tokens": prompt_tokens + done,
+        "prompt_tokens_details": {"cached_tokens": 0} if ARGS.enable_cache_report else None,
+        "reasoning_tokens": 0,
+        "completion_tokens_details": None,
+    }
 
 
 async def openai_route(request: web.Request, chat: bool) -> web.StreamResponse:
@@ -196,8 +259,10 @@ async def openai_route(request: web.Request, chat: bool) -> web.StreamResponse:
     if chat and body.get("stream"):
         # openai/serving_chat.py::_convert_to_internal_request
         if body.get("return_token_ids"):
-            return oai_error("return_token_ids is not supported with streaming on /v1/chat/completions. Please set "
-                             "stream=false when using return_token_ids=true.")
+            return oai_error(
+                "return_token_ids is not supported with streaming on /v1/chat/completions. Please set "
+                "stream=false when using return_token_ids=true."
+            )
     if chat and not body.get("messages"):  # serving_chat.py::_validate_request
         return oai_error("Messages cannot be empty.", "BadRequestError")
     if not chat and not body.get("prompt"):  # serving_completions.py::_validate_request
@@ -215,33 +280,65 @@ async def openai_route(request: web.Request, chat: bool) -> web.StreamResponse:
     sent = 0
     done, verify = 0, 0
     if chat:
-        await resp.write(data({**head, "choices": [{"index": 0, "delta": {"reasoning_content": None,
-                                                                          "role": "assistant", "content": ""},
-                                                    "logprobs": None, "finish_reason": None,
-                                                    "matched_stop": None}]}))
+        await resp.write(
+            data(
+                {
+                    **head,
+                    "choices": [
+                        {
+                            "index": 0,
+                            "delta": {"reasoning_content": None, "role": "assistant", "content": ""},
+                            "logprobs": None,
+                            "finish_reason": None,
+                            "matched_stop": None,
+                        }
+                    ],
+                }
+            )
+        )
     async for done, verify in steps_of(n):
         text = (" " if sent else "") + " ".join(words[sent:done])
         finish = "length" if done == n else None
         continuous = bool(opts.get("continuous_usage_stats"))  # openai/utils.py::should_include_usage
         if chat:  # openai/sse_utils.py::build_sse_content: reasoning_content always present (null)
-            choice = {"index": 0, "delta": {"reasoning_content": None, "content": text}, "logprobs": None,
-                      "finish_reason": None, "matched_stop": None}
+            choice = {
+                "index": 0,
+                "delta": {"reasoning_content": None, "content": text},
+                "logprobs": None,
+                "finish_reason": None,
+                "matched_stop": None,
+            }
             extra = {"usage": _usage(len(prompt.split()), done)} if continuous else {}
         else:  # openai/serving_completions.py: finish inline; token_ids = this output's new ids when asked
             choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish, "matched_stop": None}
             if body.get("return_token_ids"):
                 choice["token_ids"] = ids[sent:done]
-            extra = {"usage": {**_usage(len(prompt.split()), done), "prompt_tokens_details": None}
-                     if continuous else None}
+            extra = {
+                "usage": {**_usage(len(prompt.split()), done), "prompt_tokens_details": None} if continuous else None
+            }
         sent = done
         await resp.write(data({**head, "choices": [choice], **extra}))
     if chat:  # a separate finish chunk whose delta holds only reasoning_content (null)
-        await resp.write(data({**head, "choices": [{"index": 0, "delta": {"reasoning_content": None},
-                                                    "logprobs": None, "finish_reason": "length",
-                                                    "matched_stop": None}]}))
+        await resp.write(
+            data(
+                {
+                    **head,
+                    "choices": [
+                        {
+                            "index": 0,
+                            "delta": {"reasoning_content": None},
+                            "logprobs": None,
+                            "finish_reason": "length",
+                            "matched_stop": None,
+                        }
+                    ],
+                }
+            )
+        )
     if body.get("return_spec_tokens_details") and STEPS and verify:
-        await resp.write(data({**head, "choices": [], "usage": None,
-                               "sglext": {"spec_tokens_details": spec_details(done, verify)}}))
+        await resp.write(
+            data({**head, "choices": [], "usage": None, "sglext": {"spec_tokens_details": spec_details(done, verify)}})
+        )
     if opts.get("include_usage") or ARGS.stream_response_default_include_usage:
         u = {k: v for k, v in _usage(len(prompt.split()), done).items() if v is not None}
         await resp.write(data({**head, "choices": [], "usage": u}))
@@ -272,12 +369,22 @@ async def server_info(request: web.Request) -> web.Response:
     if not authorized(request):
         return unauthorized()
     args = {k: v for k, v in vars(ARGS).items() if k != "resolved_warnings"}
-    state = {**args, "effective_max_running_requests_per_dp": ARGS.max_running_requests or 2048,
-             "last_gen_throughput": 0.0}
+    state = {
+        **args,
+        "effective_max_running_requests_per_dp": ARGS.max_running_requests or 2048,
+        "last_gen_throughput": 0.0,
+    }
     if STEPS and STATE["verify"]:
         state["avg_spec_accept_length"] = STATE["generated"] / STATE["verify"]
-    return web.json_response({**args, "max_total_num_tokens": 1000, "max_req_input_len": 4091,
-                              "internal_states": [state], "version": "0.5.23-double"})
+    return web.json_response(
+        {
+            **args,
+            "max_total_num_tokens": 1000,
+            "max_req_input_len": 4091,
+            "internal_states": [state],
+            "version": "0.5.23-double",
+        }
+    )
 
 
 async def models(request: web.Request) -> web.Response:
@@ -291,11 +398,15 @@ async def metrics(request: web.Request) -> web.Response:
     if not ARGS.enable_metrics:
         return web.Response(status=404)
     accept = STATE["generated"] / STATE["verify"] if STEPS and STATE["verify"] else 0.0
-    samples = (("sglang:generation_tokens_total", "counter", STATE["generated"]),
-               ("sglang:spec_verify_calls_total", "counter", STATE["verify"]),
-               ("sglang:num_running_reqs", "gauge", STATE["inflight"]), ("sglang:num_queue_reqs", "gauge", 0),
-               ("sglang:token_usage", "gauge", 0.0), ("sglang:gen_throughput", "gauge", 0.0),
-               ("sglang:spec_accept_length", "gauge", accept))
+    samples = (
+        ("sglang:generation_tokens_total", "counter", STATE["generated"]),
+        ("sglang:spec_verify_calls_total", "counter", STATE["verify"]),
+        ("sglang:num_running_reqs", "gauge", STATE["inflight"]),
+        ("sglang:num_queue_reqs", "gauge", 0),
+        ("sglang:token_usage", "gauge", 0.0),
+        ("sglang:gen_throughput", "gauge", 0.0),
+        ("sglang:spec_accept_length", "gauge", accept),
+    )
     labels = f'{{model_name="{ARGS.served_model_name}",engine_type="unified",tp_rank="0",pp_rank="0"}}'
     text = "".join(f"# TYPE {n} {t}\n{n}{labels} {v}\n" for n, t, v in samples)
     return web.Response(text=text, content_type="text/plain")
@@ -310,14 +421,17 @@ async def flush(request: web.Request) -> web.Response:
     except ValueError:
         timeout = -1.0
     if not timeout >= 0:  # http_server.py::validation_exception_handler: 400, not FastAPI's 422
-        return web.json_response({"object": "error", "message": "query.timeout: invalid", "type": "Bad Request",
-                                  "param": None, "code": 400}, status=400)
+        return web.json_response(
+            {"object": "error", "message": "query.timeout: invalid", "type": "Bad Request", "param": None, "code": 400},
+            status=400,
+        )
     deadline = time.monotonic() + timeout
     while STATE["inflight"] and time.monotonic() < deadline:
         await asyncio.sleep(0.02)
     if STATE["inflight"]:
-        return web.Response(status=400, text="Timed out waiting for idle state." if timeout else
-                            "Flush cache failed.\n")
+        return web.Response(
+            status=400, text="Timed out waiting for idle state." if timeout else "Flush cache failed.\n"
+        )
     STATE["generated"] = STATE["verify"] = 0  # scheduler metrics_reporter.reset_metrics()
     return web.Response(text="Cache flushed.\n")
 
@@ -341,12 +455,20 @@ def main() -> None:
     print(f"server_args=ServerArgs(model_path={ARGS.model_path!r}, api_key={ARGS.api_key!r})", flush=True)
     for w in ARGS.resolved_warnings:
         print(w, flush=True)
-    print(f"max_total_num_tokens=1000, chunked_prefill_size=8192, max_prefill_tokens=16384, "
-          f"max_running_requests={ARGS.max_running_requests or 2048}, context_len=4096, available_gpu_mem=1.00 GB",
-          flush=True)
+    print(
+        f"max_total_num_tokens=1000, chunked_prefill_size=8192, max_prefill_tokens=16384, "
+        f"max_running_requests={ARGS.max_running_requests or 2048}, context_len=4096, available_gpu_mem=1.00 GB",
+        flush=True,
+    )
     # uvicorn's timeout_keep_alive = SGLANG_TIMEOUT_KEEP_ALIVE (environ.py: 5 s; entrypoints/http_server.py)
-    web.run_app(app, host=ARGS.host, port=ARGS.port, print=None, shutdown_timeout=1.0,
-                keepalive_timeout=float(os.environ.get("SGLANG_TIMEOUT_KEEP_ALIVE", "5")))
+    web.run_app(
+        app,
+        host=ARGS.host,
+        port=ARGS.port,
+        print=None,
+        shutdown_timeout=1.0,
+        keepalive_timeout=float(os.environ.get("SGLANG_TIMEOUT_KEEP_ALIVE", "5")),
+    )
 
 
 if __name__ == "__main__":
