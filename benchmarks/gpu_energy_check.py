@@ -102,7 +102,7 @@ def main() -> int:
         direct = (c1 - c0) / 1000.0
         print(f"load window {t1 - t0:.1f} s, phases {args.phases} (duty %:s), period {args.period:g} s")
         print(f"counter read directly before/after: {direct:,.1f} J (mean {direct / (t1 - t0):,.1f} W)")
-        for name, s in samplers.items():
+        for name in samplers:
             t = read_gpu_metrics(Path(tmp) / name).sort_by("ts")
             ts = np.asarray(t["ts"].to_numpy(zero_copy_only=False), dtype=float)
             e = np.asarray(t["energy_mj"].to_numpy(zero_copy_only=False), dtype=float)

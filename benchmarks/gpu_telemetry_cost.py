@@ -129,7 +129,7 @@ def run_sim(args: argparse.Namespace) -> None:
         try:
             sim = psutil.Process(proc.pid)
             src = SimulatedSource(url)
-            c = cost(src, args.rounds, lambda: sum(sim.cpu_times()[:2]))
+            c = cost(src, args.rounds, lambda sim=sim: sum(sim.cpu_times()[:2]))
             total = c["cpu_ms"] + c["other_ms"]
             print(
                 f"simulated source, {c['rows']} GPUs (--tp-size {tp}): {c['cpu_ms']:.3f} ms CPU per round in the "
@@ -164,7 +164,7 @@ def run_nvml(args: argparse.Namespace) -> None:
         pynvml.nvmlShutdown()
     except (ImportError, Exception) as e:  # noqa: BLE001 (NVMLError and its subclasses)
         print(f"gpu_telemetry_cost: no NVML here ({type(e).__name__}: {e}); use --source simulated")
-        raise SystemExit(2)
+        raise SystemExit(2) from None
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     devices = [d for d in visible.split(",") if d] if visible else [str(i) for i in range(count)]
     for n in range(1, len(devices) + 1):

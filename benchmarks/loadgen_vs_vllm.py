@@ -30,6 +30,7 @@ is shared: only the ratios within one invocation mean much.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -80,10 +81,8 @@ class CpuSampler:
     def _refresh_tree(self) -> None:
         tree = []
         for p in self.procs:
-            try:
+            with contextlib.suppress(psutil.Error):
                 tree += [p, *p.children(recursive=True)]
-            except psutil.Error:
-                pass
         self.tree = tree
 
     def _read(self) -> tuple[float, float, float]:
@@ -278,7 +277,7 @@ def throughput(
         ok = res["completed"]
         lost = 0
         # vLLM's start_times and latencies are perf_counter values and spans: the same clock as the server's.
-        last_read = max(s + d for s, d in zip(res["start_times"], res["latencies"]) if d)
+        last_read = max(s + d for s, d in zip(res["start_times"], res["latencies"], strict=False) if d)
     server_cpu.stop()
     truth = srv.collect()
     t0, t1 = server_window(truth)
@@ -355,8 +354,8 @@ def figure_a(args, tmp: Path) -> None:
         print(f"  {label}:")
         for tool in ("rig", "vllm"):
             print_runs(tool, rows[tool])
-        ratios = [a["tok_s"] / b["tok_s"] for a, b in zip(rows["rig"], rows["vllm"])]
-        eff = [b["cpu_per_1k"] / a["cpu_per_1k"] for a, b in zip(rows["rig"], rows["vllm"])]
+        ratios = [a["tok_s"] / b["tok_s"] for a, b in zip(rows["rig"], rows["vllm"], strict=False)]
+        eff = [b["cpu_per_1k"] / a["cpu_per_1k"] for a, b in zip(rows["rig"], rows["vllm"], strict=False)]
         print(
             f"    rig / vLLM: tok/s x{med(ratios):.2f} (runs {runs(ratios, None, '.2f')}); "
             f"events per client CPU second x{med(eff):.2f} (runs {runs(eff, None, '.2f')})"
@@ -379,7 +378,7 @@ def figure_d(args, tmp: Path) -> None:
             print("  generator process i pinned to CPU i:" if pinned else "  unpinned:")
             for procs in (1, 2):
                 print_runs(f"{procs}p", res[procs], procs)
-            g = [b["tok_s"] / a["tok_s"] for a, b in zip(res[1], res[2])]
+            g = [b["tok_s"] / a["tok_s"] for a, b in zip(res[1], res[2], strict=False)]
             print(f"    2 / 1 processes: tok/s x{med(g):.2f} (runs {runs(g, None, '.2f')})")
     finally:
         srv.stop()
@@ -490,7 +489,7 @@ def tokens_sharing_a_read(records: list[dict]) -> int:
 
 def itl_errors_vllm(result: dict, truth: dict) -> tuple[np.ndarray, int]:
     errs, unmatched = [], 0
-    for text, itl in zip(result["generated_texts"], result["itls"]):
+    for text, itl in zip(result["generated_texts"], result["itls"], strict=False):
         m = re.search(r"#(\S+)", text or "")
         w = truth["by_tag"].get(m.group(1)) if m else None
         if w is None or len(w) != len(itl) + 1:
@@ -559,7 +558,7 @@ def figure_c(args, tmp: Path) -> None:
                         f"      tokens that shared a read with the one before (one kernel stamp for both): runs "
                         f"{runs(rr, 'shared', 'd')}; reads without a kernel stamp: runs {runs(rr, 'unstamped', 'd')}"
                     )
-            d = [a["p99"] - b["p99"] for a, b in zip(rows["rig"], rows["vllm"])]
+            d = [a["p99"] - b["p99"] for a, b in zip(rows["rig"], rows["vllm"], strict=False)]
             print(f"  {streams} streams: rig - vLLM error p99 {med(d):+.2f} ms")
     finally:
         srv.stop()

@@ -90,7 +90,7 @@ class Trace:
 
     def calls(self) -> list[tuple[int, int, int, str]]:
         names = self.names
-        return sorted(zip(self.t0, self.dur, self.cpu, (names[k] for k in self.kind)))
+        return sorted(zip(self.t0, self.dur, self.cpu, (names[k] for k in self.kind), strict=False))
 
     def on_gc(self, phase: str, info: dict) -> None:
         if phase == "start":
@@ -158,7 +158,7 @@ def attribute_calls(
     late = [(d, s) for d, s in sends if late_s < s - d <= FAR_BEHIND_S]
     far = sum(1 for d, s in sends if s - d > FAR_BEHIND_S)  # behind schedule: not attributed (it would take ages)
     max_cb: dict[str, int] = defaultdict(int)  # the longest callback of each kind over the level (ns)
-    for t0, dur, _, name in calls:
+    for _, dur, _, name in calls:
         max_cb[name] = max(max_cb[name], dur)
     for due_s, send_s in late:
         due, send = int(due_s * 1e9), int(send_s * 1e9)

@@ -430,7 +430,7 @@ class TruthServer:
             hashes += [str(h) for h in z["hashes"]]
             w = z["writes"]
             ofs = np.concatenate([[0], np.cumsum(z["lens"])])
-            for a, b in zip(ofs[:-1], ofs[1:]):
+            for a, b in zip(ofs[:-1], ofs[1:], strict=False):
                 writes.append(w[a:b])
                 if b - a > 1:
                     gaps.append(np.diff(w[a:b]))
@@ -445,8 +445,8 @@ class TruthServer:
             "arrivals": np.concatenate(arrivals) if arrivals else np.zeros(0),
             "requests": len(writes),
             "tokens": int(sum(len(w) for w in writes)),
-            "by_tag": dict(zip(tags, writes)),
-            "by_hash": dict(zip(hashes, writes)),
+            "by_tag": dict(zip(tags, writes, strict=False)),
+            "by_hash": dict(zip(hashes, writes, strict=False)),
         }
 
     def stop(self) -> None:

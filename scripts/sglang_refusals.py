@@ -63,7 +63,7 @@ def run(cases: list[dict]) -> dict:
                 results.append({"ok": True})
             else:
                 arch = case["arch"]
-                overrides.get_platform = lambda: types.SimpleNamespace(  # the GPU generation the case runs on
+                overrides.get_platform = lambda arch=arch: types.SimpleNamespace(  # the GPU generation the case runs on
                     is_sm100=arch == "sm100", is_sm120=arch == "sm120"
                 )
                 results.append({"ok": True, "set": overrides._deterministic_attention_backend(view)})

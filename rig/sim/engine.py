@@ -9,6 +9,7 @@ iteration really ended (the lag) goes to /metrics.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from dataclasses import dataclass, field
@@ -119,10 +120,8 @@ class Engine:
     async def stop(self) -> None:
         if self._task:
             self._task.cancel()
-            try:
+            with contextlib.suppress(asyncio.CancelledError):
                 await self._task
-            except asyncio.CancelledError:
-                pass
 
     def wall(self, mono: float) -> float:
         return mono + self.wall_offset

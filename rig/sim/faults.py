@@ -106,6 +106,59 @@ def _num(
     return v
 
 
+def _fault_options(kind: str, parts: list[str]) -> dict[str, str]:
+    """The ``key=value`` options after a fault's kind, each known and given once."""
+    opts: dict[str, str] = {}
+    for p in parts:
+        k, eq, v = p.partition("=")
+        if k not in _KEYS or not eq:
+            raise FaultSpecError(
+                f"{kind}: unknown option {p!r} (options: key=value with key in {', '.join(sorted(_KEYS))})"
+            )
+        if k in opts:
+            raise FaultSpecError(f"{kind}: option {k!r} given twice")
+        opts[k] = v
+    return opts
+
+
+# The value each fault kind takes (none for the others): its parser.
+_VALUE_OF: dict[str, Callable[[str], Any]] = {
+    "crash_after": lambda v: _num("crash_after", v, int, 0),
+    "crash_at": lambda v: _num("crash_at", v, float, 0),
+    "slow": lambda v: _num("slow", v, float, 0, 1000, lo_open=True),
+    "http": lambda v: _num("http", v, int, 400, 599),
+    "malformed": lambda v: _malformed(v),
+}
+
+
+def _malformed(value: str) -> str:
+    if value not in ("text", "meta"):
+        raise FaultSpecError(f"malformed must be 'text' (not JSON) or 'meta' (no meta_info), got {value!r}")
+    return value
+
+
+def _allowed_options(kind: str) -> set[str]:
+    if kind in ("crash_after", "crash_at"):
+        return {"code"}
+    if kind in REQUEST_KINDS:
+        return {"every", "offset", "fraction", "seed"} | (
+            {"after"} if kind in ("truncate", "reset", "malformed") else set()
+        )
+    return set()
+
+
+def _check_option_combination(kind: str, opts: dict[str, str]) -> None:
+    extra = set(opts) - _allowed_options(kind)
+    if extra:
+        raise FaultSpecError(f"{kind} does not take {', '.join(sorted(extra))}")
+    if "every" in opts and "fraction" in opts:
+        raise FaultSpecError(f"{kind}: give every= or fraction=, not both")
+    if "offset" in opts and "every" not in opts:
+        raise FaultSpecError(f"{kind}: offset= needs every=")
+    if "seed" in opts and "fraction" not in opts:
+        raise FaultSpecError(f"{kind}: seed= needs fraction=")
+
+
 def parse_fault(spec: str) -> Fault:
     """'http=503,every=4' -> Fault; raises FaultSpecError with a one-line reason."""
     parts = [p.strip() for p in spec.split(",")]
@@ -115,59 +168,27 @@ def parse_fault(spec: str) -> Fault:
     kind = kind.strip()
     if kind not in SERVER_KINDS + REQUEST_KINDS:
         raise FaultSpecError(f"unknown fault {kind!r} (known: {', '.join(SERVER_KINDS + REQUEST_KINDS)})")
-    opts: dict[str, str] = {}
-    for p in parts[1:]:
-        k, eq2, v = p.partition("=")
-        if k not in _KEYS or not eq2:
-            raise FaultSpecError(
-                f"{kind}: unknown option {p!r} (options: key=value with key in {', '.join(sorted(_KEYS))})"
-            )
-        if k in opts:
-            raise FaultSpecError(f"{kind}: option {k!r} given twice")
-        opts[k] = v
-    needs_value = kind in ("crash_after", "crash_at", "slow", "http", "malformed")
-    if needs_value and not eq:
+    opts = _fault_options(kind, parts[1:])
+    parse_value = _VALUE_OF.get(kind)
+    if parse_value is not None and not eq:
         raise FaultSpecError(f"{kind} needs a value ({kind}=...)")
-    if not needs_value and eq:
+    if parse_value is None and eq:
         raise FaultSpecError(f"{kind} takes no value (got {kind}={value})")
-    val: Any = None
-    if kind == "crash_after":
-        val = _num("crash_after", value, int, 0)
-    elif kind == "crash_at":
-        val = _num("crash_at", value, float, 0)
-    elif kind == "slow":
-        val = _num("slow", value, float, 0, 1000, lo_open=True)
-    elif kind == "http":
-        val = _num("http", value, int, 400, 599)
-    elif kind == "malformed":
-        if value not in ("text", "meta"):
-            raise FaultSpecError(f"malformed must be 'text' (not JSON) or 'meta' (no meta_info), got {value!r}")
-        val = value
-    allowed = set()
-    if kind in ("crash_after", "crash_at"):
-        allowed = {"code"}
-    elif kind in REQUEST_KINDS:
-        allowed = {"every", "offset", "fraction", "seed"} | (
-            {"after"} if kind in ("truncate", "reset", "malformed") else set()
-        )
-    extra = set(opts) - allowed
-    if extra:
-        raise FaultSpecError(f"{kind} does not take {', '.join(sorted(extra))}")
-    if "every" in opts and "fraction" in opts:
-        raise FaultSpecError(f"{kind}: give every= or fraction=, not both")
-    if "offset" in opts and "every" not in opts:
-        raise FaultSpecError(f"{kind}: offset= needs every=")
-    if "seed" in opts and "fraction" not in opts:
-        raise FaultSpecError(f"{kind}: seed= needs fraction=")
+    val = parse_value(value) if parse_value is not None else None
+    _check_option_combination(kind, opts)
+
+    def opt(name: str, kind_: type, lo: float | None = None, hi: float | None = None) -> Any:
+        return _num(name, opts[name], kind_, lo, hi) if name in opts else None
+
     return Fault(
         kind=kind,
         value=val,
-        every=_num("every", opts["every"], int, 1) if "every" in opts else None,
-        offset=_num("offset", opts["offset"], int, 0) if "offset" in opts else 0,
-        fraction=_num("fraction", opts["fraction"], float, 0, 1) if "fraction" in opts else None,
-        seed=_num("seed", opts["seed"], int) if "seed" in opts else 0,
-        after=_num("after", opts["after"], int, 0) if "after" in opts else None,
-        code=_num("code", opts["code"], int, 0, 255) if "code" in opts else None,
+        every=opt("every", int, 1),
+        offset=opt("offset", int, 0) or 0,
+        fraction=opt("fraction", float, 0, 1),
+        seed=opt("seed", int) or 0,
+        after=opt("after", int, 0),
+        code=opt("code", int, 0, 255),
         spec=spec,
     )
 

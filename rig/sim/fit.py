@@ -188,7 +188,7 @@ def simulate_scenarios(
     per scenario would spend more on pickling than the small scenarios take to simulate."""
     todo = sorted(set(scenarios), key=lambda sc: sc.n_requests * sc.concurrency, reverse=True)
     if pool is None or workers < 2 or len(todo) < 2:
-        return dict(zip(todo, _simulate((profile, todo))))
+        return dict(zip(todo, _simulate((profile, todo)), strict=False))
     bins: list[list[Scenario]] = [[] for _ in range(min(workers, len(todo)))]
     load = [0] * len(bins)
     for sc in todo:  # longest first, each to the least-loaded batch
@@ -196,8 +196,8 @@ def simulate_scenarios(
         bins[i].append(sc)
         load[i] += sc.n_requests * sc.concurrency
     out: dict[Scenario, dict[str, float]] = {}
-    for batch, figures in zip(bins, pool.map(_simulate, [(profile, b) for b in bins])):
-        out.update(zip(batch, figures))
+    for batch, figures in zip(bins, pool.map(_simulate, [(profile, b) for b in bins]), strict=False):
+        out.update(zip(batch, figures, strict=False))
     return out
 
 
@@ -272,7 +272,7 @@ def fit(
 
     def from_x(x: np.ndarray) -> Profile:
         vals = {}
-        for s, v in zip(specs, x):
+        for s, v in zip(specs, x, strict=False):
             val = float(v) if s.name in _LINEAR else math.exp(float(v))
             vals[s.name] = min(max(val, s.lo), s.hi)
         return base.with_values(**vals)

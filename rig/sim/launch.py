@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import signal
@@ -56,10 +57,8 @@ def main(argv: list[str] | None = None) -> None:
         log.warning(w)
     for flag in args.ignored:
         log.info("%s is accepted (SGLang %s has it) but not modelled by the simulator: ignored", flag, SGLANG_VERSION)
-    try:
+    with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(serve(args, profile, cap, context_len, profile_path))
-    except KeyboardInterrupt:
-        pass
 
 
 def _startup_lines(args: ServerArgs, cap: Capacity, profile: Profile) -> None:
@@ -212,7 +211,7 @@ async def serve(args: ServerArgs, profile: Profile, cap: Capacity, context_len: 
     except OSError as e:
         log.error("Could not bind %s:%d: %s", args.host, args.port, e.strerror or e)
         await engine.stop()
-        raise SystemExit(1)
+        raise SystemExit(1) from None
     log.info("Uvicorn running on http://%s:%d (Press CTRL+C to quit)", args.host, args.port)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

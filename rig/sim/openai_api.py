@@ -205,28 +205,34 @@ async def _tail(
     await resp.write(DONE)
 
 
+def _parse_chat(srv: SimServer, body: dict[str, Any]) -> tuple[Any, Any, Sampling, tuple[str, ...]]:
+    """A chat request's prompt tokens and sampling; BadRequest / ServingValueError as SGLang answers them."""
+    messages = body.get("messages")
+    if messages == []:  # serving_chat.py::_validate_request
+        raise BadRequest("Messages cannot be empty.")
+    if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
+        raise BadRequest("messages must be a non-empty list of message objects")
+    if body.get("input_ids") is not None:
+        toks, tok_ids = srv.tokenize_prompt(None, body["input_ids"])
+    else:
+        toks, tok_ids = srv.tokenize_prompt(render_chat(messages), None)
+    max_new = body.get("max_completion_tokens", body.get("max_tokens"))
+    if max_new is None:
+        max_new = max(0, srv.context_len - len(tok_ids))  # bounded only by the context
+    s, stops = _sampling(body, max_new, srv.chat_defaults)
+    srv.check_length(len(tok_ids), s.max_new_tokens)
+    if body.get("stream"):
+        for key, message in _CHAT_NO_STREAM:
+            if body.get(key):
+                raise ServingValueError(message)
+    return toks, tok_ids, s, stops
+
+
 async def chat_completions(request: web.Request) -> web.StreamResponse:
     srv: SimServer = request.app["srv"]
     try:
         body = await read_json(request)
-        messages = body.get("messages")
-        if messages == []:  # serving_chat.py::_validate_request
-            raise BadRequest("Messages cannot be empty.")
-        if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
-            raise BadRequest("messages must be a non-empty list of message objects")
-        if body.get("input_ids") is not None:
-            toks, tok_ids = srv.tokenize_prompt(None, body["input_ids"])
-        else:
-            toks, tok_ids = srv.tokenize_prompt(render_chat(messages), None)
-        max_new = body.get("max_completion_tokens", body.get("max_tokens"))
-        if max_new is None:
-            max_new = max(0, srv.context_len - len(tok_ids))  # bounded only by the context
-        s, stops = _sampling(body, max_new, srv.chat_defaults)
-        srv.check_length(len(tok_ids), s.max_new_tokens)
-        if body.get("stream"):
-            for key, message in _CHAT_NO_STREAM:
-                if body.get(key):
-                    raise ServingValueError(message)
+        toks, tok_ids, s, stops = _parse_chat(srv, body)
     except ServingValueError as e:
         return _oai_error(str(e), err_type="BadRequest")
     except BadRequest as e:
@@ -235,10 +241,23 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         st = srv.submit(toks, tok_ids, s, rid=body.get("rid"), stops=stops)
     except DuplicateRid as e:
         return _oai_error(str(e))
-    rid = f"chatcmpl-{st.rid}"
-    model = body.get("model") or srv.model
-    created = int(time.time())
+    reply = _ChatReply(srv, body, st)
     if not body.get("stream"):
+        return await reply.whole()
+    return await reply.stream(request)
+
+
+class _ChatReply:
+    """One chat completion's answer: a whole JSON object, or SSE chunks as serving_chat.py sends them."""
+
+    def __init__(self, srv: SimServer, body: dict[str, Any], st: Any) -> None:
+        self.srv, self.body, self.st = srv, body, st
+        self.rid = f"chatcmpl-{st.rid}"
+        self.model = body.get("model") or srv.model
+        self.created = int(time.time())
+
+    async def whole(self) -> web.Response:
+        srv, st, body = self.srv, self.st, self.body
         await srv.wait_finished(st)
         choice: dict[str, Any] = {
             "index": 0,
@@ -251,27 +270,24 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
             choice["meta_info"] = meta_info(st, srv.engine, enable_metrics=srv.args.enable_metrics)
         return web.json_response(
             {
-                "id": rid,
+                "id": self.rid,
                 "object": "chat.completion",
-                "created": created,
-                "model": model,
+                "created": self.created,
+                "model": self.model,
                 "choices": [choice],
                 "usage": usage(st, cache_report=srv.args.enable_cache_report),
                 **({"sglext": x} if (x := _sglext(st, srv, body)) else {}),
             }
         )
-    resp = await start_sse(request)
 
-    continuous = _continuous_usage(body)
-
-    def chunk(delta: dict, finish: str | None, matched: Any = None, with_usage: bool = False) -> bytes:
+    def chunk(self, delta: dict, finish: str | None, matched: Any = None, with_usage: bool = False) -> bytes:
         """openai/sse_utils.py::build_sse_content: the delta always has reasoning_content (null), role and content
         only when set; usage only with continuous_usage_stats, on content chunks (serving_chat.py)."""
         out = {
-            "id": rid,
+            "id": self.rid,
             "object": "chat.completion.chunk",
-            "created": created,
-            "model": model,
+            "created": self.created,
+            "model": self.model,
             "choices": [
                 {
                     "index": 0,
@@ -283,25 +299,29 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
             ],
         }
         if with_usage:
-            out["usage"] = usage(st, cache_report=srv.args.enable_cache_report)
+            out["usage"] = usage(self.st, cache_report=self.srv.args.enable_cache_report)
         return sse(json.dumps(out))
 
-    try:
-        sent_text = 0
-        first = True
-        async for _ in srv.updates(st, request):
-            if first:  # the role chunk goes out when the first output arrives
-                await resp.write(chunk({"role": "assistant", "content": ""}, None))
-                first = False
-            delta = st.text[sent_text:]
-            sent_text = len(st.text)
-            if delta:
-                await resp.write(chunk({"content": delta}, None, with_usage=continuous))
-        if first:
-            await resp.write(chunk({"role": "assistant", "content": ""}, None))
-        await resp.write(chunk({}, finish_name(st), matched_stop(st)))
-        await _tail(resp, st, srv, body, rid, "chat.completion.chunk", created, model)
-    except (ConnectionResetError, asyncio.CancelledError):
-        srv.engine.abort(st)
-        raise
-    return resp
+    async def stream(self, request: web.Request) -> web.StreamResponse:
+        srv, st = self.srv, self.st
+        resp = await start_sse(request)
+        continuous = _continuous_usage(self.body)
+        try:
+            sent_text = 0
+            first = True
+            async for _ in srv.updates(st, request):
+                if first:  # the role chunk goes out when the first output arrives
+                    await resp.write(self.chunk({"role": "assistant", "content": ""}, None))
+                    first = False
+                delta = st.text[sent_text:]
+                sent_text = len(st.text)
+                if delta:
+                    await resp.write(self.chunk({"content": delta}, None, with_usage=continuous))
+            if first:
+                await resp.write(self.chunk({"role": "assistant", "content": ""}, None))
+            await resp.write(self.chunk({}, finish_name(st), matched_stop(st)))
+            await _tail(resp, st, srv, self.body, self.rid, "chat.completion.chunk", self.created, self.model)
+        except (ConnectionResetError, asyncio.CancelledError):
+            srv.engine.abort(st)
+            raise
+        return resp

@@ -248,7 +248,7 @@ class Scheduler:
         c = self.counters
         c.prefill_iterations += 1
         out: list[Req] = []
-        for r, take in zip(it.reqs, it.chunks):
+        for r, take in zip(it.reqs, it.chunks, strict=False):
             if r.done:
                 continue
             if r.admit_t is None:

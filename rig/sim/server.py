@@ -75,10 +75,7 @@ class SimServer:
         """Queue a request with the seed SGLang would use: sampling_seed counts only with
         --enable-deterministic-inference, where an unseeded request gets 42 (sampling/sampling_batch_info.py);
         otherwise the seed is accepted and ignored and the draw comes from the server's RNG."""
-        if self.args.enable_deterministic_inference:
-            seed = 42 if s.seed is None else s.seed
-        else:
-            seed = None
+        seed = (42 if s.seed is None else s.seed) if self.args.enable_deterministic_inference else None
         if seed != s.seed:
             s = dataclasses.replace(s, seed=seed)
         if rid is not None:
@@ -188,11 +185,11 @@ def make_middlewares(srv: SimServer) -> list:
         key = srv.args.api_key
         if path.startswith(ADMIN_PATHS) and srv.args.admin_api_key:
             key = srv.args.admin_api_key
-        if key and not path.startswith(ALWAYS_ALLOWED):
-            if request.headers.get("Authorization", "") != f"Bearer {key}":
-                resp: web.StreamResponse = web.json_response({"error": "Unauthorized"}, status=401)
-                _access(request, resp.status)
-                return resp
+        denied = key and not path.startswith(ALWAYS_ALLOWED)
+        if denied and request.headers.get("Authorization", "") != f"Bearer {key}":
+            resp: web.StreamResponse = web.json_response({"error": "Unauthorized"}, status=401)
+            _access(request, resp.status)
+            return resp
         try:
             resp = await handler(request)
         except ContractError as e:  # http_server.py::generate_request: the schema check's text, as a string

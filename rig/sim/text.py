@@ -18,7 +18,7 @@ _TOKEN_RE = re.compile(r"<\|[A-Za-z_]+\|>|\w+|[^\w\s]")
 # Punctuation that is common in code and rare in prose (',', '.', '!', '?' are left out on purpose).
 _CODE_CHARS = frozenset("{}()[];=<>:_\"'#/*+-|&%$@`\\^~")
 
-_WORDS = (
+_WORDS = (  # noqa: SIM905 (a word list reads best as one string)
     "the of and to in is that for it as with was on be by this are from at or an which not have has but they "
     "more can their all one also were been other its when time model system data first two new each used some "
     "than these may into most only over such use between after many where under both through during under while "
@@ -29,7 +29,7 @@ _WORDS = (
     "because however therefore instead although whereas unless until since before above below across along "
     "describe explain compare consider include provide require allow follow produce reduce increase improve"
 ).split()
-_CODE = (
+_CODE = (  # noqa: SIM905
     "def return if else for while in import from self None True False class int str list dict len range print "
     "x y i j n k value result data key item node = == != < > ( ) [ ] { } : ; . , + - * / # ' \""
 ).split()
@@ -69,7 +69,7 @@ def content_score(tokens: list[str]) -> float:
     if n < 4:
         return 0.2
     code_frac = sum(1 for t in toks if t in _CODE_CHARS) / n
-    bigrams = list(zip(toks, toks[1:]))
+    bigrams = list(zip(toks, toks[1:], strict=False))
     rep = 1.0 - len(set(bigrams)) / len(bigrams)
     code_s = min(1.0, code_frac / 0.25)
     rep_s = min(1.0, rep / 0.5)
