@@ -16,15 +16,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
+import annotated_types
 import click
 import yaml
-from pydantic import BaseModel
+from click.core import ParameterSource
+from pydantic import BaseModel, ValidationError
 from pydantic.fields import FieldInfo
 
 from rig.config import RunSpec, SpecError, build_spec, deep_merge, load_yaml
+from rig.contracts import SloSettings
 from rig.workloads.spec import WorkloadName
 
 _Command = TypeVar("_Command", bound=Callable[..., Any])  # a click command function under its decorators
+_Settings = TypeVar("_Settings", bound=BaseModel)
 
 
 @dataclass(frozen=True)
@@ -152,6 +156,92 @@ def _click_type(ann: Any) -> Any:
     if ann in (int, float, str):
         return ann
     raise TypeError(f"no command-line type for {ann!r}")
+
+
+# --- settings models' flags (rig.contracts.search): each flag declared on its field ---------------------------------
+
+
+def field_flag(field: FieldInfo) -> str | None:
+    """The flag a settings field declares (``json_schema_extra={"flag": ...}``), or None."""
+    extra = field.json_schema_extra
+    return str(extra["flag"]) if isinstance(extra, dict) and "flag" in extra else None
+
+
+def settings_option(model: type[BaseModel], name: str) -> Callable[[_Command], _Command]:
+    """The click option of one settings field: its flag, help, bounds and default all from the field (which flags
+    were given: ``given_flags``)."""
+    field = model.model_fields[name]
+    extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
+    flag = field_flag(field)
+    assert flag is not None, f"{model.__name__}.{name} declares no flag"
+    ann = _unoptional(field.annotation)
+    kw: dict[str, Any] = {"help": field.description, "default": None, "metavar": extra.get("metavar")}
+    if typing.get_origin(ann) is tuple:
+        kw.update(multiple=True, default=())
+    elif extra.get("path") == "existing-file":
+        kw["type"] = click.Path(dir_okay=False, exists=True)
+    elif typing.get_origin(ann) is Literal:
+        kw["type"] = click.Choice(list(typing.get_args(ann)))
+    else:
+        kw["type"] = _ranged(ann, field)
+    if not field.is_required() and field.default not in (None, ()):
+        kw.update(default=field.default, show_default=True)
+    return click.option(flag, name, **kw)
+
+
+def _ranged(ann: Any, field: FieldInfo) -> Any:
+    """int or float, bounded as the field is (ge/gt/le/lt)."""
+    bounds: dict[str, Any] = {}
+    for m in field.metadata:
+        if isinstance(m, annotated_types.Ge):
+            bounds["min"] = m.ge
+        elif isinstance(m, annotated_types.Gt):
+            bounds.update(min=m.gt, min_open=True)
+        elif isinstance(m, annotated_types.Le):
+            bounds["max"] = m.le
+        elif isinstance(m, annotated_types.Lt):
+            bounds.update(max=m.lt, max_open=True)
+    if not bounds:
+        return _click_type(ann)
+    return click.IntRange(**bounds) if ann is int else click.FloatRange(**bounds)
+
+
+def settings_options(model: type[BaseModel], *names: str) -> Callable[[_Command], _Command]:
+    """The options of the named settings fields, in that order (default: every field that declares a flag)."""
+    chosen = names or tuple(n for n, f in model.model_fields.items() if field_flag(f))
+
+    def decorate(f: _Command) -> _Command:
+        for name in reversed(chosen):
+            f = settings_option(model, name)(f)
+        return f
+
+    return decorate
+
+
+# --slo and --slo-percentile: one declaration (SloSettings), taken by sweep, tune and report.
+slo_options = settings_options(SloSettings, "slos", "percentile")
+
+
+def given_flags(ctx: click.Context, *params: str) -> list[str]:
+    """The flags among ``params`` (parameter names) the user gave on the command line."""
+    out = []
+    for p in ctx.command.params:
+        if p.name in params and ctx.get_parameter_source(p.name) is ParameterSource.COMMANDLINE:
+            out.append(p.opts[0])
+    return out
+
+
+def settings_from(model: type[_Settings], kw: dict[str, Any], **fixed: Any) -> _Settings:
+    """The settings the given flags make (absent flags take the model's defaults); a bad value is a usage error."""
+    data = {n: kw[n] for n in model.model_fields if n in kw and kw[n] is not None and kw[n] != ()}
+    try:
+        return model.model_validate({**data, **fixed})
+    except ValidationError as e:
+        err = e.errors()[0]
+        name = str(err["loc"][0]) if err["loc"] else ""
+        field = model.model_fields.get(name)
+        where = (field_flag(field) if field is not None else None) or name
+        raise click.UsageError(f"{where}: {err['msg']}") from None
 
 
 def csv_ints(name: str, text: str | None) -> list[int] | None:
@@ -294,6 +384,25 @@ def overrides_from_flags(kw: dict[str, Any], steps: list[int] | None, workloads:
     return o
 
 
+def refuse_ignored(kw: dict[str, Any], spec: RunSpec) -> None:
+    """A load flag the resolved spec would not use is an error naming both flags (SpecError), never dropped."""
+    load = spec.load
+    mode = f"--mode {load.mode}"
+    conc = csv_ints("--concurrency", kw["concurrency"])
+    if conc is not None and load.mode != "closed" and (len(conc) > 1 or load.max_concurrency != conc[0]):
+        why = "--rate" if kw["rate"] else mode
+        raise SpecError(
+            f"--concurrency {kw['concurrency']}: with {why} it is one cap on in-flight requests, not a list of "
+            f"levels; give one value (or sweep rates with --rate)"
+        )
+    if kw["burstiness"] is not None and load.mode != "gamma":
+        raise SpecError(f"--burstiness applies to --mode gamma, not {mode}; drop it or give --mode gamma")
+    if kw["trace_speed"] is not None and load.mode != "trace":
+        raise SpecError(f"--trace-speed applies to --mode trace, not {mode}; drop it or give --mode trace")
+    if kw["grace"] is not None and load.duration_s is None:
+        raise SpecError("--grace applies to levels bounded by --duration; drop it or give --duration")
+
+
 def resolve_spec(
     kw: dict[str, Any], steps: list[int] | None, workloads: list[str] | None, extra: dict[str, Any] | None = None
 ) -> RunSpec:
@@ -314,6 +423,7 @@ def resolve_spec(
             base = data.get("workloads") or [{"name": "realistic"}]
             over["workloads"] = [{**w, **extra_wl} for w in base]
         spec = build_spec(data, over)
+        refuse_ignored(kw, spec)
         if kw["api_key_env"] and not os.environ.get(kw["api_key_env"]):
             raise SpecError(
                 f"--api-key-env {kw['api_key_env']}: that environment variable is not set (or empty); "
