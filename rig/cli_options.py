@@ -167,9 +167,12 @@ def field_flag(field: FieldInfo) -> str | None:
     return str(extra["flag"]) if isinstance(extra, dict) and "flag" in extra else None
 
 
-def settings_option(model: type[BaseModel], name: str) -> Callable[[_Command], _Command]:
+def settings_option(
+    model: type[BaseModel], name: str, param: str | None = None, own_default: str | None = None, **click_kw: Any
+) -> Callable[[_Command], _Command]:
     """The click option of one settings field: its flag, help, bounds and default all from the field (which flags
-    were given: ``given_flags``)."""
+    were given: ``given_flags``). ``param``: the command's keyword when not the field's name; ``own_default``: the
+    command resolves an absent value itself (the option's default is None), as this text says."""
     field = model.model_fields[name]
     extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
     flag = field_flag(field)
@@ -184,9 +187,11 @@ def settings_option(model: type[BaseModel], name: str) -> Callable[[_Command], _
         kw["type"] = click.Choice(list(typing.get_args(ann)))
     else:
         kw["type"] = _ranged(ann, field)
-    if not field.is_required() and field.default not in (None, ()):
+    if own_default is not None:
+        kw["help"] = f"{field.description} Default: {own_default}."
+    elif not field.is_required() and field.default not in (None, ()):
         kw.update(default=field.default, show_default=True)
-    return click.option(flag, name, **kw)
+    return click.option(flag, param or name, **kw, **click_kw)
 
 
 def _ranged(ann: Any, field: FieldInfo) -> Any:

@@ -43,8 +43,8 @@ class SloSettings(BaseModel):
 
     slos: tuple[str, ...] = Field(
         (),
-        description="An SLO to meet (repeatable; sweep --search: every probe, tune: the answer), "
-        "e.g. --slo ttft=500ms --slo tpot=50ms.",
+        description="An SLO, repeatable (metrics: ttft, tpot, e2e), e.g. --slo ttft=500ms --slo tpot=50ms "
+        "(sweep --search: every probe must meet it; tune: the answer; report: goodput and the best configuration).",
         json_schema_extra=flag("--slo", metavar="METRIC=VALUE"),
     )
     percentile: float = Field(

@@ -58,10 +58,7 @@ def search_settings(ctx: click.Context, given: dict[str, Any], kw: dict[str, Any
         return None
     slos = parse_slos(given["slos"])
     _no_repeat(kw, "a search")
-    if given["variable"] == "concurrency":
-        start = _concurrency_start(ctx, kw)
-    else:
-        start = _rate_start(kw)
+    start = _concurrency_start(ctx, kw) if given["variable"] == "concurrency" else _rate_start(kw)
     settings = settings_from(SearchSettings, given, slos=_slo_texts(slos), start=start)
     top = settings.top()
     if top < start:
