@@ -12,7 +12,7 @@ import os
 import types
 import typing
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
@@ -271,39 +271,46 @@ def csv_floats(name: str, text: str | None) -> list[float] | None:
     return values
 
 
-def _kv(name: str, items: tuple[str, ...]) -> dict[str, Any]:
+def _pairs(name: str, items: tuple[str, ...], json_values: bool = False) -> dict[str, Any]:
+    """KEY=VALUE flags as a mapping: each value read as YAML (--workload-opt max_tokens=32), or with ``json_values``
+    as JSON where a bare word that is not JSON is taken as a string (--extra-body mode=fast)."""
     out: dict[str, Any] = {}
     for item in items:
         key, sep, value = item.partition("=")
+        key = key.strip()
         if not sep or not key:
-            raise click.BadParameter(f"expected KEY=VALUE, got {item!r}", param_hint=name)
-        out[key.strip()] = yaml.safe_load(value) if value else ""
-    return out
-
-
-def _json_kv(name: str, items: tuple[str, ...]) -> dict[str, Any]:
-    """KEY=JSON pairs (a bare word that is not JSON is taken as a string: --extra-body mode=fast)."""
-    out: dict[str, Any] = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise click.BadParameter(f"expected KEY=JSON, got {item!r}", param_hint=name)
+            raise click.BadParameter(
+                f"expected KEY={'JSON' if json_values else 'VALUE'}, got {item!r}", param_hint=name
+            )
+        if not json_values:
+            out[key] = yaml.safe_load(value) if value else ""
+            continue
         try:
-            out[key.strip()] = json.loads(value)
+            out[key] = json.loads(value)
         except ValueError:
             if not value or value.lstrip()[:1] in '{["':  # meant as JSON: say where it breaks
-                raise click.BadParameter(f"{key.strip()}: not JSON: {value!r}", param_hint=name) from None
-            out[key.strip()] = value
+                raise click.BadParameter(f"{key}: not JSON: {value!r}", param_hint=name) from None
+            out[key] = value
     return out
 
 
-def _set(d: dict[str, Any], path: str, value: Any) -> None:
-    if value is None:
-        return
-    keys = path.split(".")
-    for k in keys[:-1]:
-        d = d.setdefault(k, {})
-    d[keys[-1]] = value
+@dataclass
+class SpecPatch:
+    """What the flags given set in the spec, by dotted path: the layer merged over the YAML's (flags not given leave
+    the YAML's values alone)."""
+
+    data: dict[str, Any] = field(default_factory=dict)
+    # --workload-opt / --dataset without --workload: options for each workload the YAML names (or the default one)
+    workload_opts: dict[str, Any] = field(default_factory=dict)
+
+    def set(self, path: str, value: Any) -> None:
+        if value is None:
+            return
+        d = self.data
+        keys = path.split(".")
+        for k in keys[:-1]:
+            d = d.setdefault(k, {})
+        d[keys[-1]] = value
 
 
 def run_options(f: _Command) -> _Command:
@@ -360,32 +367,32 @@ def _flag(flag: str) -> SpecFlag:
     return next(s for s in SPEC_FLAGS if s.flag == flag)
 
 
-def overrides_from_flags(kw: dict[str, Any], steps: list[int] | None, workloads: list[str] | None) -> dict[str, Any]:
-    """The spec overrides the given flags make (flags not given leave the YAML's values alone)."""
-    o: dict[str, Any] = {}
+def overrides_from_flags(kw: dict[str, Any], steps: list[int] | None, workloads: list[str] | None) -> SpecPatch:
+    """The spec values the given flags set."""
+    o = SpecPatch()
     for s in SPEC_FLAGS:
-        _set(o, s.path, s.value(kw[s.param]))
-    _set(o, "steps", steps)
-    _set(o, "server.extra_body", _json_kv("--extra-body", kw["extra_body"]) or None)
-    _set(o, "server.command", kw["command"])  # one string; ServerConfig splits it into arguments
+        o.set(s.path, s.value(kw[s.param]))
+    o.set("steps", steps)
+    o.set("server.extra_body", _pairs("--extra-body", kw["extra_body"], json_values=True) or None)
+    o.set("server.command", kw["command"])  # one string; ServerConfig splits it into arguments
     if workloads is not None or kw["dataset"] or kw["workload_opts"]:
-        opts = _kv("--workload-opt", kw["workload_opts"])
+        opts = _pairs("--workload-opt", kw["workload_opts"])
         if kw["dataset"]:
             opts["path"] = str(kw["dataset"])
         names = workloads or (["dataset"] if kw["dataset"] else None)
         if names is not None:
-            o["workloads"] = [{"name": n, **opts} for n in names]
+            o.set("workloads", [{"name": n, **opts} for n in names])
         else:
-            o["_workload_opts"] = opts
+            o.workload_opts = opts
     conc = csv_ints("--concurrency", kw["concurrency"])
     if conc is not None:
         if kw["mode"] in ("poisson", "gamma", "trace") or kw["rate"]:
-            _set(o, "load.max_concurrency", conc[0])
+            o.set("load.max_concurrency", conc[0])
         else:
-            _set(o, "load.concurrency", conc)
-    _set(o, "load.rates", csv_floats("--rate", kw["rate"]))
+            o.set("load.concurrency", conc)
+    o.set("load.rates", csv_floats("--rate", kw["rate"]))
     if kw["rate"] and not kw["mode"]:
-        _set(o, "load.mode", "poisson")
+        o.set("load.mode", "poisson")
     return o
 
 
@@ -422,11 +429,11 @@ def resolve_spec(
             data = deep_merge(data, {"cluster": cluster_doc["cluster"]})
             if "server" in cluster_doc:  # a cluster file may carry site defaults for the server (engine, tp)
                 data = deep_merge({"server": cluster_doc["server"]}, data)
-        over = deep_merge(overrides_from_flags(kw, steps, workloads), extra or {})
-        extra_wl = over.pop("_workload_opts", None)
-        if extra_wl:
+        patch = overrides_from_flags(kw, steps, workloads)
+        over = deep_merge(patch.data, extra or {})
+        if patch.workload_opts:
             base = data.get("workloads") or [{"name": "realistic"}]
-            over["workloads"] = [{**w, **extra_wl} for w in base]
+            over["workloads"] = [{**w, **patch.workload_opts} for w in base]
         spec = build_spec(data, over)
         refuse_ignored(kw, spec)
         if kw["api_key_env"] and not os.environ.get(kw["api_key_env"]):
