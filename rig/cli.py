@@ -30,8 +30,8 @@ DRY_RUN_PORT = 30000  # SGLang's default --port
 
 
 def print_notices(spec: RunSpec) -> None:
-    """One 'note:' line on stderr per surprise the spec holds (see rig.config.notices)."""
-    from rig.config import notices
+    """One 'note:' line on stderr per surprise the spec holds (see rig.notices)."""
+    from rig.notices import notices
 
     for n in notices(spec):
         click.echo(f"rig: note: {n}", err=True)
