@@ -413,6 +413,17 @@ def refuse_ignored(kw: dict[str, Any], spec: RunSpec) -> None:
         raise SpecError(f"--trace-speed applies to --mode trace, not {mode}; drop it or give --mode trace")
     if kw["grace"] is not None and load.duration_s is None:
         raise SpecError("--grace applies to levels bounded by --duration; drop it or give --duration")
+    engine = spec.server.engine
+    for flag, param in (("--url", "url"), ("--unreachable-timeout", "unreachable_timeout")):
+        if kw[param] is not None and engine != "external":
+            raise SpecError(
+                f"{flag} is for a server rig does not launch (--engine external); engine {engine} is launched by "
+                f"rig at its own address: drop {flag} or give --engine external"
+            )
+    if kw["api_key_env"] and kw["api_key_file"]:
+        raise SpecError(
+            "--api-key-file and --api-key-env: the file's key would be sent and the variable ignored; give one"
+        )
 
 
 def resolve_spec(
