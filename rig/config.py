@@ -258,7 +258,7 @@ class RunSpec(BaseModel):
         configs: list[ServerConfig] = []
         for combo in combos:
             for steps in self.steps:
-                update: dict[str, Any] = dict(zip(keys, combo), steps=steps)
+                update: dict[str, Any] = dict(zip(keys, combo, strict=True), steps=steps)
                 # a command template's own knobs (--grid ctx=...) land in command_vars
                 own = {k: update.pop(k) for k in list(update) if k not in ServerConfig.model_fields}
                 if own:
