@@ -10,11 +10,11 @@ from typing import TYPE_CHECKING, Any
 
 import click
 import yaml
+from click.core import ParameterSource
 
-from rig.cli_options import csv_ints, resolve_spec, run_options, spec_field
+from rig.cli_options import csv_ints, resolve_spec, run_options, settings_options, slo_options, spec_field
 from rig.config import RunSpec, SpecError, build_spec, load_yaml
-from rig.contracts import PointEntry
-from rig.tune.search import MAX_CONCURRENCY, MAX_RATE
+from rig.contracts import PointEntry, SearchSettings, TuneSettings
 
 if TYPE_CHECKING:  # imported when used: a command loads only what it needs
     from rich.console import Console
@@ -30,8 +30,8 @@ DRY_RUN_PORT = 30000  # SGLang's default --port
 
 
 def print_notices(spec: RunSpec) -> None:
-    """One 'note:' line on stderr per surprise the spec holds (see rig.config.notices)."""
-    from rig.config import notices
+    """One 'note:' line on stderr per surprise the spec holds (see rig.notices)."""
+    from rig.notices import notices
 
     for n in notices(spec):
         click.echo(f"rig: note: {n}", err=True)
@@ -288,67 +288,24 @@ def run(steps: int | None, **kw: Any) -> None:
     type=click.Path(path_type=Path, file_okay=False),
     help="Continue an interrupted sweep in this run directory, skipping completed points.",
 )
-@click.option(
-    "--search",
-    type=click.Choice(["concurrency", "rate"]),
-    help="Instead of fixed levels: per configuration, the largest concurrency (rate) meeting every --slo.",
-)
-@click.option(
-    "--slo",
-    "search_slos",
-    multiple=True,
-    metavar="METRIC=VALUE",
-    help="--search: an SLO every probe must meet, e.g. --slo ttft=500ms --slo tpot=50ms.",
-)
-@click.option(
-    "--slo-percentile",
-    type=click.FloatRange(0, 100, min_open=True),
-    default=99.0,
-    show_default=True,
-    help="--search: the percentile the SLOs apply to.",
-)
-@click.option(
-    "--search-max",
-    type=click.FloatRange(min=0, min_open=True),
-    help=f"--search: the largest value to probe (default {MAX_CONCURRENCY} concurrency, {MAX_RATE:g} req/s).",
-)
-@click.option(
-    "--search-tolerance",
-    type=click.FloatRange(min=0, min_open=True),
-    default=0.1,
-    show_default=True,
-    help="--search rate: stop when min failing / max passing <= 1 + this.",
-)
+@settings_options(SearchSettings, "variable")
+@slo_options
+@settings_options(SearchSettings, "maximum", "tolerance")
 @run_options
-def sweep(
-    steps_csv: str | None,
-    grid: tuple[str, ...],
-    resume_dir: Path | None,
-    search: str | None,
-    search_slos: tuple[str, ...],
-    slo_percentile: float,
-    search_max: float | None,
-    search_tolerance: float,
-    **kw: Any,
-) -> None:
+@click.pass_context
+def sweep(ctx: click.Context, steps_csv: str | None, grid: tuple[str, ...], resume_dir: Path | None, **kw: Any) -> None:
     """Run a grid of server configurations x workloads x load levels into one run directory."""
-    from rig.tune.cli import resumed_planner, search_settings
-
-    if search is not None:
-        settings = search_settings(search, search_slos, slo_percentile, search_max, search_tolerance, kw)
-        if resume_dir is not None:
-            raise click.UsageError("--resume continues the search recorded in the run; give it without --search")
+    from rig.tune.cli import SEARCH_PARAMS, resumed_planner, search_settings
 
     if resume_dir is not None:
-        given = (
-            [
-                f"--{k.replace('_', '-')}"
-                for k, v in kw.items()
-                if k not in ("quiet", "dry_run") and v not in (None, False, ())
-            ]
-            + (["--steps"] if steps_csv else [])
-            + (["--grid"] if grid else [])
-        )
+        if kw["variable"] is not None:
+            raise click.UsageError("--resume continues the search recorded in the run; give it without --search")
+        given = [
+            p.opts[0]
+            for p in ctx.command.params
+            if p.name not in ("quiet", "dry_run", "resume_dir")
+            and ctx.get_parameter_source(p.name or "") is ParameterSource.COMMANDLINE
+        ]
         if given:
             raise click.UsageError(f"--resume continues the run as it was specified; drop {', '.join(given)}")
         spec = resume_spec(resume_dir)
@@ -360,6 +317,7 @@ def sweep(
         sys.exit(
             execute(spec, kw["quiet"], resume_dir=resume_dir, planner=resumed_planner(spec, load_manifest(resume_dir)))
         )
+    settings = search_settings(ctx, {n: kw.pop(n) for n in SEARCH_PARAMS}, kw)
     steps = csv_ints("--steps", steps_csv)
     workloads = [w.strip() for w in kw["workload"].split(",")] if kw["workload"] else None
     g: dict[str, list[Any]] = {}
@@ -373,7 +331,7 @@ def sweep(
     if kw["dry_run"]:
         print_dry_run(spec)
         return
-    if search is not None:
+    if settings is not None:
         from rig.tune.slo_search import search_planner
 
         sys.exit(execute(spec, kw["quiet"], planner=search_planner(spec, settings)))
@@ -458,76 +416,22 @@ def check(cluster_file: Path, connect: bool) -> None:
 
 @cli.command("tune")
 @click.option("--steps", "steps_csv", help="Steps values to choose from, e.g. 0,1,2,3,4.")
-@click.option(
-    "--slo",
-    "slo_texts",
-    multiple=True,
-    metavar="METRIC=VALUE",
-    help="An SLO the answer must meet, e.g. --slo ttft=500ms --slo tpot=50ms.",
-)
-@click.option(
-    "--slo-percentile",
-    type=click.FloatRange(0, 100, min_open=True),
-    default=99.0,
-    show_default=True,
-    help="The percentile the SLOs apply to.",
-)
-@click.option(
-    "--start-profile",
-    type=click.Path(dir_okay=False, exists=True, path_type=Path),
-    help="Simulator profile the model starts from (default: the shipped reference profile).",
-)
-@click.option(
-    "--confidence",
-    type=click.FloatRange(0, 10),
-    default=0.2,
-    show_default=True,
-    help="Trust a prediction without measuring when it misses the SLO by more than this share of it.",
-)
-@click.option(
-    "--max-rounds", type=click.IntRange(1, 100), default=8, show_default=True, help="Measure-and-refit rounds at most."
-)
-@click.option(
-    "--fit-evals",
-    type=click.IntRange(10, 5000),
-    default=120,
-    show_default=True,
-    help="Objective evaluations per pass of each refit.",
-)
+@slo_options
+@settings_options(TuneSettings, "start_profile", "confidence", "max_rounds", "fit_evals")
 @run_options
-def tune(
-    steps_csv: str | None,
-    slo_texts: tuple[str, ...],
-    slo_percentile: float,
-    start_profile: Path | None,
-    confidence: float,
-    max_rounds: int,
-    fit_evals: int,
-    **kw: Any,
-) -> None:
+def tune(steps_csv: str | None, **kw: Any) -> None:
     """The best speculative setting for a load and an SLO: measure a few points per configuration, fit the
     simulator's model to them, predict every configuration's SLO boundary, measure only where that decides the
     answer, refit, and stop when the measured answer is stable. --concurrency gives the load levels to choose
     from. Resume an interrupted tune with `rig sweep --resume RUN_DIR`."""
-    from rig.tune.cli import parse_slos
-    from rig.tune.probe import slo_texts as to_texts
-    from rig.tune.tune import TuneSettings, tune_planner
+    from rig.tune.cli import TUNE_PARAMS, tune_settings
+    from rig.tune.planner import tune_planner
 
-    slos = parse_slos(slo_texts)
-    if kw.get("rate") or kw.get("mode") not in (None, "closed"):
-        raise click.UsageError("rig tune chooses among closed-loop concurrency levels; drop --rate/--mode")
+    settings = tune_settings({n: kw.pop(n) for n in TUNE_PARAMS}, kw)
     workloads = [kw["workload"]] if kw["workload"] else None
     if kw["workload"] and "," in kw["workload"]:
         raise click.BadParameter("rig tune answers for one workload", param_hint="--workload")
     spec = resolve_spec(kw, csv_ints("--steps", steps_csv), workloads)
-    settings = TuneSettings(
-        tuple(to_texts(slos)),
-        slo_percentile,
-        str(start_profile) if start_profile else None,
-        confidence,
-        max_rounds,
-        fit_evals,
-    )
     try:
         from rig.tune.predict import Replay
 

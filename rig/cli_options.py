@@ -12,19 +12,23 @@ import os
 import types
 import typing
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
+import annotated_types
 import click
 import yaml
-from pydantic import BaseModel
+from click.core import ParameterSource
+from pydantic import BaseModel, ValidationError
 from pydantic.fields import FieldInfo
 
 from rig.config import RunSpec, SpecError, build_spec, deep_merge, load_yaml
+from rig.contracts import SloSettings
 from rig.workloads.spec import WorkloadName
 
 _Command = TypeVar("_Command", bound=Callable[..., Any])  # a click command function under its decorators
+_Settings = TypeVar("_Settings", bound=BaseModel)
 
 
 @dataclass(frozen=True)
@@ -154,6 +158,97 @@ def _click_type(ann: Any) -> Any:
     raise TypeError(f"no command-line type for {ann!r}")
 
 
+# --- settings models' flags (rig.contracts.search): each flag declared on its field ---------------------------------
+
+
+def field_flag(field: FieldInfo) -> str | None:
+    """The flag a settings field declares (``json_schema_extra={"flag": ...}``), or None."""
+    extra = field.json_schema_extra
+    return str(extra["flag"]) if isinstance(extra, dict) and "flag" in extra else None
+
+
+def settings_option(
+    model: type[BaseModel], name: str, param: str | None = None, own_default: str | None = None, **click_kw: Any
+) -> Callable[[_Command], _Command]:
+    """The click option of one settings field: its flag, help, bounds and default all from the field (which flags
+    were given: ``given_flags``). ``param``: the command's keyword when not the field's name; ``own_default``: the
+    command resolves an absent value itself (the option's default is None), as this text says."""
+    field = model.model_fields[name]
+    extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
+    flag = field_flag(field)
+    assert flag is not None, f"{model.__name__}.{name} declares no flag"
+    ann = _unoptional(field.annotation)
+    kw: dict[str, Any] = {"help": field.description, "default": None, "metavar": extra.get("metavar")}
+    if typing.get_origin(ann) is tuple:
+        kw.update(multiple=True, default=())
+    elif extra.get("path") == "existing-file":
+        kw["type"] = click.Path(dir_okay=False, exists=True)
+    elif typing.get_origin(ann) is Literal:
+        kw["type"] = click.Choice(list(typing.get_args(ann)))
+    else:
+        kw["type"] = _ranged(ann, field)
+    if own_default is not None:
+        kw["help"] = f"{field.description} Default: {own_default}."
+    elif not field.is_required() and field.default not in (None, ()):
+        kw.update(default=field.default, show_default=True)
+    return click.option(flag, param or name, **kw, **click_kw)
+
+
+def _ranged(ann: Any, field: FieldInfo) -> Any:
+    """int or float, bounded as the field is (ge/gt/le/lt)."""
+    bounds: dict[str, Any] = {}
+    for m in field.metadata:
+        if isinstance(m, annotated_types.Ge):
+            bounds["min"] = m.ge
+        elif isinstance(m, annotated_types.Gt):
+            bounds.update(min=m.gt, min_open=True)
+        elif isinstance(m, annotated_types.Le):
+            bounds["max"] = m.le
+        elif isinstance(m, annotated_types.Lt):
+            bounds.update(max=m.lt, max_open=True)
+    if not bounds:
+        return _click_type(ann)
+    return click.IntRange(**bounds) if ann is int else click.FloatRange(**bounds)
+
+
+def settings_options(model: type[BaseModel], *names: str) -> Callable[[_Command], _Command]:
+    """The options of the named settings fields, in that order (default: every field that declares a flag)."""
+    chosen = names or tuple(n for n, f in model.model_fields.items() if field_flag(f))
+
+    def decorate(f: _Command) -> _Command:
+        for name in reversed(chosen):
+            f = settings_option(model, name)(f)
+        return f
+
+    return decorate
+
+
+# --slo and --slo-percentile: one declaration (SloSettings), taken by sweep, tune and report.
+slo_options = settings_options(SloSettings, "slos", "percentile")
+
+
+def given_flags(ctx: click.Context, *params: str) -> list[str]:
+    """The flags among ``params`` (parameter names) the user gave on the command line."""
+    out = []
+    for p in ctx.command.params:
+        if p.name in params and ctx.get_parameter_source(p.name) is ParameterSource.COMMANDLINE:
+            out.append(p.opts[0])
+    return out
+
+
+def settings_from(model: type[_Settings], kw: dict[str, Any], **fixed: Any) -> _Settings:
+    """The settings the given flags make (absent flags take the model's defaults); a bad value is a usage error."""
+    data = {n: kw[n] for n in model.model_fields if n in kw and kw[n] is not None and kw[n] != ()}
+    try:
+        return model.model_validate({**data, **fixed})
+    except ValidationError as e:
+        err = e.errors()[0]
+        name = str(err["loc"][0]) if err["loc"] else ""
+        field = model.model_fields.get(name)
+        where = (field_flag(field) if field is not None else None) or name
+        raise click.UsageError(f"{where}: {err['msg']}") from None
+
+
 def csv_ints(name: str, text: str | None) -> list[int] | None:
     if text is None:
         return None
@@ -176,39 +271,46 @@ def csv_floats(name: str, text: str | None) -> list[float] | None:
     return values
 
 
-def _kv(name: str, items: tuple[str, ...]) -> dict[str, Any]:
+def _pairs(name: str, items: tuple[str, ...], json_values: bool = False) -> dict[str, Any]:
+    """KEY=VALUE flags as a mapping: each value read as YAML (--workload-opt max_tokens=32), or with ``json_values``
+    as JSON where a bare word that is not JSON is taken as a string (--extra-body mode=fast)."""
     out: dict[str, Any] = {}
     for item in items:
         key, sep, value = item.partition("=")
+        key = key.strip()
         if not sep or not key:
-            raise click.BadParameter(f"expected KEY=VALUE, got {item!r}", param_hint=name)
-        out[key.strip()] = yaml.safe_load(value) if value else ""
-    return out
-
-
-def _json_kv(name: str, items: tuple[str, ...]) -> dict[str, Any]:
-    """KEY=JSON pairs (a bare word that is not JSON is taken as a string: --extra-body mode=fast)."""
-    out: dict[str, Any] = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise click.BadParameter(f"expected KEY=JSON, got {item!r}", param_hint=name)
+            raise click.BadParameter(
+                f"expected KEY={'JSON' if json_values else 'VALUE'}, got {item!r}", param_hint=name
+            )
+        if not json_values:
+            out[key] = yaml.safe_load(value) if value else ""
+            continue
         try:
-            out[key.strip()] = json.loads(value)
+            out[key] = json.loads(value)
         except ValueError:
             if not value or value.lstrip()[:1] in '{["':  # meant as JSON: say where it breaks
-                raise click.BadParameter(f"{key.strip()}: not JSON: {value!r}", param_hint=name) from None
-            out[key.strip()] = value
+                raise click.BadParameter(f"{key}: not JSON: {value!r}", param_hint=name) from None
+            out[key] = value
     return out
 
 
-def _set(d: dict[str, Any], path: str, value: Any) -> None:
-    if value is None:
-        return
-    keys = path.split(".")
-    for k in keys[:-1]:
-        d = d.setdefault(k, {})
-    d[keys[-1]] = value
+@dataclass
+class SpecPatch:
+    """What the flags given set in the spec, by dotted path: the layer merged over the YAML's (flags not given leave
+    the YAML's values alone)."""
+
+    data: dict[str, Any] = field(default_factory=dict)
+    # --workload-opt / --dataset without --workload: options for each workload the YAML names (or the default one)
+    workload_opts: dict[str, Any] = field(default_factory=dict)
+
+    def set(self, path: str, value: Any) -> None:
+        if value is None:
+            return
+        d = self.data
+        keys = path.split(".")
+        for k in keys[:-1]:
+            d = d.setdefault(k, {})
+        d[keys[-1]] = value
 
 
 def run_options(f: _Command) -> _Command:
@@ -265,33 +367,63 @@ def _flag(flag: str) -> SpecFlag:
     return next(s for s in SPEC_FLAGS if s.flag == flag)
 
 
-def overrides_from_flags(kw: dict[str, Any], steps: list[int] | None, workloads: list[str] | None) -> dict[str, Any]:
-    """The spec overrides the given flags make (flags not given leave the YAML's values alone)."""
-    o: dict[str, Any] = {}
+def overrides_from_flags(kw: dict[str, Any], steps: list[int] | None, workloads: list[str] | None) -> SpecPatch:
+    """The spec values the given flags set."""
+    o = SpecPatch()
     for s in SPEC_FLAGS:
-        _set(o, s.path, s.value(kw[s.param]))
-    _set(o, "steps", steps)
-    _set(o, "server.extra_body", _json_kv("--extra-body", kw["extra_body"]) or None)
-    _set(o, "server.command", kw["command"])  # one string; ServerConfig splits it into arguments
+        o.set(s.path, s.value(kw[s.param]))
+    o.set("steps", steps)
+    o.set("server.extra_body", _pairs("--extra-body", kw["extra_body"], json_values=True) or None)
+    o.set("server.command", kw["command"])  # one string; ServerConfig splits it into arguments
     if workloads is not None or kw["dataset"] or kw["workload_opts"]:
-        opts = _kv("--workload-opt", kw["workload_opts"])
+        opts = _pairs("--workload-opt", kw["workload_opts"])
         if kw["dataset"]:
             opts["path"] = str(kw["dataset"])
         names = workloads or (["dataset"] if kw["dataset"] else None)
         if names is not None:
-            o["workloads"] = [{"name": n, **opts} for n in names]
+            o.set("workloads", [{"name": n, **opts} for n in names])
         else:
-            o["_workload_opts"] = opts
+            o.workload_opts = opts
     conc = csv_ints("--concurrency", kw["concurrency"])
     if conc is not None:
         if kw["mode"] in ("poisson", "gamma", "trace") or kw["rate"]:
-            _set(o, "load.max_concurrency", conc[0])
+            o.set("load.max_concurrency", conc[0])
         else:
-            _set(o, "load.concurrency", conc)
-    _set(o, "load.rates", csv_floats("--rate", kw["rate"]))
+            o.set("load.concurrency", conc)
+    o.set("load.rates", csv_floats("--rate", kw["rate"]))
     if kw["rate"] and not kw["mode"]:
-        _set(o, "load.mode", "poisson")
+        o.set("load.mode", "poisson")
     return o
+
+
+def refuse_ignored(kw: dict[str, Any], spec: RunSpec) -> None:
+    """A load flag the resolved spec would not use is an error naming both flags (SpecError), never dropped."""
+    load = spec.load
+    mode = f"--mode {load.mode}"
+    conc = csv_ints("--concurrency", kw["concurrency"])
+    if conc is not None and load.mode != "closed" and (len(conc) > 1 or load.max_concurrency != conc[0]):
+        why = "--rate" if kw["rate"] else mode
+        raise SpecError(
+            f"--concurrency {kw['concurrency']}: with {why} it is one cap on in-flight requests, not a list of "
+            f"levels; give one value (or sweep rates with --rate)"
+        )
+    if kw["burstiness"] is not None and load.mode != "gamma":
+        raise SpecError(f"--burstiness applies to --mode gamma, not {mode}; drop it or give --mode gamma")
+    if kw["trace_speed"] is not None and load.mode != "trace":
+        raise SpecError(f"--trace-speed applies to --mode trace, not {mode}; drop it or give --mode trace")
+    if kw["grace"] is not None and load.duration_s is None:
+        raise SpecError("--grace applies to levels bounded by --duration; drop it or give --duration")
+    engine = spec.server.engine
+    for flag, param in (("--url", "url"), ("--unreachable-timeout", "unreachable_timeout")):
+        if kw[param] is not None and engine != "external":
+            raise SpecError(
+                f"{flag} is for a server rig does not launch (--engine external); engine {engine} is launched by "
+                f"rig at its own address: drop {flag} or give --engine external"
+            )
+    if kw["api_key_env"] and kw["api_key_file"]:
+        raise SpecError(
+            "--api-key-file and --api-key-env: the file's key would be sent and the variable ignored; give one"
+        )
 
 
 def resolve_spec(
@@ -308,12 +440,13 @@ def resolve_spec(
             data = deep_merge(data, {"cluster": cluster_doc["cluster"]})
             if "server" in cluster_doc:  # a cluster file may carry site defaults for the server (engine, tp)
                 data = deep_merge({"server": cluster_doc["server"]}, data)
-        over = deep_merge(overrides_from_flags(kw, steps, workloads), extra or {})
-        extra_wl = over.pop("_workload_opts", None)
-        if extra_wl:
+        patch = overrides_from_flags(kw, steps, workloads)
+        over = deep_merge(patch.data, extra or {})
+        if patch.workload_opts:
             base = data.get("workloads") or [{"name": "realistic"}]
-            over["workloads"] = [{**w, **extra_wl} for w in base]
+            over["workloads"] = [{**w, **patch.workload_opts} for w in base]
         spec = build_spec(data, over)
+        refuse_ignored(kw, spec)
         if kw["api_key_env"] and not os.environ.get(kw["api_key_env"]):
             raise SpecError(
                 f"--api-key-env {kw['api_key_env']}: that environment variable is not set (or empty); "

@@ -16,6 +16,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
+from rig.cluster_spec import ClusterSpec
 from rig.contracts import Thresholds
 from rig.server.spec import ServerConfig
 from rig.workloads.spec import WorkloadSpec
@@ -31,6 +32,10 @@ MAX_LEVEL = 1_000_000
 # Sessions a fixed-count level builds up front in the driver (as rig.run.plans.LAZY_SESSION_LIMIT bounds a
 # duration-bound one); more would take the driver's memory before the first request. --duration is for longer levels.
 MAX_REQUESTS = 10_000_000
+
+
+# ServerConfig fields --grid cannot sweep (one per launch is not a server knob, or is set another way)
+_NOT_SWEPT = frozenset({"engine", "steps", "env", "url", "host", "port", "python", "command", "command_vars"})
 
 
 class SpecError(ValueError):
@@ -138,53 +143,6 @@ class LoadSpec(BaseModel):
         return max(1, int(round((rate or 1.0) * 60.0)))  # a minute of arrivals
 
 
-class ClusterSpec(BaseModel):
-    """Where things run: the embedded default (local Ray) or a cluster file."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    address: str | None = None  # None: start a local Ray instance
-    server_label: dict[str, str] = Field(default_factory=dict)  # e.g. {"role": "server"}
-    server_resource: str | None = None  # e.g. "blackwell"
-    client_label: dict[str, str] = Field(default_factory=dict)  # e.g. {"role": "client"}
-    client_resource: str | None = None  # e.g. "client" (one per client host)
-    per_host: int = Field(1, ge=1, description="Generators per client host.")
-    allow_generators_on_server_node: bool = True  # the embedded default runs everything on one node
-    shared_results: bool | None = None  # None: detect (can each generator see the driver's results dir?)
-    # Where generators write part files when the driver's results dir is not visible to them: a local directory
-    # on each client host ({host}, {node_ip}, {node_id} are filled in there); the driver gathers through Ray.
-    spool_dir: str = "/tmp/rig-spool"
-    # A shared destination every generator writes to directly: a path on a shared filesystem (NFS) or a
-    # pyarrow filesystem URI (s3://bucket/prefix, gs://...). The driver copies it into results/<run_id>/.
-    results_uri: str | None = None
-    placement_timeout_s: float = Field(60.0, gt=0)  # how long generators may wait for a free slot
-    object_store_memory_mb: int = Field(256, ge=64)
-    num_cpus: int | None = None  # local Ray only
-    # What one GPU-hour of the server node costs (USD): rig report / compare turn it into $ per million output
-    # tokens (their --gpu-hour-price overrides it).
-    gpu_hour_price: float | None = Field(None, ge=0)
-
-    @field_validator("spool_dir")
-    @classmethod
-    def _spool_placeholders(cls, v: str) -> str:
-        try:
-            filled = v.format(host="h", node_ip="i", node_id="n")
-        except (KeyError, IndexError, ValueError):
-            raise ValueError("only the placeholders {host}, {node_ip} and {node_id} are allowed") from None
-        if not filled.strip():
-            raise ValueError("must be a directory path")
-        return v
-
-    @field_validator("results_uri")
-    @classmethod
-    def _uri(cls, v: str | None) -> str | None:
-        if v is not None and not v.strip():
-            raise ValueError("give a shared path or a URI such as s3://bucket/prefix")
-        if v is not None and "://" not in v and not v.startswith("/"):
-            raise ValueError("a shared path must be absolute (every host resolves it on its own)")
-        return v.rstrip("/") if v else v
-
-
 class RunSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -268,17 +226,7 @@ class RunSpec(BaseModel):
     @field_validator("server_grid")
     @classmethod
     def _grid_keys(cls, v: dict[str, list[Any]], info: ValidationInfo) -> dict[str, list[Any]]:
-        allowed = set(ServerConfig.model_fields) - {
-            "engine",
-            "steps",
-            "env",
-            "url",
-            "host",
-            "port",
-            "python",
-            "command",
-            "command_vars",
-        }
+        allowed = set(ServerConfig.model_fields) - _NOT_SWEPT
         server = info.data.get("server")
         templated = server is not None and server.engine == "command"  # any name its template places: command_vars
         for key, values in v.items():
@@ -310,7 +258,7 @@ class RunSpec(BaseModel):
         configs: list[ServerConfig] = []
         for combo in combos:
             for steps in self.steps:
-                update: dict[str, Any] = dict(zip(keys, combo), steps=steps)
+                update: dict[str, Any] = dict(zip(keys, combo, strict=True), steps=steps)
                 # a command template's own knobs (--grid ctx=...) land in command_vars
                 own = {k: update.pop(k) for k in list(update) if k not in ServerConfig.model_fields}
                 if own:
@@ -483,57 +431,6 @@ def _check_dialect(spec: RunSpec) -> None:
             f"server.dialect {dialect}: the sglang-native API (/generate) is SGLang's own; use --api "
             f"openai-completions or openai-chat with it (or drop --dialect)"
         )
-
-
-def notices(spec: RunSpec) -> list[str]:
-    """What the spec will do that a user might not expect (said before the run starts, not an error)."""
-    out = []
-    if spec.server.engine == "command":
-        from rig.server.command import uses_speculation
-
-        if not uses_speculation(spec.server):
-            out.append(
-                f"server.command places no {{steps}}: steps {','.join(map(str, spec.steps))} is recorded on "
-                f"every row, not given to the server"
-            )
-    asked = spec.asked_configs()
-    changed = [c for c in asked if as_it_runs(c) != c]
-    if changed:
-        c = changed[0]
-        out.append(
-            f"num_draft_tokens={c.num_draft_tokens} at steps {c.steps} (eagle_topk {c.eagle_topk}) runs "
-            f"{as_it_runs(c).num_draft_tokens}: SGLang uses steps + 1 with eagle_topk 1 and none without "
-            f"speculation (speculative_hook.py); {len(changed)} of {len(asked)} configuration(s) are planned "
-            f"and recorded as they run, {len(spec.server_configs())} launched"
-        )
-    n = spec.load.requests
-    above = [c for c in (spec.load.concurrency if spec.load.mode == "closed" else []) if n is not None and c > n]
-    if above:
-        out.append(
-            f"--requests {n} is below concurrency {', '.join(map(str, above))}: at most {n} requests are ever "
-            f"in flight there, so such a level measures concurrency {n} (give --requests >= the concurrency, "
-            f"or --duration)"
-        )
-    for wl in spec.workloads:
-        if wl.name != "dataset":
-            continue
-        from rig.workloads.datafile import skipped_entries
-        from rig.workloads.dataset import size
-
-        if wl.path is None:  # WorkloadSpec's validator requires it for the dataset workload
-            raise ValueError("the dataset workload needs a path")
-        n = size(wl)
-        if skipped_entries(wl.path):
-            out.append(
-                f"{wl.path}: {skipped_entries(wl.path)} ShareGPT conversation(s) without a human turn skipped; "
-                f"{n} usable"
-            )
-        if spec.load.requests and spec.load.requests > n and not wl.cycle:
-            out.append(
-                f"{wl.path} has {n} usable entries: each level sends {n}, not --requests "
-                f"{spec.load.requests} (--workload-opt cycle=true repeats the file)"
-            )
-    return out
 
 
 def _check_trace(spec: RunSpec) -> None:

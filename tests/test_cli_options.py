@@ -17,6 +17,8 @@ from rig.cli import cli
 from rig.cli_options import HAND_WRITTEN, SPEC_FLAGS, _unoptional, resolve_spec, run_options, spec_field
 from rig.config import RunSpec
 
+TRACE = Path(__file__).parent / "data" / "trace_small.jsonl"  # a dataset whose entries carry timestamps
+
 # Knobs set only in YAML (a run spec or a cluster file), each for a reason.
 YAML_ONLY = {
     "server.steps": "set per configuration from the run's steps (--steps)",
@@ -102,7 +104,9 @@ _SPECIAL: dict[str, tuple[list[str], str, Any]] = {
     "server.python": (["--engine", "vllm"], "/usr/bin/python3", "/usr/bin/python3"),
     "server.dialect": (["--api", "openai-chat"], "vllm", "vllm"),  # the sim's native API is SGLang's alone
     "load.mode": (["--rate", "1"], "gamma", "gamma"),
-    "load.burstiness": (["--rate", "1"], "2.5", 2.5),
+    "load.burstiness": (["--rate", "1", "--mode", "gamma"], "2.5", 2.5),
+    "load.trace_speed": (["--mode", "trace", "--dataset", str(TRACE)], "2.5", 2.5),
+    "load.grace_s": (["--duration", "5"], "2.5", 2.5),
     "run_id": ([], "run-1", "run-1"),
     "out": ([], "/tmp", Path("/tmp")),  # a directory: --out naming a file is refused (issue 23)
 }

@@ -133,7 +133,7 @@ def test_num_draft_tokens_grid_is_planned_as_it_runs():
     """SGLang runs steps + 1 draft tokens with eagle_topk 1 and passes none without speculation
     (arg_groups/speculative_hook.py::_handle_eagle_family): a num_draft_tokens grid plans one launch per value that
     really differs, and each configuration's knobs (the records' server_args) say what ran."""
-    from rig.config import notices
+    from rig.notices import notices
 
     spec = build_spec(
         {}, {"server": {"engine": "sglang"}, "steps": [0, 2], "server_grid": {"num_draft_tokens": [3, 8]}}

@@ -182,6 +182,7 @@ def test_sweep_search_bisects_records_points_and_resumes(tmp_path):
 
 # --- tune's decision rule, on known measurements and predictions ----------------------------------------------------
 
+from rig.tune.predict import Prediction, Verdict  # noqa: E402
 from rig.tune.tune import Knowledge  # noqa: E402
 
 LADDER = [1, 2, 4, 8, 16]
@@ -192,8 +193,11 @@ def _know(measured: dict, predicted: dict) -> Knowledge:
     return Knowledge(
         LADDER,
         ["a", "b", "c"],
-        {k: {"meets": v, "aggregate_tok_s": 100.0} for k, v in measured.items()},
-        {k: {"meets": v >= 0, "margin": v, "aggregate_tok_s": 100.0 + i} for i, (k, v) in enumerate(predicted.items())},
+        {k: Verdict(meets=v, aggregate_tok_s=100.0) for k, v in measured.items()},
+        {
+            k: Prediction(meets=v >= 0, margin=v, aggregate_tok_s=100.0 + i)
+            for i, (k, v) in enumerate(predicted.items())
+        },
     )
 
 

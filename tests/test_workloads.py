@@ -130,7 +130,7 @@ def test_code_dir_option(tmp_path: Path) -> None:
 def test_agent_sessions_grow_and_think() -> None:
     spec = WorkloadSpec(name="agentic", agent_turns={"median": 6, "sigma": 0.3, "min": 3, "max": 8})
     sessions = build_sessions(spec, seed=5, n_sessions=30)
-    system = corpus.agent_text()["system_prompt"]
+    system = corpus.agent_text().system_prompt
     tree = source_tree()
     multi = 0
     for s in sessions:

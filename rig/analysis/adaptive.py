@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from rig.analysis.tables import fmt
+from rig.contracts import SearchSection, TuneSection
 
 
 def _pct(x: float | None) -> str:
@@ -19,10 +20,10 @@ def _level(v: Any) -> str:
     return "–" if v is None else f"{v:g}"
 
 
-def search_table(section: dict[str, Any]) -> Table:
+def search_table(section: SearchSection) -> Table:
     """Per configuration and workload: max passing and min failing value, their margins, the probes it took."""
     t = Table(
-        title=f"SLO search ({section.get('describe', '')}; margin = headroom of the tightest SLO)",
+        title=f"SLO search ({section.describe}; margin = headroom of the tightest SLO)",
         title_justify="left",
         header_style="bold",
     )
@@ -39,19 +40,19 @@ def search_table(section: dict[str, Any]) -> Table:
         "Probes",
     ):
         t.add_column(c, justify="left" if c in ("Config", "Workload", "Outcome") else "right")
-    for r in section.get("results") or []:
-        mp, mf = r.get("max_passing") or {}, r.get("min_failing") or {}
+    for r in section.results:
+        mp, mf = r.max_passing or {}, r.min_failing or {}
         t.add_row(
-            str(r["server_config"]),
-            fmt(r.get("steps"), "d"),
-            str(r["workload"]),
-            r["status"] + (f": {r['error']}" if r.get("error") else ""),
+            str(r.server_config),
+            fmt(r.steps, "d"),
+            str(r.workload),
+            r.status + (f": {r.error}" if r.error else ""),
             _level(mp.get("level")),
             _pct(mp.get("margin")),
             fmt(mp.get("aggregate_tok_s")),
             _level(mf.get("level")),
             _pct(mf.get("margin")),
-            str(r.get("probes", 0)),
+            str(r.probes),
         )
     return t
 
@@ -147,10 +148,10 @@ def best_slo_table(rows: list[dict[str, Any]]) -> Table:
     return t
 
 
-def tune_tables(section: dict[str, Any]) -> list[Table]:
+def tune_tables(section: TuneSection) -> list[Table]:
     """Predicted vs measured for every probe, then the recommendation with its evidence."""
     t = Table(
-        title=f"rig tune: predicted vs measured ({section.get('describe', '')})",
+        title=f"rig tune: predicted vs measured ({section.describe})",
         title_justify="left",
         header_style="bold",
     )
@@ -168,25 +169,25 @@ def tune_tables(section: dict[str, Any]) -> list[Table]:
         "Verdict",
     ):
         t.add_column(c, justify="left" if c in ("Point", "Why", "Verdict") else "right")
-    for i, p in enumerate(section.get("probes") or [], 1):
-        verdict = "–" if p.get("meets") is None else ("meets" if p["meets"] else "misses")
-        if p.get("meets") is not None and p.get("predicted_meets") is not None and p["meets"] != p["predicted_meets"]:
+    for i, p in enumerate(section.probes, 1):
+        verdict = "–" if p.meets is None else ("meets" if p.meets else "misses")
+        if p.meets is not None and p.predicted_meets is not None and p.meets != p.predicted_meets:
             verdict += " (mispredicted)"
         t.add_row(
             str(i),
-            str(p.get("round")),
-            p["point"],
-            fmt(p.get("steps"), "d"),
-            _level(p.get("level")),
-            p.get("why") or "",
-            _pct(p.get("predicted_margin")),
-            _pct(p.get("margin")),
-            fmt(p.get("predicted_aggregate_tok_s")),
-            fmt(p.get("aggregate_tok_s")),
+            str(p.round),
+            p.point,
+            fmt(p.steps, "d"),
+            _level(p.level),
+            p.why or "",
+            _pct(p.predicted_margin),
+            _pct(p.margin),
+            fmt(p.predicted_aggregate_tok_s),
+            fmt(p.aggregate_tok_s),
             verdict,
         )
     out = [t]
-    rec = section.get("recommendation") or {}
+    rec = section.recommendation.model_dump() if section.recommendation else {}
     r = Table(title="rig tune: recommendation", title_justify="left", header_style="bold", show_header=False)
     r.add_column("", justify="left")
     r.add_column("", justify="left")

@@ -14,6 +14,8 @@ from rich.text import Text
 from rig.analysis.gate import Threshold, parse_threshold
 from rig.analysis.metrics import Slo, parse_slo
 from rig.analysis.runs import AnalysisInputError
+from rig.cli_options import settings_option
+from rig.contracts import DEFAULT_PERCENTILE, SloSettings
 
 
 def _slos(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> list[Slo]:
@@ -43,18 +45,12 @@ def _fail(e: Exception) -> click.ClickException:
 @click.option("--csv", "csv_dir", type=click.Path(path_type=Path), help="Write every table as CSV into DIR.")
 @click.option("--plots", "plots_dir", type=click.Path(path_type=Path), help="Write PNG plots into DIR.")
 @click.option("--html", "html_file", type=click.Path(path_type=Path), help="Write one self-contained HTML page.")
-@click.option(
-    "--slo",
-    "slos",
-    multiple=True,
-    callback=_slos,
-    metavar="METRIC=VALUE",
-    help="An SLO for goodput, e.g. --slo ttft=500ms --slo tpot=50ms (metrics: ttft, tpot, e2e).",
-)
-@click.option(
-    "--slo-percentile",
-    type=click.FloatRange(0, 100, min_open=True),
-    help="Percentile a point's requests must meet the SLOs at (default 99, or the search's).",
+@settings_option(SloSettings, "slos", callback=_slos)
+@settings_option(
+    SloSettings,
+    "percentile",
+    "slo_percentile",
+    own_default=f"{DEFAULT_PERCENTILE:g}, or the search's or tune's when the run was one",
 )
 @click.option(
     "--slo-cancelled",

@@ -14,6 +14,7 @@ from rig.analysis.plots import write_plots
 from rig.analysis.render import seeds_line
 from rig.analysis.report import Report
 from rig.analysis.tables import fmt, group_rows, group_title
+from rig.contracts import SearchSection
 
 Col = tuple[str, str, Callable[[Any], str]]
 
@@ -160,21 +161,21 @@ BEST_SLO_COLS: list[Col] = [
 ]
 
 
-def _flat_search(section: dict[str, Any]) -> list[dict[str, Any]]:
+def _flat_search(section: SearchSection) -> list[dict[str, Any]]:
     out = []
-    for r in section.get("results") or []:
-        mp, mf = r.get("max_passing") or {}, r.get("min_failing") or {}
+    for r in section.results:
+        mp, mf = r.max_passing or {}, r.min_failing or {}
         out.append(
             {
-                "server_config": r["server_config"],
-                "steps": r.get("steps"),
-                "workload": r["workload"],
-                "status": r["status"],
+                "server_config": r.server_config,
+                "steps": r.steps,
+                "workload": r.workload,
+                "status": r.status,
                 "max_passing": mp.get("level"),
                 "mp_margin": mp.get("margin"),
                 "min_failing": mf.get("level"),
                 "mf_margin": mf.get("margin"),
-                "probes": r.get("probes"),
+                "probes": r.probes,
             }
         )
     return out
@@ -311,16 +312,16 @@ def decision_html(report: Report) -> list[str]:
         ]
     if report.search:
         parts += [
-            f"<h2>SLO search ({html.escape(report.search.get('describe', ''))})</h2>",
+            f"<h2>SLO search ({html.escape(report.search.describe)})</h2>",
             table_html(_flat_search(report.search), SEARCH_COLS),
         ]
     if report.tune:
-        rec = report.tune.get("recommendation") or {}
+        rec = report.tune.recommendation
         parts += [
-            f"<h2>rig tune ({html.escape(report.tune.get('describe', ''))})</h2>",
-            f"<p><b>{html.escape(str(rec.get('answer', 'no recommendation')))}</b></p>",
-            f"<p>{html.escape(str(rec.get('evidence', '')))}</p>",
-            table_html(report.tune.get("probes") or [], TUNE_COLS, "predicted vs measured, every probe"),
+            f"<h2>rig tune ({html.escape(report.tune.describe)})</h2>",
+            f"<p><b>{html.escape(rec.answer if rec else 'no recommendation')}</b></p>",
+            f"<p>{html.escape(rec.evidence if rec else '')}</p>",
+            table_html([p.model_dump() for p in report.tune.probes], TUNE_COLS, "predicted vs measured, every probe"),
         ]
     return parts
 

@@ -21,7 +21,7 @@ from rig.analysis.percentiles import cdf_points, latency_rows, read_itl
 from rig.analysis.points import INVALIDATING, campaign_row, load_requests, sort_key
 from rig.analysis.runs import PointInfo, Run, load_run, point_files
 from rig.analysis.server_series import Series, counter_window_acceptance, point_series, summarize_point
-from rig.contracts import Manifest
+from rig.contracts import Manifest, SearchSection, TuneSection
 
 
 @dataclass
@@ -40,8 +40,8 @@ class Report:
     frontier: list[dict[str, Any]] = field(default_factory=list)  # Pareto points (rows also carry on_frontier)
     best_per_level: list[dict[str, Any]] = field(default_factory=list)
     best_per_slo: list[dict[str, Any]] = field(default_factory=list)
-    search: dict[str, Any] | None = None  # the manifest's SLO search section (rig sweep --search)
-    tune: dict[str, Any] | None = None  # the manifest's tune section (rig tune)
+    search: SearchSection | None = None  # the manifest's SLO search section (rig sweep --search)
+    tune: TuneSection | None = None  # the manifest's tune section (rig tune)
     series: dict[str, dict[str, Series]] = field(default_factory=dict)
     cdfs: dict[str, dict[str, tuple[np.ndarray, np.ndarray]]] = field(default_factory=dict)
     energy: bool = False  # campaign rows carry energy figures (the run has GPU telemetry)
@@ -68,10 +68,10 @@ class Report:
 def adaptive_slos(manifest: Manifest) -> tuple[list[m.Slo], float | None]:
     """The SLOs and percentile an SLO search or tune run was made for (none for a grid sweep)."""
     for section in (manifest.search, manifest.tune):
-        settings = (section or {}).get("settings") or {}
-        if settings.get("slos"):
+        settings = section.settings if section is not None else None
+        if settings is not None and settings.slos:
             try:
-                return [m.parse_slo(t) for t in settings["slos"]], float(settings.get("percentile") or 99.0)
+                return [m.parse_slo(t) for t in settings.slos], float(settings.percentile)
             except (ValueError, TypeError):
                 return [], None
     return [], None
@@ -340,8 +340,8 @@ def full_json(report: Report) -> dict[str, Any]:
         "best_per_level": report.best_per_level,
         "best_per_slo": report.best_per_slo,
         "goodput": report.goodput,
-        "search": report.search,
-        "tune": report.tune,
+        "search": report.search.model_dump(mode="json") if report.search else None,
+        "tune": report.tune.model_dump(mode="json") if report.tune else None,
         "objective": report.objective,
         "schedule": report.schedule,
         **({"telemetry": report.telemetry} if report.telemetry else {}),

@@ -1,7 +1,7 @@
 """The contracts that cross package boundaries: point identity, request record, generator report, manifest, validity.
 
 The runner writes them, the load generator fills them, analysis reads them: each shape is declared here once, one
-module per seam (``point``, ``records``, ``generator``, ``validity``, ``manifest``), and re-exported here.
+module per seam (``point``, ``records``, ``generator``, ``validity``, ``manifest``, ``search``), and re-exported here.
 The request record's Parquet schema is generated from ``RequestRecord``; the manifest is versioned and validated on
 read (older versions are migrated); a point's validity is judged by ``judge_point`` and nowhere else.
 """
@@ -37,9 +37,41 @@ from rig.contracts.records import (
     repair_record,
     unknown_columns,
 )
+from rig.contracts.search import (
+    DEFAULT_PERCENTILE,
+    MAX_CONCURRENCY,
+    MAX_RATE,
+    Recommendation,
+    SearchProbe,
+    SearchResult,
+    SearchSection,
+    SearchSettings,
+    SloSettings,
+    TuneLeader,
+    TuneNext,
+    TuneProbe,
+    TuneRound,
+    TuneSection,
+    TuneSettings,
+)
 from rig.contracts.validity import JUDGED_FLAGS, Thresholds, judge_point, thresholds_of_spec
 
 __all__ = [
+    "DEFAULT_PERCENTILE",
+    "MAX_CONCURRENCY",
+    "MAX_RATE",
+    "Recommendation",
+    "SearchProbe",
+    "SearchResult",
+    "SearchSection",
+    "SearchSettings",
+    "SloSettings",
+    "TuneLeader",
+    "TuneNext",
+    "TuneProbe",
+    "TuneRound",
+    "TuneSection",
+    "TuneSettings",
     "MANIFEST_VERSION",
     "ClusterInfo",
     "ContractError",

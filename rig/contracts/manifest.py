@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from rig.contracts.errors import ContractError
 from rig.contracts.generator import GeneratorReport, RecordCounts, WindowAcceptance
 from rig.contracts.point import IDENTITY_FIELDS, PointIdentity
+from rig.contracts.search import SearchSection, TuneSection
 from rig.contracts.validity import Thresholds, judge_point, thresholds_of_spec
 from rig.loadgen.dialects import DialectName
 
@@ -152,8 +153,8 @@ class Manifest(BaseModel):
     error: str | None = None
     stop_reason: str | None = None
     finished: float | None = None
-    search: dict[str, Any] | None = None  # rig sweep --search: its settings and steps (rig.tune owns the shape)
-    tune: dict[str, Any] | None = None  # rig tune: likewise
+    search: SearchSection | None = None  # rig sweep --search: its settings and results
+    tune: TuneSection | None = None  # rig tune: its settings, probes, rounds and recommendation
 
     @classmethod
     def from_data(cls, data: dict[str, Any]) -> Manifest:

@@ -134,7 +134,7 @@ class ServerLifecycle:
         # What the server really runs (it may change requested values) and whether it honours per-request seeds.
         effective = effective_config(cfg, info.get("/server_info"), desc["startup"])
         warnings = change_lines(cid, effective)
-        asked = [(w.name, w.sampling()) for w in self.spec.workloads]
+        asked = [(w.name, dict(w.sampling())) for w in self.spec.workloads]
         warnings += [f"server {cid}: {w}" for w in limits(dialect, asked)]  # what the dialect cannot send
         self.store.update_server_config(cid, effective=effective, warnings=warnings)
         for w in warnings:

@@ -10,7 +10,6 @@ costs and acceptance) is what the fit estimates.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
@@ -83,38 +82,71 @@ def as_requests(results: list[RequestResult]) -> m.Requests:
     )
 
 
-def predict(profile: Profile, sc: Scenario, slos: list[m.Slo], percentile: float) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Verdict:
+    """A level's SLO verdict, measured or predicted: meets, margin (headroom of the tightest SLO), throughput."""
+
+    meets: bool
+    margin: float | None = None
+    aggregate_tok_s: float | None = None
+
+
+@dataclass(frozen=True)
+class Prediction(Verdict):
+    """One level as the model predicts it."""
+
+    decode_tok_s: float | None = None
+    accept_length: float | None = None
+    max_running: float | None = None
+
+
+@dataclass
+class FitPoint:
+    """A measured point the profile is fitted to, with the scenario that replays it."""
+
+    point: str
+    server_config: str
+    level: int
+    aggregate_tok_s: float
+    decode_tok_s: float | None = None
+    mean_ttft_s: float | None = None
+    accept_length: float | None = None
+    scenario: Scenario | None = None  # set before each refit (the lengths and limits known by then)
+
+
+def predict(profile: Profile, sc: Scenario, slos: list[m.Slo], percentile: float) -> Prediction:
     """One level simulated: SLO verdict and margin, aggregate and decode tok/s."""
     level = run_closed_loop(profile, sc)
     summary = summarize(level)
     verdict = evaluate_slos(as_requests(level.requests), slos, percentile)
-    return {
-        "meets": verdict["meets"],
-        "margin": verdict["margin"],
-        "aggregate_tok_s": summary["aggregate_tok_s"],
-        "decode_tok_s": summary["decode_tok_s"],
-        "accept_length": summary["accept_length"],
-        "max_running": summary["max_running"],
-    }
+    return Prediction(
+        meets=verdict["meets"],
+        margin=verdict["margin"],
+        aggregate_tok_s=summary["aggregate_tok_s"],
+        decode_tok_s=summary["decode_tok_s"],
+        accept_length=summary["accept_length"],
+        max_running=summary["max_running"],
+    )
 
 
-def targets(measured: list[dict[str, Any]]) -> list[Target]:
+def targets(measured: list[FitPoint]) -> list[Target]:
     """Fit targets of measured points: aggregate and decode tok/s, mean TTFT, acceptance length."""
     out = []
     for p in measured:
-        sc: Scenario = p["scenario"]
-        label = f"{p['point']}"
-        out.append(Target(f"{label} aggregate", "aggregate_tok_s", p["aggregate_tok_s"], sc))
-        if p.get("decode_tok_s"):
-            out.append(Target(f"{label} decode", "decode_tok_s", p["decode_tok_s"], sc))
-        if p.get("mean_ttft_s"):
-            out.append(Target(f"{label} ttft", "mean_ttft_s", p["mean_ttft_s"], sc, weight=0.5))
-        if sc.steps > 0 and p.get("accept_length"):
-            out.append(Target(f"{label} accept length", "accept_length", p["accept_length"], sc, weight=0.5))
+        sc = p.scenario
+        assert sc is not None, f"{p.point}: no scenario to replay it"
+        label = f"{p.point}"
+        out.append(Target(f"{label} aggregate", "aggregate_tok_s", p.aggregate_tok_s, sc))
+        if p.decode_tok_s:
+            out.append(Target(f"{label} decode", "decode_tok_s", p.decode_tok_s, sc))
+        if p.mean_ttft_s:
+            out.append(Target(f"{label} ttft", "mean_ttft_s", p.mean_ttft_s, sc, weight=0.5))
+        if sc.steps > 0 and p.accept_length:
+            out.append(Target(f"{label} accept length", "accept_length", p.accept_length, sc, weight=0.5))
     return out
 
 
-def refit(profile: Profile, measured: list[dict[str, Any]], max_evals: int) -> tuple[Profile, float]:
+def refit(profile: Profile, measured: list[FitPoint], max_evals: int) -> tuple[Profile, float]:
     """The profile refitted to every measured point so far (from the current one: each refit starts where the last
     ended), and the fit's objective."""
     result = fit(targets(measured), profile, free=TUNE_FREE, max_evals=max_evals)

@@ -27,7 +27,7 @@ def build(spec: WorkloadSpec, seed: int, indices: range, id_prefix: str, stream:
     """Sessions ``indices`` of the agentic workload (several turns each)."""
     text = corpus.agent_text()
     tree = source.source_tree(spec.code_dir)
-    system = text["system_prompt"]
+    system = text.system_prompt
     out = []
     for i in indices:
         rng = session_rng(seed, spec.name, i, stream)
@@ -35,7 +35,7 @@ def build(spec: WorkloadSpec, seed: int, indices: range, id_prefix: str, stream:
         focus = source.pick_file(tree, rng, _FOCUS_MIN_CHARS)
         names = source.names_defined(source.read_source(tree.root, focus)) or ["main"]
         name = names[int(rng.integers(len(names)))]
-        task = text["tasks"][int(rng.integers(len(text["tasks"])))].format(path=focus, name=name)
+        task = text.tasks[int(rng.integers(len(text.tasks)))].format(path=focus, name=name)
         sid = f"{id_prefix}-{i:06d}"
         turns: list[Turn] = []
         context = estimate_tokens(system + task, spec.text_chars_per_token)

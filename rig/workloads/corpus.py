@@ -2,28 +2,53 @@
 
 from __future__ import annotations
 
-import json
 from functools import cache
 from importlib import resources
-from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+
+class ChatText(BaseModel):
+    """data/chat.json."""
+
+    model_config = ConfigDict(frozen=True)  # its '_about' line is for people
+
+    questions: tuple[str, ...]  # user questions and requests of varied topic and length
+    passages: tuple[str, ...]  # paragraph fragments used as pasted context
+
+
+class AgentText(BaseModel):
+    """data/agent.json: system prompt, task templates and test-log phrases for agent sessions."""
+
+    model_config = ConfigDict(frozen=True)
+
+    system_prompt: str
+    tasks: tuple[str, ...]
+    test_names: tuple[str, ...]
+    failure_messages: tuple[str, ...]
+
+
+def _read(name: str) -> str:
+    """The text of the data file ``rig/workloads/data/<name>.json`` (shipped with the package)."""
+    return resources.files("rig.workloads").joinpath("data", f"{name}.json").read_text("utf-8")
 
 
 @cache
-def load(name: str) -> dict[str, Any]:
-    """The parsed data file ``rig/workloads/data/<name>.json`` (shipped with the package)."""
-    return json.loads(resources.files("rig.workloads").joinpath("data", f"{name}.json").read_text("utf-8"))
+def chat() -> ChatText:
+    return ChatText.model_validate_json(_read("chat"))
 
 
 def chat_questions() -> tuple[str, ...]:
     """User questions and requests of varied topic and length."""
-    return tuple(load("chat")["questions"])
+    return chat().questions
 
 
 def chat_passages() -> tuple[str, ...]:
     """Paragraph fragments used as pasted context."""
-    return tuple(load("chat")["passages"])
+    return chat().passages
 
 
-def agent_text() -> dict[str, Any]:
+@cache
+def agent_text() -> AgentText:
     """System prompt, task templates and test-log phrases for agent sessions."""
-    return load("agent")
+    return AgentText.model_validate_json(_read("agent"))

@@ -44,7 +44,7 @@ options can serve a sweep over several workloads.
 from __future__ import annotations
 
 import math
-from typing import Any, Literal
+from typing import Any, Literal, TypedDict
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -85,6 +85,15 @@ _TOKEN_DISTS = (
     "agent_output_tokens",
     "tool_output_tokens",
 )
+
+
+class Sampling(TypedDict):
+    """The sampling parameters of a turn (keyword arguments of rig.workloads.base.Turn)."""
+
+    temperature: float
+    top_p: float
+    top_k: int
+    ignore_eos: bool
 
 
 class WorkloadSpec(BaseModel):
@@ -197,14 +206,9 @@ class WorkloadSpec(BaseModel):
             )
         return self
 
-    def sampling(self) -> dict[str, Any]:
+    def sampling(self) -> Sampling:
         """The sampling parameters every turn of this workload carries."""
-        return {
-            "temperature": self.temperature,
-            "top_p": self.top_p,
-            "top_k": self.top_k,
-            "ignore_eos": self.ignore_eos,
-        }
+        return Sampling(temperature=self.temperature, top_p=self.top_p, top_k=self.top_k, ignore_eos=self.ignore_eos)
 
 
 def _one_line(err: ValidationError) -> str:

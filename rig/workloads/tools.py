@@ -61,7 +61,7 @@ def list_dir(tree: SourceTree, rng: np.random.Generator, n_chars: int) -> tuple[
 def run_tests(tree: SourceTree, rng: np.random.Generator, n_chars: int, path: str) -> tuple[str, str]:
     """A pytest-like log: PASSED/FAILED lines, then failures quoting real lines of ``path``, then a summary."""
     text = corpus.agent_text()
-    names, failures = text["test_names"], text["failure_messages"]
+    names, failures = text.test_names, text.failure_messages
     module = path.rsplit("/", 1)[-1].removesuffix(".py")
     src = source.read_source(tree.root, path).splitlines()
     n_tests = int(rng.integers(8, 40))
