@@ -268,7 +268,7 @@ def test_a_cluster_address_that_is_not_ray_fails_with_rigs_line_within_the_bound
 
 
 def test_address_auto_joins_exactly_the_address_it_checked(tmp_path, monkeypatch):
-    import rig.cluster as cluster
+    import rig.placement.connect as cluster
     from rig.config import ClusterSpec
 
     srv = _NotRay()
@@ -706,7 +706,7 @@ def test_a_concurrency_search_with_fewer_requests_than_its_maximum_says_so():
 
 
 def test_a_stop_ends_the_wait_for_generator_placement(monkeypatch):
-    import rig.cluster as cluster
+    import rig.placement.plan as cluster
 
     class Handle:
         class info:

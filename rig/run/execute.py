@@ -12,10 +12,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import ray
 
-from rig import cluster
 from rig.config import RunSpec
 from rig.contracts import GeneratorReport, RecordCounts, ServerConfigEntry, Thresholds
 from rig.loadgen.plan import GeneratorPlan
+from rig.placement import gather_parts
 from rig.results import PART_GLOB, atomic_write, requests_dir
 from rig.run.fleet import Fleet
 from rig.run.lifecycle import ServerLifecycle, entry_dialect, served_model
@@ -291,7 +291,7 @@ class PointExecutor:
         if info is None:
             return {}
         rel = str(requests_dir(Path("."), pid, gid))
-        return cluster.gather_parts(self.run_dir, rel, info, self.spec.cluster.results_uri, self.spec.run_id)
+        return gather_parts(self.run_dir, rel, info, self.spec.cluster.results_uri, self.spec.run_id)
 
     def finish_point(
         self, pid: str, plans: list[GeneratorPlan], results: dict[int, GeneratorReport], server_died: int | None

@@ -9,10 +9,10 @@ from typing import Any
 
 import ray
 
-from rig import cluster
 from rig.config import RunSpec
 from rig.contracts import GpuTelemetry, ServerConfigEntry
 from rig.loadgen.dialects import Dialect, limits, resolve
+from rig.placement import measure_clock_offset
 from rig.results import server_log_path
 from rig.run.fleet import Fleet
 from rig.run.manifest_store import ManifestStore
@@ -153,7 +153,7 @@ class ServerLifecycle:
         if got.source == "simulated":
             self.progress.status(f"GPU telemetry: SIMULATED ({len(got.gpus)} GPUs of the simulator's power model)")
         try:
-            offset, _ = cluster.measure_clock_offset(self.handle)
+            offset, _ = measure_clock_offset(self.handle)
         except Exception:  # the samples still count; their times are then taken as the driver's
             offset = None
         return got.model_copy(update={"clock_offset_s": offset})
