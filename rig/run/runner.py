@@ -15,6 +15,7 @@ import ray
 from rig.config import RunSpec
 from rig.contracts import Manifest, PointEntry, ServerConfigEntry
 from rig.run.api_key import read_api_key
+from rig.run.context import RunContext
 from rig.run.errors import RunError
 from rig.run.execute import PointExecutor
 from rig.run.fleet import Fleet
@@ -54,12 +55,9 @@ class Runner:
         self.store = ManifestStore(self.run_dir, self.spec.load.mode)
         self.fleet = Fleet()
         self.api_key = read_api_key(self.spec)
-        self.server = ServerLifecycle(
-            self.spec, self.run_dir, self.store, self.progress, self.stop, self.fleet, self.api_key
-        )
-        self.executor = PointExecutor(
-            self.spec, self.run_dir, self.store, self.progress, self.stop, self.fleet, self.server, self.api_key
-        )
+        self.ctx = RunContext(self.spec, self.run_dir, self.store, self.progress, self.stop, self.fleet, self.api_key)
+        self.server = ServerLifecycle(self.ctx)
+        self.executor = PointExecutor(self.ctx, self.server)
 
     # ---------------------------------------------------------------- what planners and the CLI use
     @property
