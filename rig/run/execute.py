@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import ray
 
-from rig.contracts import GeneratorReport, RecordCounts, ServerConfigEntry, Thresholds
+from rig.contracts import FlushAnswer, GeneratorReport, GpuSamplerStats, RecordCounts, ServerConfigEntry, Thresholds
 from rig.loadgen.plan import GeneratorPlan
 from rig.placement import gather_parts
 from rig.results import PART_GLOB, atomic_write, requests_dir
@@ -74,7 +74,8 @@ class PointExecutor:
             return
         server = self.server.handle
         if self.ctx.spec.flush_cache:
-            store.update_point(pid, flush_cache=ray.get(server.flush_cache.remote()))
+            flushed = FlushAnswer.model_validate(ray.get(server.flush_cache.remote()))
+            store.update_point(pid, flush_cache=flushed.model_dump())
         before = ray.get(server.metrics_snapshot.remote())
         ray.get(server.start_scrape.remote(self.ctx.spec.run_id, pid, self.ctx.spec.metrics_interval_s))
         start_wall = time.time() + 1.0  # common start for every generator (driver clock)
@@ -146,7 +147,10 @@ class PointExecutor:
                 if lost:
                     self._flag(pid, "metrics_unwritten", lost)
                 if server_entry.telemetry is not None and server_entry.telemetry.source:
-                    store.update_point(pid, gpu_telemetry=ray.get(server.gpu_stats.remote()))
+                    stats = ray.get(server.gpu_stats.remote())
+                    if stats is not None:
+                        stats = GpuSamplerStats.model_validate(stats).model_dump()
+                    store.update_point(pid, gpu_telemetry=stats)
         except Exception as e:
             self._flag(pid, "metrics_unwritten", f"server metrics not saved: {_first_line(e)}")
         try:

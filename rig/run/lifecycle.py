@@ -9,7 +9,14 @@ from typing import Any
 
 import ray
 
-from rig.contracts import GpuTelemetry, ServerConfigEntry
+from rig.contracts import (
+    GpuTelemetry,
+    ServerConfigEntry,
+    ServerDescription,
+    ServerReady,
+    ServerStarted,
+    WaitProgress,
+)
 from rig.loadgen.dialects import Dialect, limits, resolve
 from rig.placement import measure_clock_offset
 from rig.results import server_log_path
@@ -71,16 +78,12 @@ class ServerLifecycle:
         self.ctx.store.set_server_config(
             cid, ServerConfigEntry(engine=cfg.engine, knobs=cfg.knobs(), status="starting")
         )
-        started = ray.get(self.handle.start.remote())
+        started = ServerStarted.model_validate(ray.get(self.handle.start.remote()))
         self.ctx.store.update_server_config(
-            cid,
-            command=started["command"],
-            url=started["url"],
-            node_ip=started.get("node_ip"),
-            gpu_ids=started.get("gpu_ids"),
+            cid, command=started.command, url=started.url, node_ip=started.node_ip, gpu_ids=started.gpu_ids
         )
         self.ctx.store.save()
-        self.ctx.progress.status(f"waiting for {cfg.engine} (steps={cfg.steps}) to be healthy at {started['url']}")
+        self.ctx.progress.status(f"waiting for {cfg.engine} (steps={cfg.steps}) to be healthy at {started.url}")
         ready_ref = self.handle.wait_ready.remote()
         next_note = time.monotonic() + 10
         while True:
@@ -92,21 +95,21 @@ class ServerLifecycle:
             if time.monotonic() >= next_note:  # a model load takes minutes: say what the wait sees
                 next_note += 10
                 with contextlib.suppress(Exception):
-                    w = ray.get(self.handle.wait_progress.remote(), timeout=2)
+                    seen = WaitProgress.model_validate(ray.get(self.handle.wait_progress.remote(), timeout=2))
                     self.ctx.progress.status(
-                        f"still waiting for {cfg.engine} at {started['url']}: {w['elapsed_s']:.0f}s, last: {w['last']}"
+                        f"still waiting for {cfg.engine} at {started.url}: {seen.elapsed_s:.0f}s, last: {seen.last}"
                     )
-        ready = ray.get(ready_ref)  # raises ServerError wrapped by Ray if the engine died
-        desc = ray.get(self.handle.describe.remote())
-        info = desc["info"]
+        ready = ServerReady.model_validate(ray.get(ready_ref))  # raises ServerError wrapped by Ray if the engine died
+        desc = ServerDescription.model_validate(ray.get(self.handle.describe.remote()))
+        info = desc.info
         # Which fields its requests may carry: the user's --dialect, the engine's, or what the probes found.
         dialect = resolve(cfg.engine, cfg.dialect, cfg.extra_body, info)
         self.ctx.store.update_server_config(
             cid,
             status="ready",
-            ready_after_s=ready["ready_after_s"],
-            ready_probe=ready.get("probe"),
-            startup=desc["startup"],
+            ready_after_s=ready.ready_after_s,
+            ready_probe=ready.probe,
+            startup=dict(desc.startup),
             server_info=info.get("/server_info"),
             model_info=info.get("/model_info"),
             info=info,
@@ -115,11 +118,11 @@ class ServerLifecycle:
         if dialect.source != "engine" or dialect.extra_body:  # what a user of a foreign server wants to see
             extra = f", extra body fields {', '.join(dialect.extra_body)}" if dialect.extra_body else ""
             self.ctx.progress.status(
-                f"{cfg.engine} ready at {ready.get('probe', '/health')}; requests speak the "
+                f"{cfg.engine} ready at {ready.probe}; requests speak the "
                 f"{dialect.name} dialect ({dialect.source}){extra}"
             )
         # What the server really runs (it may change requested values) and whether it honours per-request seeds.
-        effective = effective_config(cfg, info.get("/server_info"), desc["startup"])
+        effective = effective_config(cfg, info.get("/server_info"), desc.startup)
         warnings = change_lines(cid, effective)
         asked = [(w.name, w.sampling()) for w in self.ctx.spec.workloads]
         warnings += [f"server {cid}: {w}" for w in limits(dialect, asked)]  # what the dialect cannot send

@@ -18,7 +18,6 @@ interval: NVML calls block, and nothing of it runs on the engine's or the genera
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
@@ -29,6 +28,9 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, Protocol
 
+from pydantic import BaseModel
+
+from rig.contracts.server import GpuSamplerStats
 from rig.results import PartWriter
 
 log = logging.getLogger("rig.server.gpu")
@@ -205,6 +207,12 @@ def _text(v: Any) -> str:
 
 
 # ---------------------------------------------------------------------------------------------------------- sim
+class _SimGpus(BaseModel):
+    """The simulator's ``GET /sim/gpu`` answer (rig/sim/power.py)."""
+
+    gpus: list[dict[str, Any]]
+
+
 class SimulatedSource:
     """The simulator's modelled GPUs (``GET /sim/gpu``); each row is labelled simulated."""
 
@@ -214,16 +222,17 @@ class SimulatedSource:
         self.url = base_url.rstrip("/") + SIM_PATH
         self.headers = dict(headers or {})
         self.timeout_s = timeout_s
-        self.gpus = [{k: g.get(k) for k in ("index", "uuid", "name", "power_limit_mw")} for g in self._get()["gpus"]]
+        self.gpus = [{k: g.get(k) for k in ("index", "uuid", "name", "power_limit_mw")} for g in self._get()]
 
-    def _get(self) -> dict[str, Any]:
+    def _get(self) -> list[dict[str, Any]]:
+        """The simulator's GPUs, one JSON object each (a malformed answer is a ValueError)."""
         req = urllib.request.Request(self.url, headers=self.headers)
         with urllib.request.urlopen(req, timeout=self.timeout_s) as r:  # noqa: S310 (the engine's own URL)
-            return json.loads(r.read())
+            return _SimGpus.model_validate_json(r.read()).gpus
 
     def sample(self) -> list[dict[str, Any]]:
         rows = []
-        for g in self._get()["gpus"]:
+        for g in self._get():
             row = {k: g.get(k) for k in FIELDS}
             row.update(gpu_index=g["index"], gpu_uuid=g["uuid"], gpu_name=g["name"], errors=None)
             rows.append(row)
@@ -263,16 +272,18 @@ class SamplerStats:
     rows: int = 0
     rows_unwritten: int = 0  # rows the part writer still could not write at stop (a disk that stayed full)
 
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "samples": self.samples,
-            "failed": self.failed,
-            "last_error": self.last_error,
-            "rows": self.rows,
-            "rows_unwritten": self.rows_unwritten,
-            "cpu_s": round(self.cpu_s, 6),
-            "wall_s": round(self.wall_s, 6),
-        }
+    def report(self, source: str | None) -> GpuSamplerStats:
+        """The figures as the point's entry records them (times rounded to the microsecond)."""
+        return GpuSamplerStats(
+            source=source,
+            samples=self.samples,
+            failed=self.failed,
+            last_error=self.last_error,
+            rows=self.rows,
+            rows_unwritten=self.rows_unwritten,
+            cpu_s=round(self.cpu_s, 6),
+            wall_s=round(self.wall_s, 6),
+        )
 
 
 class GpuSampler:
