@@ -5,15 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    SerializationInfo,
-    SerializerFunctionWrapHandler,
-    model_serializer,
-    with_config,
-)
+from pydantic import BaseModel, ConfigDict, Field, with_config
 from typing_extensions import TypedDict
 
 KnobValue = str | int | float | bool | None
@@ -129,7 +121,7 @@ class KnobChange(BaseModel):
 
 class EffectiveConfig(BaseModel):
     """What a server really ran with against what was asked (rig.server.effective), and whether it honours
-    per-request sampling seeds (None: unknown). Older manifests may lack some keys: they are written back as read."""
+    per-request sampling seeds (None: unknown). Older manifests may lack some keys (read as their defaults)."""
 
     model_config = ConfigDict(extra="allow")
 
@@ -137,9 +129,3 @@ class EffectiveConfig(BaseModel):
     effective: Knobs = Field(default_factory=dict)
     changed: list[KnobChange] = Field(default_factory=list)
     seeds_honoured: bool | None = None
-
-    @model_serializer(mode="wrap")
-    def _as_given(self, handler: SerializerFunctionWrapHandler, info: SerializationInfo) -> dict[str, Any]:
-        """Only the keys it was given (an older manifest's entry is written back as it was read)."""
-        data: dict[str, Any] = handler(self)
-        return {k: v for k, v in data.items() if k in self.model_fields_set or k not in type(self).model_fields}

@@ -9,10 +9,13 @@ num_draft_tokens = steps + 1, max running requests becomes 48 under speculation 
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, TypeVar
 
 from rig.contracts.server import EffectiveConfig, KnobChange, Knobs, KnobValue, StartupFacts
 from rig.server.spec import ServerConfig
+
+V = TypeVar("V")  # a knob value of the configuration (a list for extra_args)
 
 ALIASES = {"NEXTN": "EAGLE"}  # spec_registry.py: NEXTN is a reserved alias of EAGLE, not a change
 
@@ -150,9 +153,9 @@ def deterministic_line(config_id: str, eff: EffectiveConfig) -> str | None:
     )
 
 
-def label_knobs(knobs: dict[str, Any], eff: EffectiveConfig | None) -> dict[str, Any]:
+def label_knobs(knobs: Mapping[str, V], eff: EffectiveConfig | None) -> dict[str, V | KnobValue]:
     """The point's knobs with the values the server actually ran (for labels and grouping)."""
-    out = dict(knobs)
+    out: dict[str, V | KnobValue] = dict(knobs)
     for c in eff.changed if eff is not None else []:
         if c.knob in out:
             out[c.knob] = c.effective
