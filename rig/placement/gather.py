@@ -35,9 +35,11 @@ def set_outputs(
         sees = ray.get([g.sees.remote(str(probe), token) for g in generators], timeout=60)
     finally:
         probe.unlink(missing_ok=True)
-    plans = [output_for(spec, run_id, out_root, seen, info) for info, seen in zip(gen_info, sees)]
-    problems = ray.get([g.set_output.remote(root, uri) for g, (root, uri, _) in zip(generators, plans)], timeout=120)
-    for info, (root, uri, mode), problem in zip(gen_info, plans, problems):
+    plans = [output_for(spec, run_id, out_root, seen, info) for info, seen in zip(gen_info, sees, strict=True)]
+    problems = ray.get(
+        [g.set_output.remote(root, uri) for g, (root, uri, _) in zip(generators, plans, strict=True)], timeout=120
+    )
+    for info, (_root, uri, mode), problem in zip(gen_info, plans, problems, strict=True):
         if problem:
             raise ClusterError(
                 f"generator {info['generator']} on {info.get('host')} ({info.get('node_ip')}) "
@@ -45,7 +47,7 @@ def set_outputs(
             )
         info["output_mode"], info["ship_uri"] = mode, uri
     infos = ray.get([g.info.remote() for g in generators])
-    for info, now in zip(gen_info, infos):
+    for info, now in zip(gen_info, infos, strict=True):
         info["spool_root"] = now["spool_root"]  # filled in for its host
 
 

@@ -43,9 +43,7 @@ class Placement:
 def _matches(node: RayNode, label: dict[str, str], resource: str | None) -> bool:
     if label and any(node.labels.get(k) != v for k, v in label.items()):
         return False
-    if resource and node.resources.get(resource, 0) <= 0:
-        return False
-    return True
+    return not resource or node.resources.get(resource, 0) > 0
 
 
 def _describe_selector(label: dict[str, str], resource: str | None) -> str:

@@ -130,9 +130,8 @@ class PointExecutor:
                 continue  # stopping: no progress polls (each waits on a maybe swamped generator)
             counts = self.ctx.fleet.poll_progress()
             self.ctx.progress.point_update(sum(counts.get(k, 0) for k in ("ok", "failed", "cancelled")), counts)
-        if server_died is None:  # it may have died just as the last requests failed against it
-            if not ray.get(server.alive.remote()):
-                server_died = ray.get(exit_ref, timeout=5)
+        if server_died is None and not ray.get(server.alive.remote()):  # it may have died as the last requests failed
+            server_died = ray.get(exit_ref, timeout=5)
         # A stopped run skips the closing snapshot: a swamped server would hold the stop up for its timeout.
         stopping = self.ctx.stop.is_set()
         # What follows only adds to the point (counters, server metrics, gathered parts): a fault there is the
@@ -179,7 +178,7 @@ class PointExecutor:
         """Each generator's warm-up (successes per generator), watched like a level: a stop request cancels it, and
         a generator that does not return within STOP_GRACE_S of it is left behind (the point is not run). A blocking
         get here held a Ctrl-C for the request timeout against a server that stalls mid-stream."""
-        refs = [g.prepare.remote(pl) for g, pl in zip(handles, plans)]
+        refs = [g.prepare.remote(pl) for g, pl in zip(handles, plans, strict=True)]
         stop_since: float | None = None
         while True:
             done, pending = ray.wait(refs, num_returns=len(refs), timeout=0.5)
@@ -217,10 +216,10 @@ class PointExecutor:
         """A generator died mid-point: keep what its closed part files hold, count it, and stop using it."""
         self.ctx.fleet.drop(gid)
         result = GeneratorReport(generator=gid, status="failed", error=why)
-        try:
-            self.gather_one(pid, gid)  # its parts may still be on its host (the node outlives the actor)
-        except Exception:
-            pass  # its host is gone too: count what reached the results dir
+        # Its parts may still be on its host (the node outlives the actor); if its host is gone too, count what
+        # reached the results dir.
+        with contextlib.suppress(Exception):
+            self.gather_one(pid, gid)
         gen_dir = requests_dir(self.ctx.run_dir, pid, gid)
         if gen_dir.exists():
             statuses: list[str] = []

@@ -98,7 +98,7 @@ class Fleet:
         except ClusterError as e:
             raise RunError(str(e)) from None
         corpus = self._check_corpus(spec)
-        for g, info in zip(self.generators, self.gen_info):
+        for g, info in zip(self.generators, self.gen_info, strict=True):
             # offset = generator clock - driver clock; every record carries it (driver time = ts - offset)
             offset, rtt = measure_clock_offset(g)
             info["clock_offset_s"], info["clock_rtt_s"] = offset, rtt
@@ -147,10 +147,8 @@ class Fleet:
     def stop_all(self) -> None:
         """Ask every live generator to stop its point (in-flight requests are recorded as cancelled)."""
         for _, g in self.active:
-            try:
+            with contextlib.suppress(Exception):
                 g.stop.remote()
-            except Exception:
-                pass
 
     def poll_progress(self) -> dict[str, int]:
         """Summed progress counters of the live generators (a busy one is skipped this beat)."""
@@ -167,19 +165,13 @@ class Fleet:
     def close(self) -> None:
         """Close and kill the generators, release the placement, and shut Ray down if this run started it."""
         for g in self.generators:
-            try:
+            with contextlib.suppress(Exception):
                 ray.get(g.close.remote(), timeout=5)
-            except Exception:
-                pass
-            try:
+            with contextlib.suppress(Exception):
                 ray.kill(g)
-            except Exception:
-                pass
         self.generators = []
-        try:
+        with contextlib.suppress(Exception):
             release(self.placement)
-        except Exception:
-            pass
         if self.started_ray and ray.is_initialized():
             ray.shutdown()
 

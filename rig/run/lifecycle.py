@@ -172,12 +172,8 @@ class ServerLifecycle:
         """Stop the engine and kill the server actor (no-op when none is up)."""
         if self.handle is None:
             return
-        try:
+        with contextlib.suppress(Exception):  # already dead
             ray.get(self.handle.stop.remote(self.grace()), timeout=60)
-        except Exception:  # already dead
-            pass
-        try:
+        with contextlib.suppress(Exception):
             ray.kill(self.handle)
-        except Exception:
-            pass
         self.handle = None

@@ -199,7 +199,7 @@ class Runner:
                         if grid:
                             self.progress.status(f"server {p.config_id} failed to start: {first}")
                         if self.spec.fail_fast:
-                            raise RunError(f"server {p.config_id} failed to start: {first}")
+                            raise RunError(f"server {p.config_id} failed to start: {first}") from None
                         continue
                     current = p.config_id
                 try:

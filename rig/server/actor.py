@@ -123,14 +123,15 @@ class ServerActor:
         except ValueError as e:  # a command template that cannot be filled (checked before the run; here for safety)
             raise ServerError(f"{self.cfg.engine}: {e}") from None
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        log = open(self.log_path, "ab")
         env = {**os.environ, **self.engine.env(self.cfg)}
         if self.api_key:
             self.argv = [*self.argv, "--api-key", self.api_key] if self.cfg.engine in ("sglang", "sim") else self.argv
             env["VLLM_API_KEY"] = self.api_key
         # Plain Popen: no start_new_session, so Ray's process-group cleanup sweeps the engine's whole tree.
-        self.proc = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
-        log.close()
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(
+                self.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env
+            )
         url_host = self.node_ip if bind in ("0.0.0.0", "::") else bind
         self.url = f"http://{url_host}:{port}"
         return ServerStarted(

@@ -18,6 +18,7 @@ interval: NVML calls block, and nothing of it runs on the engine's or the genera
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -161,7 +162,7 @@ class NvmlSource:
     def sample(self) -> list[dict[str, Any]]:
         nvml = self.nvml
         rows = []
-        for h, info in zip(self.handles, self.gpus):
+        for h, info in zip(self.handles, self.gpus, strict=True):
             row: dict[str, Any] = {
                 "gpu_index": info["index"],
                 "gpu_uuid": info["uuid"],
@@ -169,37 +170,37 @@ class NvmlSource:
                 "power_limit_mw": info.get("power_limit_mw"),
             }
             errors: list[str] = []
-
-            def get(name: str, fn: Callable[[], Any]) -> Any:
-                try:
-                    return fn()
-                except nvml.NVMLError as e:
-                    errors.append(f"{name}: {e}")
-                    return None
-
-            row["power_mw"] = get("power_mw", lambda: nvml.nvmlDeviceGetPowerUsage(h))
-            row["energy_mj"] = get("energy_mj", lambda: nvml.nvmlDeviceGetTotalEnergyConsumption(h))
-            util = get("utilization", lambda: nvml.nvmlDeviceGetUtilizationRates(h))
+            row["power_mw"] = self._read(errors, "power_mw", nvml.nvmlDeviceGetPowerUsage, h)
+            row["energy_mj"] = self._read(errors, "energy_mj", nvml.nvmlDeviceGetTotalEnergyConsumption, h)
+            util = self._read(errors, "utilization", nvml.nvmlDeviceGetUtilizationRates, h)
             row["util_gpu_pct"] = util.gpu if util is not None else None
             row["util_mem_pct"] = util.memory if util is not None else None
-            mem = get("memory", lambda: nvml.nvmlDeviceGetMemoryInfo(h))
+            mem = self._read(errors, "memory", nvml.nvmlDeviceGetMemoryInfo, h)
             row["mem_used_bytes"] = mem.used if mem is not None else None
             row["mem_total_bytes"] = mem.total if mem is not None else None
-            row["sm_clock_mhz"] = get("sm_clock_mhz", lambda: nvml.nvmlDeviceGetClockInfo(h, nvml.NVML_CLOCK_SM))
-            row["temperature_c"] = get(
-                "temperature_c", lambda: nvml.nvmlDeviceGetTemperature(h, nvml.NVML_TEMPERATURE_GPU)
+            row["sm_clock_mhz"] = self._read(errors, "sm_clock_mhz", nvml.nvmlDeviceGetClockInfo, h, nvml.NVML_CLOCK_SM)
+            row["temperature_c"] = self._read(
+                errors, "temperature_c", nvml.nvmlDeviceGetTemperature, h, nvml.NVML_TEMPERATURE_GPU
             )
             reasons = self._reasons
-            row["throttle_reasons"] = get("throttle_reasons", lambda: reasons(h)) if reasons is not None else None
+            row["throttle_reasons"] = (
+                self._read(errors, "throttle_reasons", reasons, h) if reasons is not None else None
+            )
             row["errors"] = "; ".join(errors) or None
             rows.append(row)
         return rows
 
-    def close(self) -> None:
+    def _read(self, errors: list[str], name: str, query: Callable[..., Any], *args: Any) -> Any:
+        """One NVML query; a field the device does not support is None, with the reason added to ``errors``."""
         try:
+            return query(*args)
+        except self.nvml.NVMLError as e:
+            errors.append(f"{name}: {e}")
+            return None
+
+    def close(self) -> None:
+        with contextlib.suppress(self.nvml.NVMLError):
             self.nvml.nvmlShutdown()
-        except self.nvml.NVMLError:
-            pass
 
 
 def _text(v: Any) -> str:
