@@ -62,24 +62,45 @@ def plan_placement(
     """Pre-flight: check the nodes can host the server and the generators, and say how to place them."""
     if n_generators < 1:
         raise PlacementError("at least one load generator is needed (--clients >= 1)")
-    local = spec.address is None
-    if local:
-        have = nodes[0].gpus if nodes else 0
-        if n_gpus and have and have < n_gpus:
-            raise PlacementError(f"the server needs {n_gpus} GPUs; this machine has {have:g}")
-        return Placement(
-            # Ask Ray for the GPUs when the machine has them (that sets CUDA_VISIBLE_DEVICES); the sim needs none.
-            server_options={"num_cpus": 0, "num_gpus": n_gpus if have else 0},
-            generator_options=[{"num_cpus": 1} for _ in range(n_generators)],
-            server_node=nodes[0].node_id if nodes else None,
-            client_nodes=[nodes[0].node_id] * n_generators if nodes else [],
-            local=True,
-            server_nodes=[nodes[0].node_id] if nodes else [],
-            per_host=max(n_generators, spec.per_host),
-        )
+    if spec.address is None:
+        return _plan_local(spec, nodes, n_gpus, n_generators)
     timeout_s = timeout_s if timeout_s is not None else spec.placement_timeout_s
+    server_opts, server_ids = _plan_server(spec, nodes, n_gpus)
+    avoid = [] if spec.allow_generators_on_server_node else server_ids
+    clients = _client_hosts(spec, nodes, avoid, n_generators)
+    gen_opts, pg = _generator_options(spec, avoid, n_generators, timeout_s)
+    return Placement(
+        server_opts,
+        gen_opts,
+        server_ids[0] if len(server_ids) == 1 else None,
+        [c.node_id for c in clients],
+        local=False,
+        placement_group=pg,
+        server_nodes=server_ids,
+        per_host=spec.per_host,
+        allow_on_server=spec.allow_generators_on_server_node,
+    )
 
-    # --- the server
+
+def _plan_local(spec: ClusterSpec, nodes: list[RayNode], n_gpus: int, n_generators: int) -> Placement:
+    """One machine (the embedded default): everything on the local node."""
+    have = nodes[0].gpus if nodes else 0
+    if n_gpus and have and have < n_gpus:
+        raise PlacementError(f"the server needs {n_gpus} GPUs; this machine has {have:g}")
+    return Placement(
+        # Ask Ray for the GPUs when the machine has them (that sets CUDA_VISIBLE_DEVICES); the sim needs none.
+        server_options={"num_cpus": 0, "num_gpus": n_gpus if have else 0},
+        generator_options=[{"num_cpus": 1} for _ in range(n_generators)],
+        server_node=nodes[0].node_id if nodes else None,
+        client_nodes=[nodes[0].node_id] * n_generators if nodes else [],
+        local=True,
+        server_nodes=[nodes[0].node_id] if nodes else [],
+        per_host=max(n_generators, spec.per_host),
+    )
+
+
+def _plan_server(spec: ClusterSpec, nodes: list[RayNode], n_gpus: int) -> tuple[dict[str, Any], list[str]]:
+    """The server actor's options and the nodes that can host it."""
     servers = [n for n in nodes if _matches(n, spec.server_label, spec.server_resource)]
     if n_gpus and not (spec.server_label or spec.server_resource):
         servers = [n for n in servers if n.gpus > 0]
@@ -99,71 +120,69 @@ def plan_placement(
         server_opts["label_selector"] = dict(spec.server_label)
     if spec.server_resource:
         server_opts["resources"] = {spec.server_resource: 1}
-    server_ids = [s.node_id for s in servers]
-    server_node = server_ids[0] if len(server_ids) == 1 else None
+    return server_opts, [s.node_id for s in servers]
 
-    # --- the generators
+
+def _where(spec: ClusterSpec) -> str:
+    """The client hosts asked for, in words (for error messages)."""
+    off_server = "" if spec.allow_generators_on_server_node else ", not the server node"
+    return _describe_selector(spec.client_label, spec.client_resource) + off_server
+
+
+def _client_hosts(spec: ClusterSpec, nodes: list[RayNode], avoid: list[str], n_generators: int) -> list[RayNode]:
+    """The nodes that may host generators; PlacementError when their slots cannot take ``n_generators``."""
     clients = [n for n in nodes if _matches(n, spec.client_label, spec.client_resource)]
-    avoid = [] if spec.allow_generators_on_server_node else server_ids
     clients = [n for n in clients if n.node_id not in set(avoid)]
     if not spec.client_label and not spec.client_resource:
         clients = [n for n in clients if n.cpus >= 1]  # e.g. a head started with --num-cpus=0 hosts nothing
-    where = _describe_selector(spec.client_label, spec.client_resource)
-    off_server = "" if spec.allow_generators_on_server_node else ", not the server node"
     per_host = spec.per_host
     if spec.client_resource:
         # Each generator takes 1/per_host of the host's count resource: a host advertising 1 runs per_host
         # generators, one advertising k runs k * per_host. A hard guarantee: extra generators queue, never double up.
-        share = 1.0 / per_host
         slots = {n.node_id: int(n.resources.get(spec.client_resource, 0) * per_host + 1e-9) for n in clients}
-        capacity = sum(slots.values())
     else:
         slots = {n.node_id: per_host if n.cpus >= per_host else 0 for n in clients}
-        capacity = sum(slots.values())
+    capacity = sum(slots.values())
     if capacity < n_generators:
         hosts = sum(1 for v in slots.values() if v > 0)
         raise PlacementError(
-            f"{n_generators} generator(s) asked for, but only {hosts} client host(s) with {where}{off_server} "
+            f"{n_generators} generator(s) asked for, but only {hosts} client host(s) with {_where(spec)} "
             f"x per_host {per_host} = {capacity} slot(s); add client hosts or lower --clients"
         )
+    return clients
 
+
+def _generator_options(
+    spec: ClusterSpec, avoid: list[str], n_generators: int, timeout_s: float
+) -> tuple[list[dict[str, Any]], Any]:
+    """Each generator actor's options, and the placement group they are spread over (None with a count
+    resource)."""
+    per_host = spec.per_host
     selector = {**dict(spec.client_label), **_exclude(avoid)}
-    pg = None
     if spec.client_resource:
-        opts: dict[str, Any] = {"num_cpus": 0, "resources": {spec.client_resource: share}}
+        opts: dict[str, Any] = {"num_cpus": 0, "resources": {spec.client_resource: 1.0 / per_host}}
         if selector:
             opts["label_selector"] = selector
-        gen_opts = [dict(opts) for _ in range(n_generators)]
-    else:
-        hosts = -(-n_generators // per_host)
-        kwargs: dict[str, Any] = {"strategy": "STRICT_SPREAD"}
-        if selector:
-            kwargs["bundle_label_selector"] = [dict(selector) for _ in range(hosts)]
-        pg = placement_group([{"CPU": per_host}] * hosts, **kwargs)
-        try:
-            ray.get(pg.ready(), timeout=timeout_s)
-        except Exception:
-            remove_placement_group(pg)
-            raise PlacementError(
-                f"could not spread {hosts} generator bundle(s) of {per_host} CPU over distinct "
-                f"client hosts with {where}{off_server} within {timeout_s:g}s (STRICT_SPREAD); "
-                f"are their CPUs in use?"
-            ) from None
-        gen_opts = [
-            {"num_cpus": 1, "scheduling_strategy": PlacementGroupSchedulingStrategy(pg, i // per_host)}
-            for i in range(n_generators)
-        ]
-    return Placement(
-        server_opts,
-        gen_opts,
-        server_node,
-        [c.node_id for c in clients],
-        local=False,
-        placement_group=pg,
-        server_nodes=server_ids,
-        per_host=per_host,
-        allow_on_server=spec.allow_generators_on_server_node,
-    )
+        return [dict(opts) for _ in range(n_generators)], None
+    hosts = -(-n_generators // per_host)
+    kwargs: dict[str, Any] = {"strategy": "STRICT_SPREAD"}
+    if selector:
+        kwargs["bundle_label_selector"] = [dict(selector) for _ in range(hosts)]
+    pg = placement_group([{"CPU": per_host}] * hosts, **kwargs)
+    try:
+        ray.get(pg.ready(), timeout=timeout_s)
+    except Exception:
+        remove_placement_group(pg)
+        raise PlacementError(
+            f"could not spread {hosts} generator bundle(s) of {per_host} CPU over distinct "
+            f"client hosts with {_where(spec)} within {timeout_s:g}s (STRICT_SPREAD); "
+            f"are their CPUs in use?"
+        ) from None
+    gen_opts: list[dict[str, Any]] = [
+        {"num_cpus": 1, "scheduling_strategy": PlacementGroupSchedulingStrategy(pg, i // per_host)}
+        for i in range(n_generators)
+    ]
+    return gen_opts, pg
 
 
 def verify_generators(placement: Placement, gen_info: list[dict[str, Any]]) -> None:

@@ -86,6 +86,31 @@ class PointExecutor:
         refs = [g.run_point.remote(start_wall) for g in handles]
         exit_ref = server.wait_exit.remote()
         self.ctx.progress.point_start(pid, total)
+        results, server_died = self._watch(pid, plans, refs, exit_ref)
+        if server_died is None and not ray.get(server.alive.remote()):  # it may have died as the last requests failed
+            server_died = ray.get(exit_ref, timeout=5)
+        after, metric_parts = self._close_metrics(pid, server_entry, server_died)
+        try:
+            self.gather(pid, results, metric_parts)
+        except Exception as e:
+            self._flag(pid, "metrics_unwritten", f"server metrics not copied: {_first_line(e)}")
+        # Counter increases over the point's window (warm-up excluded): the server's own token accounting.
+        store.update_point(
+            pid,
+            ended_ts=time.time(),
+            window_acceptance=engine_for(cfg.engine).window_acceptance(before, after) if after else None,
+            server_counters_delta={k: after[k] - before.get(k, 0.0) for k in sorted(after) if k.endswith("_total")}
+            if after
+            else None,
+        )
+        self.finish_point(pid, plans, results, server_died)
+        self.ctx.progress.point_end(pid, store.entry(pid))
+
+    def _watch(
+        self, pid: str, plans: list[GeneratorPlan], refs: list[Any], exit_ref: Any
+    ) -> tuple[dict[int, GeneratorReport], int | None]:
+        """Wait for the generators' results while watching the server and the stop request; returns each
+        generator's report and the server's exit code when it died during the point."""
         results: dict[int, GeneratorReport] = {}
         server_died: int | None = None
         pending = list(refs)
@@ -109,33 +134,35 @@ class PointExecutor:
                     stop_since = self.ctx.stop.at or time.monotonic()
                     self.ctx.fleet.stop_all()
                 if pending and time.monotonic() - stop_since > STOP_GRACE_S:
-                    # Too busy to stop in time (an overloaded event loop): kill them, then count what reached
-                    # the disk, so the manifest's counts are exactly the rows there.
-                    self.ctx.progress.status(
-                        f"{len(pending)} generator(s) did not stop within {STOP_GRACE_S:g}s: "
-                        f"killed; counting their rows on disk"
-                    )
-                    for ref in pending:
-                        gid = plans[refs.index(ref)].generator
-                        handle = self.ctx.fleet.handle(gid)
-                        with contextlib.suppress(Exception):
-                            ray.kill(handle)
-                        results[gid] = self.salvage(
-                            pid, gid, f"killed: still running {STOP_GRACE_S:g}s after the stop request"
-                        )
-                        results[gid].status = "interrupted"  # stopped, by force: not a fault of the point
-                    pending = []
+                    self._kill(pid, [plans[refs.index(ref)].generator for ref in pending], results)
                     break
             if stop_since is not None:
                 continue  # stopping: no progress polls (each waits on a maybe swamped generator)
             counts = self.ctx.fleet.poll_progress()
             self.ctx.progress.point_update(sum(counts.get(k, 0) for k in ("ok", "failed", "cancelled")), counts)
-        if server_died is None and not ray.get(server.alive.remote()):  # it may have died as the last requests failed
-            server_died = ray.get(exit_ref, timeout=5)
+        return results, server_died
+
+    def _kill(self, pid: str, gids: list[int], results: dict[int, GeneratorReport]) -> None:
+        """Generators too busy to stop in time (an overloaded event loop): kill them, then count what reached the
+        disk, so the manifest's counts are exactly the rows there."""
+        self.ctx.progress.status(
+            f"{len(gids)} generator(s) did not stop within {STOP_GRACE_S:g}s: killed; counting their rows on disk"
+        )
+        for gid in gids:
+            handle = self.ctx.fleet.handle(gid)
+            with contextlib.suppress(Exception):
+                ray.kill(handle)
+            results[gid] = self.salvage(pid, gid, f"killed: still running {STOP_GRACE_S:g}s after the stop request")
+            results[gid].status = "interrupted"  # stopped, by force: not a fault of the point
+
+    def _close_metrics(
+        self, pid: str, server_entry: ServerConfigEntry, server_died: int | None
+    ) -> tuple[dict[str, float], list[str]]:
+        """The closing counter snapshot, the scrape's part files and the GPU sampler's figures. What this adds
+        to the point is its flag on a fault, never a loss of the generators' results and their accounting."""
+        server = self.server.handle
         # A stopped run skips the closing snapshot: a swamped server would hold the stop up for its timeout.
         stopping = self.ctx.stop.is_set()
-        # What follows only adds to the point (counters, server metrics, gathered parts): a fault there is the
-        # point's flag, never a loss of the generators' results and their accounting (finish_point always runs).
         after: dict[str, float] = {}
         metric_parts: list[str] = []
         try:
@@ -149,24 +176,10 @@ class PointExecutor:
                     stats = ray.get(server.gpu_stats.remote())
                     if stats is not None:
                         stats = GpuSamplerStats.model_validate(stats).model_dump()
-                    store.update_point(pid, gpu_telemetry=stats)
+                    self.ctx.store.update_point(pid, gpu_telemetry=stats)
         except Exception as e:
             self._flag(pid, "metrics_unwritten", f"server metrics not saved: {_first_line(e)}")
-        try:
-            self.gather(pid, results, metric_parts)
-        except Exception as e:
-            self._flag(pid, "metrics_unwritten", f"server metrics not copied: {_first_line(e)}")
-        # Counter increases over the point's window (warm-up excluded): the server's own token accounting.
-        store.update_point(
-            pid,
-            ended_ts=time.time(),
-            window_acceptance=engine_for(cfg.engine).window_acceptance(before, after) if after else None,
-            server_counters_delta={k: after[k] - before.get(k, 0.0) for k in sorted(after) if k.endswith("_total")}
-            if after
-            else None,
-        )
-        self.finish_point(pid, plans, results, server_died)
-        self.ctx.progress.point_end(pid, store.entry(pid))
+        return after, metric_parts
 
     def _flag(self, pid: str, flag: str, why: str) -> None:
         """A flag with its reason on the point (kept by finish_point's verdict) and on screen."""
