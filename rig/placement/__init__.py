@@ -3,7 +3,7 @@ offsets, files on nodes and the gathering of part files: one module per job. Eve
 is a ``ClusterError`` with a one-line message."""
 
 from rig.placement.clocks import best_offset, host_clocks, measure_clock_offset
-from rig.placement.connect import connect, session_dir
+from rig.placement.connection import connect, session_dir
 from rig.placement.discovery import ClusterLayout, RayNode, describe_nodes
 from rig.placement.errors import ClusterError, PlacementError
 from rig.placement.gather import gather_parts, output_for, set_outputs
