@@ -55,51 +55,9 @@ class ServerLifecycle:
 
     def launch(self, cfg: ServerConfig) -> ServerConfigEntry:
         """Start the engine of ``cfg`` and wait until it is healthy; return its manifest entry."""
-        Server = server_class()
-        log_rel = str(server_log_path(Path("."), cfg.config_id()))
-        c = self.ctx.spec.cluster
-        placement = self.ctx.fleet.placement
-        if placement is None:
-            raise RuntimeError("server launch before the fleet is placed (Fleet.setup runs first)")
-        # The server node writes where it can: the run directory on one machine or a shared filesystem, else a
-        # local spool; the driver fetches the log and metrics parts through Ray (fetch_log, execute's gather).
-        self.spooled = not (placement.local or c.shared_results)
-        root = (
-            f"{c.spool_dir.rstrip('/')}/{self.ctx.spec.run_id}/server"
-            if self.spooled
-            else str(self.ctx.run_dir.resolve())
-        )
-        if placement.local and cfg.host is None:
-            # The embedded default is one machine: the engine listens on loopback only (not the LAN), and the
-            # generators reach it there. Multi-host placement binds the node's address as before.
-            cfg = cfg.model_copy(update={"host": "127.0.0.1"})
-        self.handle = Server.options(**placement.server_options).remote(cfg, root, log_rel, self.ctx.api_key)
+        cfg, started = self._start(cfg)
+        ready = self._wait_ready(cfg, started)
         cid = cfg.config_id()
-        self.ctx.store.set_server_config(
-            cid, ServerConfigEntry(engine=cfg.engine, knobs=cfg.knobs(), status="starting")
-        )
-        started = ServerStarted.model_validate(ray.get(self.handle.start.remote()))
-        self.ctx.store.update_server_config(
-            cid, command=started.command, url=started.url, node_ip=started.node_ip, gpu_ids=started.gpu_ids
-        )
-        self.ctx.store.save()
-        self.ctx.progress.status(f"waiting for {cfg.engine} (steps={cfg.steps}) to be healthy at {started.url}")
-        ready_ref = self.handle.wait_ready.remote()
-        next_note = time.monotonic() + 10
-        while True:
-            done, _ = ray.wait([ready_ref], timeout=0.5)
-            if done:
-                break
-            if self.ctx.stop.is_set():
-                raise KeyboardInterrupt
-            if time.monotonic() >= next_note:  # a model load takes minutes: say what the wait sees
-                next_note += 10
-                with contextlib.suppress(Exception):
-                    seen = WaitProgress.model_validate(ray.get(self.handle.wait_progress.remote(), timeout=2))
-                    self.ctx.progress.status(
-                        f"still waiting for {cfg.engine} at {started.url}: {seen.elapsed_s:.0f}s, last: {seen.last}"
-                    )
-        ready = ServerReady.model_validate(ray.get(ready_ref))  # raises ServerError wrapped by Ray if the engine died
         desc = ServerDescription.model_validate(ray.get(self.handle.describe.remote()))
         info = desc.info
         # Which fields its requests may carry: the user's --dialect, the engine's, or what the probes found.
@@ -132,6 +90,61 @@ class ServerLifecycle:
         self.ctx.store.update_server_config(cid, telemetry=self.open_telemetry())
         self.ctx.store.save()
         return self.ctx.store.server_config(cid)
+
+    def _start(self, cfg: ServerConfig) -> tuple[ServerConfig, ServerStarted]:
+        """Create the server actor where the placement says and start the engine; returns the configuration as
+        launched (on one machine it listens on loopback) and what the actor reported."""
+        Server = server_class()
+        log_rel = str(server_log_path(Path("."), cfg.config_id()))
+        c = self.ctx.spec.cluster
+        placement = self.ctx.fleet.placement
+        if placement is None:
+            raise RuntimeError("server launch before the fleet is placed (Fleet.setup runs first)")
+        # The server node writes where it can: the run directory on one machine or a shared filesystem, else a
+        # local spool; the driver fetches the log and metrics parts through Ray (fetch_log, execute's gather).
+        self.spooled = not (placement.local or c.shared_results)
+        root = (
+            f"{c.spool_dir.rstrip('/')}/{self.ctx.spec.run_id}/server"
+            if self.spooled
+            else str(self.ctx.run_dir.resolve())
+        )
+        if placement.local and cfg.host is None:
+            # The embedded default is one machine: the engine listens on loopback only (not the LAN), and the
+            # generators reach it there. Multi-host placement binds the node's address as before.
+            cfg = cfg.model_copy(update={"host": "127.0.0.1"})
+        self.handle = Server.options(**placement.server_options).remote(cfg, root, log_rel, self.ctx.api_key)
+        cid = cfg.config_id()
+        self.ctx.store.set_server_config(
+            cid, ServerConfigEntry(engine=cfg.engine, knobs=cfg.knobs(), status="starting")
+        )
+        started = ServerStarted.model_validate(ray.get(self.handle.start.remote()))
+        self.ctx.store.update_server_config(
+            cid, command=started.command, url=started.url, node_ip=started.node_ip, gpu_ids=started.gpu_ids
+        )
+        self.ctx.store.save()
+        return cfg, started
+
+    def _wait_ready(self, cfg: ServerConfig, started: ServerStarted) -> ServerReady:
+        """Wait until the engine answers healthy, saying every 10 s what the wait sees (a model load takes
+        minutes); a stop request ends the wait (KeyboardInterrupt), an engine that died raises its ServerError
+        (wrapped by Ray)."""
+        self.ctx.progress.status(f"waiting for {cfg.engine} (steps={cfg.steps}) to be healthy at {started.url}")
+        ready_ref = self.handle.wait_ready.remote()
+        next_note = time.monotonic() + 10
+        while True:
+            done, _ = ray.wait([ready_ref], timeout=0.5)
+            if done:
+                break
+            if self.ctx.stop.is_set():
+                raise KeyboardInterrupt
+            if time.monotonic() >= next_note:
+                next_note += 10
+                with contextlib.suppress(Exception):
+                    seen = WaitProgress.model_validate(ray.get(self.handle.wait_progress.remote(), timeout=2))
+                    self.ctx.progress.status(
+                        f"still waiting for {cfg.engine} at {started.url}: {seen.elapsed_s:.0f}s, last: {seen.last}"
+                    )
+        return ServerReady.model_validate(ray.get(ready_ref))
 
     def open_telemetry(self) -> GpuTelemetry:
         """The server node's GPU telemetry (NVML, or the simulator's model) or why there is none, with the node's
