@@ -376,9 +376,9 @@ def resume_spec(run_dir: Path) -> RunSpec:
 @click.option("--connect/--no-connect", default=True, help="Also check a reachable cluster's nodes.")
 def check(cluster_file: Path, connect: bool) -> None:
     """Validate a cluster file and, when its cluster is reachable, check that its nodes match."""
-    from rig.cluster import PlacementError, plan_placement
-    from rig.cluster import connect as ray_connect
     from rig.config import ClusterSpec
+    from rig.placement import PlacementError, plan_placement
+    from rig.placement import connect as ray_connect
 
     try:
         doc = load_yaml(cluster_file)
@@ -393,7 +393,7 @@ def check(cluster_file: Path, connect: bool) -> None:
         return
     import ray
 
-    from rig.cluster import ClusterError
+    from rig.placement import ClusterError
 
     try:
         layout = ray_connect(c, 1)
@@ -405,9 +405,9 @@ def check(cluster_file: Path, connect: bool) -> None:
         from rig.server.engines import engine_for
 
         gpus = engine_for(spec.server.engine).num_gpus(spec.server)
-        n_clients = len([n for n in layout["nodes"] if all(n["labels"].get(k) == v for k, v in c.client_label.items())])
-        placement = plan_placement(c, layout["nodes"], gpus, max(1, n_clients * c.per_host if c.client_label else 1))
-        click.echo(f"{len(layout['nodes'])} nodes; server node ok; {len(placement.client_nodes)} client host(s)")
+        n_clients = len([n for n in layout.nodes if all(n.labels.get(k) == v for k, v in c.client_label.items())])
+        placement = plan_placement(c, layout.nodes, gpus, max(1, n_clients * c.per_host if c.client_label else 1))
+        click.echo(f"{len(layout.nodes)} nodes; server node ok; {len(placement.client_nodes)} client host(s)")
     except PlacementError as e:
         raise click.ClickException(str(e)) from None
     finally:

@@ -189,7 +189,7 @@ class TableBuilder:
 
     def table(self) -> pa.Table:
         assert not self._todo, "pieces left to convert"
-        cols = [pa.chunked_array(chunks, type=f.type) for chunks, f in zip(self._chunks, self.schema)]
+        cols = [pa.chunked_array(chunks, type=f.type) for chunks, f in zip(self._chunks, self.schema, strict=True)]
         return pa.Table.from_arrays(cols, schema=self.schema)
 
 
@@ -279,10 +279,10 @@ class PartWriter:
                 len(self._rows) >= self.max_rows or time.monotonic() - (self._oldest or 0) >= self.max_age_s
             )
         if due:
-            try:
+            with contextlib.suppress(
+                OSError
+            ):  # recorded by write(); the rows stay buffered for the next call or close()
                 self.flush()
-            except OSError:  # recorded by write(); the rows stay buffered for the next call or close()
-                pass
 
     def flush(self) -> None:
         rows = self.take(force=True)

@@ -189,10 +189,10 @@ def test_the_simulated_sglang_behind_an_external_url_is_identified_by_its_model_
             await actor._session().close()
             await server.close()
             await srv.engine.stop()
-        return ready, desc["info"]
+        return ready, desc.info
 
     ready, info = asyncio.run(go())
-    assert ready["probe"] == "/health"
+    assert ready.probe == "/health"
     assert resolve("external", None, {}, info) == Dialect("sglang", {}, "probe:/model_info")
     assert resolve("external", "plain", {}, info).source == "user"
 

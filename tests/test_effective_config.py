@@ -30,15 +30,15 @@ def test_topk1_draft_tokens_reset_is_a_change_and_relabels_the_point():
     """arg_groups/speculative_hook.py: topk 1 forces num_draft_tokens = steps + 1; a grid of 8 ran 4."""
     cfg = ServerConfig(engine="sglang", steps=3, num_draft_tokens=8)
     eff = effective_config(cfg, _info(draft=4), {})
-    assert eff["changed"] == [{"knob": "num_draft_tokens", "requested": 8, "effective": 4}]
+    assert eff.model_dump()["changed"] == [{"knob": "num_draft_tokens", "requested": 8, "effective": 4}]
     assert label_knobs(cfg.knobs(), eff)["num_draft_tokens"] == 4
-    assert eff["seeds_honoured"] is False
+    assert eff.seeds_honoured is False
 
 
 def test_nextn_alias_and_consistent_values_are_not_changes():
     cfg = ServerConfig(engine="sim", steps=3, spec_algorithm="NEXTN")
     eff = effective_config(cfg, _info(), {})
-    assert eff["changed"] == [] and eff["effective"]["max_running_requests"] == 48
+    assert eff.changed == [] and eff.effective["max_running_requests"] == 48
 
 
 def test_requested_max_running_requests_capped_by_server_is_a_change():
@@ -49,7 +49,7 @@ def test_requested_max_running_requests_capped_by_server_is_a_change():
         "internal_states": [{"effective_max_running_requests_per_dp": 130}],
     }
     eff = effective_config(cfg, info, {})
-    assert eff["changed"] == [{"knob": "max_running_requests", "requested": 256, "effective": 130}]
+    assert eff.model_dump()["changed"] == [{"knob": "max_running_requests", "requested": 256, "effective": 130}]
 
 
 def test_deterministic_flag_passes_enable_deterministic_inference_and_seeds_count():
@@ -57,18 +57,16 @@ def test_deterministic_flag_passes_enable_deterministic_inference_and_seeds_coun
     argv = engine_for("sglang").argv(cfg, "0.0.0.0", 30000)
     assert argv.count("--enable-deterministic-inference") == 1
     eff = effective_config(cfg, {"enable_deterministic_inference": True, "internal_states": [{}]}, {})
-    assert eff["seeds_honoured"] is True and eff["changed"] == []
+    assert eff.seeds_honoured is True and eff.changed == []
     off = effective_config(cfg, {"enable_deterministic_inference": False, "internal_states": [{}]}, {})
-    assert off["seeds_honoured"] is False and off["changed"][0]["knob"] == "deterministic_inference"
+    assert off.seeds_honoured is False and off.changed[0].knob == "deterministic_inference"
     # Off by default, and then absent from the knobs, so configuration ids from before the knob stay the same.
     assert "deterministic" not in ServerConfig(engine="sglang").knobs()
 
 
 def test_seeds_honoured_by_engine():
-    assert effective_config(ServerConfig(engine="vllm"), None, {})["seeds_honoured"] is True
-    assert (
-        effective_config(ServerConfig(engine="external", url="http://127.0.0.1:1"), None, {})["seeds_honoured"] is None
-    )
+    assert effective_config(ServerConfig(engine="vllm"), None, {}).seeds_honoured is True
+    assert effective_config(ServerConfig(engine="external", url="http://127.0.0.1:1"), None, {}).seeds_honoured is None
 
 
 def test_dry_run_prints_a_command_to_paste_with_a_concrete_port():
@@ -239,7 +237,7 @@ def test_deterministic_engine_changes_are_read_back_and_said():
     info = {**resolve(argv).as_dict(), "internal_states": [{}]}  # what the sim's /server_info lists
     eff = effective_config(cfg, info, {})
     assert {
-        k: eff["effective"][k] for k in ("radix_cache", "attention_backend", "sampling_backend", "custom_all_reduce")
+        k: eff.effective[k] for k in ("radix_cache", "attention_backend", "sampling_backend", "custom_all_reduce")
     } == {
         "radix_cache": False,
         "attention_backend": "flashinfer",
@@ -252,7 +250,7 @@ def test_deterministic_engine_changes_are_read_back_and_said():
     plain = ServerConfig(engine="sim", steps=0, tp=4)
     info = {**resolve(engine_for("sim").argv(plain, "127.0.0.1", 1)[3:]).as_dict(), "internal_states": [{}]}
     eff = effective_config(plain, info, {})
-    assert eff["effective"]["radix_cache"] is True and change_lines("sim-s0", eff) == []
+    assert eff.effective["radix_cache"] is True and change_lines("sim-s0", eff) == []
 
 
 def test_report_prints_what_deterministic_inference_changed(tmp_path):

@@ -250,7 +250,7 @@ def test_waiting_on_a_closed_port_reports_progress_and_fails_in_bounded_time():
         return seen, time.monotonic() - t0, str(err.value)
 
     seen, waited, msg = asyncio.run(go())
-    assert seen["elapsed_s"] > 0.5 and "refused" in seen["last"]
+    assert seen.elapsed_s > 0.5 and "refused" in seen.last
     assert waited < 3.0 and "refused" in msg and "\n" not in msg
 
 

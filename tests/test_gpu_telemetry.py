@@ -171,7 +171,7 @@ def test_the_server_actor_records_why_telemetry_is_absent(tmp_path, monkeypatch)
     actor = ServerActor(ServerConfig(engine="sglang"), str(tmp_path), "server.log")
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     got = asyncio.run(actor.open_telemetry())
-    assert got["source"] is None and got["absent_reason"].startswith("no GPU assigned to the server actor")
+    assert got.source is None and got.absent_reason.startswith("no GPU assigned to the server actor")
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
     try:
         pynvml.nvmlInit()
@@ -180,7 +180,7 @@ def test_the_server_actor_records_why_telemetry_is_absent(tmp_path, monkeypatch)
     except pynvml.NVMLError:
         pass
     got = asyncio.run(actor.open_telemetry())
-    assert got == {
+    assert got.model_dump(exclude_unset=True) == {
         "source": None,
         "node_ip": "127.0.0.1",
         "absent_reason": "NVML unavailable: NVMLError_LibraryNotFound: NVML Shared Library Not Found",

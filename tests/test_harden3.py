@@ -268,7 +268,7 @@ def test_a_cluster_address_that_is_not_ray_fails_with_rigs_line_within_the_bound
 
 
 def test_address_auto_joins_exactly_the_address_it_checked(tmp_path, monkeypatch):
-    import rig.cluster as cluster
+    import rig.placement.connection as cluster
     from rig.config import ClusterSpec
 
     srv = _NotRay()
@@ -706,7 +706,7 @@ def test_a_concurrency_search_with_fewer_requests_than_its_maximum_says_so():
 
 
 def test_a_stop_ends_the_wait_for_generator_placement(monkeypatch):
-    import rig.cluster as cluster
+    import rig.placement.plan as cluster
 
     class Handle:
         class info:
@@ -758,6 +758,7 @@ def test_a_server_metrics_write_error_never_erases_a_points_accounting(tmp_path,
     import rig.run.fleet as fleet_mod
     from rig.config import build_spec
     from rig.contracts import GeneratorReport, RecordCounts, ServerConfigEntry
+    from rig.run.context import RunContext
     from rig.run.execute import PointExecutor
     from rig.run.fleet import Fleet
     from rig.run.manifest_store import ManifestStore
@@ -821,16 +822,8 @@ def test_a_server_metrics_write_error_never_erases_a_points_accounting(tmp_path,
     fleet = Fleet()
     fleet.active = [(0, gen)]
     fleet.gen_info = [{"generator": 0, "node_id": None}]
-    ex = PointExecutor(
-        spec,
-        tmp_path,
-        store,
-        Progress(),
-        StopControl(lambda m: None),
-        fleet,
-        types.SimpleNamespace(handle=server),
-        None,
-    )
+    ctx = RunContext(spec, tmp_path, store, Progress(), StopControl(lambda m: None), fleet, None)
+    ex = PointExecutor(ctx, types.SimpleNamespace(handle=server))
     ex.gather_one = lambda pid, gid: {}
     ex.run_point(point, ServerConfigEntry(url="http://127.0.0.1:9", dialect="sglang"))
     e = store.entry(point.point)

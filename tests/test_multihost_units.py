@@ -12,7 +12,7 @@ import pytest
 from aiohttp.test_utils import TestServer
 from fake_server import make_app
 
-from rig import cluster as rc
+from rig import placement as rc
 from rig.config import ClusterSpec, SpecError, build_spec
 from rig.contracts import PointColumns
 from rig.loadgen import actor as actor_mod

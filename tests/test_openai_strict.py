@@ -174,8 +174,8 @@ def test_ready_without_health_through_v1_models_and_identified_as_plain():
         return ready, desc
 
     ready, desc = asyncio.run(go())
-    assert ready["probe"] == "/v1/models" and ready["ready_after_s"] < 2
-    info = desc["info"]
+    assert ready.probe == "/v1/models" and ready.ready_after_s < 2
+    info = desc.info
     assert info["/v1/models"]["data"][0]["id"] == MODEL
     assert info["/model_info"] == {"http_status": 404} and info["/version"] == {"http_status": 404}
     assert resolve("external", None, {}, info) == Dialect("plain", {}, "default")

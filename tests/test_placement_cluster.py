@@ -20,7 +20,7 @@ import yaml
 ray = pytest.importorskip("ray")
 from ray.cluster_utils import Cluster  # noqa: E402
 
-from rig import cluster as rc  # noqa: E402
+from rig import placement as rc  # noqa: E402
 from rig.config import ClusterSpec  # noqa: E402
 from rig.loadgen.actor import remote_class as generator_class  # noqa: E402
 from rig.results import read_manifest, read_requests  # noqa: E402
@@ -70,7 +70,7 @@ def spec(fc, **kw) -> ClusterSpec:
 
 
 def nodes():
-    return rc.describe_nodes()["nodes"]
+    return rc.describe_nodes().nodes
 
 
 @ray.remote(max_restarts=0)

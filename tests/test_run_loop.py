@@ -199,9 +199,7 @@ def test_an_internal_error_fails_its_point_with_one_line_and_the_run_goes_on(tmp
     messages: list[str] = []
     runner = make_runner(tmp_path, "bug", messages=messages)
     stand_in = runner.executor
-    real = PointExecutor(
-        runner.spec, runner.run_dir, runner.store, runner.progress, runner.stop, runner.fleet, runner.server, None
-    )
+    real = PointExecutor(runner.ctx, runner.server)
 
     class Broken:
         """The stand-in's points, except a2, whose run raises a multi-line error; the real executor records it."""

@@ -462,7 +462,7 @@ def test_rig_flushes_with_a_timeout_so_a_pending_request_is_waited_for(twin, tmp
         await actor._http.close()
         return result
 
-    assert run(go())["status"] == 200
+    assert run(go()).status == 200
 
 
 def test_health_runs_a_generation_and_takes_at_least_a_second(twin):

@@ -117,7 +117,7 @@ def start_tserve(executable: Path, model: Path, log_dir: Path) -> TServeServer:
             f"transformers serve did not start: {str(e).splitlines()[0]}; log "
             f"{actor.log_path}:\n{_tail(actor.log_path.read_text(errors='replace'))}"
         ) from None
-    return TServeServer(actor=actor, loop=loop, cfg=cfg, url=started["url"], startup_s=ready["ready_after_s"])
+    return TServeServer(actor=actor, loop=loop, cfg=cfg, url=started.url, startup_s=ready.ready_after_s)
 
 
 @pytest.fixture(scope="session")

@@ -146,7 +146,7 @@ def server_configs_table(runs: list[Run], names: list[str]) -> pa.Table:
                     "status": cfg.status,
                     "error": cfg.error,
                     "knobs": _json(cfg.knobs),
-                    "effective": _json(cfg.effective),
+                    "effective": _json(cfg.effective.model_dump(mode="json") if cfg.effective is not None else None),
                     "server_info": _json(cfg.server_info),
                     "ready_after_s": cfg.ready_after_s,
                 }

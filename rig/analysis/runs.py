@@ -249,7 +249,7 @@ def load_run(run_dir: Path | str, thresholds: str | None = None) -> Run:
             continue
         seen.add(name)
         cfg = manifest.server_configs.get(entry.server_config or "") or ServerConfigEntry()
-        eff = cfg.effective or {}
+        eff = cfg.effective
         knobs = label_knobs(cfg.knobs, eff)  # a value the server changed is labelled as it ran
         try:
             p = PointInfo(
@@ -260,7 +260,7 @@ def load_run(run_dir: Path | str, thresholds: str | None = None) -> Run:
                     "error": entry.error or None,
                 },
                 knobs=knobs,
-                seeds_honoured=eff.get("seeds_honoured"),
+                seeds_honoured=eff.seeds_honoured if eff is not None else None,
             )
         except ValidationError as e:
             raise AnalysisInputError(f"{mpath}: point {name}: {e.errors()[0]['msg']}") from None
@@ -324,14 +324,14 @@ def effective_warnings(manifest: Manifest) -> list[str]:
     sampled = sampled_workloads(manifest)
     ran: dict[str, list[str]] = {}  # effective knobs -> configurations that ran them
     for cid, cfg in manifest.server_configs.items():
-        eff = cfg.effective or {}
+        eff = cfg.effective
         out += change_lines(cid, eff)
-        if eff.get("changed"):
+        if eff is not None and eff.changed:
             key = json.dumps(label_knobs(cfg.knobs, eff), sort_keys=True, default=str)
             ran.setdefault(key, []).append(cid)
         else:
             ran.setdefault(json.dumps(cfg.knobs, sort_keys=True, default=str), []).append(cid)
-        if eff.get("seeds_honoured") is False and sampled:
+        if eff is not None and eff.seeds_honoured is False and sampled:
             out.append(
                 f"server {cid} does not honour per-request seeds (SGLang needs "
                 f"--enable-deterministic-inference; rig run --deterministic, which also changes the engine: "

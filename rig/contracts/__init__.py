@@ -2,6 +2,7 @@
 
 The runner writes them, the load generator fills them, analysis reads them: each shape is declared here once, one
 module per seam (``point``, ``records``, ``generator``, ``validity``, ``manifest``, ``search``), and re-exported here.
+module per seam (``point``, ``records``, ``generator``, ``validity``, ``manifest``, ``server``), and re-exported here.
 The request record's Parquet schema is generated from ``RequestRecord``; the manifest is versioned and validated on
 read (older versions are migrated); a point's validity is judged by ``judge_point`` and nowhere else.
 """
@@ -17,7 +18,6 @@ from rig.contracts.manifest import (
     MANIFEST_VERSION,
     ClusterInfo,
     GeneratorHost,
-    GpuTelemetry,
     Manifest,
     PointEntry,
     PointStatus,
@@ -53,6 +53,20 @@ from rig.contracts.search import (
     TuneRound,
     TuneSection,
     TuneSettings,
+)
+from rig.contracts.server import (
+    EffectiveConfig,
+    FlushAnswer,
+    GpuSamplerStats,
+    GpuTelemetry,
+    KnobChange,
+    Knobs,
+    KnobValue,
+    ServerDescription,
+    ServerReady,
+    ServerStarted,
+    StartupFacts,
+    WaitProgress,
 )
 from rig.contracts.validity import JUDGED_FLAGS, Thresholds, judge_point, thresholds_of_spec
 
@@ -92,6 +106,17 @@ __all__ = [
     "RecordCounts",
     "RequestRecord",
     "ServerConfigEntry",
+    "EffectiveConfig",
+    "FlushAnswer",
+    "GpuSamplerStats",
+    "KnobChange",
+    "KnobValue",
+    "Knobs",
+    "ServerDescription",
+    "ServerReady",
+    "ServerStarted",
+    "StartupFacts",
+    "WaitProgress",
     "Thresholds",
     "WindowAcceptance",
     "achieved_rate",

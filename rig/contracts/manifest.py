@@ -11,6 +11,7 @@ from rig.contracts.errors import ContractError
 from rig.contracts.generator import GeneratorReport, RecordCounts, WindowAcceptance
 from rig.contracts.point import IDENTITY_FIELDS, PointIdentity
 from rig.contracts.search import SearchSection, TuneSection
+from rig.contracts.server import EffectiveConfig, GpuTelemetry
 from rig.contracts.validity import Thresholds, judge_point, thresholds_of_spec
 from rig.loadgen.dialects import DialectName
 
@@ -73,20 +74,6 @@ class PointEntry(BaseModel):
         self.flag_reasons = dict(sorted(flags.items()))
 
 
-class GpuTelemetry(BaseModel):
-    """The server node's GPU telemetry for one server configuration (rig.server.gpu_telemetry): where its samples
-    come from, or why there are none."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    source: Literal["nvml", "simulated"] | None = None  # None: absent
-    absent_reason: str | None = None
-    gpus: list[dict[str, Any]] = Field(default_factory=list)  # NVML index, uuid, name, power limit (mW)
-    node_ip: str | None = None
-    clock_offset_s: float | None = None  # server node clock - driver clock (gpu_metrics ts - offset = driver time)
-    note: str | None = None  # e.g. that simulated figures come from the simulator's power model
-
-
 class ServerConfigEntry(BaseModel):
     """One server configuration (several points share one launch): what was asked, what ran, how it went."""
 
@@ -101,11 +88,11 @@ class ServerConfigEntry(BaseModel):
     node_ip: str | None = None
     gpu_ids: list[Any] | None = None
     ready_after_s: float | None = None
-    startup: dict[str, Any] | None = None
+    startup: dict[str, Any] | None = None  # what the engine's startup log said (rig.contracts.server.StartupFacts)
     server_info: Any = None  # the engine's own JSON answers, as they came
     model_info: Any = None
     info: dict[str, Any] | None = None
-    effective: dict[str, Any] | None = None  # rig.server.effective: what the server really ran
+    effective: EffectiveConfig | None = None  # rig.server.effective: what the server really ran
     warnings: list[str] | None = None
     stopped: bool | None = None
     ready_probe: str | None = None  # the path that first answered 200 (/health, else /v1/models)

@@ -12,19 +12,15 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import ray
 
-from rig import cluster
-from rig.config import RunSpec
-from rig.contracts import GeneratorReport, RecordCounts, ServerConfigEntry, Thresholds
+from rig.contracts import FlushAnswer, GeneratorReport, GpuSamplerStats, RecordCounts, ServerConfigEntry, Thresholds
 from rig.loadgen.plan import GeneratorPlan
+from rig.placement import gather_parts
 from rig.results import PART_GLOB, atomic_write, requests_dir
-from rig.run.fleet import Fleet
+from rig.run.context import RunContext
 from rig.run.lifecycle import ServerLifecycle, entry_dialect, served_model
-from rig.run.manifest_store import ManifestStore
 from rig.run.plans import build_plans
 from rig.run.points import Point
-from rig.run.progress import Progress
 from rig.run.rundir import log_traceback, supersede
-from rig.run.signals import StopControl
 from rig.run.statuses import dialect_flags, point_verdict
 from rig.server.engines import engine_for
 
@@ -40,63 +36,48 @@ def _first_line(e: BaseException) -> str:
 class PointExecutor:
     """Runs points on the fleet against the running server and records each one's outcome in the manifest."""
 
-    def __init__(
-        self,
-        spec: RunSpec,
-        run_dir: Path,
-        store: ManifestStore,
-        progress: Progress,
-        stop: StopControl,
-        fleet: Fleet,
-        server: ServerLifecycle,
-        api_key: str | None,
-    ):
-        self.spec = spec
-        self.run_dir = run_dir
-        self.store = store
-        self.progress = progress
-        self.stop = stop
-        self.fleet = fleet
+    def __init__(self, ctx: RunContext, server: ServerLifecycle):
+        self.ctx = ctx
         self.server = server
-        self.api_key = api_key
 
     def run_point(self, p: Point, server_entry: ServerConfigEntry) -> None:
         pid = p.point
-        store = self.store
-        if not self.fleet.active:
+        store = self.ctx.store
+        if not self.ctx.fleet.active:
             store.update_point(pid, status="failed", error="no load generator left (all died)")
             store.save()
             return
         cfg = p.server
-        api = self.spec.api_for(engine_for(cfg.engine).default_api)
+        api = self.ctx.spec.api_for(engine_for(cfg.engine).default_api)
         plans = build_plans(
-            self.spec,
+            self.ctx.spec,
             p,
             str(server_entry.url),
             served_model(cfg, server_entry),
             api,
-            [g for g, _ in self.fleet.active],
-            self.api_key,
+            [g for g, _ in self.ctx.fleet.active],
+            self.ctx.api_key,
             entry_dialect(server_entry),
         )
         planned = [pl.n_requests for pl in plans]
         total = None if None in planned else sum(n or 0 for n in planned)  # None: bound by duration (an open-ended bar)
         store.update_point(pid, status="running", requests_scheduled=0, started_ts=time.time(), api=api)
-        supersede(self.run_dir, pid)
+        supersede(self.ctx.run_dir, pid)
         store.save()
-        self.progress.status(f"{pid}: warming up")
-        handles = [h for _, h in self.fleet.active]
+        self.ctx.progress.status(f"{pid}: warming up")
+        handles = [h for _, h in self.ctx.fleet.active]
         warm_ok = self.warm_up(handles, plans)
         store.update_point(pid, warmup_ok=sum(warm_ok))
-        if self.stop.is_set():  # stopped during warm-up: do not start the level
+        if self.ctx.stop.is_set():  # stopped during warm-up: do not start the level
             store.update_point(pid, status="interrupted", ended_ts=time.time())
             store.save()
             return
         server = self.server.handle
-        if self.spec.flush_cache:
-            store.update_point(pid, flush_cache=ray.get(server.flush_cache.remote()))
+        if self.ctx.spec.flush_cache:
+            flushed = FlushAnswer.model_validate(ray.get(server.flush_cache.remote()))
+            store.update_point(pid, flush_cache=flushed.model_dump())
         before = ray.get(server.metrics_snapshot.remote())
-        ray.get(server.start_scrape.remote(self.spec.run_id, pid, self.spec.metrics_interval_s))
+        ray.get(server.start_scrape.remote(self.ctx.spec.run_id, pid, self.ctx.spec.metrics_interval_s))
         start_wall = time.time() + 1.0  # common start for every generator (driver clock)
         store.update_point(pid, start_wall=start_wall)
         tel = server_entry.telemetry
@@ -104,7 +85,32 @@ class PointExecutor:
             server.gpu_sample_at.remote(start_wall + (tel.clock_offset_s or 0.0))
         refs = [g.run_point.remote(start_wall) for g in handles]
         exit_ref = server.wait_exit.remote()
-        self.progress.point_start(pid, total)
+        self.ctx.progress.point_start(pid, total)
+        results, server_died = self._watch(pid, plans, refs, exit_ref)
+        if server_died is None and not ray.get(server.alive.remote()):  # it may have died as the last requests failed
+            server_died = ray.get(exit_ref, timeout=5)
+        after, metric_parts = self._close_metrics(pid, server_entry, server_died)
+        try:
+            self.gather(pid, results, metric_parts)
+        except Exception as e:
+            self._flag(pid, "metrics_unwritten", f"server metrics not copied: {_first_line(e)}")
+        # Counter increases over the point's window (warm-up excluded): the server's own token accounting.
+        store.update_point(
+            pid,
+            ended_ts=time.time(),
+            window_acceptance=engine_for(cfg.engine).window_acceptance(before, after) if after else None,
+            server_counters_delta={k: after[k] - before.get(k, 0.0) for k in sorted(after) if k.endswith("_total")}
+            if after
+            else None,
+        )
+        self.finish_point(pid, plans, results, server_died)
+        self.ctx.progress.point_end(pid, store.entry(pid))
+
+    def _watch(
+        self, pid: str, plans: list[GeneratorPlan], refs: list[Any], exit_ref: Any
+    ) -> tuple[dict[int, GeneratorReport], int | None]:
+        """Wait for the generators' results while watching the server and the stop request; returns each
+        generator's report and the server's exit code when it died during the point."""
         results: dict[int, GeneratorReport] = {}
         server_died: int | None = None
         pending = list(refs)
@@ -122,40 +128,41 @@ class PointExecutor:
             ready, _ = ray.wait([exit_ref], timeout=0)
             if ready and server_died is None:
                 server_died = ray.get(exit_ref)
-                self.fleet.stop_all()
-            if self.stop.is_set():
+                self.ctx.fleet.stop_all()
+            if self.ctx.stop.is_set():
                 if stop_since is None:  # once: each stop call queues on the generators' (maybe swamped) loops
-                    stop_since = self.stop.at or time.monotonic()
-                    self.fleet.stop_all()
+                    stop_since = self.ctx.stop.at or time.monotonic()
+                    self.ctx.fleet.stop_all()
                 if pending and time.monotonic() - stop_since > STOP_GRACE_S:
-                    # Too busy to stop in time (an overloaded event loop): kill them, then count what reached
-                    # the disk, so the manifest's counts are exactly the rows there.
-                    self.progress.status(
-                        f"{len(pending)} generator(s) did not stop within {STOP_GRACE_S:g}s: "
-                        f"killed; counting their rows on disk"
-                    )
-                    for ref in pending:
-                        gid = plans[refs.index(ref)].generator
-                        handle = self.fleet.handle(gid)
-                        with contextlib.suppress(Exception):
-                            ray.kill(handle)
-                        results[gid] = self.salvage(
-                            pid, gid, f"killed: still running {STOP_GRACE_S:g}s after the stop request"
-                        )
-                        results[gid].status = "interrupted"  # stopped, by force: not a fault of the point
-                    pending = []
+                    self._kill(pid, [plans[refs.index(ref)].generator for ref in pending], results)
                     break
             if stop_since is not None:
                 continue  # stopping: no progress polls (each waits on a maybe swamped generator)
-            counts = self.fleet.poll_progress()
-            self.progress.point_update(sum(counts.get(k, 0) for k in ("ok", "failed", "cancelled")), counts)
-        if server_died is None:  # it may have died just as the last requests failed against it
-            if not ray.get(server.alive.remote()):
-                server_died = ray.get(exit_ref, timeout=5)
+            counts = self.ctx.fleet.poll_progress()
+            self.ctx.progress.point_update(sum(counts.get(k, 0) for k in ("ok", "failed", "cancelled")), counts)
+        return results, server_died
+
+    def _kill(self, pid: str, gids: list[int], results: dict[int, GeneratorReport]) -> None:
+        """Generators too busy to stop in time (an overloaded event loop): kill them, then count what reached the
+        disk, so the manifest's counts are exactly the rows there."""
+        self.ctx.progress.status(
+            f"{len(gids)} generator(s) did not stop within {STOP_GRACE_S:g}s: killed; counting their rows on disk"
+        )
+        for gid in gids:
+            handle = self.ctx.fleet.handle(gid)
+            with contextlib.suppress(Exception):
+                ray.kill(handle)
+            results[gid] = self.salvage(pid, gid, f"killed: still running {STOP_GRACE_S:g}s after the stop request")
+            results[gid].status = "interrupted"  # stopped, by force: not a fault of the point
+
+    def _close_metrics(
+        self, pid: str, server_entry: ServerConfigEntry, server_died: int | None
+    ) -> tuple[dict[str, float], list[str]]:
+        """The closing counter snapshot, the scrape's part files and the GPU sampler's figures. What this adds
+        to the point is its flag on a fault, never a loss of the generators' results and their accounting."""
+        server = self.server.handle
         # A stopped run skips the closing snapshot: a swamped server would hold the stop up for its timeout.
-        stopping = self.stop.is_set()
-        # What follows only adds to the point (counters, server metrics, gathered parts): a fault there is the
-        # point's flag, never a loss of the generators' results and their accounting (finish_point always runs).
+        stopping = self.ctx.stop.is_set()
         after: dict[str, float] = {}
         metric_parts: list[str] = []
         try:
@@ -166,45 +173,34 @@ class PointExecutor:
                 if lost:
                     self._flag(pid, "metrics_unwritten", lost)
                 if server_entry.telemetry is not None and server_entry.telemetry.source:
-                    store.update_point(pid, gpu_telemetry=ray.get(server.gpu_stats.remote()))
+                    stats = ray.get(server.gpu_stats.remote())
+                    if stats is not None:
+                        stats = GpuSamplerStats.model_validate(stats).model_dump()
+                    self.ctx.store.update_point(pid, gpu_telemetry=stats)
         except Exception as e:
             self._flag(pid, "metrics_unwritten", f"server metrics not saved: {_first_line(e)}")
-        try:
-            self.gather(pid, results, metric_parts)
-        except Exception as e:
-            self._flag(pid, "metrics_unwritten", f"server metrics not copied: {_first_line(e)}")
-        # Counter increases over the point's window (warm-up excluded): the server's own token accounting.
-        store.update_point(
-            pid,
-            ended_ts=time.time(),
-            window_acceptance=engine_for(cfg.engine).window_acceptance(before, after) if after else None,
-            server_counters_delta={k: after[k] - before.get(k, 0.0) for k in sorted(after) if k.endswith("_total")}
-            if after
-            else None,
-        )
-        self.finish_point(pid, plans, results, server_died)
-        self.progress.point_end(pid, store.entry(pid))
+        return after, metric_parts
 
     def _flag(self, pid: str, flag: str, why: str) -> None:
         """A flag with its reason on the point (kept by finish_point's verdict) and on screen."""
-        entry = self.store.entry(pid)
+        entry = self.ctx.store.entry(pid)
         entry.flag_reasons = {**entry.flag_reasons, flag: why}
-        self.progress.status(f"{pid}: warning: {why}")
+        self.ctx.progress.status(f"{pid}: warning: {why}")
 
     def warm_up(self, handles: list[Any], plans: list[GeneratorPlan]) -> list[int]:
         """Each generator's warm-up (successes per generator), watched like a level: a stop request cancels it, and
         a generator that does not return within STOP_GRACE_S of it is left behind (the point is not run). A blocking
         get here held a Ctrl-C for the request timeout against a server that stalls mid-stream."""
-        refs = [g.prepare.remote(pl) for g, pl in zip(handles, plans)]
+        refs = [g.prepare.remote(pl) for g, pl in zip(handles, plans, strict=True)]
         stop_since: float | None = None
         while True:
             done, pending = ray.wait(refs, num_returns=len(refs), timeout=0.5)
             if not pending:
                 break
-            if self.stop.is_set():
+            if self.ctx.stop.is_set():
                 if stop_since is None:
-                    stop_since = self.stop.at or time.monotonic()
-                    self.fleet.stop_all()  # cancels the warm-up requests
+                    stop_since = self.ctx.stop.at or time.monotonic()
+                    self.ctx.fleet.stop_all()  # cancels the warm-up requests
                 if time.monotonic() - stop_since > STOP_GRACE_S:
                     for ref in pending:
                         with contextlib.suppress(Exception):
@@ -215,29 +211,29 @@ class PointExecutor:
             try:
                 out.append(int(ray.get(ref, timeout=0)))
             except Exception:  # not back (stopped) or its generator died: the level's own wait deals with the rest
-                if not self.stop.is_set():
+                if not self.ctx.stop.is_set():
                     raise
                 out.append(0)
         return out
 
     def internal_error(self, pid: str, err: Exception) -> None:
         """Record an unexpected exception on its point (one line) and its traceback in logs/driver.log."""
-        log = log_traceback(self.run_dir, pid)
+        log = log_traceback(self.ctx.run_dir, pid)
         kind = type(getattr(err, "cause", None) or err).__name__  # a generator's task failed: the error it raised
-        self.store.update_point(pid, status="failed", error=f"internal error: {kind}: {_first_line(err)}")
-        self.fleet.stop_all()
-        self.store.save()
-        self.progress.status(f"{pid}: internal error ({kind}); traceback in {log}")
+        self.ctx.store.update_point(pid, status="failed", error=f"internal error: {kind}: {_first_line(err)}")
+        self.ctx.fleet.stop_all()
+        self.ctx.store.save()
+        self.ctx.progress.status(f"{pid}: internal error ({kind}); traceback in {log}")
 
     def salvage(self, pid: str, gid: int, why: str) -> GeneratorReport:
         """A generator died mid-point: keep what its closed part files hold, count it, and stop using it."""
-        self.fleet.drop(gid)
+        self.ctx.fleet.drop(gid)
         result = GeneratorReport(generator=gid, status="failed", error=why)
-        try:
-            self.gather_one(pid, gid)  # its parts may still be on its host (the node outlives the actor)
-        except Exception:
-            pass  # its host is gone too: count what reached the results dir
-        gen_dir = requests_dir(self.run_dir, pid, gid)
+        # Its parts may still be on its host (the node outlives the actor); if its host is gone too, count what
+        # reached the results dir.
+        with contextlib.suppress(Exception):
+            self.gather_one(pid, gid)
+        gen_dir = requests_dir(self.ctx.run_dir, pid, gid)
         if gen_dir.exists():
             statuses: list[str] = []
             for part in sorted(gen_dir.glob(PART_GLOB)):
@@ -270,8 +266,8 @@ class PointExecutor:
         # Hosts answer in parallel: a serial walk costs a few Ray round trips per generator, which at hundreds
         # of generators is minutes per point.
         by_node: dict[Any, list[int]] = {}
-        for g, _ in self.fleet.active:
-            info = self.fleet.info(g) or {}
+        for g, _ in self.ctx.fleet.active:
+            info = self.ctx.fleet.info(g) or {}
             by_node.setdefault(info.get("node_id"), []).append(g)
         with ThreadPoolExecutor(max_workers=GATHER_THREADS) as pool:
             for done in pool.map(host, list(by_node.values())):
@@ -282,16 +278,16 @@ class PointExecutor:
                     elif report.error is None:
                         report.error = f"could not gather part files from this generator: {why}"
         for part in metric_parts:
-            dest = self.run_dir / part
+            dest = self.ctx.run_dir / part
             if not dest.exists():
                 atomic_write(dest, ray.get(self.server.handle.read_file.remote(part)))
 
     def gather_one(self, pid: str, gid: int) -> dict[str, int]:
-        info = self.fleet.info(gid)
+        info = self.ctx.fleet.info(gid)
         if info is None:
             return {}
         rel = str(requests_dir(Path("."), pid, gid))
-        return cluster.gather_parts(self.run_dir, rel, info, self.spec.cluster.results_uri, self.spec.run_id)
+        return gather_parts(self.ctx.run_dir, rel, info, self.ctx.spec.cluster.results_uri, self.ctx.spec.run_id)
 
     def finish_point(
         self, pid: str, plans: list[GeneratorPlan], results: dict[int, GeneratorReport], server_died: int | None
@@ -303,13 +299,13 @@ class PointExecutor:
         ]
         records = RecordCounts(**{k: sum(getattr(r.records, k) for r in gens) for k in ("ok", "failed", "cancelled")})
         planned = [pl.n_requests for pl in plans]
-        entry = self.store.entry(pid)
-        thresholds = self.store.data.thresholds or Thresholds()
+        entry = self.ctx.store.entry(pid)
+        thresholds = self.ctx.store.data.thresholds or Thresholds()
         flags, status, error = point_verdict(
-            gens, records, self.spec.load.mode, thresholds, server_died, self.stop.is_set(), entry.flag_reasons
+            gens, records, self.ctx.spec.load.mode, thresholds, server_died, self.ctx.stop.is_set(), entry.flag_reasons
         )
         flags.update(dialect_flags(gens, records.ok, plans[0].dialect if plans else None))
-        self.store.update_point(
+        self.ctx.store.update_point(
             pid,
             generators=gens,
             records=records,
@@ -320,4 +316,4 @@ class PointExecutor:
         entry.set_verdict(flags)
         if error is not None:
             entry.error = error
-        self.store.save()
+        self.ctx.store.save()

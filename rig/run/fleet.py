@@ -10,10 +10,22 @@ from typing import Any
 
 import ray
 
-from rig import cluster
 from rig.config import RunSpec
 from rig.contracts import ClusterInfo
 from rig.loadgen.actor import remote_class as generator_class
+from rig.placement import (
+    ClusterError,
+    Placement,
+    connect,
+    host_clocks,
+    measure_clock_offset,
+    plan_placement,
+    release,
+    session_dir,
+    set_outputs,
+    verify_generators,
+    wait_started,
+)
 from rig.run.errors import RunError, RunInputError
 from rig.run.progress import Progress
 from rig.server.engines import engine_for
@@ -45,7 +57,7 @@ class Fleet:
         self.generators: list[Any] = []
         self.active: list[tuple[int, Any]] = []  # (generator id, handle) of generators still alive
         self.gen_info: list[dict[str, Any]] = []
-        self.placement: cluster.Placement | None = None
+        self.placement: Placement | None = None
         self.started_ray = False
         self.session_dir: Path | None = None  # the local Ray this run started keeps its logs here (~230 KB a run)
 
@@ -64,39 +76,39 @@ class Fleet:
             "starting Ray" if spec.cluster.address is None else f"connecting to Ray at {spec.cluster.address}"
         )
         try:
-            layout = cluster.connect(spec.cluster, n)
+            layout = connect(spec.cluster, n)
             if self.started_ray and spec.cluster.address is None:
-                self.session_dir = cluster.session_dir()
+                self.session_dir = session_dir()
             on_connect()  # after ray.init, which installs its own SIGTERM handler in the driver
             if stop is not None and stop():  # Ctrl-C while Ray started: place nothing
                 raise KeyboardInterrupt
             gpus = max(engine_for(c.engine).num_gpus(c) for c in spec.server_configs())
-            self.placement = cluster.plan_placement(spec.cluster, layout["nodes"], gpus, n)
+            self.placement = plan_placement(spec.cluster, layout.nodes, gpus, n)
             Gen = generator_class()
             out_root = str(run_dir.resolve())
             self.generators = [
                 Gen.options(**opts).remote(i, out_root) for i, opts in enumerate(self.placement.generator_options)
             ]
             self.active = list(enumerate(self.generators))
-            self.gen_info = cluster.wait_started(self.generators, spec.cluster.placement_timeout_s, stop=stop)
-            cluster.verify_generators(self.placement, self.gen_info)
-            cluster.set_outputs(spec.cluster, run_dir, spec.run_id, self.generators, self.gen_info)
+            self.gen_info = wait_started(self.generators, spec.cluster.placement_timeout_s, stop=stop)
+            verify_generators(self.placement, self.gen_info)
+            set_outputs(spec.cluster, run_dir, spec.run_id, self.generators, self.gen_info)
             if stop is not None and stop():
                 raise KeyboardInterrupt
-        except cluster.ClusterError as e:
+        except ClusterError as e:
             raise RunError(str(e)) from None
         corpus = self._check_corpus(spec)
-        for g, info in zip(self.generators, self.gen_info):
+        for g, info in zip(self.generators, self.gen_info, strict=True):
             # offset = generator clock - driver clock; every record carries it (driver time = ts - offset)
-            offset, rtt = cluster.measure_clock_offset(g)
+            offset, rtt = measure_clock_offset(g)
             info["clock_offset_s"], info["clock_rtt_s"] = offset, rtt
             ray.get(g.set_clock_offset.remote(offset))
         return ClusterInfo.model_validate(
             {
-                **layout,
+                **layout.model_dump(),
                 "local": self.placement.local,
                 "generators": self.gen_info,
-                "hosts": cluster.host_clocks(self.gen_info),
+                "hosts": host_clocks(self.gen_info),
                 "server_node": self.placement.server_node,
                 "results_uri": spec.cluster.results_uri,
                 "corpus": corpus,
@@ -135,10 +147,8 @@ class Fleet:
     def stop_all(self) -> None:
         """Ask every live generator to stop its point (in-flight requests are recorded as cancelled)."""
         for _, g in self.active:
-            try:
+            with contextlib.suppress(Exception):
                 g.stop.remote()
-            except Exception:
-                pass
 
     def poll_progress(self) -> dict[str, int]:
         """Summed progress counters of the live generators (a busy one is skipped this beat)."""
@@ -155,19 +165,13 @@ class Fleet:
     def close(self) -> None:
         """Close and kill the generators, release the placement, and shut Ray down if this run started it."""
         for g in self.generators:
-            try:
+            with contextlib.suppress(Exception):
                 ray.get(g.close.remote(), timeout=5)
-            except Exception:
-                pass
-            try:
+            with contextlib.suppress(Exception):
                 ray.kill(g)
-            except Exception:
-                pass
         self.generators = []
-        try:
-            cluster.release(self.placement)
-        except Exception:
-            pass
+        with contextlib.suppress(Exception):
+            release(self.placement)
         if self.started_ray and ray.is_initialized():
             ray.shutdown()
 

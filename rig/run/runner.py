@@ -15,6 +15,7 @@ import ray
 from rig.config import RunSpec
 from rig.contracts import Manifest, PointEntry, ServerConfigEntry
 from rig.run.api_key import read_api_key
+from rig.run.context import RunContext
 from rig.run.errors import RunError
 from rig.run.execute import PointExecutor
 from rig.run.fleet import Fleet
@@ -54,12 +55,9 @@ class Runner:
         self.store = ManifestStore(self.run_dir, self.spec.load.mode)
         self.fleet = Fleet()
         self.api_key = read_api_key(self.spec)
-        self.server = ServerLifecycle(
-            self.spec, self.run_dir, self.store, self.progress, self.stop, self.fleet, self.api_key
-        )
-        self.executor = PointExecutor(
-            self.spec, self.run_dir, self.store, self.progress, self.stop, self.fleet, self.server, self.api_key
-        )
+        self.ctx = RunContext(self.spec, self.run_dir, self.store, self.progress, self.stop, self.fleet, self.api_key)
+        self.server = ServerLifecycle(self.ctx)
+        self.executor = PointExecutor(self.ctx, self.server)
 
     # ---------------------------------------------------------------- what planners and the CLI use
     @property
@@ -155,72 +153,90 @@ class Runner:
         server_entry = ServerConfigEntry()
         given_up: set[str] = set()  # grid: configurations whose remaining points are already failed
 
-        def stop_current() -> None:
-            if current is not None:
-                self.server.fetch_log(current)
-                self.server.stop_server()
-                self.store.update_server_config(current, stopped=True)
-                self.store.save()
-
-        def fail_rest(i: int, cid: str, error: str) -> None:
-            for q in ahead[i + 1 :]:
-                if q.config_id == cid:
-                    self.store.update_point(q.point, status="failed", error=error)
-            given_up.add(cid)
-
         try:
             for i, p in enumerate(ahead if grid else source):
                 if self.stop.is_set():
                     break
                 if p.config_id in given_up:
                     continue
-                if not any(q.point == p.point for q in self.points):
-                    self.points.append(p)
-                    if not self.store.has_point(p.point):
-                        self.store.add_point(p)
-                        self.store.save()
+                self._register(p)
                 if self.entry(p.point).status == "complete":
                     continue
                 if current != p.config_id:
-                    stop_current()
+                    self._stop_server(current)
                     current = None
                     if self.stop.is_set():  # stopped while the last engine shut down: launch no other
                         break
                     try:
                         server_entry = self.server.launch(p.server)
                     except (ServerError, ray.exceptions.RayTaskError) as e:
-                        msg = str(e.cause if isinstance(e, ray.exceptions.RayTaskError) and e.cause else e)
-                        first = msg.strip().splitlines()[0] if msg.strip() else type(e).__name__
-                        self.store.update_server_config(p.config_id, status="failed", error=msg[-2000:])
-                        self.store.update_point(p.point, status="failed", error=f"server did not start: {first}")
+                        first = self._launch_failed(p, e)
                         if grid:
-                            fail_rest(i, p.config_id, f"server did not start: {first}")
-                        self.server.fetch_log(p.config_id)
-                        self.server.stop_server()
-                        self.store.save()
-                        if grid:
+                            self._fail_rest(ahead[i + 1 :], p.config_id, f"server did not start: {first}")
+                            given_up.add(p.config_id)
+                            self.store.save()
                             self.progress.status(f"server {p.config_id} failed to start: {first}")
                         if self.spec.fail_fast:
-                            raise RunError(f"server {p.config_id} failed to start: {first}")
+                            raise RunError(f"server {p.config_id} failed to start: {first}") from None
                         continue
                     current = p.config_id
-                try:
-                    self.executor.run_point(p, server_entry)
-                except (RunError, KeyboardInterrupt):
-                    raise
-                except Exception as e:  # a bug or an unexpected fault: fail this point, keep the run
-                    self.executor.internal_error(p.point, e)
-                entry = self.entry(p.point)
-                if entry.status == "failed" and self.spec.fail_fast:
-                    raise RunError(f"point {p.point} failed: {entry.error}")
+                entry = self._run_one(p, server_entry)
                 # A grid asks only of a failed point (the flag of an earlier attempt stays on a resumed point).
                 if "server_died" in entry.flags and (not grid or entry.status == "failed"):
                     if grid:
-                        fail_rest(i, p.config_id, "server died earlier")
-                    stop_current()
+                        self._fail_rest(ahead[i + 1 :], p.config_id, "server died earlier")
+                        given_up.add(p.config_id)
+                    self._stop_server(current)
                     current = None
         finally:
-            stop_current()
+            self._stop_server(current)
+
+    def _stop_server(self, cid: str | None) -> None:
+        """Stop the server of configuration ``cid`` (None: none is up), keeping its log."""
+        if cid is not None:
+            self.server.fetch_log(cid)
+            self.server.stop_server()
+            self.store.update_server_config(cid, stopped=True)
+            self.store.save()
+
+    def _fail_rest(self, rest: list[Point], cid: str, error: str) -> None:
+        """Fail the points of configuration ``cid`` among ``rest`` (a grid's points still to come)."""
+        for q in rest:
+            if q.config_id == cid:
+                self.store.update_point(q.point, status="failed", error=error)
+
+    def _register(self, p: Point) -> None:
+        """A planner's point joins the run's points (and the manifest) the first time it comes."""
+        if not any(q.point == p.point for q in self.points):
+            self.points.append(p)
+            if not self.store.has_point(p.point):
+                self.store.add_point(p)
+                self.store.save()
+
+    def _run_one(self, p: Point, server_entry: ServerConfigEntry) -> PointEntry:
+        """Run one point; a bug or an unexpected fault fails the point, not the run (unless --fail-fast)."""
+        try:
+            self.executor.run_point(p, server_entry)
+        except (RunError, KeyboardInterrupt):
+            raise
+        except Exception as e:
+            self.executor.internal_error(p.point, e)
+        entry = self.entry(p.point)
+        if entry.status == "failed" and self.spec.fail_fast:
+            raise RunError(f"point {p.point} failed: {entry.error}")
+        return entry
+
+    def _launch_failed(self, p: Point, e: ServerError | ray.exceptions.RayTaskError) -> str:
+        """Record a server that did not start (on its configuration and the point), fetch its log and stop it;
+        returns the error's first line."""
+        msg = str(e.cause if isinstance(e, ray.exceptions.RayTaskError) and e.cause else e)
+        first = msg.strip().splitlines()[0] if msg.strip() else type(e).__name__
+        self.store.update_server_config(p.config_id, status="failed", error=msg[-2000:])
+        self.store.update_point(p.point, status="failed", error=f"server did not start: {first}")
+        self.server.fetch_log(p.config_id)
+        self.server.stop_server()
+        self.store.save()
+        return first
 
     def _teardown(self) -> None:
         if self.stop.is_set():

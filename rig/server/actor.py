@@ -20,6 +20,15 @@ import aiohttp
 import psutil
 import ray
 
+from rig.contracts.server import (
+    FlushAnswer,
+    GpuSamplerStats,
+    GpuTelemetry,
+    ServerDescription,
+    ServerReady,
+    ServerStarted,
+    WaitProgress,
+)
 from rig.loadgen.dialects import probe_paths
 from rig.results import (
     GPU_METRICS_SCHEMA,
@@ -99,13 +108,14 @@ class ServerActor:
         self._http: aiohttp.ClientSession | None = None
         self._gpu_source: Source | None = None  # open_telemetry: NVML, the simulator's model, or none
         self._gpu_sampler: GpuSampler | None = None
-        self._gpu_stats: dict[str, Any] | None = None  # the last point's sampler figures
+        self._gpu_stats: GpuSamplerStats | None = None  # the last point's sampler figures
+        self._wait = WaitProgress()  # what a wait_ready in progress has seen
 
     # ------------------------------------------------------------------ lifecycle
-    async def start(self) -> dict[str, Any]:
+    async def start(self) -> ServerStarted:
         """Launch the engine process (nothing for 'external'); returns its command and URL."""
         if not self.engine.launches_process:
-            return {"command": [], "url": self.url, "node_ip": self.node_ip, "node_id": self.node_id}
+            return ServerStarted(command=[], url=self.url, node_ip=self.node_ip, node_id=self.node_id)
         bind = self.cfg.host or "0.0.0.0"
         port = free_port(self.cfg.port, bind)
         try:
@@ -113,24 +123,25 @@ class ServerActor:
         except ValueError as e:  # a command template that cannot be filled (checked before the run; here for safety)
             raise ServerError(f"{self.cfg.engine}: {e}") from None
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        log = open(self.log_path, "ab")
         env = {**os.environ, **self.engine.env(self.cfg)}
         if self.api_key:
             self.argv = [*self.argv, "--api-key", self.api_key] if self.cfg.engine in ("sglang", "sim") else self.argv
             env["VLLM_API_KEY"] = self.api_key
         # Plain Popen: no start_new_session, so Ray's process-group cleanup sweeps the engine's whole tree.
-        self.proc = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
-        log.close()
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(
+                self.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env
+            )
         url_host = self.node_ip if bind in ("0.0.0.0", "::") else bind
         self.url = f"http://{url_host}:{port}"
-        return {
-            "command": self.public_command(),
-            "url": self.url,
-            "node_ip": self.node_ip,
-            "node_id": self.node_id,
-            "gpu_ids": self.gpu_ids,
-            "pid": self.proc.pid,
-        }
+        return ServerStarted(
+            command=self.public_command(),
+            url=self.url,
+            node_ip=self.node_ip,
+            node_id=self.node_id,
+            gpu_ids=self.gpu_ids,
+            pid=self.proc.pid,
+        )
 
     def public_command(self) -> list[str]:
         """The command with any secret masked (the API key is passed on the command line to SGLang, and wherever a
@@ -165,14 +176,14 @@ class ServerActor:
         ) as r:
             return r.status
 
-    async def wait_ready(self, timeout_s: float | None = None) -> dict[str, Any]:
+    async def wait_ready(self, timeout_s: float | None = None) -> ServerReady:
         """Poll the health endpoint -- and, where it answers 404, /v1/models -- until one answers 200; fail at once
         if the process exits, and for a server rig did not launch, once nothing has answered for
         ``unreachable_timeout_s``. Returns startup facts: ``ready_after_s`` and ``probe``, the path that answered."""
         timeout_s = timeout_s or self.cfg.health_timeout_s
         t0 = time.monotonic()
         deadline = t0 + timeout_s
-        self._wait = {"elapsed_s": 0.0, "last": "no answer yet"}
+        self._wait = WaitProgress(elapsed_s=0.0, last="no answer yet")
         silent_since: float | None = None  # external server: since when nothing has answered
         while time.monotonic() < deadline:
             if self.proc is not None and self.proc.poll() is not None:
@@ -196,7 +207,7 @@ class ServerActor:
                             f"{self.cfg.engine} exited with code {self.proc.returncode} while "
                             f"another process answered on {self.url}\n{self.log_tail()}"
                         )
-                    return {"ready_after_s": time.monotonic() - t0, "probe": probe}
+                    return ServerReady(ready_after_s=time.monotonic() - t0, probe=probe)
                 last = (
                     f"{last}, HTTP {status} from {probe}" if probe == READY_FALLBACK else f"HTTP {status} from {probe}"
                 )
@@ -206,7 +217,7 @@ class ServerActor:
             except (TimeoutError, aiohttp.ClientError, OSError) as e:
                 last, answered = _why(e), False
             now = time.monotonic()
-            self._wait = {"elapsed_s": now - t0, "last": last}
+            self._wait = WaitProgress(elapsed_s=now - t0, last=last)
             if answered or self.engine.launches_process:
                 silent_since = None  # a launched engine refuses connections while it loads: that is its budget
             else:
@@ -219,14 +230,14 @@ class ServerActor:
             await asyncio.sleep(0.25 if now - t0 < 10 else 1.0)
         raise ServerError(
             f"{self.cfg.engine} not healthy at {self.url} after {timeout_s:g}s (last: "
-            f"{self._wait['last']})\n{self.log_tail()}"
+            f"{self._wait.last})\n{self.log_tail()}"
         )
 
-    async def wait_progress(self) -> dict[str, Any]:
+    async def wait_progress(self) -> WaitProgress:
         """Elapsed seconds and the last health answer (or connection error) of a wait_ready in progress."""
-        return dict(getattr(self, "_wait", {"elapsed_s": 0.0, "last": "not started"}))
+        return self._wait.model_copy()
 
-    async def describe(self) -> dict[str, Any]:
+    async def describe(self) -> ServerDescription:
         """Server info endpoints' JSON and the parsed startup log (recorded per server configuration)."""
         info: dict[str, Any] = {}
         # A server of no engine rig models is also asked the paths that identify SGLang and vLLM
@@ -242,7 +253,7 @@ class ServerActor:
                 info[path] = {"error": f"{type(e).__name__}: {e}"}
         startup = self.engine.parse_startup_log(self._log_text())
         # /server_info echoes every resolved server arg, api_key included: never let it reach the manifest.
-        return {"info": redact(info, self.api_key), "startup": startup}
+        return ServerDescription(info=redact(info, self.api_key), startup=startup)
 
     def _log_text(self) -> str:
         try:
@@ -262,21 +273,21 @@ class ServerActor:
     async def read_log(self) -> str:
         return self._log_text()
 
-    async def flush_cache(self, timeout_s: float = FLUSH_TIMEOUT_S) -> dict[str, Any]:
+    async def flush_cache(self, timeout_s: float = FLUSH_TIMEOUT_S) -> FlushAnswer:
         """POST /flush_cache?timeout=T (SGLang/sim): clears the prefix cache and resets the spec counters. Without
         a timeout SGLang answers 400 while any request is still pending (entrypoints/http_server.py,
         scheduler_components/flush_wrapper.py); with one it waits up to T s for idle, as bench_serving does."""
         if self.cfg.engine not in ("sglang", "sim"):
-            return {"status": None, "body": "not supported by this engine"}
+            return FlushAnswer(status=None, body="not supported by this engine")
         try:
             async with self._session().post(
                 self._base_url() + f"/flush_cache?timeout={timeout_s:g}",
                 headers=self._headers(),
                 timeout=aiohttp.ClientTimeout(total=timeout_s + 30),
             ) as r:
-                return {"status": r.status, "body": (await r.text())[:200]}
+                return FlushAnswer(status=r.status, body=(await r.text())[:200])
         except (TimeoutError, aiohttp.ClientError) as e:
-            return {"status": None, "body": f"{type(e).__name__}: {e}"}
+            return FlushAnswer(status=None, body=f"{type(e).__name__}: {e}")
 
     async def alive(self) -> bool:
         return self.proc is None or self.proc.poll() is None
@@ -296,7 +307,7 @@ class ServerActor:
         return time.time()
 
     # ------------------------------------------------------------------ GPU telemetry
-    async def open_telemetry(self) -> dict[str, Any]:
+    async def open_telemetry(self) -> GpuTelemetry:
         """Open the GPU telemetry source once the engine is healthy (the simulator answers /sim/gpu then): NVML on
         the GPUs Ray gave this actor, or the simulator's power model for ``sim``. Returns the manifest's
         GpuTelemetry fields: the source and its GPUs, or why there is none."""
@@ -308,7 +319,7 @@ class ServerActor:
             # NVML's init and the simulator's first answer block: off the actor's event loop.
             src = await asyncio.to_thread(open_source, self.cfg.engine, self.url, devices, self._headers())
         except TelemetryAbsent as e:
-            return {"source": None, "absent_reason": str(e), "node_ip": self.node_ip}
+            return GpuTelemetry(source=None, absent_reason=str(e), node_ip=self.node_ip)
         self._gpu_source = src
         note = (
             (
@@ -318,14 +329,14 @@ class ServerActor:
             if src.source == SOURCE_SIMULATED
             else None
         )
-        return {"source": src.source, "gpus": src.gpus, "node_ip": self.node_ip, "note": note}
+        return GpuTelemetry(source=src.source, gpus=src.gpus, node_ip=self.node_ip, note=note)
 
     async def gpu_sample_at(self, wall_ts: float) -> None:
         """An extra GPU sample at ``wall_ts`` on this node's clock (the point's common start)."""
         if self._gpu_sampler is not None:
             self._gpu_sampler.sample_at(wall_ts)
 
-    async def gpu_stats(self) -> dict[str, Any] | None:
+    async def gpu_stats(self) -> GpuSamplerStats | None:
         """The GPU sampler's figures over the last point (samples, failed rounds, CPU time), None without one."""
         return self._gpu_stats
 
@@ -393,7 +404,7 @@ class ServerActor:
         if self._gpu_sampler is not None:
             sampler, self._gpu_sampler = self._gpu_sampler, None
             stats = await asyncio.to_thread(sampler.stop)
-            self._gpu_stats = {"source": sampler.source.source, **stats.as_dict()}
+            self._gpu_stats = stats.report(sampler.source.source)
             parts += [str((sampler.writer.directory / p).relative_to(self.spool_root)) for p in sampler.writer.parts]
         return parts
 

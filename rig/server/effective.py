@@ -9,11 +9,20 @@ num_draft_tokens = steps + 1, max running requests becomes 48 under speculation 
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, TypeVar
 
+from rig.contracts.server import EffectiveConfig, KnobChange, Knobs, KnobValue, StartupFacts
 from rig.server.spec import ServerConfig
 
+V = TypeVar("V")  # a knob value of the configuration (a list for extra_args)
+
 ALIASES = {"NEXTN": "EAGLE"}  # spec_registry.py: NEXTN is a reserved alias of EAGLE, not a change
+
+
+def _canonical(value: KnobValue) -> KnobValue:
+    """A knob's value with a reserved alias read as what it stands for."""
+    return ALIASES.get(value, value) if isinstance(value, str) else value
 
 
 def _flag_value(argv: tuple[str, ...], flag: str) -> str | None:
@@ -25,9 +34,9 @@ def _flag_value(argv: tuple[str, ...], flag: str) -> str | None:
     return None
 
 
-def requested(cfg: ServerConfig) -> dict[str, Any]:
+def requested(cfg: ServerConfig) -> Knobs:
     """The values the user asked for, under the knob names points are labelled with."""
-    out: dict[str, Any] = {"steps": cfg.steps}
+    out: Knobs = {"steps": cfg.steps}
     if cfg.steps > 0 and cfg.engine in ("sglang", "sim"):
         out.update(
             spec_algorithm=cfg.spec_algorithm,
@@ -41,9 +50,9 @@ def requested(cfg: ServerConfig) -> dict[str, Any]:
     return out
 
 
-def _sglang_effective(info: dict[str, Any], startup: dict[str, Any]) -> dict[str, Any]:
+def _sglang_effective(info: dict[str, Any], startup: StartupFacts) -> Knobs:
     algo = info.get("speculative_algorithm")
-    out: dict[str, Any] = {"steps": int(info.get("speculative_num_steps") or 0) if algo else 0}
+    out: Knobs = {"steps": int(info.get("speculative_num_steps") or 0) if algo else 0}
     if algo:
         out.update(
             spec_algorithm=str(algo).upper(),
@@ -73,8 +82,8 @@ def _sglang_effective(info: dict[str, Any], startup: dict[str, Any]) -> dict[str
     return out
 
 
-def effective_config(cfg: ServerConfig, server_info: Any, startup: dict[str, Any] | None) -> dict[str, Any]:
-    """{'effective': {...}, 'requested': {...}, 'changed': [{knob, requested, effective}], 'seeds_honoured': bool|None}.
+def effective_config(cfg: ServerConfig, server_info: Any, startup: StartupFacts | None) -> EffectiveConfig:
+    """What was requested, what ran (``effective``), the knobs whose value changed, and ``seeds_honoured``.
 
     seeds_honoured: SGLang (and the sim) only with deterministic inference; vLLM always (a per-request seed gets its
     own generator); an external server: unknown (None)."""
@@ -85,41 +94,43 @@ def effective_config(cfg: ServerConfig, server_info: Any, startup: dict[str, Any
         and "http_status" not in server_info
         and "error" not in server_info
     ):
-        got = _sglang_effective(server_info, startup or {})
-        seeds = got.get("deterministic_inference")
+        got = _sglang_effective(server_info, startup or StartupFacts())
+        det = got.get("deterministic_inference")
+        seeds = det if isinstance(det, bool) else None
     elif cfg.engine == "vllm":
         got, seeds = {}, True
     else:
         got, seeds = {}, None
-    changed = []
+    changed: list[KnobChange] = []
     for knob, asked in want.items():
         if knob not in got or got[knob] is None:
             continue
         eff = got[knob]
-        same = ALIASES.get(asked, asked) == ALIASES.get(eff, eff) if isinstance(asked, str) else asked == eff
+        same = _canonical(asked) == _canonical(eff)
         if knob == "deterministic_inference" and not asked:
             same = True  # nothing was asked for
         if knob == "max_running_requests" and "max_running_requests" not in want:
             same = True
         if not same:
-            changed.append({"knob": knob, "requested": asked, "effective": eff})
-    return {"requested": want, "effective": got, "changed": changed, "seeds_honoured": seeds}
+            changed.append(KnobChange(knob=knob, requested=asked, effective=eff))
+    return EffectiveConfig(requested=want, effective=got, changed=changed, seeds_honoured=seeds)
 
 
-def change_lines(config_id: str, eff: dict[str, Any]) -> list[str]:
+def change_lines(config_id: str, eff: EffectiveConfig | None) -> list[str]:
     """One warning line per requested value the server changed, and one for what deterministic inference cost."""
+    if eff is None:
+        return []
     out = [
-        f"server {config_id}: requested {c['knob']}={c['requested']} but the server runs {c['effective']}"
-        for c in eff.get("changed") or []
+        f"server {config_id}: requested {c.knob}={c.requested} but the server runs {c.effective}" for c in eff.changed
     ]
     line = deterministic_line(config_id, eff)
     return out + [line] if line else out
 
 
-def deterministic_line(config_id: str, eff: dict[str, Any]) -> str | None:
+def deterministic_line(config_id: str, eff: EffectiveConfig) -> str | None:
     """What --enable-deterministic-inference changed in the engine, read back from /server_info: it is not a seed
     switch (SGLang arg_groups/attention_hook.py::handle_deterministic_inference, overrides.py)."""
-    got = eff.get("effective") or {}
+    got = eff.effective
     if not got.get("deterministic_inference") or "radix_cache" not in got:
         return None
     parts = []
@@ -142,10 +153,10 @@ def deterministic_line(config_id: str, eff: dict[str, Any]) -> str | None:
     )
 
 
-def label_knobs(knobs: dict[str, Any], eff: dict[str, Any] | None) -> dict[str, Any]:
+def label_knobs(knobs: Mapping[str, V], eff: EffectiveConfig | None) -> dict[str, V | KnobValue]:
     """The point's knobs with the values the server actually ran (for labels and grouping)."""
-    out = dict(knobs)
-    for c in (eff or {}).get("changed") or []:
-        if c["knob"] in out:
-            out[c["knob"]] = c["effective"]
+    out: dict[str, V | KnobValue] = dict(knobs)
+    for c in eff.changed if eff is not None else []:
+        if c.knob in out:
+            out[c.knob] = c.effective
     return out

@@ -12,11 +12,17 @@ import sys
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from rig.contracts import WindowAcceptance
+from rig.contracts import StartupFacts, WindowAcceptance
 from rig.server import command
 from rig.server.spec import ServerConfig
 
+
 # SGLang's key startup line (scheduler.py; identical 0.5.9..0.5.23); the sim prints the same line.
+def _count(text: str) -> int:
+    """A count as a log prints it (thousands separated by commas)."""
+    return int(text.replace(",", ""))
+
+
 _SGLANG_CAPACITY_LINE = re.compile(
     r"max_total_num_tokens=(?P<max_total_num_tokens>\d+), chunked_prefill_size=(?P<chunked_prefill_size>-?\d+), "
     r"max_prefill_tokens=(?P<max_prefill_tokens>\d+), max_running_requests=(?P<max_running_requests>\d+), "
@@ -55,8 +61,8 @@ class EngineAdapter:
         """GET endpoints whose JSON is recorded in the manifest once the server is healthy."""
         return []
 
-    def parse_startup_log(self, text: str) -> dict[str, Any]:
-        return {}
+    def parse_startup_log(self, text: str) -> StartupFacts:
+        return StartupFacts()
 
     def window_acceptance(self, before: dict[str, float], after: dict[str, float]) -> WindowAcceptance | None:
         """Acceptance over a point's window from counter deltas (``before``/``after``: metric name -> summed value)."""
@@ -115,13 +121,18 @@ class SGLangAdapter(EngineAdapter):
     def info_paths(self) -> list[str]:
         return ["/server_info", "/model_info"]
 
-    def parse_startup_log(self, text: str) -> dict[str, Any]:
+    def parse_startup_log(self, text: str) -> StartupFacts:
         found = _SGLANG_CAPACITY_LINE.search(text)
         if not found:
-            return {}
-        out: dict[str, Any] = {k: int(v) for k, v in found.groupdict().items() if k != "available_mem_gb"}
-        out["available_mem_gb"] = float(found["available_mem_gb"])
-        return out
+            return StartupFacts()
+        return StartupFacts(
+            max_total_num_tokens=int(found["max_total_num_tokens"]),
+            chunked_prefill_size=int(found["chunked_prefill_size"]),
+            max_prefill_tokens=int(found["max_prefill_tokens"]),
+            max_running_requests=int(found["max_running_requests"]),
+            context_len=int(found["context_len"]),
+            available_mem_gb=float(found["available_mem_gb"]),
+        )
 
     def window_acceptance(self, before: dict[str, float], after: dict[str, float]) -> WindowAcceptance | None:
         gen = after.get("sglang:generation_tokens_total", 0.0) - before.get("sglang:generation_tokens_total", 0.0)
@@ -199,19 +210,18 @@ class VLLMAdapter(EngineAdapter):
     def info_paths(self) -> list[str]:
         return ["/v1/models", "/version"]
 
-    def parse_startup_log(self, text: str) -> dict[str, Any]:
+    def parse_startup_log(self, text: str) -> StartupFacts:
         """KV capacity from the engine core's log (vLLM 0.32 prints one line on CPU; older GPU builds two)."""
-        out: dict[str, Any] = {}
-        for pattern in self.startup_lines:
-            found = pattern.search(text)
-            if found:
-                for k, v in found.groupdict().items():
-                    if k == "kv_cache_device":
-                        out[k] = v
-                    elif k in ("max_concurrency", "init_engine_s"):
-                        out[k] = float(v)
-                    else:
-                        out[k] = int(v.replace(",", ""))
+        out = StartupFacts()
+        kv, conc, init = (pattern.search(text) for pattern in self.startup_lines)
+        if kv:
+            out["kv_cache_device"] = kv["kv_cache_device"]
+            out["kv_cache_tokens"] = _count(kv["kv_cache_tokens"])
+        if conc:
+            out["max_model_len"] = _count(conc["max_model_len"])
+            out["max_concurrency"] = float(conc["max_concurrency"])
+        if init:
+            out["init_engine_s"] = float(init["init_engine_s"])
         return out
 
     def window_acceptance(self, before: dict[str, float], after: dict[str, float]) -> WindowAcceptance | None:

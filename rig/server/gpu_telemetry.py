@@ -18,7 +18,7 @@ interval: NVML calls block, and nothing of it runs on the engine's or the genera
 
 from __future__ import annotations
 
-import json
+import contextlib
 import logging
 import threading
 import time
@@ -29,6 +29,9 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, Protocol
 
+from pydantic import BaseModel
+
+from rig.contracts.server import GpuSamplerStats
 from rig.results import PartWriter
 
 log = logging.getLogger("rig.server.gpu")
@@ -159,7 +162,7 @@ class NvmlSource:
     def sample(self) -> list[dict[str, Any]]:
         nvml = self.nvml
         rows = []
-        for h, info in zip(self.handles, self.gpus):
+        for h, info in zip(self.handles, self.gpus, strict=True):
             row: dict[str, Any] = {
                 "gpu_index": info["index"],
                 "gpu_uuid": info["uuid"],
@@ -167,37 +170,37 @@ class NvmlSource:
                 "power_limit_mw": info.get("power_limit_mw"),
             }
             errors: list[str] = []
-
-            def get(name: str, fn: Callable[[], Any]) -> Any:
-                try:
-                    return fn()
-                except nvml.NVMLError as e:
-                    errors.append(f"{name}: {e}")
-                    return None
-
-            row["power_mw"] = get("power_mw", lambda: nvml.nvmlDeviceGetPowerUsage(h))
-            row["energy_mj"] = get("energy_mj", lambda: nvml.nvmlDeviceGetTotalEnergyConsumption(h))
-            util = get("utilization", lambda: nvml.nvmlDeviceGetUtilizationRates(h))
+            row["power_mw"] = self._read(errors, "power_mw", nvml.nvmlDeviceGetPowerUsage, h)
+            row["energy_mj"] = self._read(errors, "energy_mj", nvml.nvmlDeviceGetTotalEnergyConsumption, h)
+            util = self._read(errors, "utilization", nvml.nvmlDeviceGetUtilizationRates, h)
             row["util_gpu_pct"] = util.gpu if util is not None else None
             row["util_mem_pct"] = util.memory if util is not None else None
-            mem = get("memory", lambda: nvml.nvmlDeviceGetMemoryInfo(h))
+            mem = self._read(errors, "memory", nvml.nvmlDeviceGetMemoryInfo, h)
             row["mem_used_bytes"] = mem.used if mem is not None else None
             row["mem_total_bytes"] = mem.total if mem is not None else None
-            row["sm_clock_mhz"] = get("sm_clock_mhz", lambda: nvml.nvmlDeviceGetClockInfo(h, nvml.NVML_CLOCK_SM))
-            row["temperature_c"] = get(
-                "temperature_c", lambda: nvml.nvmlDeviceGetTemperature(h, nvml.NVML_TEMPERATURE_GPU)
+            row["sm_clock_mhz"] = self._read(errors, "sm_clock_mhz", nvml.nvmlDeviceGetClockInfo, h, nvml.NVML_CLOCK_SM)
+            row["temperature_c"] = self._read(
+                errors, "temperature_c", nvml.nvmlDeviceGetTemperature, h, nvml.NVML_TEMPERATURE_GPU
             )
             reasons = self._reasons
-            row["throttle_reasons"] = get("throttle_reasons", lambda: reasons(h)) if reasons is not None else None
+            row["throttle_reasons"] = (
+                self._read(errors, "throttle_reasons", reasons, h) if reasons is not None else None
+            )
             row["errors"] = "; ".join(errors) or None
             rows.append(row)
         return rows
 
-    def close(self) -> None:
+    def _read(self, errors: list[str], name: str, query: Callable[..., Any], *args: Any) -> Any:
+        """One NVML query; a field the device does not support is None, with the reason added to ``errors``."""
         try:
+            return query(*args)
+        except self.nvml.NVMLError as e:
+            errors.append(f"{name}: {e}")
+            return None
+
+    def close(self) -> None:
+        with contextlib.suppress(self.nvml.NVMLError):
             self.nvml.nvmlShutdown()
-        except self.nvml.NVMLError:
-            pass
 
 
 def _text(v: Any) -> str:
@@ -205,6 +208,12 @@ def _text(v: Any) -> str:
 
 
 # ---------------------------------------------------------------------------------------------------------- sim
+class _SimGpus(BaseModel):
+    """The simulator's ``GET /sim/gpu`` answer (rig/sim/power.py)."""
+
+    gpus: list[dict[str, Any]]
+
+
 class SimulatedSource:
     """The simulator's modelled GPUs (``GET /sim/gpu``); each row is labelled simulated."""
 
@@ -214,16 +223,17 @@ class SimulatedSource:
         self.url = base_url.rstrip("/") + SIM_PATH
         self.headers = dict(headers or {})
         self.timeout_s = timeout_s
-        self.gpus = [{k: g.get(k) for k in ("index", "uuid", "name", "power_limit_mw")} for g in self._get()["gpus"]]
+        self.gpus = [{k: g.get(k) for k in ("index", "uuid", "name", "power_limit_mw")} for g in self._get()]
 
-    def _get(self) -> dict[str, Any]:
+    def _get(self) -> list[dict[str, Any]]:
+        """The simulator's GPUs, one JSON object each (a malformed answer is a ValueError)."""
         req = urllib.request.Request(self.url, headers=self.headers)
         with urllib.request.urlopen(req, timeout=self.timeout_s) as r:  # noqa: S310 (the engine's own URL)
-            return json.loads(r.read())
+            return _SimGpus.model_validate_json(r.read()).gpus
 
     def sample(self) -> list[dict[str, Any]]:
         rows = []
-        for g in self._get()["gpus"]:
+        for g in self._get():
             row = {k: g.get(k) for k in FIELDS}
             row.update(gpu_index=g["index"], gpu_uuid=g["uuid"], gpu_name=g["name"], errors=None)
             rows.append(row)
@@ -263,16 +273,18 @@ class SamplerStats:
     rows: int = 0
     rows_unwritten: int = 0  # rows the part writer still could not write at stop (a disk that stayed full)
 
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "samples": self.samples,
-            "failed": self.failed,
-            "last_error": self.last_error,
-            "rows": self.rows,
-            "rows_unwritten": self.rows_unwritten,
-            "cpu_s": round(self.cpu_s, 6),
-            "wall_s": round(self.wall_s, 6),
-        }
+    def report(self, source: str | None) -> GpuSamplerStats:
+        """The figures as the point's entry records them (times rounded to the microsecond)."""
+        return GpuSamplerStats(
+            source=source,
+            samples=self.samples,
+            failed=self.failed,
+            last_error=self.last_error,
+            rows=self.rows,
+            rows_unwritten=self.rows_unwritten,
+            cpu_s=round(self.cpu_s, 6),
+            wall_s=round(self.wall_s, 6),
+        )
 
 
 class GpuSampler:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any, Literal
+from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator, model_validator
 
 from rig.loadgen.dialects import DialectName
 
@@ -64,7 +64,7 @@ class ServerConfig(BaseModel):
         "(their extensions: ignore_eos, top_k, token ids, ...). Default: the engine's; external: "
         "probed, else plain.",
     )
-    extra_body: dict[str, Any] = Field(
+    extra_body: dict[str, JsonValue] = Field(
         default_factory=dict,
         description="JSON field added to every request body, KEY=JSON (repeatable), for engines rig does not know.",
     )
@@ -117,7 +117,7 @@ class ServerConfig(BaseModel):
 
     @field_validator("extra_body")
     @classmethod
-    def _extra_body(cls, v: dict[str, Any]) -> dict[str, Any]:
+    def _extra_body(cls, v: dict[str, JsonValue]) -> dict[str, JsonValue]:
         # rig reads a stream and names the model itself: a body that turned either off could not be measured
         for key in ("stream", "model"):
             if key in v:
