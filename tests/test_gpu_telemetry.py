@@ -167,7 +167,11 @@ def test_the_server_actor_records_why_telemetry_is_absent(tmp_path, monkeypatch)
     from rig.server.actor import ServerActor
     from rig.server.spec import ServerConfig
 
+    import rig.server.actor as actor_module
+
     pynvml = pytest.importorskip("pynvml")
+    # outside Ray even when an earlier test of this process left a Ray instance up (the node's address would differ)
+    monkeypatch.setattr(actor_module.ray, "is_initialized", lambda: False)
     actor = ServerActor(ServerConfig(engine="sglang"), str(tmp_path), "server.log")
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     got = asyncio.run(actor.open_telemetry())
