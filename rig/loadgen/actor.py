@@ -15,6 +15,7 @@ import ray
 from rig.contracts import GeneratorReport
 from rig.loadgen import spool
 from rig.loadgen.drive import PointRun, make_session
+from rig.loadgen.open_loop import Http
 from rig.loadgen.plan import GeneratorPlan
 from rig.results import requests_dir
 
@@ -28,7 +29,7 @@ class LoadGenerator:
         self.host = socket.gethostname()
         try:
             self.node_ip = ray.util.get_node_ip_address()
-            self.node_id = ray.get_runtime_context().get_node_id()
+            self.node_id: str | None = ray.get_runtime_context().get_node_id()
         except Exception:  # outside Ray (tests)
             self.node_ip, self.node_id = "127.0.0.1", None
         # Where part files are written on this host: the results dir itself when it is shared/local,
@@ -36,7 +37,7 @@ class LoadGenerator:
         self.spool_root = Path(self._fill(spool_root)) if spool_root else self.out_root
         self.shipper: spool.Shipper | None = None  # copies closed parts to a shared URI as they appear
         self.clock_offset_s = 0.0
-        self._http = None
+        self._http: Http | None = None
         self._current: PointRun | None = None
         self._task: asyncio.Task | None = None
         self._warm_task: asyncio.Task | None = None  # the warm-up in progress (stop cancels it)
@@ -116,7 +117,7 @@ class LoadGenerator:
 
     async def run_point(self, start_wall: float) -> GeneratorReport:
         """Start at the common wall-clock time ``start_wall`` (driver clock) and drive the prepared point."""
-        assert self._current is not None, "prepare() first"
+        assert self._current is not None and self._http is not None, "prepare() first"
         start_mono = time.perf_counter() + (start_wall + self.clock_offset_s - time.time())
         self._task = asyncio.get_running_loop().create_task(self._current.run(self._http, start_mono))
         shipping = asyncio.get_running_loop().create_task(self._ship_loop()) if self.shipper else None
@@ -168,6 +169,6 @@ class LoadGenerator:
             await self._http.close()
 
 
-def remote_class(**options: Any):
+def remote_class(**options: Any) -> Any:  # a Ray actor class (ray ships no types)
     """The actor class with Ray options; never restarted (a silent restart would double-count load)."""
     return ray.remote(max_restarts=0, max_task_retries=0, **options)(LoadGenerator)

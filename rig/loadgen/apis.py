@@ -111,7 +111,7 @@ def _speculative_fields(src: dict[str, Any]) -> dict[str, Any]:
 def _vllm_speculative_fields(sd: dict[str, Any]) -> dict[str, Any]:
     """vLLM's per-request summary (--per-request-spec-decode-metrics summary) on the usage chunk."""
     steps, accepted, drafted = sd.get("num_spec_steps"), sd.get("num_accepted_draft_tokens"), sd.get("num_draft_tokens")
-    if not all(isinstance(x, int) for x in (steps, accepted, drafted)) or steps <= 0:
+    if not (isinstance(steps, int) and isinstance(accepted, int) and isinstance(drafted, int)) or steps <= 0:
         return {}
     return {
         "spec_verify_ct": steps,

@@ -8,6 +8,7 @@ import hashlib
 import json
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,7 +44,7 @@ def output_hash(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8", errors="replace")).hexdigest()[:32]
 
 
-def _loads(data: bytes):
+def _loads(data: bytes) -> Any:
     """One event's JSON; bytes that are not UTF-8 are replaced (as a text reader would) instead of failing."""
     try:
         return orjson.loads(data)
@@ -60,7 +61,7 @@ class _Folder:
 
     __slots__ = ("api", "out", "state", "parser", "send", "on_first")
 
-    def __init__(self, api: Api, out: Outcome, on_first=None) -> None:
+    def __init__(self, api: Api, out: Outcome, on_first: Callable[[], None] | None = None) -> None:
         self.api = api
         self.out = out
         self.state = out.state
