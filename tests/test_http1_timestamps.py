@@ -118,7 +118,7 @@ def stamping():
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
         for _ in range(500):
             probe.sendto(b"x", holder.getsockname())
-            if holder.recvmsg(1, http1._CMSG_SPACE)[1]:
+            if holder.recvmsg(1, stamped_socket._CMSG_SPACE)[1]:
                 break
             time.sleep(0.01)
         else:
