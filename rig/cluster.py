@@ -24,6 +24,7 @@ from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy, PlacementGroupSchedulingStrategy
 
 from rig.config import ClusterSpec
+from rig.contracts import GeneratorInfo
 from rig.loadgen import spool
 from rig.results import PART_GLOB, atomic_write
 
@@ -525,7 +526,7 @@ def set_outputs(
         info["output_mode"], info["ship_uri"] = mode, uri
     infos = ray.get([g.info.remote() for g in generators])
     for info, now in zip(gen_info, infos):
-        info["spool_root"] = now["spool_root"]  # filled in for its host
+        info["spool_root"] = GeneratorInfo.model_validate(now).spool_root  # filled in for its host
 
 
 def output_for(

@@ -8,16 +8,19 @@ import os
 import socket
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import ray
 
-from rig.contracts import GeneratorReport
+from rig.contracts import GeneratorInfo, GeneratorReport, HostCorpus
 from rig.loadgen import spool
 from rig.loadgen.drive import PointRun, make_session
 from rig.loadgen.open_loop import Http
 from rig.loadgen.plan import GeneratorPlan
 from rig.results import requests_dir
+
+if TYPE_CHECKING:
+    from rig.workloads.spec import WorkloadSpec
 
 
 class LoadGenerator:
@@ -45,15 +48,15 @@ class LoadGenerator:
     def _fill(self, template: str) -> str:
         return spool.fill(template, self.host, self.node_ip, self.node_id)
 
-    async def info(self) -> dict[str, Any]:
-        return {
-            "generator": self.generator,
-            "host": self.host,
-            "node_ip": self.node_ip,
-            "node_id": self.node_id,
-            "pid": os.getpid(),
-            "spool_root": str(self.spool_root),
-        }
+    async def info(self) -> GeneratorInfo:
+        return GeneratorInfo(
+            generator=self.generator,
+            host=self.host,
+            node_ip=self.node_ip,
+            node_id=self.node_id,
+            pid=os.getpid(),
+            spool_root=str(self.spool_root),
+        )
 
     async def sees(self, path: str, token: str) -> bool:
         """Whether this host sees the driver's file at ``path`` holding ``token`` (same host or a shared FS)."""
@@ -72,15 +75,16 @@ class LoadGenerator:
             problem = await asyncio.to_thread(self.shipper.check)
         return problem
 
-    async def corpus(self, workloads: list[Any]) -> dict[str, Any]:
+    async def corpus(self, workloads: list[WorkloadSpec]) -> HostCorpus:
         """Fingerprints of the source trees this host's prompts would quote (see rig.workloads.corpus_fingerprints),
-        or {"error": why} when it cannot read them."""
+        or why it cannot read them."""
         from rig.workloads import WorkloadError, corpus_fingerprints
 
         try:
-            return await asyncio.to_thread(corpus_fingerprints, workloads)
+            found = await asyncio.to_thread(corpus_fingerprints, workloads)
         except (WorkloadError, OSError) as e:
-            return {"error": str(e)}
+            return HostCorpus(error=str(e))
+        return HostCorpus.model_validate({"fingerprints": found})
 
     async def clock(self) -> float:
         return time.time()
