@@ -11,6 +11,7 @@ import aiohttp
 
 from rig.config import Timeouts
 from rig.loadgen.apis import Api, StreamError
+from rig.loadgen.bodies import RequestBody
 from rig.loadgen.outcome import Outcome, _cancelled, _failed_by, _Folder, _no_usage, _timeout_error, _unexpected
 from rig.loadgen.refusals import http_error
 from rig.workloads.base import Turn
@@ -31,7 +32,7 @@ def reuse_trace() -> aiohttp.TraceConfig:
 async def _post(
     session: aiohttp.ClientSession,
     url: str,
-    body: dict[str, Any],
+    body: RequestBody,
     headers: dict[str, str] | None,
     timeout: aiohttp.ClientTimeout,
 ) -> aiohttp.ClientResponse:

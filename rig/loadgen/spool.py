@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import posixpath
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 import pyarrow.fs as pafs
 
@@ -72,6 +72,13 @@ def list_parts(fs: pafs.FileSystem, directory: str) -> list[str]:
     return sorted(n for n in names if is_part_name(n))
 
 
+class ShipSummary(TypedDict):
+    """What shipping did for a point: added to the generator's report (``GeneratorReport.shipped_parts``)."""
+
+    shipped_parts: int
+    ship_errors: list[str]
+
+
 class Shipper:
     """Copies a generator's closed part files from its spool to a shared URI, each exactly once."""
 
@@ -111,5 +118,5 @@ class Shipper:
             n += 1
         return n
 
-    def summary(self) -> dict[str, Any]:
-        return {"shipped_parts": len(self.shipped), "ship_errors": self.errors[-3:]}
+    def summary(self) -> ShipSummary:
+        return ShipSummary(shipped_parts=len(self.shipped), ship_errors=self.errors[-3:])
