@@ -74,7 +74,7 @@ class _LeanSink:
 
     __slots__ = ("folder", "out", "fin", "ok_stream", "err_body", "err_kind", "ctype", "deadline", "total_at")
 
-    def __init__(self, folder: _Folder, out: Outcome, fin: asyncio.Future) -> None:
+    def __init__(self, folder: _Folder, out: Outcome, fin: asyncio.Future[bool]) -> None:
         self.folder = folder
         self.out = out
         self.fin = fin
@@ -159,7 +159,7 @@ class LeanRequest:
         self.out: Outcome | None = None
         self.conn: http1._Conn | None = None
         self.sink: _LeanSink | None = None
-        self.fin: asyncio.Future | None = None
+        self.fin: asyncio.Future[bool] | None = None
         self.reused = False
         self.deadline: asyncio.Timeout | None = None
 
@@ -214,8 +214,10 @@ class LeanRequest:
                         opened = pool.opened
                         conn = await pool.acquire(self.host, self.port, self.timeouts.connect_s)
                         self._write(conn, reused=pool.opened == opened)  # reused: an idle keep-alive one
+                    fin = self.fin
+                    assert fin is not None  # _write made it
                     try:
-                        complete = await self.fin  # type: ignore[misc]
+                        complete = await fin
                         break
                     except http1.HTTPError:
                         # A keep-alive connection the server had just closed: nothing was answered, so send again once.
@@ -225,13 +227,7 @@ class LeanRequest:
                 sink = self.sink
                 assert sink is not None
                 if not sink.ok_stream:
-                    text = sink.err_body.decode("utf-8", errors="replace").replace("\n", " ")
-                    if sink.err_kind == "status":
-                        out.status = "failed"
-                        out.error = http_error(out.http_status, text, self.api.dialect, self.api.path)
-                    else:
-                        out.status = "failed"
-                        out.error = f"wrong content type {sink.ctype!r} for a stream: {text[:200]}"
+                    self._not_a_stream(sink, out)
                     return out
                 if complete:
                     sink.folder.close(out.end_mono)
@@ -255,6 +251,15 @@ class LeanRequest:
             if out.end_mono == send:
                 out.end_mono = time.perf_counter()
         return _no_usage(out, self.api)
+
+    def _not_a_stream(self, sink: _LeanSink, out: Outcome) -> None:
+        """An answer that is no event stream: an error status (what the server said), or the wrong content type."""
+        text = sink.err_body.decode("utf-8", errors="replace").replace("\n", " ")
+        out.status = "failed"
+        if sink.err_kind == "status":
+            out.error = http_error(out.http_status, text, self.api.dialect, self.api.path)
+        else:
+            out.error = f"wrong content type {sink.ctype!r} for a stream: {text[:200]}"
 
     def abandon(self) -> None:
         """Stop listening: a connection still mid-response cannot carry another request, so it is closed."""

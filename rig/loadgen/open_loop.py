@@ -78,7 +78,7 @@ class OpenLoop:
         self.busy = 0  # sessions holding a slot
         self.waiting = False  # the cap is full and a send is due: the next freed slot runs the pump
         self.more = True  # arrivals left to build
-        self.arrivals: Iterator[tuple[Session, float]] = zip(plan.sessions, plan.arrivals)
+        self.arrivals: Iterator[tuple[Session, float]] = zip(plan.sessions, plan.arrivals, strict=False)
         self.failures: list[BaseException] = []  # a session task's unexpected exception: it ends the level
         self.pacer = Pacer()
         self.collector = GapCollector()

@@ -9,6 +9,7 @@ store a single put is atomic (the object appears whole when the stream is closed
 
 from __future__ import annotations
 
+import contextlib
 import posixpath
 from pathlib import Path
 from typing import TypedDict
@@ -52,10 +53,9 @@ def put(fs: pafs.FileSystem, path: str, data: bytes, local: bool) -> None:
             f.write(data)
         fs.move(tmp, path)
     else:
-        try:  # object stores need no directories (S3 writes a cheap marker); filesystem-like ones do
+        # object stores need no directories (S3 writes a cheap marker); filesystem-like ones do
+        with contextlib.suppress(Exception):
             fs.create_dir(posixpath.dirname(path), recursive=True)
-        except Exception:
-            pass
         with fs.open_output_stream(path) as f:
             f.write(data)
 

@@ -8,6 +8,7 @@ came in (rig.loadgen.http1 parses what it reads).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import platform
 import socket
@@ -50,10 +51,8 @@ class StampedSocket:
         self.closed = False
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # a request is one write: no wait for an ACK
         if KERNEL_STAMPS:
-            try:
+            with contextlib.suppress(OSError):  # no stamps: every read is stamped when it is made
                 sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS_OLD, 1)
-            except OSError:  # no stamps: every read is stamped when it is made
-                pass
         conn.connection_made(self)
         loop.add_reader(self.fd, self._readable)
 
