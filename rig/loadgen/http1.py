@@ -22,7 +22,7 @@ from operator import ne
 from typing import Protocol
 from urllib.parse import urlsplit
 
-from rig.loadgen.stamped_socket import READ_SIZE, StampedSocket
+from rig.loadgen.stamped_socket import READ_SIZE, Preempt, StampedSocket
 
 _Socket = StampedSocket  # the transport of a connection
 
@@ -77,15 +77,6 @@ class HTTPError(Exception):
 
 class ConnectError(Exception):
     """The TCP connection could not be made (refused, unreachable, timed out)."""
-
-
-class Preempt(Protocol):
-    """Work that must not wait behind a read: before each read the pool runs ``run_due()`` once ``due_ns``
-    (``perf_counter_ns``) has passed -- the open loop's sender, so a send due while reads are queued goes first."""
-
-    due_ns: int
-
-    def run_due(self) -> None: ...
 
 
 class Sink(Protocol):

@@ -18,18 +18,19 @@ import time
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, TypeAlias
+from typing import Protocol, TypeAlias
 
 import aiohttp
 
+from rig.config import Timeouts
 from rig.loadgen import http1
+from rig.loadgen.apis import Api
 from rig.loadgen.client import LeanRequest
+from rig.loadgen.flush import Flusher
 from rig.loadgen.gc_gaps import GapCollector
 from rig.loadgen.pacer import Pacer
+from rig.loadgen.plan import GeneratorPlan
 from rig.workloads.base import Session, Turn
-
-if TYPE_CHECKING:
-    from rig.loadgen.drive import PointRun
 
 Http: TypeAlias = http1.Pool | aiohttp.ClientSession
 
@@ -58,6 +59,26 @@ class Due:
     session: Session
     due: float
     request: LeanRequest | None = field(default=None)
+
+
+class PointRun(Protocol):
+    """What the open loop uses of its point's run (rig.loadgen.drive.PointRun: sessions, records, part files)."""
+
+    plan: GeneratorPlan
+    api: Api
+    timeouts: Timeouts
+    headers: dict[str, str]
+    unreachable: bool  # connections refused in a row: no more sessions start
+    cancel_reason: str  # what a request cancelled in flight records
+    flusher: Flusher
+
+    def set_pacer(self, pacer: Pacer | None) -> None: ...
+
+    def _cancelled_before_start(self, item: Due) -> None: ...
+
+    async def _run_session(
+        self, http: Http, session: Session, intended: float, deadline: float | None, first: LeanRequest | None = None
+    ) -> None: ...
 
 
 class OpenLoop:

@@ -16,10 +16,7 @@ import struct
 import sys
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from rig.loadgen.http1 import _Conn
+from typing import Any, Protocol
 
 READ_SIZE = 256 * 1024  # one read takes at most this much (asyncio's transports read the same)
 
@@ -34,6 +31,37 @@ _NO_STAMP = (0, 0, b"")
 _CMSG_SPACE = socket.CMSG_SPACE(_TIMESPEC.size) if hasattr(socket, "CMSG_SPACE") else 0
 
 
+class Preempt(Protocol):
+    """Work that must not wait behind a read: before each read the pool runs ``run_due()`` once ``due_ns``
+    (``perf_counter_ns``) has passed -- the open loop's sender, so a send due while reads are queued goes first."""
+
+    due_ns: int
+
+    def run_due(self) -> None: ...
+
+
+class _Pool(Protocol):
+    """What a read asks of the connection's pool (rig.loadgen.http1.Pool)."""
+
+    unstamped: int  # reads the kernel gave no arrival stamp for
+
+    @property
+    def preempt(self) -> Preempt | None: ...
+
+
+class Receiver(Protocol):
+    """The connection a socket feeds, as an asyncio protocol is fed (rig.loadgen.http1's connection)."""
+
+    @property
+    def pool(self) -> _Pool: ...
+
+    def connection_made(self, transport: StampedSocket) -> None: ...
+
+    def data_received(self, data: bytes, at: float | None = None) -> None: ...
+
+    def connection_lost(self, exc: Exception | None) -> None: ...
+
+
 class StampedSocket:
     """A non-blocking TCP socket watched with ``loop.add_reader``: feeds a ``_Conn`` each read with its arrival time.
 
@@ -43,7 +71,7 @@ class StampedSocket:
     """
 
     def __init__(
-        self, loop: asyncio.AbstractEventLoop, sock: socket.socket, conn: _Conn, bufs: list[memoryview]
+        self, loop: asyncio.AbstractEventLoop, sock: socket.socket, conn: Receiver, bufs: list[memoryview]
     ) -> None:
         self.loop, self.sock, self.conn, self.bufs = loop, sock, conn, bufs  # bufs: the pool's read buffer, shared
         self.fd = sock.fileno()
@@ -57,7 +85,7 @@ class StampedSocket:
         loop.add_reader(self.fd, self._readable)
 
     @classmethod
-    async def open(cls, host: str, port: int, conn: _Conn, bufs: list[memoryview]) -> StampedSocket:
+    async def open(cls, host: str, port: int, conn: Receiver, bufs: list[memoryview]) -> StampedSocket:
         """Connect to the first address of host:port that answers (raises OSError as ``create_connection`` does)."""
         loop = asyncio.get_running_loop()
         infos: Sequence[tuple[Any, ...]]
