@@ -1,6 +1,9 @@
 """Drive one point on one generator: closed loop by slots or open loop by arrival times; every request a record.
 
-Pure asyncio, no Ray: the Ray actor (actor.py) wraps it, tests drive it directly.
+Pure asyncio, no Ray: the Ray actor (actor.py) wraps it, tests drive it directly. The open loop's sender is
+rig.loadgen.open_loop, part files are written as the level runs by rig.loadgen.flush, one request is sent by
+rig.loadgen.client (the lean HTTP/1.1 client, rig.loadgen.http1) or rig.loadgen.aio_client (aiohttp), and what it
+came to becomes the record's request fields in rig.loadgen.outcome.
 """
 
 from __future__ import annotations
