@@ -164,10 +164,9 @@ def test_the_server_actor_records_why_telemetry_is_absent(tmp_path, monkeypatch)
     """Outside Ray, on this machine: no GPU assigned; with one named, the real pynvml finds no driver library."""
     import asyncio
 
+    import rig.server.actor as actor_module
     from rig.server.actor import ServerActor
     from rig.server.spec import ServerConfig
-
-    import rig.server.actor as actor_module
 
     pynvml = pytest.importorskip("pynvml")
     # outside Ray even when an earlier test of this process left a Ray instance up (the node's address would differ)

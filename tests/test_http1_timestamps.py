@@ -10,7 +10,7 @@ import time
 import pytest
 import uvloop
 
-from rig.loadgen import http1
+from rig.loadgen import http1, stamped_socket
 
 LOOPS = {"asyncio": asyncio.new_event_loop, "uvloop": uvloop.new_event_loop}
 HEAD = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
@@ -113,12 +113,12 @@ def stamping():
     """
     holder = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     holder.bind(("127.0.0.1", 0))
-    holder.setsockopt(socket.SOL_SOCKET, http1.SO_TIMESTAMPNS_OLD, 1)
+    holder.setsockopt(socket.SOL_SOCKET, stamped_socket.SO_TIMESTAMPNS_OLD, 1)
     holder.settimeout(1)
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
         for _ in range(500):
             probe.sendto(b"x", holder.getsockname())
-            if holder.recvmsg(1, http1._CMSG_SPACE)[1]:
+            if holder.recvmsg(1, stamped_socket._CMSG_SPACE)[1]:
                 break
             time.sleep(0.01)
         else:
@@ -127,7 +127,7 @@ def stamping():
     holder.close()
 
 
-@pytest.mark.skipif(not http1.KERNEL_STAMPS, reason="kernel receive stamps are read on Linux only")
+@pytest.mark.skipif(not stamped_socket.KERNEL_STAMPS, reason="kernel receive stamps are read on Linux only")
 @pytest.mark.parametrize("loop_kind", list(LOOPS))
 def test_arrival_time_is_the_kernels_not_the_reads(loop_kind, stamping):
     sink, times, _ = _exchange(loop_kind)
@@ -141,7 +141,7 @@ def test_arrival_time_is_the_kernels_not_the_reads(loop_kind, stamping):
 
 @pytest.mark.parametrize("loop_kind", list(LOOPS))
 def test_without_a_control_message_the_read_is_stamped(loop_kind, monkeypatch):
-    monkeypatch.setattr(http1, "KERNEL_STAMPS", False)  # the socket asks for no stamps: the kernel sends none
+    monkeypatch.setattr(stamped_socket, "KERNEL_STAMPS", False)  # the socket asks for no stamps: the kernel sends none
     sink, times, _ = _exchange(loop_kind)
     ((data, at, ran),) = [b for b in sink.bodies if b[0]]
     assert data == b"hello"

@@ -13,7 +13,16 @@ from typing import Any
 
 from rig.contracts import records as _records
 from rig.contracts.errors import ContractError
-from rig.contracts.generator import GeneratorReport, GeneratorStatus, RecordCounts, WindowAcceptance, achieved_rate
+from rig.contracts.generator import (
+    GeneratorInfo,
+    GeneratorReport,
+    GeneratorStatus,
+    HostCorpus,
+    RecordCounts,
+    TreeFingerprint,
+    WindowAcceptance,
+    achieved_rate,
+)
 from rig.contracts.manifest import (
     MANIFEST_VERSION,
     ClusterInfo,
@@ -90,9 +99,11 @@ __all__ = [
     "ClusterInfo",
     "ContractError",
     "GeneratorHost",
+    "GeneratorInfo",
     "GeneratorReport",
     "GeneratorStatus",
     "GpuTelemetry",
+    "HostCorpus",
     "IDENTITY_FIELDS",
     "Int32",
     "Int64",
@@ -118,6 +129,7 @@ __all__ = [
     "StartupFacts",
     "WaitProgress",
     "Thresholds",
+    "TreeFingerprint",
     "WindowAcceptance",
     "achieved_rate",
     "check_record",

@@ -56,6 +56,41 @@ class GeneratorReport(BaseModel):
     gathered: dict[str, int] | None = None  # the driver: part files brought into the run directory
 
 
+class GeneratorInfo(BaseModel):
+    """What a generator actor says of itself (``LoadGenerator.info``); validated on the driver, where it comes back
+    over Ray. ``spool_root``: where it writes part files on its host (filled in for that host)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    generator: int
+    host: str
+    node_ip: str
+    node_id: str | None = None  # None outside Ray (tests)
+    pid: int
+    spool_root: str
+
+
+class TreeFingerprint(BaseModel):
+    """What a source tree holds, in one digest (``rig.workloads.source.tree_fingerprint``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    root: str
+    files: int
+    sha256: str
+    default: bool = False  # the tree rig ships (no code_dir given)
+
+
+class HostCorpus(BaseModel):
+    """A generator host's answer to ``LoadGenerator.corpus``: per workload that quotes source code, the fingerprint
+    of the tree that host would quote -- or why it cannot read them."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    fingerprints: dict[str, TreeFingerprint] = Field(default_factory=dict)
+    error: str | None = None
+
+
 def achieved_rate(n_sends: int, first_send: float, last_send: float) -> float | None:
     """Requests per second actually sent: intervals between sends over the span of send times (None below two)."""
     span = last_send - first_send

@@ -8,15 +8,19 @@ import os
 import socket
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import ray
 
-from rig.contracts import GeneratorReport
+from rig.contracts import GeneratorInfo, GeneratorReport, HostCorpus
 from rig.loadgen import spool
 from rig.loadgen.drive import PointRun, make_session
+from rig.loadgen.open_loop import Http
 from rig.loadgen.plan import GeneratorPlan
 from rig.results import requests_dir
+
+if TYPE_CHECKING:
+    from rig.workloads.spec import WorkloadSpec
 
 
 class LoadGenerator:
@@ -28,7 +32,7 @@ class LoadGenerator:
         self.host = socket.gethostname()
         try:
             self.node_ip = ray.util.get_node_ip_address()
-            self.node_id = ray.get_runtime_context().get_node_id()
+            self.node_id: str | None = ray.get_runtime_context().get_node_id()
         except Exception:  # outside Ray (tests)
             self.node_ip, self.node_id = "127.0.0.1", None
         # Where part files are written on this host: the results dir itself when it is shared/local,
@@ -36,7 +40,7 @@ class LoadGenerator:
         self.spool_root = Path(self._fill(spool_root)) if spool_root else self.out_root
         self.shipper: spool.Shipper | None = None  # copies closed parts to a shared URI as they appear
         self.clock_offset_s = 0.0
-        self._http = None
+        self._http: Http | None = None
         self._current: PointRun | None = None
         self._task: asyncio.Task | None = None
         self._warm_task: asyncio.Task | None = None  # the warm-up in progress (stop cancels it)
@@ -44,15 +48,15 @@ class LoadGenerator:
     def _fill(self, template: str) -> str:
         return spool.fill(template, self.host, self.node_ip, self.node_id)
 
-    async def info(self) -> dict[str, Any]:
-        return {
-            "generator": self.generator,
-            "host": self.host,
-            "node_ip": self.node_ip,
-            "node_id": self.node_id,
-            "pid": os.getpid(),
-            "spool_root": str(self.spool_root),
-        }
+    async def info(self) -> GeneratorInfo:
+        return GeneratorInfo(
+            generator=self.generator,
+            host=self.host,
+            node_ip=self.node_ip,
+            node_id=self.node_id,
+            pid=os.getpid(),
+            spool_root=str(self.spool_root),
+        )
 
     async def sees(self, path: str, token: str) -> bool:
         """Whether this host sees the driver's file at ``path`` holding ``token`` (same host or a shared FS)."""
@@ -71,15 +75,16 @@ class LoadGenerator:
             problem = await asyncio.to_thread(self.shipper.check)
         return problem
 
-    async def corpus(self, workloads: list[Any]) -> dict[str, Any]:
+    async def corpus(self, workloads: list[WorkloadSpec]) -> HostCorpus:
         """Fingerprints of the source trees this host's prompts would quote (see rig.workloads.corpus_fingerprints),
-        or {"error": why} when it cannot read them."""
+        or why it cannot read them."""
         from rig.workloads import WorkloadError, corpus_fingerprints
 
         try:
-            return await asyncio.to_thread(corpus_fingerprints, workloads)
+            found = await asyncio.to_thread(corpus_fingerprints, workloads)
         except (WorkloadError, OSError) as e:
-            return {"error": str(e)}
+            return HostCorpus(error=str(e))
+        return HostCorpus.model_validate({"fingerprints": found})
 
     async def clock(self) -> float:
         return time.time()
@@ -116,7 +121,7 @@ class LoadGenerator:
 
     async def run_point(self, start_wall: float) -> GeneratorReport:
         """Start at the common wall-clock time ``start_wall`` (driver clock) and drive the prepared point."""
-        assert self._current is not None, "prepare() first"
+        assert self._current is not None and self._http is not None, "prepare() first"
         start_mono = time.perf_counter() + (start_wall + self.clock_offset_s - time.time())
         self._task = asyncio.get_running_loop().create_task(self._current.run(self._http, start_mono))
         shipping = asyncio.get_running_loop().create_task(self._ship_loop()) if self.shipper else None
@@ -168,6 +173,6 @@ class LoadGenerator:
             await self._http.close()
 
 
-def remote_class(**options: Any):
+def remote_class(**options: Any) -> Any:  # a Ray actor class (ray ships no types)
     """The actor class with Ray options; never restarted (a silent restart would double-count load)."""
     return ray.remote(max_restarts=0, max_task_retries=0, **options)(LoadGenerator)

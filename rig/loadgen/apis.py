@@ -14,6 +14,7 @@ from typing import Any
 import msgspec
 import orjson
 
+from rig.loadgen.bodies import NativeBody, NativeSampling, OpenAIBody, RequestBody, SpecStats
 from rig.loadgen.dialects import Dialect
 from rig.workloads.base import Turn, render_messages
 
@@ -44,7 +45,7 @@ class StreamState:
     tokens_source: str = "usage"
     finished: bool = False  # a finish reason arrived
     done: bool = False  # [DONE] arrived
-    speculative: dict[str, Any] = field(default_factory=dict)  # the server's per-request speculative stats
+    speculative: SpecStats = field(default_factory=SpecStats)  # the server's per-request speculative stats
     server_ts: dict[str, float] = field(default_factory=dict)
     # OpenAI APIs: completion tokens already attributed to a chunk (continuous usage stats)
     _usage_tokens: int = 0
@@ -81,18 +82,17 @@ def _error_message(obj: dict[str, Any]) -> str | None:
     return None
 
 
-def _event_object(obj: Any) -> dict[str, Any]:
-    """The event as an object, or a StreamError if it is not one or it carries the server's error."""
+def _check_event(obj: Any) -> None:
+    """A StreamError if the event is not an object or it carries the server's error."""
     if not isinstance(obj, dict):
         raise StreamError(f"malformed event: expected an object, got {type(obj).__name__}")
     msg = _error_message(obj)
     if msg is not None:
         raise StreamError(msg)
-    return obj
 
 
-def _speculative_fields(src: dict[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
+def _speculative_fields(src: dict[str, Any]) -> SpecStats:
+    out: SpecStats = {}
     if src.get("spec_verify_ct") is not None:
         out["spec_verify_ct"] = int(src["spec_verify_ct"])
     if src.get("spec_accept_length") is not None:
@@ -108,10 +108,10 @@ def _speculative_fields(src: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _vllm_speculative_fields(sd: dict[str, Any]) -> dict[str, Any]:
+def _vllm_speculative_fields(sd: dict[str, Any]) -> SpecStats:
     """vLLM's per-request summary (--per-request-spec-decode-metrics summary) on the usage chunk."""
     steps, accepted, drafted = sd.get("num_spec_steps"), sd.get("num_accepted_draft_tokens"), sd.get("num_draft_tokens")
-    if not all(isinstance(x, int) for x in (steps, accepted, drafted)) or steps <= 0:
+    if not (isinstance(steps, int) and isinstance(accepted, int) and isinstance(drafted, int)) or steps <= 0:
         return {}
     return {
         "spec_verify_ct": steps,
@@ -147,7 +147,7 @@ class Api:
         # Default: SGLang's dialect, what the sim and SGLang itself accept (rig.loadgen.dialects.ENGINE_DIALECTS).
         self.dialect = dialect if dialect is not None else Dialect()
 
-    def payload(self, turn: Turn, history: list[dict[str, str]], model: str) -> dict[str, Any]:
+    def payload(self, turn: Turn, history: list[dict[str, str]], model: str) -> RequestBody:
         raise NotImplementedError
 
     def fold(self, obj: Any, state: StreamState) -> int:
@@ -184,8 +184,8 @@ class SGLangNative(Api):
     name = "sglang-native"
     path = "/generate"
 
-    def payload(self, turn: Turn, history: list[dict[str, str]], model: str) -> dict[str, Any]:
-        params: dict[str, Any] = {
+    def payload(self, turn: Turn, history: list[dict[str, str]], model: str) -> NativeBody:
+        params: NativeSampling = {
             "max_new_tokens": turn.max_tokens,
             "temperature": turn.temperature,
             "top_p": turn.top_p,
@@ -195,17 +195,16 @@ class SGLangNative(Api):
             params["top_k"] = turn.top_k
         if turn.seed is not None:
             params["sampling_seed"] = turn.seed
-        return self.dialect.finish(
-            {
-                "text": render_messages([*history, *turn.messages]),
-                "sampling_params": params,
-                "stream": True,
-                "rid": turn.request_id,
-            }
-        )
+        body: NativeBody = {
+            "text": render_messages([*history, *turn.messages]),
+            "sampling_params": params,
+            "stream": True,
+            "rid": turn.request_id,
+        }
+        return self.dialect.finish(body)
 
     def fold(self, obj: Any, state: StreamState) -> int:
-        obj = _event_object(obj)
+        _check_event(obj)
         meta = obj.get("meta_info")
         text = obj.get("text")
         if not isinstance(meta, dict) or not isinstance(text, str):
@@ -242,10 +241,10 @@ class SGLangNative(Api):
 
 
 class _OpenAIBase(Api):
-    def _common(self, turn: Turn, model: str) -> dict[str, Any]:
+    def _common(self, turn: Turn, model: str) -> OpenAIBody:
         """The fields of OpenAI's API reference both routes share, plus the dialect's extensions."""
         d = self.dialect
-        body: dict[str, Any] = {
+        body: OpenAIBody = {
             "model": model,
             "temperature": turn.temperature,
             "top_p": turn.top_p,
@@ -288,7 +287,7 @@ class _OpenAIBase(Api):
             choices = obj.get("choices")
             if type(choices) is list and choices and type(choices[0]) is dict:
                 return self._fold_choice(choices[0], None, state)
-        obj = _event_object(obj)
+        _check_event(obj)
         usage = obj.get("usage")
         if isinstance(usage, dict):
             if isinstance(usage.get("prompt_tokens"), int):
@@ -425,7 +424,7 @@ class OpenAICompletions(_OpenAIBase):
         self.fold_all(objs, state, tokens)
         return count
 
-    def payload(self, turn: Turn, history: list[dict[str, str]], model: str) -> dict[str, Any]:
+    def payload(self, turn: Turn, history: list[dict[str, str]], model: str) -> OpenAIBody:
         body = self._common(turn, model)
         body["prompt"] = render_messages([*history, *turn.messages])
         body["max_tokens"] = turn.max_tokens
@@ -446,7 +445,7 @@ class OpenAIChat(_OpenAIBase):
     name = "openai-chat"
     path = "/v1/chat/completions"
 
-    def payload(self, turn: Turn, history: list[dict[str, str]], model: str) -> dict[str, Any]:
+    def payload(self, turn: Turn, history: list[dict[str, str]], model: str) -> OpenAIBody:
         # No return_token_ids here: SGLang's chat route answers 400 to it with stream=true
         # (openai/serving_chat.py::_convert_to_internal_request). Continuous usage stats put the running
         # completion-token count on every content chunk instead (serving_chat.py; vLLM does the same), which gives

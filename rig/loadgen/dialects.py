@@ -15,9 +15,21 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, TypedDict, TypeVar, cast
+
+from rig.loadgen.bodies import NativeBody, OpenAIBody
 
 DialectName = Literal["plain", "sglang", "vllm"]
+_Body = TypeVar("_Body", NativeBody, OpenAIBody)
+
+
+class DialectManifest(TypedDict):
+    """What the manifest records of a server configuration's dialect."""
+
+    dialect: DialectName
+    dialect_source: str
+    extra_body: dict[str, Any]
+
 
 # The request fields of OpenAI's API reference (platform.openai.com/docs/api-reference/completions/create and
 # .../chat/create), as the official SDK declares them: openai-python 3.57 types/completion_create_params.py and
@@ -136,13 +148,13 @@ class Dialect:
         and vLLM always send it, so a stream without it is a fault there."""
         return self.name == "plain"
 
-    def finish(self, body: dict[str, Any]) -> dict[str, Any]:
-        """The body with the user's extra fields added (they win over rig's own)."""
+    def finish(self, body: _Body) -> _Body:
+        """The body with the user's extra fields added (they win over rig's own; any field, so untyped)."""
         if self.extra_body:
-            body.update(self.extra_body)
+            cast("dict[str, Any]", body).update(self.extra_body)
         return body
 
-    def manifest(self) -> dict[str, Any]:
+    def manifest(self) -> DialectManifest:
         """What the manifest records of it."""
         return {"dialect": self.name, "dialect_source": self.source, "extra_body": dict(self.extra_body)}
 

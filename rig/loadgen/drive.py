@@ -1,21 +1,19 @@
 """Drive one point on one generator: closed loop by slots or open loop by arrival times; every request a record.
 
-Pure asyncio, no Ray: the Ray actor (actor.py) wraps it, tests drive it directly.
+Pure asyncio, no Ray: the Ray actor (actor.py) wraps it, tests drive it directly. The open loop's sender is
+rig.loadgen.open_loop, part files are written as the level runs by rig.loadgen.flush, one request is sent by
+rig.loadgen.client (the lean HTTP/1.1 client, rig.loadgen.http1) or rig.loadgen.aio_client (aiohttp), and what it
+came to becomes the record's request fields in rig.loadgen.outcome.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import gc
 import logging
 import os
-import sys
-import threading
 import time
-from collections import deque
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,30 +24,21 @@ from rig.contracts import GeneratorReport, GeneratorStatus, RecordCounts, achiev
 from rig.loadgen import http1
 from rig.loadgen.apis import api_for
 from rig.loadgen.client import LeanRequest, Outcome, request_fields, reuse_trace, stream_request, unexpected_error
-from rig.loadgen.gc_gaps import GapCollector
+from rig.loadgen.flush import Flusher
 from rig.loadgen.health import LoopMonitor
+from rig.loadgen.open_loop import LEVEL_FAILED, Due, Http, OpenLoop, host_port
 from rig.loadgen.pacer import Pacer
 from rig.loadgen.plan import GeneratorPlan
 from rig.results import REQUEST_SCHEMA, PartWriter, empty_record, requests_dir
 from rig.workloads.base import Session, Turn
 
-Http = "http1.Pool | aiohttp.ClientSession"
 _log = logging.getLogger(__name__)
-LEVEL_FAILED = "cancelled: the level stopped on an internal error"  # what its in-flight requests record
+__all__ = ["LEVEL_FAILED", "PointRun", "make_session"]
+_Due = Due  # the name tests and older callers use
 UNREACHABLE_AFTER = 3  # consecutive refused connections after which a generator stops starting sessions
-FREE_SLICE = 128  # written rows released per step of the loop (~0.2 ms)
-FLUSH_GAP_S = 0.0005  # open loop: a flush step starts only when no send is due within this ...
-GAP_WAIT_MAX_S = 0.005  # ... or once it has waited this long for such a gap (a dense schedule still gets written)
-LOOKAHEAD_S = 0.002  # open loop: requests due this soon are built before the timer fires
-MAX_AHEAD = 64  # ... but never more than this many at once
 GC_BEFORE_START_S = 0.5  # a full collection before the level if at least this long remains before its start
-WRITER_NICE = 19  # the part writer's thread: the lowest CPU priority, so the sender never waits behind it
-MAX_BURST = 16  # open loop behind schedule: sends in a row before the reads get a turn
 OPEN_LOOP_EARLY_S = 0.010  # the open loop's sender starts this long before the level (nothing is sent early)
-SWITCH_INTERVAL_S = 0.0005  # open loop: the longest another thread may keep the GIL from the loop (CPython: 5 ms)
-WARM_MAX = 32  # open loop, lean client: idle connections opened before the level starts
-WARM_LOW = 16  # ... and during it, whenever fewer are idle, up to WARM_REFILL more (a send that finds none connects
-WARM_REFILL = 32  # on its task, behind every read of that turn of the loop: tens of ms when the loop is busy)
+WARM_MAX = 32  # open loop, lean client: idle connections opened before the level starts (open_loop: WARM_LOW)
 
 
 HTTP_CLIENT_ENV = "RIG_HTTP_CLIENT"  # "lean" (default) or "aiohttp"
@@ -71,17 +60,6 @@ def make_session(kind: str | None = None) -> http1.Pool | aiohttp.ClientSession:
     return aiohttp.ClientSession(connector=connector, read_bufsize=2**20, trace_configs=[reuse_trace()])
 
 
-def _lower_priority() -> None:
-    """The part writer's thread at the lowest priority: on a shared core the event loop always goes first.
-
-    Encoding a part took 120 ms of wall time at 2,000 req/s; at equal priority the scheduler shared the core with
-    it and sends due meanwhile slipped by milliseconds. Linux takes a thread id here (elsewhere: left as it is).
-    """
-    if sys.platform.startswith("linux"):
-        with contextlib.suppress(OSError):
-            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), WRITER_NICE)
-
-
 def _freeze_heap(start_mono: float) -> None:
     """Move every object alive before the level out of the GC's reach until it ends (``gc.unfreeze``).
 
@@ -94,28 +72,10 @@ def _freeze_heap(start_mono: float) -> None:
     gc.freeze()
 
 
-def _host_port(url: str) -> tuple[str, int] | None:
-    """(host, port) of a URL the lean client speaks, else None."""
-    try:
-        host, port, _ = http1.split_url(url)
-    except ValueError:
-        return None
-    return host, port
-
-
-@dataclass(eq=False)
-class _Due:
-    """One session of the open loop, its first request built ahead of its due time (None: aiohttp)."""
-
-    session: Session
-    due: float
-    request: LeanRequest | None = field(default=None)
-
-
 class PointRun:
     """State of one generator's share of one point."""
 
-    def __init__(self, plan: GeneratorPlan, out_root: Path | str, host: str, clock_offset_s: float):
+    def __init__(self, plan: GeneratorPlan, out_root: Path | str, host: str, clock_offset_s: float) -> None:
         self.plan = plan
         self.api = api_for(plan.point.api, plan.dialect)
         self.host = host
@@ -125,7 +85,7 @@ class PointRun:
         )
         self.timeouts = plan.timeouts
         self.headers = dict(plan.extra_headers)
-        self.counts = {
+        self.counts: dict[str, int] = {
             "scheduled": 0,
             "ok": 0,
             "failed": 0,
@@ -152,9 +112,8 @@ class PointRun:
         self.ended_mono: float | None = None
         self.cancel_reason = "cancelled: the run was stopped"  # what a cancelled in-flight request records
         self.warm_ok = 0  # warm-up requests that succeeded so far
-        self._parts = ThreadPoolExecutor(1, thread_name_prefix="rig-parts", initializer=_lower_priority)
+        self.flusher = Flusher(self.writer)  # part files written while the level runs
         self._pacer: Pacer | None = None  # the open loop's sender while it runs: other work lets due sends go first
-        self._gap_waiters: list[asyncio.Future] = []  # flush steps waiting for a gap in the schedule
 
     def wall(self, mono: float) -> float:
         """Wall-clock time derived from the monotonic clock and one anchor (no NTP steps mid-run)."""
@@ -303,16 +262,7 @@ class PointRun:
     async def _closed_loop(self, http: Http, start: float) -> None:
         todo = self.plan.session_iter()
         deadline = start + self.plan.duration_s if self.plan.duration_s else None
-
-        async def slot() -> None:
-            for session in todo:  # one shared iterator: each session goes to the first free slot
-                await asyncio.sleep(0)  # building sessions is synchronous: let a stop (or the flusher) in between
-                now = time.perf_counter()
-                if (deadline is not None and now >= deadline) or self.unreachable:
-                    return
-                await self._run_session(http, session, now, deadline)
-
-        slots = [asyncio.ensure_future(slot()) for _ in range(max(1, self.plan.slots or 1))]
+        slots = [asyncio.ensure_future(self._slot(http, todo, deadline)) for _ in range(max(1, self.plan.slots or 1))]
         try:
             await asyncio.gather(*slots)
         except BaseException as e:  # stopped, or one slot failed: the others' requests are cancelled and recorded
@@ -323,177 +273,30 @@ class PointRun:
             await asyncio.gather(*slots, return_exceptions=True)
             raise
 
-    async def _open_loop(self, http: Http, start: float) -> None:
-        """Send each session's first turn at its arrival time, from the timer's own callback.
-
-        One synchronous callback, ``pump``, does the sender's whole turn: it sends every request already due (lean
-        client: on an idle keep-alive connection, the send time is that write; a task then reads the response and
-        makes the record), builds the requests due in the next ``LOOKAHEAD_S`` (body and head as bytes) and arms
-        the timerfd for the next one -- so the sender never waits for a task step behind the loop's other work. A
-        read or a record that finds a send due runs the pump first (``Pacer.run_due``); flush steps and young GC
-        wait for a gap in the schedule. A request that finds no idle connection, and every request of the aiohttp
-        client, is sent by its task (connect, write). With the concurrency cap full a due send waits for a slot
-        (the pump runs again when one frees), and the wait shows up as slip.
-        """
-        assert self.plan.arrivals is not None
-        slots = self.plan.slots or 0
-        deadline = start + self.plan.duration_s if self.plan.duration_s else None
-        loop = asyncio.get_running_loop()
-        tasks: set[asyncio.Task] = set()
-        unstarted: set[_Due] = set()  # launched, task not yet running: recorded here if cancelled before it runs
-        ahead: deque[_Due] = deque()  # built, not yet due
-        busy = 0  # sessions holding a slot
-        waiting = False  # the cap is full and a send is due: the next freed slot runs the pump
-        more = True  # arrivals left to build
-        arrivals = zip(self.plan.sessions, self.plan.arrivals)
-        failures: list[BaseException] = []  # a session task's unexpected exception: it ends the level
-        pacer = Pacer()
-        collector = GapCollector()
-        refill: asyncio.Task | None = None  # lean client: idle connections being opened
-        pool = http if isinstance(http, http1.Pool) else None
-        addr = _host_port(self.plan.url) if pool is not None else None
-        finished = loop.create_future()  # every arrival handed to a task, or sending stopped (or the pump failed)
-
-        async def fire(item: _Due) -> None:
-            nonlocal busy
-            unstarted.discard(item)
-            try:
-                await self._run_session(http, item.session, item.due, deadline, item.request)
-            finally:
-                busy -= 1
-                if waiting:
-                    pump()
-
-        def build() -> None:
-            """The requests due within ``LOOKAHEAD_S`` built ahead (at most ``MAX_AHEAD``)."""
-            nonlocal more
+    async def _slot(self, http: Http, todo: Iterator[Session], deadline: float | None) -> None:
+        """One slot of the closed loop: the next session of the shared iterator as soon as the last one ended."""
+        for session in todo:
+            await asyncio.sleep(0)  # building sessions is synchronous: let a stop (or the flusher) in between
             now = time.perf_counter()
-            while more and (not ahead or ahead[-1].due <= now + LOOKAHEAD_S) and len(ahead) < MAX_AHEAD:
-                nxt = next(arrivals, None)
-                due = start + nxt[1] if nxt is not None else 0.0
-                if nxt is None or (deadline is not None and due >= deadline):
-                    more = False
-                    return
-                turn = nxt[0].turns[0]
-                ahead.append(_Due(nxt[0], due, self._build_ahead(pool, turn) if pool is not None else None))
-
-        def keep_warm() -> None:
-            """Lean client: idle connections below WARM_LOW are topped up by a task, off the sender's path."""
-            nonlocal refill
-            assert pool is not None and addr is not None
-            if refill is not None and (
-                not refill.done() or refill.cancelled() or refill.exception() is not None or refill.result() == 0
-            ):
-                return  # one refill at a time; none after one that could open nothing (each request will say why)
-            if pool.idle(*addr) < WARM_LOW and not (slots and pool.size >= slots):
-                refill = loop.create_task(pool.warm(*addr, WARM_REFILL, self.timeouts.connect_s))
-
-        def launch(item: _Due) -> None:
-            nonlocal busy
-            if item.request is not None:
-                item.request.send_now()  # no idle connection: its task connects and writes
-            busy += 1
-            task = loop.create_task(fire(item))
-            unstarted.add(item)
-            tasks.add(task)
-            task.add_done_callback(settled)
-
-        def settled(task: asyncio.Task) -> None:
-            tasks.discard(task)
-            exc = None if task.cancelled() else task.exception()
-            if exc is not None:
-                failures.append(exc)
-                if not finished.done():
-                    finished.set_result(None)  # the level has failed: nothing more is sent
-
-        def pump() -> None:
-            """Send what is due, build what is due soon, arm the timer for the next (no await in here)."""
-            nonlocal waiting
-            if finished.done():
+            if (deadline is not None and now >= deadline) or self.unreachable:
                 return
-            waiting = False
-            try:
-                sent = 0
-                while not self.unreachable:
-                    if not ahead:
-                        build()
-                        if not ahead:
-                            break  # the schedule is done
-                    if ahead[0].due > time.perf_counter():
-                        build()  # top the lookahead up after the sends, then sleep until the next one
-                        pacer.arm(ahead[0].due, pump)
-                        collector.collect(ahead[0].due - time.perf_counter())  # a young collection, if it fits
-                        return
-                    if slots and busy >= slots:
-                        waiting = True  # the cap is full: the sender waits for a slot
-                        return
-                    if sent == MAX_BURST:  # behind schedule: the reads ready now get a turn, then the rest
-                        pacer.arm(ahead[0].due, pump)
-                        return
-                    launch(ahead.popleft())
-                    sent += 1
-                    if pool is not None and addr is not None:
-                        keep_warm()
-                finished.set_result(None)
-            except Exception as e:  # e.g. a request that cannot be built: the level fails with it, never silently
-                finished.set_exception(e)
-            finally:
-                self._sent()
+            await self._run_session(http, session, now, deadline)
 
-        if pool is not None:
-            pool.preempt = pacer
+    async def _open_loop(self, http: Http, start: float) -> None:
+        """Each session's first turn sent at its arrival time (rig.loadgen.open_loop)."""
+        await OpenLoop(self, http, start).drive()
+
+    def set_pacer(self, pacer: Pacer | None) -> None:
+        """The open loop's sender while it runs (None after): records and flush steps let due sends go first."""
         self._pacer = pacer
-        collector.start()
-        # The part writer's thread holds the GIL between its native calls; asked for it back, CPython lets it keep it
-        # for the switch interval (5 ms by default), and a send due meanwhile waits that long.
-        switch = sys.getswitchinterval()
-        sys.setswitchinterval(min(switch, SWITCH_INTERVAL_S))
-        try:
-            pump()
-            await finished
-            pacer.disarm()
-            while tasks and not failures:
-                await asyncio.wait(set(tasks), return_when=asyncio.FIRST_EXCEPTION)
-            if failures:
-                raise failures[0]
-        except BaseException as e:  # stopped, or the level failed: every request in flight is cancelled, recorded
-            if not isinstance(e, asyncio.CancelledError):
-                self.cancel_reason = LEVEL_FAILED
-            if not finished.done():
-                finished.cancel()  # the pump sends nothing more
-            pacer.disarm()
-            for t in tasks:
-                t.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-            for item in unstarted:  # sent (or due) but cancelled before its task ran: still a record
-                self._cancelled_before_start(item)
-            raise
-        finally:
-            if not finished.done():
-                finished.cancel()
-            collector.stop()
-            sys.setswitchinterval(switch)
-            if refill is not None and not refill.done():
-                refill.cancel()
-            self._pacer = None
-            self._sent()
-            if pool is not None and pool.preempt is pacer:
-                pool.preempt = None
-            pacer.close()
+        self.flusher.pacer = pacer
 
-    def _build_ahead(self, http: http1.Pool, turn: Turn) -> LeanRequest | None:
-        """The open loop's request built before it is due; None if building it fails (its task then builds it
-        again, and the failure becomes that request's record)."""
-        try:
-            return LeanRequest(http, self.plan.url, self.api, turn, [], self.plan.model, self.timeouts, self.headers)
-        except Exception:
-            return None
-
-    def _cancelled_before_start(self, item: _Due) -> None:
+    def _cancelled_before_start(self, item: Due) -> None:
         session, now = item.session, time.perf_counter()
         self.counts["scheduled"] += session.n_requests
-        sent = item.request is not None and item.request.out is not None  # written by the timer's callback
-        send = item.request.out.send_mono if sent else now
+        out = item.request.out if item.request is not None else None  # written by the timer's callback
+        sent = out is not None
+        send = out.send_mono if out is not None else now
         if item.request is not None:
             item.request.abandon()
         self._record(
@@ -507,7 +310,7 @@ class PointRun:
         for k in range(1, session.n_requests):
             self._skip(session, k, session.turns[k], f"not sent: {self.cancel_reason}")
 
-    async def _bounded(self, level: Any, start: float) -> None:
+    async def _bounded(self, level: Awaitable[None], start: float) -> None:
         """--duration bounds the level: requests still in flight ``grace_s`` after its end are cancelled and
         recorded as such (without a duration the level ends when its sessions do)."""
         if not self.plan.duration_s:
@@ -554,51 +357,8 @@ class PointRun:
         return why
 
     async def _flush_due(self) -> None:
-        """Write a part if one is due, without stalling the sender: rows become an Arrow table one bounded piece at
-        a time on the loop (``TableBuilder``: one column over a few hundred rows, ~0.1-0.2 ms; a conversion in a
-        thread would hold the GIL, and the loop, for all of it), then the thread encodes and writes (pyarrow
-        releases the GIL there), then the written rows are released a few at a time. In the open loop each step
-        waits for a gap in the schedule (no send due within ``FLUSH_GAP_S``)."""
-        rows = self.writer.take()
-        if not rows:
-            return
-        try:
-            builder = self.writer.builder(rows)  # a bad row is repaired, not lost
-            while not builder.done:
-                await self._gap(FLUSH_GAP_S)
-                builder.step()
-            table = builder.table()
-        except BaseException:  # the level ended mid-flush (or a bug): the rows go back for the next or final write
-            self.writer.untake(rows)
-            raise
-        del builder
-        # Cancelled from here on, the thread still writes these rows, and the final write waits for it.
-        await asyncio.get_running_loop().run_in_executor(self._parts, self.writer.write, rows, table)
-        del table
-        for end in range(len(rows), 0, -FREE_SLICE):  # releasing 5,000 records at once held the loop ~8 ms
-            await self._gap(FLUSH_GAP_S)
-            del rows[max(0, end - FREE_SLICE) : end]
-
-    async def _gap(self, need_s: float) -> None:
-        """Yield to the loop; then, in the open loop, wait until no send is due within ``need_s`` (at most
-        ``GAP_WAIT_MAX_S``)."""
-        await asyncio.sleep(0)  # the reads and the sends due get a turn between steps
-        need = int(need_s * 1e9)
-        give_up = time.perf_counter_ns() + int(GAP_WAIT_MAX_S * 1e9)
-        while (pacer := self._pacer) is not None:
-            now = time.perf_counter_ns()
-            if pacer.due_ns - now >= need or now >= give_up:
-                return
-            waiter = asyncio.get_running_loop().create_future()
-            self._gap_waiters.append(waiter)
-            await waiter  # the sender's next turn ends: look again
-
-    def _sent(self) -> None:
-        """The sender's turn ended (or the level did): flush steps waiting for a gap look again."""
-        waiters, self._gap_waiters = self._gap_waiters, []
-        for w in waiters:
-            if not w.done():
-                w.set_result(None)
+        """Write a part if one is due (``Flusher.flush_due``)."""
+        await self.flusher.flush_due()
 
     async def warmup(self, http: Http) -> int:
         """Send the warm-up sessions; nothing is recorded. Returns how many succeeded (also kept in ``warm_ok``, for
@@ -620,7 +380,7 @@ class PointRun:
         budget = min(self.timeouts.connect_s, start_mono - time.perf_counter() - 0.005)
         if budget <= 0:
             return
-        addr = _host_port(self.plan.url)
+        addr = host_port(self.plan.url)
         if addr is None:
             return  # not a URL the lean client speaks: each request records why
         try:
@@ -670,11 +430,10 @@ class PointRun:
             flusher.cancel()
             health = await monitor.stop() if monitor._task else {}
             try:
-                await asyncio.get_running_loop().run_in_executor(self._parts, self.writer.close)
+                await self.flusher.close()
             except Exception as e:  # reported with the records not saved, never a crash
                 status = "failed"
                 error = f"{self._write_failure(e, 'the last part file')}; {self.writer.pending} records not saved"
-            self._parts.shutdown(wait=False)
         return self.summary(status, error, health)
 
     def _rate_ratio(self) -> float | None:
@@ -687,7 +446,7 @@ class PointRun:
         planned, achieved = max(intended) - min(intended), max(actual) - min(intended)
         return planned / achieved if planned > 0 and achieved > 0 else None
 
-    def summary(self, status: GeneratorStatus, error: str | None, health: dict[str, Any]) -> GeneratorReport:
+    def summary(self, status: GeneratorStatus, error: str | None, health: dict[str, float | None]) -> GeneratorReport:
         slips = np.asarray(self.slips) if self.slips else np.zeros(1)
         window = (self.ended_mono or 0) - (self.started_mono or 0)
         return GeneratorReport(

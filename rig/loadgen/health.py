@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import time
 
@@ -47,10 +48,8 @@ class LoopMonitor:
     async def stop(self) -> dict[str, float | None]:
         if self._task:
             self._task.cancel()
-            try:
+            with contextlib.suppress(asyncio.CancelledError):
                 await self._task
-            except asyncio.CancelledError:
-                pass
         wall = time.perf_counter() - self._wall_start
         cpu = sum(self._proc.cpu_times()[:2]) - self._cpu_start
         lags = np.asarray(self.lags) if self.lags else np.zeros(1)

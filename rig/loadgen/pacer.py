@@ -35,7 +35,9 @@ class _Itimerspec(ctypes.Structure):
 
 
 @functools.cache
-def _libc():  # loaded once: find_library runs ldconfig, milliseconds a level's first send should not wait for
+def _libc() -> ctypes.CDLL | None:
+    """libc with timerfd, or None; loaded once: find_library runs ldconfig, milliseconds a level's first send
+    should not wait for."""
     if (
         not sys.platform.startswith("linux")
         or time.get_clock_info("perf_counter").implementation != "clock_gettime(CLOCK_MONOTONIC)"
@@ -85,7 +87,7 @@ class Pacer:
         self._fn = fn
         self.due_ns = math.ceil(due * 1e9)
         loop = asyncio.get_running_loop()
-        if self.fd >= 0:
+        if self.fd >= 0 and self._libc is not None:
             sec = int(due)
             nsec = min(999_999_999, max(1, int((due - sec) * 1e9)))  # 0 would disarm the timerfd
             self._spec.it_value.tv_sec, self._spec.it_value.tv_nsec = sec, nsec

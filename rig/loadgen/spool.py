@@ -9,9 +9,10 @@ store a single put is atomic (the object appears whole when the stream is closed
 
 from __future__ import annotations
 
+import contextlib
 import posixpath
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 import pyarrow.fs as pafs
 
@@ -52,10 +53,9 @@ def put(fs: pafs.FileSystem, path: str, data: bytes, local: bool) -> None:
             f.write(data)
         fs.move(tmp, path)
     else:
-        try:  # object stores need no directories (S3 writes a cheap marker); filesystem-like ones do
+        # object stores need no directories (S3 writes a cheap marker); filesystem-like ones do
+        with contextlib.suppress(Exception):
             fs.create_dir(posixpath.dirname(path), recursive=True)
-        except Exception:
-            pass
         with fs.open_output_stream(path) as f:
             f.write(data)
 
@@ -70,6 +70,13 @@ def list_parts(fs: pafs.FileSystem, directory: str) -> list[str]:
     sel = pafs.FileSelector(directory, allow_not_found=True, recursive=False)
     names = [posixpath.basename(i.path) for i in fs.get_file_info(sel) if i.type == pafs.FileType.File]
     return sorted(n for n in names if is_part_name(n))
+
+
+class ShipSummary(TypedDict):
+    """What shipping did for a point: added to the generator's report (``GeneratorReport.shipped_parts``)."""
+
+    shipped_parts: int
+    ship_errors: list[str]
 
 
 class Shipper:
@@ -111,5 +118,5 @@ class Shipper:
             n += 1
         return n
 
-    def summary(self) -> dict[str, Any]:
-        return {"shipped_parts": len(self.shipped), "ship_errors": self.errors[-3:]}
+    def summary(self) -> ShipSummary:
+        return ShipSummary(shipped_parts=len(self.shipped), ship_errors=self.errors[-3:])

@@ -8,6 +8,7 @@ from typing import Any
 import ray
 
 from rig.config import ClusterSpec
+from rig.contracts import GeneratorInfo
 from rig.loadgen import spool
 from rig.placement.errors import ClusterError
 from rig.placement.node_files import list_node_files, read_node_files, remove_node_files
@@ -48,7 +49,7 @@ def set_outputs(
         info["output_mode"], info["ship_uri"] = mode, uri
     infos = ray.get([g.info.remote() for g in generators])
     for info, now in zip(gen_info, infos, strict=True):
-        info["spool_root"] = now["spool_root"]  # filled in for its host
+        info["spool_root"] = GeneratorInfo.model_validate(now).spool_root  # filled in for its host
 
 
 def output_for(

@@ -11,7 +11,7 @@ from typing import Any
 import ray
 
 from rig.config import RunSpec
-from rig.contracts import ClusterInfo
+from rig.contracts import ClusterInfo, GeneratorInfo, HostCorpus
 from rig.loadgen.actor import remote_class as generator_class
 from rig.placement import (
     ClusterError,
@@ -90,7 +90,8 @@ class Fleet:
                 Gen.options(**opts).remote(i, out_root) for i, opts in enumerate(self.placement.generator_options)
             ]
             self.active = list(enumerate(self.generators))
-            self.gen_info = wait_started(self.generators, spec.cluster.placement_timeout_s, stop=stop)
+            started = wait_started(self.generators, spec.cluster.placement_timeout_s, stop=stop)
+            self.gen_info = [GeneratorInfo.model_validate(i).model_dump() for i in started]
             verify_generators(self.placement, self.gen_info)
             set_outputs(spec.cluster, run_dir, spec.run_id, self.generators, self.gen_info)
             if stop is not None and stop():
@@ -126,9 +127,12 @@ class Fleet:
             raise RunInputError(str(e)) from None
         if not here:
             return None
-        seen = {"driver": here}
+        seen: dict[str, dict[str, Any]] = {"driver": here}
         for info, fp in zip(self.gen_info, ray.get([g.corpus.remote(spec.workloads) for g in self.generators])):
-            seen[f"generator {info['generator']} ({info.get('host')})"] = fp
+            there = HostCorpus.model_validate(fp)
+            seen[f"generator {info['generator']} ({info.get('host')})"] = (
+                {"error": there.error} if there.error is not None else there.model_dump()["fingerprints"]
+            )
         why = corpus_mismatch(seen)
         if why:
             raise RunInputError(why)
