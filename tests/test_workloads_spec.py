@@ -118,7 +118,11 @@ def test_random_specs_valid_or_one_line_error(name: str, opts: dict) -> None:
         WorkloadSpec(**{"name": name, **opts})
     except WorkloadError as e:
         msg = str(e)
-        assert "\n" not in msg and msg.startswith("workload")
+        assert "\n" not in msg
+        if name == "dataset" and isinstance(opts.get("path"), str) and opts["path"] and not msg.startswith("workload"):
+            assert msg.startswith(f"{opts['path']}:")  # a dataset file's own error names the file (and line)
+            return
+        assert msg.startswith("workload")
         bad_keys = [k for k in opts] + ["name", ""]
         assert any(msg.startswith(f"workload.{k}") for k in bad_keys if k) or msg.startswith("workload:")
 
