@@ -7,12 +7,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from synthetic import record, write_requests, write_run, write_server_metrics
 
 from rig.analysis import metrics as m
 from rig.analysis.lossless import check_lossless
 from rig.analysis.report import build_report
 from rig.analysis.runs import load_run
-from rig.analysis.synthetic import record, write_requests, write_run, write_server_metrics
 from rig.analysis.tables import campaign_table
 
 # Generator 1's clock runs 2 s ahead of the driver's: its timestamps must be shifted back by 2 s.

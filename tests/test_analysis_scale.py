@@ -8,12 +8,12 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
+from synthetic import record, write_requests, write_run
 
 from rig.analysis import metrics as m
 from rig.analysis.points import load_requests
 from rig.analysis.report import build_report
 from rig.analysis.runs import load_run
-from rig.analysis.synthetic import record, write_requests, write_run
 
 
 def test_itl_values_masks_rows_without_copying_lists():

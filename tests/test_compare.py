@@ -8,10 +8,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 from click.testing import CliRunner
+from synthetic import record, write_requests, write_run
 
 from rig.analysis.cli import compare as compare_cmd
 from rig.analysis.compare import bootstrap_mean_ci, compare, parse_target
-from rig.analysis.synthetic import record, write_requests, write_run
 
 N = 40
 TOKENS = 101

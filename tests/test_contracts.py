@@ -7,9 +7,9 @@ import time
 import pyarrow as pa
 import pytest
 from click.testing import CliRunner
+from synthetic import record, write_requests, write_run
 
 from rig.analysis.cli import report
-from rig.analysis.synthetic import record, write_requests, write_run
 from rig.analysis.tables import campaign_table
 from rig.contracts import (
     IDENTITY_FIELDS,

@@ -517,9 +517,10 @@ def _turn_raising(request_id: str, where: str):
 @pytest.mark.parametrize("where", ["request", "record"])
 @pytest.mark.parametrize("load", [{"slots": 2}, {"arrivals": (0.0, 0.01, 0.02)}])
 def test_a_session_whose_second_turn_fails_records_every_turn(tmp_path, monkeypatch, where, load):
+    from synthetic import write_run
+
     from rig.analysis import metrics as m
     from rig.analysis.report import build_report
-    from rig.analysis.synthetic import write_run
 
     _turn_raising("s0-t1", where)(monkeypatch)
     summary = drive(tmp_path, sessions=sessions(3, turns=4), **load)

@@ -98,7 +98,7 @@ def test_dry_run_prints_a_command_to_paste_with_a_concrete_port():
 # ---- the manifest's effective config reaches report and compare ----
 def _sampled_run(d, honoured: bool | None, changed: bool = False):
     """Two points of a sampled workload (steps 0 and 2) on servers whose effective config the manifest records."""
-    from rig.analysis.synthetic import record, write_requests, write_run
+    from synthetic import record, write_requests, write_run
 
     def cfg(steps):
         eff = {

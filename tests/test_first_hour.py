@@ -135,9 +135,8 @@ def test_copied_and_moved_runs_resume_in_place_and_missing_records_are_rerun(tmp
 def _two_part_run(d: Path) -> Path:
     """Baseline and candidate, identical; the candidate's 40 requests in two part files of 20."""
     import numpy as np
+    from synthetic import write_run
     from test_compare import _point, _write_point
-
-    from rig.analysis.synthetic import write_run
 
     write_run(
         d,
@@ -256,7 +255,8 @@ def test_waiting_on_a_closed_port_reports_progress_and_fails_in_bounded_time():
 
 # ------------------------------------------------------------------------------------------ what went wrong
 def test_flags_are_explained_and_a_blink_of_a_window_is_not_saturation(tmp_path):
-    from rig.analysis.synthetic import record, write_requests, write_run
+    from synthetic import record, write_requests, write_run
+
     from rig.analysis.tables import campaign_table, render_problems
 
     def gen(window):
@@ -708,9 +708,10 @@ def test_two_runs_started_at_once_with_one_id_one_runs_the_other_is_refused(tmp_
 
 
 def test_the_html_report_says_what_went_wrong_too(tmp_path):
+    from synthetic import record, write_requests, write_run
+
     from rig.analysis.html import render_html
     from rig.analysis.report import build_report
-    from rig.analysis.synthetic import record, write_requests, write_run
 
     d = write_run(
         tmp_path / "r",

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from synthetic import record, write_requests, write_run
 
 from rig.analysis import metrics as m
 from rig.analysis.cli import report as report_cmd
 from rig.analysis.report import build_report
-from rig.analysis.synthetic import record, write_requests, write_run
 
 N = 8  # requests per point
 TOKENS = 101

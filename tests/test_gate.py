@@ -8,12 +8,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 from click.testing import CliRunner
+from synthetic import record, write_requests, write_run
 
 from rig.analysis import resample as rs
 from rig.analysis.cli import compare as compare_cmd
 from rig.analysis.compare import bootstrap_mean_ci, compare
 from rig.analysis.gate import Threshold, judge, parse_threshold
-from rig.analysis.synthetic import record, write_requests, write_run
 
 N = 400
 TOKENS = 101

@@ -358,9 +358,9 @@ def test_compare_with_a_level_at_0_tok_s_gives_no_margin_instead_of_a_traceback(
     import json as _json
 
     from click.testing import CliRunner
+    from synthetic import record, write_requests, write_run
 
     from rig.analysis.cli import compare as compare_cmd
-    from rig.analysis.synthetic import record, write_requests, write_run
 
     def point(name: str, steps: int) -> dict:
         return {

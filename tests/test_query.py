@@ -9,9 +9,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
+from synthetic import record, write_requests, write_run, write_server_metrics
 
 from rig.analysis.query import query
-from rig.analysis.synthetic import record, write_requests, write_run, write_server_metrics
 
 
 def _point(point: str, steps: int) -> dict:

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from synthetic import record, write_requests, write_run
 from test_analysis import make_run
 
 from rig.analysis.cli import report
 from rig.analysis.report import build_report
-from rig.analysis.synthetic import record, write_requests, write_run
 from rig.analysis.tables import CAMPAIGN_KEYS, campaign_table, render_campaign_table
 
 REQUIRED_KEYS = {

@@ -1,4 +1,5 @@
-"""Writing run directories by hand: fixtures for the analysis tests and data for the scale benchmark."""
+"""Writing run directories by hand: fixtures for the analysis tests and data for the scale benchmark (a test helper:
+nothing in rig/ imports it)."""
 
 from __future__ import annotations
 
