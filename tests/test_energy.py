@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
+from support import DATA
 
 from rig.analysis.compare import compare
 from rig.analysis.energy import gpu_energy
@@ -19,7 +20,7 @@ from rig.analysis.schedule import ScheduleError, build_schedule
 from rig.analysis.tables import campaign_table
 from rig.results import GPU_METRICS_SCHEMA, atomic_write, gpu_metrics_dir
 
-GOLDEN = Path(__file__).parent / "data" / "golden" / "run"
+GOLDEN = DATA / "golden" / "run"
 OFFSET = 0.25  # server clock - driver clock
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from accounting import assert_accounting
-from support import rig, start_rig
+from support import REPO, rig, start_rig
 
 from rig.config import build_spec
 from rig.results import read_manifest, read_requests
@@ -525,7 +525,7 @@ def test_rig_check_with_a_stale_auto_record_fails_in_bounded_time(tmp_path):
         text=True,
         timeout=60,
         env={**env, "RAY_TMPDIR": str(tmp_path)},
-        cwd=Path(__file__).resolve().parents[1],
+        cwd=REPO,
     )
     assert time.monotonic() - t0 < 20
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
@@ -538,7 +538,7 @@ def test_rig_check_with_a_stale_auto_record_fails_in_bounded_time(tmp_path):
         text=True,
         timeout=60,
         env={**env, "RAY_TMPDIR": str(tmp_path)},
-        cwd=Path(__file__).resolve().parents[1],
+        cwd=REPO,
     )
     assert proc.returncode == 1 and "ray start --head" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
 

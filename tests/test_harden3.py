@@ -11,11 +11,11 @@ import time
 from pathlib import Path
 
 import pytest
-from support import free_port, start_rig
+from support import TESTS, free_port, start_rig
 
 from rig.results import read_manifest
 
-HERE = Path(__file__).parent
+HERE = TESTS
 
 
 def _wait_for(pred, timeout: float, what: str) -> None:

@@ -15,14 +15,15 @@ from pathlib import Path
 
 import pytest
 import yaml
+from support import REPO, TESTS
 
-sys.path.insert(0, str(Path(__file__).resolve().parent / "netns"))
+sys.path.insert(0, str(TESTS / "netns"))
 from netcluster import NetnsCluster, unavailable  # noqa: E402
 
 from rig.loadgen.arrivals import arrival_offsets  # noqa: E402
 from rig.results import read_manifest, read_requests  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = REPO
 WHY = unavailable()
 pytestmark = [pytest.mark.netns, pytest.mark.skipif(WHY is not None, reason=f"namespace cluster: {WHY}")]
 

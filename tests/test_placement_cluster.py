@@ -12,10 +12,10 @@ import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 
 import pytest
 import yaml
+from support import REPO
 
 ray = pytest.importorskip("ray")
 from ray.cluster_utils import Cluster  # noqa: E402
@@ -29,7 +29,7 @@ pytestmark = pytest.mark.ray
 
 MB100 = 100 * 2**20
 N_CLIENTS = 3
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = REPO
 
 
 @pytest.fixture(scope="module")

@@ -3,16 +3,15 @@
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import yaml
 from accounting import assert_accounting
+from support import DOUBLES
 
 from rig.results import read_manifest, read_requests
 
 pytestmark = pytest.mark.ray
-DOUBLES = str(Path(__file__).parent / "doubles")
 SECRET = "sk-rig-test-8c1f2a9d5e"
 
 

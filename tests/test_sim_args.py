@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
-from support import sglang_source
+from support import REPO, sglang_source
 
 from rig.sim.args import DRAFT_TOKENS_WARNING, MAX_RUNNING_WARNING, human_readable_int, resolve
 
@@ -249,7 +248,7 @@ def test_table_matches_sglang_parser(tmp_path):
 
     pytest.importorskip("msgspec", reason="the test extra installs msgspec (SGLang's parser module imports it)")
     root = sglang_source(load_table()["sglang_version"])
-    script = Path(__file__).resolve().parent.parent / "scripts" / "sglang_args.py"
+    script = REPO / "scripts" / "sglang_args.py"
     p = subprocess.run(
         [sys.executable, str(script), "--sglang-root", str(root), "--out-dir", str(tmp_path)],
         capture_output=True,

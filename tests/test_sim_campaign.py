@@ -17,9 +17,10 @@ from pathlib import Path
 
 import pytest
 import yaml
+from support import REPO
 
 TIME_SCALE = 0.25
-CAMPAIGN = yaml.safe_load((Path(__file__).parents[1] / "rig/sim/data/campaign.yaml").read_text())
+CAMPAIGN = yaml.safe_load((REPO / "rig/sim/data/campaign.yaml").read_text())
 
 
 def _sweep(tmp: Path, steps: str, conc: str) -> dict[tuple[int, int], dict]:

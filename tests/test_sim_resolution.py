@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from support import sglang_source
+from support import REPO, sglang_source
 
 from rig.sim.args import SGLANG_VERSION, check_argv, resolve
 from rig.sim.resolution import (
@@ -27,7 +27,7 @@ from rig.sim.resolution import (
     resolve_backends,
 )
 
-SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "sglang_refusals.py"
+SCRIPT = REPO / "scripts" / "sglang_refusals.py"
 NODE = ["--model-path", "m", "--tp-size", "4"]
 
 

@@ -11,8 +11,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from support import REPO
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = REPO
 pytestmark = pytest.mark.static
 
 

@@ -9,7 +9,9 @@ import importlib.util
 import zipfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from support import REPO
+
+ROOT = REPO
 _spec = importlib.util.spec_from_file_location("wheelhouse", ROOT / "scripts" / "wheelhouse.py")
 assert _spec and _spec.loader
 wheelhouse = importlib.util.module_from_spec(_spec)

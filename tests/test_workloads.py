@@ -9,12 +9,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from support import DATA
 
 from rig.workloads import WorkloadSpec, build_sessions, corpus, render_messages, sessions_digest, warmup_sessions
 from rig.workloads.lengths import CODE_CHARS_PER_TOKEN, TEXT_CHARS_PER_TOKEN
 from rig.workloads.source import read_source, source_tree
 
-DATA = Path(__file__).parent / "data"
 SPECS = {
     "greedy": WorkloadSpec(name="greedy"),
     "realistic": WorkloadSpec(name="realistic"),

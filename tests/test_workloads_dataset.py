@@ -6,10 +6,9 @@ import json
 from pathlib import Path
 
 import pytest
+from support import DATA
 
 from rig.workloads import WorkloadError, WorkloadSpec, build_sessions, dataset_size
-
-DATA = Path(__file__).parent / "data"
 
 
 def _spec(path: Path | str, **kw) -> WorkloadSpec:
