@@ -6,7 +6,6 @@ import subprocess
 import sys
 
 import pytest
-from support import REPO, sglang_source
 
 from rig.sim.args import DRAFT_TOKENS_WARNING, MAX_RUNNING_WARNING, human_readable_int, resolve
 
@@ -121,7 +120,7 @@ def test_unknown_flag_exits_2_with_one_line():
 
 
 # ---- the flag table generated from SGLang 0.5.23's own parser (scripts/sglang_args.py) ----
-from rig.sim.args import ARGS_TABLE, SGLANG_VERSION, check_argv, load_table  # noqa: E402
+from rig.sim.args import SGLANG_VERSION, check_argv, load_table  # noqa: E402
 
 
 def _sample_value(row):
@@ -239,23 +238,3 @@ def test_human_readable_int_is_case_sensitive_like_sglang():
     for bad in ("32K", "1ki", "1.5Ki"):
         with pytest.raises(Exception):
             human_readable_int(bad)
-
-
-@pytest.mark.slow
-def test_table_matches_sglang_parser(tmp_path):
-    """Regenerate the table from the pinned SGLang release's own parser and compare: the sim's flags are SGLang's."""
-    import json
-
-    pytest.importorskip("msgspec", reason="the test extra installs msgspec (SGLang's parser module imports it)")
-    root = sglang_source(load_table()["sglang_version"])
-    script = REPO / "scripts" / "sglang_args.py"
-    p = subprocess.run(
-        [sys.executable, str(script), "--sglang-root", str(root), "--out-dir", str(tmp_path)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert p.returncode == 0, p.stderr[-2000:]
-    fresh = json.loads((tmp_path / ARGS_TABLE.name).read_text())
-    assert fresh["sglang_version"] == load_table()["sglang_version"]
-    assert fresh["arguments"] == load_table()["arguments"]

@@ -7,7 +7,6 @@ package index cannot be reached), as test_sim_args.py checks the flag table.
 
 from __future__ import annotations
 
-import itertools
 import json
 import string
 import subprocess
@@ -19,11 +18,7 @@ from support import REPO, sglang_source
 
 from rig.sim.args import SGLANG_VERSION, check_argv, resolve
 from rig.sim.resolution import (
-    DETERMINISTIC_ATTENTION_BACKEND_CHOICES,
-    MODEL_ARCH,
-    RADIX_SUPPORTED_DETERMINISTIC_ATTENTION_BACKEND,
     REFUSALS,
-    refusal,
     resolve_backends,
 )
 
@@ -190,60 +185,6 @@ def test_every_rule_is_sglang_text_and_every_site_is_classified():
         theirs = set(wheel[site])
         assert ours <= theirs, f"{site}: not SGLang's text: {ours - theirs}"
         assert theirs - ours == set(NOT_REACHED.get(site, {})), site
-
-
-@pytest.mark.slow
-def test_rules_agree_with_sglang_functions_run_on_the_same_flags():
-    """SGLang's validate_mamba_no_buffer and _deterministic_attention_backend, imported from the wheel (GPU stack
-    stubbed) and run on every combination, refuse and choose exactly what the simulator does; the backend lists are
-    choices.py's."""
-    root = _root()
-    cases, ours = [], []
-    for page, overlap_off, backend in itertools.product((1, 16), (False, True), (None, "fa3", "trtllm_mha")):
-        ns = resolve(["--model-path", "m", "--skip-server-warmup"]).ns
-        ns.mamba_radix_cache_strategy, ns.disable_radix_cache = "no_buffer", False
-        ns.page_size, ns.disable_overlap_schedule, ns.attention_backend = page, overlap_off, backend
-        cases.append(
-            {
-                "function": "validate_mamba_no_buffer",
-                "arch": MODEL_ARCH,
-                "view": {"page_size": page, "disable_overlap_schedule": overlap_off, "attention_backend": backend},
-            }
-        )
-        ours.append(refusal(ns))
-    for arch, backend in itertools.product(("sm90", "sm100", "sm120"), (None, "fa3", "flashinfer", "trtllm_mha")):
-        ns = resolve(["--model-path", "m"]).ns
-        ns.enable_deterministic_inference, ns.attention_backend = True, backend
-        why = refusal(ns)
-        if why is None:
-            resolve_backends(ns, [], gpu_arch=arch)
-        cases.append(
-            {
-                "function": "_deterministic_attention_backend",
-                "arch": arch,
-                "view": {"enable_deterministic_inference": True, "attention_backend": backend, "model_path": "m"},
-            }
-        )
-        ours.append(why or ns.attention_backend)
-    out = subprocess.run(
-        [sys.executable, str(SCRIPT), "--sglang-root", str(root), "run"],
-        input=json.dumps(cases),
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=True,
-    )
-    got = json.loads(out.stdout)
-    assert got["DETERMINISTIC_ATTENTION_BACKEND_CHOICES"] == list(DETERMINISTIC_ATTENTION_BACKEND_CHOICES)
-    radix = list(RADIX_SUPPORTED_DETERMINISTIC_ATTENTION_BACKEND)
-    assert got["RADIX_SUPPORTED_DETERMINISTIC_ATTENTION_BACKEND"] == radix
-    for case, mine, theirs in zip(cases, ours, got["results"]):
-        if not theirs["ok"]:
-            assert mine is not None and mine.startswith(theirs["message"] or "AssertionError"), (case, mine, theirs)
-        elif case["function"] == "validate_mamba_no_buffer":
-            assert mine is None, (case, mine)
-        else:
-            assert mine == (theirs["set"] or {}).get("attention_backend", case["view"]["attention_backend"]), case
 
 
 def test_chat_defaults_from_the_model_directory_or_the_profile(tmp_path):
