@@ -14,6 +14,7 @@ The static checks (tests/test_static.py) run only with ``--static``: CI runs the
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import socket
 import sys
@@ -69,6 +70,38 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         dropped = set(map(id, skip))
         config.hook.pytest_deselected(items=skip)
         items[:] = [i for i in items if id(i) not in dropped]
+
+
+# --- parallel runs (.ci/run: pytest -n 2 --dist loadscope) ---------------------------------------------------------
+
+# The real-engine fixtures: a session-scoped server per steps value, so their tests belong in one process.
+ENGINE_FIXTURES = ("vllm_servers", "vllm_engine_python", "tiny_model_dir", "tserve_server", "tserve_executable")
+SERIAL = "ray-and-engines"
+
+
+@functools.cache
+def xdist_scope(path: str) -> str:
+    """The unit of work a file's tests go to a pytest-xdist worker in: every file with Ray or real-engine tests is in
+    one unit, run one test at a time as without xdist (never two Ray clusters or engines at once on 2 cores); any
+    other file is a unit of its own (a module-scoped fixture is built once)."""
+    text = (TESTS.parent / path).read_text()
+    ray = "pytest.mark.ray" in text or "pytest.mark.netns" in text  # the namespace cluster runs Ray too
+    return SERIAL if ray or any(f in text for f in ENGINE_FIXTURES) else path
+
+
+@pytest.hookimpl(tryfirst=True, optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    # xdist's loadgroup marks no longer reach its scheduler under pytest 9.2 (nodeids are not rewritten any more), so
+    # the grouping is a scheduler of our own: loadscope with files mapped to their unit.
+    if config.getvalue("dist") != "loadscope":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByUnit(LoadScopeScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            return xdist_scope(nodeid.split("::", 1)[0])
+
+    return ByUnit(config, log)
 
 
 # --- fast-tier guards: no network, no Ray ------------------------------------------------------------------------
