@@ -9,7 +9,7 @@ are the fast tier and may carry none of those marks. In the fast tier two guards
 connects a socket to anything but loopback fails (the connect is refused, as on a machine without a network), and so
 does a test that starts Ray.
 
-The static checks (tests/test_static.py) run only with ``--static``: CI runs them as their own step.
+The static checks (tests/unit/test_static.py) run only with ``--static``: CI runs them as their own step.
 """
 
 from __future__ import annotations

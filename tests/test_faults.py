@@ -87,7 +87,7 @@ def test_killed_generator_keeps_its_flushed_records_and_the_others_go_on(tmp_pat
     assert rep.returncode == 0 and "generator_lost" in json.loads(rep.stdout)[0]["flags"]
 
 
-# A server killed mid-point and --fail-fast are tested on the simulator (tests/test_sim_faults.py, --sim-fault
+# A server killed mid-point and --fail-fast are tested on the simulator (tests/unit/test_sim_faults.py, --sim-fault
 # crash_after), where the detection time is measured from the crash itself.
 
 

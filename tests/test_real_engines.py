@@ -5,7 +5,8 @@ server's own count.
 One server per engine for the whole session (tests/vllm_fixtures.py, tests/tserve_fixtures.py), measured as an
 external server: transformers serve is launched by the command engine's server actor, vLLM by its adapter's argv.
 vLLM's completions route through the whole vllm engine path (launch per steps value, ngram speculation) is
-tests/test_vllm_run.py; the command engine's Ray lifecycle (relaunch per configuration) is tests/test_command_run.py.
+tests/integration/test_vllm_run.py; the command engine's Ray lifecycle (relaunch per configuration) is
+tests/integration/test_command_run.py.
 """
 
 from __future__ import annotations

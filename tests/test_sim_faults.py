@@ -2,7 +2,7 @@
 --sim-fault, passed verbatim as --server-arg or server.extra_args). Each request that a fault hits gives exactly one
 failed record with its status and message, the rest of the run goes on, and nothing is lost (accounting invariant).
 
-What the test double (tests/test_faults.py) already proves is not repeated: a killed generator, SIGTERM, an
+What the test double (tests/integration/test_faults.py) already proves is not repeated: a killed generator, SIGTERM, an
 unwritable output. The sim adds per-request faults the double cannot make (HTTP errors, broken streams, wrong
 content type, a hang after the headers), a crash mid-point with requests in flight on a real serving engine, a sweep
 whose next server configuration is healthy, and a slowed-down server against the total request timeout.

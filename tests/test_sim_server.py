@@ -159,7 +159,7 @@ def test_greedy_output_identical_with_and_without_speculation(servers):
 
 def test_sampling_seed_ignored_without_deterministic_inference(servers):
     """SGLang uses sampling_seed only with --enable-deterministic-inference (sampling/sampling_batch_info.py);
-    tests/test_sglang_conformance.py checks the deterministic side."""
+    tests/integration/test_sglang_conformance.py checks the deterministic side."""
     outs = [_gen(servers["spec"], temperature=0.7, sampling_seed=1, ignore_eos=True)[0][-2]["text"] for _ in (1, 2)]
     assert outs[0] != outs[1]
 

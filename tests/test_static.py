@@ -1,5 +1,5 @@
 """Static checks: ruff's lint and format, mypy's type check. CI runs them as a step of their own (`./dev scripts/check`,
-from .ci/run), so `pytest` leaves these tests out; `./dev pytest --static tests/test_static.py` runs them here.
+from .ci/run), so `pytest` leaves these tests out; `./dev pytest --static tests/unit/test_static.py` runs them here.
 
 The settings are in pyproject.toml ([tool.ruff], [tool.mypy]): the whole package is type-checked except the modules
 on the type-debt list, and the cross-package data contracts (rig/contracts/) are checked with --strict.

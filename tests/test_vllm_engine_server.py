@@ -18,7 +18,8 @@ from vllm_fixtures import MAX_MODEL_LEN, SERVED_NAME  # the fixtures themselves 
 from rig.server.engines import VLLMAdapter
 
 # Launching the engine directly (outside the rig) is a diagnostic of vLLM itself: cached tokens, seeded sampling,
-# the greedy-beside-sampled bug. The rig's own path against the real engine is tests/test_vllm_run.py, which CI runs.
+# the greedy-beside-sampled bug. The rig's own path against the real engine is tests/integration/test_vllm_run.py,
+# which CI runs.
 DIRECT = pytest.mark.skipif(
     os.environ.get("RIG_ENGINE_DIRECT") != "1",
     reason="direct vLLM diagnostics: set RIG_ENGINE_DIRECT=1 (two extra engine launches)",

@@ -45,7 +45,7 @@ def vllm_run(vllm_engine_python, tiny_model_dir, tmp_path_factory):
     f = out / "spec.yaml"
     f.write_text(yaml.safe_dump(spec))
     # the owner mark lets test_no_engine_process_left find exactly this run's engines (the session's shared vLLM
-    # server of tests/test_real_engines.py may be running beside it)
+    # server of tests/integration/test_real_engines.py may be running beside it)
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", OWNER_VAR: str(out)}
     proc = subprocess.run(
         [sys.executable, "-m", "rig.cli", "sweep", "--config", str(f), "--out", str(out), "--run-id", "v", "-q"],
