@@ -1,7 +1,7 @@
 """Test tiers: the fast tier (no Ray, no server processes, no network) and the integration tier.
 
 `./dev pytest --fast` runs the fast tier, what a developer runs on every change (under 2 minutes on 2 cores);
-`./dev pytest` runs every test, and `./dev scripts/check` the static checks (ruff, mypy): .ci/run runs both.
+`./dev pytest` runs every test, and `./dev check` the static checks (ruff, mypy): .ci/run runs both.
 
 A test belongs to the integration tier when it lives under tests/integration/ or is marked ``ray``, ``slow``,
 ``netns`` or ``server`` (starts an engine, simulator or other server process of its own); tests under tests/unit/
@@ -36,7 +36,7 @@ TESTS = Path(__file__).resolve().parent
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--fast", action="store_true", help="run only the fast tier (no Ray, no server processes)")
     parser.addoption(
-        "--static", action="store_true", help="also run the static checks (CI runs them as ./dev scripts/check)"
+        "--static", action="store_true", help="also run the static checks (CI runs them as ./dev check)"
     )
 
 

@@ -1,4 +1,4 @@
-"""Static checks: ruff's lint and format, mypy's type check. CI runs them as a step of their own (`./dev scripts/check`,
+"""Static checks: ruff's lint and format, mypy's type check. CI runs them as a step of their own (`./dev check`,
 from .ci/run), so `pytest` leaves these tests out; `./dev pytest --static tests/unit/test_static.py` runs them here.
 
 The settings are in pyproject.toml ([tool.ruff], [tool.mypy]): the whole package is type-checked except the modules

@@ -1,7 +1,8 @@
 """The vLLM adapter's parsers and argv on real engine output (fast tier).
 
-The real-engine tests are in test_vllm_engine_server.py: they launch ``python -m vllm.entrypoints.openai.api_server`` from the engine venv with the rig's own
-``VLLMAdapter.argv``: once at steps 0 and once at steps 2 (ngram), shared across tests (tests/vllm_fixtures.py).
+The real-engine tests are in test_vllm_engine_server.py: they launch ``python -m vllm.entrypoints.openai.api_server``
+from the engine venv with the rig's own ``VLLMAdapter.argv``: once at steps 0 and once at steps 2 (ngram), shared
+across tests (tests/vllm_fixtures.py).
 """
 
 from __future__ import annotations
