@@ -35,9 +35,7 @@ TESTS = Path(__file__).resolve().parent
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--fast", action="store_true", help="run only the fast tier (no Ray, no server processes)")
-    parser.addoption(
-        "--static", action="store_true", help="also run the static checks (CI runs them as ./dev check)"
-    )
+    parser.addoption("--static", action="store_true", help="also run the static checks (CI runs them as ./dev check)")
 
 
 def _tier_dir(item: pytest.Item) -> str | None:
