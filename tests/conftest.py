@@ -1,11 +1,26 @@
-"""Test tiers: the fast tier (no Ray, no server processes) and the integration tier.
+"""Test tiers: the fast tier (no Ray, no server processes, no network) and the integration tier.
 
 `./dev pytest --fast` runs the fast tier, what a developer runs on every change (under 2 minutes on 2 cores);
-`./dev pytest` (and .ci/run) runs everything. A test belongs to the integration tier when it is marked ``ray``,
-``slow``, ``netns`` or ``server`` (starts an engine, simulator or other server process of its own).
+`./dev pytest` runs every test, and `./dev check` the static checks (ruff, mypy): .ci/run runs both.
+
+A test belongs to the integration tier when it lives under tests/integration/ or is marked ``ray``, ``slow``,
+``netns`` or ``server`` (starts an engine, simulator or other server process of its own); tests under tests/unit/
+are the fast tier and may carry none of those marks. In the fast tier two guards keep the tier honest: a test that
+connects a socket to anything but loopback fails (the connect is refused, as on a machine without a network), and so
+does a test that starts Ray.
+
+The static checks (tests/unit/test_static.py) run only with ``--static``: CI runs them as their own step.
 """
 
 from __future__ import annotations
+
+import functools
+import ipaddress
+import socket
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 from tserve_fixtures import tserve_executable, tserve_server  # noqa: F401
@@ -14,19 +29,125 @@ from tserve_fixtures import tserve_executable, tserve_server  # noqa: F401
 from vllm_fixtures import tiny_model_dir, vllm_engine_python, vllm_servers  # noqa: F401
 
 INTEGRATION = ("ray", "slow", "netns", "server")
+NET_REACHED = pytest.StashKey[list[str]]()  # the non-loopback addresses a fast-tier test tried to connect to
+TESTS = Path(__file__).resolve().parent
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--fast", action="store_true", help="run only the fast tier (no Ray, no server processes)")
+    parser.addoption("--static", action="store_true", help="also run the static checks (CI runs them as ./dev check)")
+
+
+def _tier_dir(item: pytest.Item) -> str | None:
+    """'unit' or 'integration' for a test under tests/unit/ or tests/integration/, else None."""
+    try:
+        rel = Path(str(item.path)).resolve().relative_to(TESTS)
+    except ValueError:
+        return None
+    top = rel.parts[0] if len(rel.parts) > 1 else None
+    return top if top in ("unit", "integration") else None
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
-        if any(item.get_closest_marker(m) for m in INTEGRATION):
+        marks = [m for m in INTEGRATION if item.get_closest_marker(m)]
+        tier = _tier_dir(item)
+        if tier == "unit" and marks:
+            raise pytest.UsageError(
+                f"{item.nodeid} is marked {marks[0]} (integration tier) but lives under tests/unit/: move it to "
+                "tests/integration/"
+            )
+        if marks or tier == "integration":
             item.add_marker(pytest.mark.integration)
+    skip = []
+    if not config.getoption("--static"):
+        skip += [i for i in items if i.get_closest_marker("static")]
     if config.getoption("--fast"):
-        skip = [i for i in items if i.get_closest_marker("integration")]
-        keep = [i for i in items if not i.get_closest_marker("integration")]
-        if skip:
-            config.hook.pytest_deselected(items=skip)
-        items[:] = keep
+        skip += [i for i in items if i.get_closest_marker("integration")]
+    if skip:
+        dropped = set(map(id, skip))
+        config.hook.pytest_deselected(items=skip)
+        items[:] = [i for i in items if id(i) not in dropped]
+
+
+# --- parallel runs (.ci/run: pytest -n 2 --dist loadscope) ---------------------------------------------------------
+
+# The real-engine fixtures: a session-scoped server per steps value, so their tests belong in one process.
+ENGINE_FIXTURES = ("vllm_servers", "vllm_engine_python", "tiny_model_dir", "tserve_server", "tserve_executable")
+SERIAL = "ray-and-engines"
+
+
+@functools.cache
+def xdist_scope(path: str) -> str:
+    """The unit of work a file's tests go to a pytest-xdist worker in: every file with Ray or real-engine tests is in
+    one unit, run one test at a time as without xdist (never two Ray clusters or engines at once on 2 cores); any
+    other file is a unit of its own (a module-scoped fixture is built once)."""
+    text = (TESTS.parent / path).read_text()
+    ray = "pytest.mark.ray" in text or "pytest.mark.netns" in text  # the namespace cluster runs Ray too
+    return SERIAL if ray or any(f in text for f in ENGINE_FIXTURES) else path
+
+
+@pytest.hookimpl(tryfirst=True, optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    # xdist's loadgroup marks no longer reach its scheduler under pytest 9.2 (nodeids are not rewritten any more), so
+    # the grouping is a scheduler of our own: loadscope with files mapped to their unit.
+    if config.getvalue("dist") != "loadscope":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByUnit(LoadScopeScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            return xdist_scope(nodeid.split("::", 1)[0])
+
+    return ByUnit(config, log)
+
+
+# --- fast-tier guards: no network, no Ray ------------------------------------------------------------------------
+
+
+def _is_local(address: Any) -> bool:
+    if not isinstance(address, tuple) or not address or not isinstance(address[0], str):
+        return True  # not an internet address (a Unix socket's path)
+    host = address[0]
+    if host in ("", "localhost"):
+        return True
+    try:
+        ip = ipaddress.ip_address(host.split("%")[0])
+    except ValueError:
+        return False  # a host name other than localhost: resolving and reaching it needs the network
+    return ip.is_loopback or ip.is_unspecified
+
+
+@pytest.fixture(autouse=True)
+def _fast_tier_guards(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    if request.node.get_closest_marker("integration"):
+        yield
+        return
+    reached: list[str] = []
+    request.node.stash[NET_REACHED] = reached
+
+    def guarded(original: Any) -> Any:
+        def connect(self: socket.socket, address: Any) -> Any:
+            if self.family in (socket.AF_INET, socket.AF_INET6) and not _is_local(address):
+                reached.append(repr(address))
+                raise OSError(101, f"fast tier: no network (connect to {address!r} refused by tests/conftest.py)")
+            return original(self, address)
+
+        return connect
+
+    monkeypatch.setattr(socket.socket, "connect", guarded(socket.socket.connect))
+    monkeypatch.setattr(socket.socket, "connect_ex", guarded(socket.socket.connect_ex))
+    ray_before = "ray" in sys.modules
+    if ray_before:
+
+        def no_ray(*args: Any, **kwargs: Any) -> None:
+            raise RuntimeError("fast tier: Ray is not started here (mark the test `ray`: integration tier)")
+
+        monkeypatch.setattr(sys.modules["ray"], "init", no_ray)
+    yield
+    if reached:
+        pytest.fail(f"fast-tier test reached the network: {', '.join(reached)} (mark it integration)")
+    ray = sys.modules.get("ray")
+    if ray is not None and ray.is_initialized():
+        ray.shutdown()
+        pytest.fail("fast-tier test started Ray (mark it `ray`: integration tier)")

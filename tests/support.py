@@ -11,7 +11,11 @@ from pathlib import Path
 import psutil
 import yaml
 
-DOUBLES = str(Path(__file__).parent / "doubles")
+# Where things are, for test files in any folder of tests/ (unit/, integration/): never from a test file's own path.
+TESTS = Path(__file__).resolve().parent
+REPO = TESTS.parent
+DATA = TESTS / "data"
+DOUBLES = str(TESTS / "doubles")
 # Set in the environment of every rig process a test starts; local Ray's raylet and workers inherit the driver's
 # environment, and so does the engine they launch, which lets a test find exactly the processes of its own run.
 OWNER_VAR = "RIG_TEST_OWNER"
@@ -124,7 +128,7 @@ def sglang_source(version: str) -> Path:
 
     if os.environ.get("RIG_SGLANG_SRC"):
         return Path(os.environ["RIG_SGLANG_SRC"])
-    cache = Path(os.environ.get("RIG_CACHE") or Path(__file__).resolve().parents[1] / ".cache").resolve()
+    cache = Path(os.environ.get("RIG_CACHE") or REPO / ".cache").resolve()
     root = cache / f"sglang-{version}-src"
     if (root / "sglang" / "srt" / "server_args.py").is_file():
         return root

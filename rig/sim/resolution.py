@@ -2,7 +2,7 @@
 launch refusals of the resolution hooks that the simulated system (a hybrid-Mamba Qwen3.5 on CUDA) reaches.
 
 Each rule cites the file and function of SGLang 0.5.23's wheel (paths under ``sglang/srt/``) it comes from;
-tests/test_sim_resolution.py checks the rules against that source and runs SGLang's own functions on the same flags
+tests/unit/test_sim_resolution.py checks the rules against that source and runs SGLang's own functions on the same flags
 (scripts/sglang_refusals.py over the pinned wheel).
 """
 

@@ -10,12 +10,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable
 
-from rig.workloads import agentic, dataset, greedy, realistic
 from rig.workloads.base import Session, Turn, render_messages
 from rig.workloads.errors import WorkloadError
-from rig.workloads.seeding import MAIN, WARMUP
 from rig.workloads.spec import Dist, WorkloadSpec
 
 __all__ = [
@@ -32,12 +29,6 @@ __all__ = [
     "warmup_sessions",
 ]
 
-_BUILDERS: dict[str, Callable[[WorkloadSpec, int, range, str, int], list[Session]]] = {
-    "greedy": greedy.build,
-    "realistic": realistic.build,
-    "agentic": agentic.build,
-    "dataset": dataset.build,
-}
 _MAX_SESSIONS = 10_000_000  # a guard against a typo'd count eating the driver's memory
 
 
@@ -50,13 +41,28 @@ def _check(spec: WorkloadSpec, seed: int, n: int) -> None:
         raise WorkloadError(f"workload n_sessions must be an integer in [0, {_MAX_SESSIONS}] (got {n!r})")
 
 
+def _build(spec: WorkloadSpec, seed: int, indices: range, name: str, *, warmup: bool = False) -> list[Session]:
+    # The builders (and numpy, which they draw with) load on first use: rig.config and the CLI import this package
+    # for WorkloadSpec alone, and `rig --version` must not pay numpy's ~0.1 s of start-up.
+    from rig.workloads import agentic, dataset, greedy, realistic
+    from rig.workloads.seeding import MAIN, WARMUP
+
+    builders = {
+        "greedy": greedy.build,
+        "realistic": realistic.build,
+        "agentic": agentic.build,
+        "dataset": dataset.build,
+    }
+    return builders[spec.name](spec, seed, indices, name, WARMUP if warmup else MAIN)
+
+
 def build_sessions(spec: WorkloadSpec, *, seed: int, n_sessions: int) -> list[Session]:
     """Sessions 0..n_sessions-1 of ``spec`` under ``seed``: deterministic and prefix-stable.
 
     A dataset workload without ``cycle`` returns at most as many sessions as its file has usable entries.
     """
     _check(spec, seed, n_sessions)
-    return _BUILDERS[spec.name](spec, seed, range(n_sessions), spec.name, MAIN)
+    return _build(spec, seed, range(n_sessions), spec.name)
 
 
 def build_session_range(spec: WorkloadSpec, *, seed: int, start: int, stop: int) -> list[Session]:
@@ -64,13 +70,13 @@ def build_session_range(spec: WorkloadSpec, *, seed: int, start: int, stop: int)
     _check(spec, seed, stop)
     if not 0 <= start <= stop:
         raise WorkloadError(f"workload session range must satisfy 0 <= start <= stop (got {start}, {stop})")
-    return _BUILDERS[spec.name](spec, seed, range(start, stop), spec.name, MAIN)
+    return _build(spec, seed, range(start, stop), spec.name)
 
 
 def warmup_sessions(spec: WorkloadSpec, *, seed: int, n_sessions: int) -> list[Session]:
     """Warm-up sessions: same shape as the workload's, different content and ids (never equal to measured ones)."""
     _check(spec, seed, n_sessions)
-    return _BUILDERS[spec.name](spec, seed, range(n_sessions), f"{spec.name}-warmup", WARMUP)
+    return _build(spec, seed, range(n_sessions), f"{spec.name}-warmup", warmup=True)
 
 
 def uses_source_tree(spec: WorkloadSpec) -> bool:
@@ -87,7 +93,11 @@ def corpus_fingerprints(specs: list[WorkloadSpec]) -> dict[str, dict[str, object
 
 def dataset_size(spec: WorkloadSpec) -> int | None:
     """Usable entries in a dataset workload's file (a trace replay's natural count); None for other workloads."""
-    return dataset.size(spec) if spec.name == "dataset" else None
+    if spec.name != "dataset":
+        return None
+    from rig.workloads import dataset
+
+    return dataset.size(spec)
 
 
 def sessions_digest(sessions: list[Session]) -> str:

@@ -15,9 +15,8 @@ uses. Both constants can be overridden per workload (``text_chars_per_token`` / 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 TEXT_CHARS_PER_TOKEN = 4.5
@@ -25,6 +24,9 @@ CODE_CHARS_PER_TOKEN = 3.5
 # No prompt, output or tool result is longer (tokens); bigger is a typo that would eat memory. The spec's lengths and a
 # dataset's max_tokens both hold to it.
 MAX_TOKENS_LIMIT = 1_000_000
+
+if TYPE_CHECKING:  # numpy loads when lengths are drawn: WorkloadSpec (and so the CLI) is imported without it
+    import numpy as np
 
 
 class Dist(BaseModel):
@@ -56,6 +58,8 @@ class Dist(BaseModel):
 
 def draw(dist: Dist, rng: np.random.Generator) -> float:
     """One draw of ``median * exp(sigma * N(0, 1))`` clipped to [min, max]."""
+    import numpy as np
+
     # Always consume exactly one normal, even for sigma 0, so the draws after it do not shift.
     z = rng.standard_normal()
     return float(min(max(dist.median * float(np.exp(dist.sigma * z)), dist.min), dist.max))
@@ -63,6 +67,8 @@ def draw(dist: Dist, rng: np.random.Generator) -> float:
 
 def draw_int(dist: Dist, rng: np.random.Generator) -> int:
     """``draw`` rounded to an integer, still within [min, max]."""
+    import numpy as np
+
     return int(min(max(round(draw(dist, rng)), np.ceil(dist.min)), np.floor(dist.max)))
 
 

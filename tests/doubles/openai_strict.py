@@ -3,7 +3,7 @@
 What it answers, each as OpenAI's API does (the reference: platform.openai.com/docs/api-reference; the request fields
 as the official SDK declares them, openai-python 3.57 types/completion_create_params.py and
 types/chat/completion_create_params.py). Its field lists are its own, written from the SDK, not rig's: an oracle
-that shared rig's list would pass whatever rig sends (tests/test_dialects.py compares the two).
+that shared rig's list would pass whatever rig sends (tests/unit/test_dialects.py compares the two).
 
 - POST /v1/completions and /v1/chat/completions: any request field outside the route's reference, or a
   ``stream_options`` key other than ``include_usage``/``include_obfuscation``, is refused with 400 and OpenAI's error

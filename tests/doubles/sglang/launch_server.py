@@ -3,7 +3,8 @@
 It accepts exactly the options of SGLang 0.5.23's parser (the generated table in rig/sim/data), resolves the
 speculative settings as SGLang does, and serves a small, deterministic slice of SGLang's HTTP contract: /generate,
 /v1/completions, /v1/chat/completions, /flush_cache, /server_info, /health, /metrics. Each rule names the SGLang
-file it comes from; tests/test_sglang_conformance.py checks it and the simulator against the same statements.
+file it comes from; tests/integration/test_sglang_conformance.py checks it and the simulator against the same
+statements.
 
 Greedy output is a deterministic function of the prompt, so it is identical at every steps value unless
 RIG_DOUBLE_LOSSY_STEPS=N makes it differ at steps N (a deliberately lossy server for the losslessness check).

@@ -1,0 +1,72 @@
+"""The API key is sent as a Bearer token and never lands in results, logs, manifests or CLI output."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+import yaml
+from accounting import assert_accounting
+from support import DOUBLES
+
+from rig.results import read_manifest, read_requests
+
+pytestmark = pytest.mark.ray
+SECRET = "sk-rig-test-8c1f2a9d5e"
+
+
+def test_api_key_is_used_but_never_written(tmp_path):
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(yaml.safe_dump({"server": {"env": {"PYTHONPATH": DOUBLES}}}))
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "MY_KEY": SECRET}
+    args = [
+        "run",
+        "--config",
+        str(spec),
+        "--engine",
+        "sglang",
+        "--engine-python",
+        sys.executable,
+        "--model",
+        "m",
+        "--tp",
+        "1",
+        "--steps",
+        "1",
+        "--concurrency",
+        "2",
+        "--requests",
+        "3",
+        "--workload",
+        "greedy",
+        "--workload-opt",
+        "max_tokens=4",
+        "--api-key-env",
+        "MY_KEY",
+        "--out",
+        str(tmp_path),
+        "--run-id",
+        "sec",
+    ]
+    proc = subprocess.run(
+        [sys.executable, "-m", "rig.cli", *args], capture_output=True, text=True, env=env, timeout=180
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    run = tmp_path / "sec"
+    t = read_requests(run).to_pandas()
+    assert len(t) == 3 and t.ok.all()  # the double answers 401 without the right Bearer token
+    assert_accounting(run)
+    m = read_manifest(run)
+    (cfg,) = m["server_configs"].values()
+    assert cfg["server_info"]["api_key"] == "***" and "***" in cfg["command"]
+    log = next(run.glob("logs/*/server.log")).read_text()
+    assert "api_key='***'" in log
+    dry = subprocess.run(
+        [sys.executable, "-m", "rig.cli", *args, "--dry-run"], capture_output=True, text=True, env=env, timeout=60
+    )
+    assert dry.returncode == 0
+    for blob in [proc.stdout, proc.stderr, dry.stdout, dry.stderr]:
+        assert SECRET not in blob
+    for f in run.rglob("*"):
+        if f.is_file():
+            assert SECRET.encode() not in f.read_bytes(), f"key leaked into {f}"

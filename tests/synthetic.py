@@ -1,0 +1,52 @@
+"""Writing run directories by hand: fixtures for the analysis tests and data for the scale benchmark (a test helper:
+nothing in rig/ imports it)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from rig.contracts import Manifest, unknown_columns
+from rig.results import (
+    REQUEST_SCHEMA,
+    SERVER_METRICS_SCHEMA,
+    PartWriter,
+    empty_record,
+    requests_dir,
+    server_metrics_dir,
+    write_manifest,
+)
+
+
+def record(**fields: Any) -> dict[str, Any]:
+    """A request record with every schema column; unknown keys are an error (they would be dropped silently)."""
+    unknown = unknown_columns(list(fields))
+    if unknown:
+        raise KeyError(f"not in RequestRecord: {unknown}")
+    row = empty_record()
+    row.update(fields)
+    return row
+
+
+def write_requests(run_dir: Path, point: str, generator: int, rows: Iterable[dict[str, Any]]) -> None:
+    """Rows of one (point, generator) as one closed part file, through the runner's own writer."""
+    w = PartWriter(requests_dir(run_dir, point, generator), REQUEST_SCHEMA)
+    for r in rows:
+        w.add(r)
+    w.close()
+
+
+def write_server_metrics(run_dir: Path, point: str, samples: Iterable[dict[str, Any]]) -> None:
+    """Server metric samples (run_id, point, ts, name, labels, value) of one point."""
+    w = PartWriter(server_metrics_dir(run_dir, point), SERVER_METRICS_SCHEMA)
+    for s in samples:
+        w.add({"run_id": None, "point": point, "labels": "{}", **s})
+    w.close()
+
+
+def write_run(run_dir: Path, manifest: Manifest | dict[str, Any]) -> Path:
+    """Create the directory and its manifest (a dict is read as a manifest would be: validated, migrated)."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    write_manifest(run_dir, manifest if isinstance(manifest, Manifest) else Manifest.from_data(manifest))
+    return run_dir
