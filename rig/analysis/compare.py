@@ -107,6 +107,7 @@ def _per_request(side: Side) -> tuple[pa.Table, list[str]]:
                 "ttft": r.ttft[r.ok],
                 "tpot": r.tpot[r.ok],
                 "decode_tok_s": r.decode_tok_s[r.ok],
+                "tokens": r.tokens[r.ok],
             }
         ), why
 
@@ -343,11 +344,13 @@ ENERGY_METRICS = ("j_per_token", "usd_per_mtok")
 
 
 def _throughput_multipliers(tok: np.ndarray, lat: np.ndarray, idx: np.ndarray, closed: bool) -> np.ndarray:
-    """Resampled / observed aggregate throughput of a point from resampled requests (rows of ``idx``): Little's law
-    in a closed loop (Σtokens/Σlatency), Σtokens in an open one (the arrival rate is fixed)."""
+    """Resampled / observed aggregate throughput of a point from resampled requests (rows of ``idx``, each of k draws
+    from n): Little's law in a closed loop (Σtokens/Σlatency), Σtokens in an open one (the arrival rate is fixed;
+    k draws sum k/n of what n do)."""
     if closed:
         return (tok[idx].sum(axis=1) / lat[idx].sum(axis=1)) / (tok.sum() / lat.sum())
-    return tok[idx].sum(axis=1) / tok.sum()
+    k = idx.shape[1]
+    return tok[idx].sum(axis=1) / (tok.sum() * (k / tok.size if k < tok.size else 1))
 
 
 def _energy_row(side: Side, price: float | None) -> dict[str, Any]:
@@ -358,38 +361,32 @@ def _energy_row(side: Side, price: float | None) -> dict[str, Any]:
     return row
 
 
-def _tokens_latency(side: Side) -> tuple[pa.Table, list[str]]:
-    """request_id, completion tokens and E2E of the point's ok requests, and why its inputs are incomplete."""
-    t = read_point_requests(side.run.run_dir, side.point.point, m.REQUEST_COLUMNS, on_skip=side.run.skipped(side.point))
-    r = m.requests_from_table(t, generator_offsets(side.run.manifest))
-    return pa.table(
-        {"request_id": t["request_id"].filter(pa.array(r.ok)), "tok": r.tokens[r.ok], "lat": r.e2e[r.ok]}
-    ), incomplete(side, r)
-
-
 def paired_multipliers(
     base: Side, cand: Side, rng: np.random.Generator, resamples: int
 ) -> tuple[np.ndarray, np.ndarray, int]:
     """Bootstrap multipliers of both points' aggregate tok/s from resampling the requests they share (the same
     request ids drawn on both sides, so the request mix cancels in their ratio), and how many pairs there are."""
-    (a, _), (b, _) = _tokens_latency(base), _tokens_latency(cand)
-    j = a.join(b, "request_id", left_suffix="_base", right_suffix="_cand", join_type="inner")
-    j = j.sort_by("request_id") if j.num_rows else j  # a fixed order: the same seed draws the same resamples
+    j, _ = paired_table(base, cand)  # the points' ok requests, read once for the speedups and the intervals
     cols = {
-        k: m.as_float(j[k]) if j.num_rows else np.empty(0) for k in ("tok_base", "lat_base", "tok_cand", "lat_cand")
+        k: m.as_float(j[k]) if j.num_rows else np.empty(0)
+        for k in ("tokens_base", "e2e_base", "tokens_cand", "e2e_cand")
     }
     keep = np.logical_and.reduce([np.isfinite(v) for v in cols.values()]) if j.num_rows else np.zeros(0, bool)
     n = int(keep.sum())
     mb, mc = np.full(resamples, np.nan), np.full(resamples, np.nan)
     if n == 0:
         return mb, mc, 0
-    tb, lb, tc, lc = (cols[k][keep] for k in ("tok_base", "lat_base", "tok_cand", "lat_cand"))
-    step = max(1, _BATCH_CELLS // n)
+    tb, lb, tc, lc = (cols[k][keep] for k in ("tokens_base", "e2e_base", "tokens_cand", "e2e_cand"))
+    k = rs.draws(n)  # m-out-of-n beyond BOOTSTRAP_DRAWS pairs (rig.analysis.resample)
+    for side in (base, cand):
+        note_subsample(side.run, n)
+    step = max(1, _BATCH_CELLS // k)
     for i in range(0, resamples, step):
-        k = min(step, resamples - i)
-        idx = rng.integers(0, n, size=(k, n))
-        mb[i : i + k] = _throughput_multipliers(tb, lb, idx, not base.point.open_loop)
-        mc[i : i + k] = _throughput_multipliers(tc, lc, idx, not cand.point.open_loop)
+        b = min(step, resamples - i)
+        idx = rng.integers(0, n, size=(b, k))
+        mb[i : i + b] = _throughput_multipliers(tb, lb, idx, not base.point.open_loop)
+        mc[i : i + b] = _throughput_multipliers(tc, lc, idx, not cand.point.open_loop)
+    mb, mc = rs.shrink(mb, 1.0, n, k), rs.shrink(mc, 1.0, n, k)
     return mb, mc, n
 
 

@@ -28,9 +28,16 @@ def _label(p: PointInfo, group: list[PointInfo]) -> str:
 
 
 def _codes(col: pa.ChunkedArray) -> tuple[pa.Array, np.ndarray]:
-    """The distinct values of a string column and each row's index among them (int64 numpy)."""
-    uniq = pc.unique(col)
-    return uniq, np.asarray(pc.index_in(col, value_set=uniq).to_numpy(), dtype=np.int64)
+    """The distinct values of a string column (in order of first appearance) and each row's index among them (int64
+    numpy): one hashing pass (dictionary_encode gives every chunk the one dictionary of the whole column)."""
+    enc = pc.dictionary_encode(col)
+    chunks = [c for c in enc.chunks if len(c)]
+    uniq = chunks[-1].dictionary if chunks else pa.array([], col.type)
+    if any(len(c.dictionary) != len(uniq) for c in chunks):  # not one dictionary: hash the values again
+        return uniq, np.asarray(pc.index_in(col, value_set=uniq).to_numpy(), dtype=np.int64)
+    return uniq, np.concatenate(
+        [np.asarray(c.indices.to_numpy(), dtype=np.int64) for c in chunks] or [np.empty(0, np.int64)]
+    )
 
 
 def check_lossless(run: Run) -> dict[str, Any]:
@@ -39,7 +46,7 @@ def check_lossless(run: Run) -> dict[str, Any]:
     checked = 0
     groups = comparable_groups(run)
     flt = (pc.field("temperature") == 0) & (pc.field("ok") == True) & pc.field("output_hash").is_valid()  # noqa: E712
-    for gi, group in enumerate(groups):
+    for group in groups:
         parts = []
         for pi, p in enumerate(group):
             t = read_point_requests(
@@ -65,7 +72,9 @@ def check_lossless(run: Run) -> dict[str, Any]:
             [("request_id", "ascending"), ("pi", "ascending")]
         )
         by_req: dict[str, dict[str, str]] = defaultdict(dict)
-        for rid, h, pi in zip(rows["request_id"].to_pylist(), rows["output_hash"].to_pylist(), rows["pi"].to_pylist()):
+        for rid, h, pi in zip(
+            rows["request_id"].to_pylist(), rows["output_hash"].to_pylist(), rows["pi"].to_pylist(), strict=True
+        ):
             by_req[rid][_label(group[pi], group)] = h
         p0 = group[0]
         for rid, hashes in by_req.items():

@@ -92,6 +92,8 @@ class Requests:
     slip: np.ndarray
     e2e_from_intended: np.ndarray
     verify_ct: np.ndarray
+    # status and error of the rows whose status is not ok, when the reader kept them (rig.analysis.points.top_errors)
+    failures: pa.Table | None = None
 
     @property
     def n(self) -> int:
@@ -345,7 +347,7 @@ def summarize(values: np.ndarray, weights: np.ndarray | None = None, presorted: 
         mean = float((vm * wm).sum() / wm.sum()) if m.any() else None
     pcts = weighted_percentiles(v, weights, PERCENTILES, presorted)
     out: dict[str, Any] = {"n": n, "mean": mean}
-    out.update({f"p{q}": x for q, x in zip(PERCENTILES, pcts)})
+    out.update({f"p{q}": x for q, x in zip(PERCENTILES, pcts, strict=True)})
     return out
 
 
