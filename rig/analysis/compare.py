@@ -37,6 +37,7 @@ from rig.analysis.runs import (
     read_point_requests,
     sampled_workloads,
 )
+from rig.contracts import CampaignRow
 
 SPEEDUP_METRICS = ("e2e", "ttft", "tpot", "decode_tok_s")
 RESAMPLES = 2000
@@ -266,7 +267,7 @@ def config_label(s: Side) -> str:
 
 
 def best_per_level(
-    sides: list[Side], resamples: int = RESAMPLES, seed: int = SEED, rows: dict[str, dict[str, Any]] | None = None
+    sides: list[Side], resamples: int = RESAMPLES, seed: int = SEED, rows: dict[str, CampaignRow] | None = None
 ) -> list[dict[str, Any]]:
     """Per (workload, load level): the configuration with the highest aggregate tok/s and its margin (with CI).
 
@@ -280,14 +281,12 @@ def best_per_level(
         if point_row is None:
             r = load_requests(s.run, s.point)
             point_row = campaign_row(s.run, s.point, r)
-        why[id(s)] = sorted(set(point_row["flags"]) & INCOMPLETE)  # incomplete(s, r): the row's flags are its flags
+        why[id(s)] = sorted(set(point_row.flags) & INCOMPLETE)  # incomplete(s, r): the row's flags are its flags
         p = s.point
         at_level[(p.workload, p.load_mode, p.concurrency, p.rate)].append(s)  # with or without rows
-        if point_row["aggregate_tok_s"] is None:
+        if point_row.aggregate_tok_s is None:
             continue
-        levels[(p.workload, p.load_mode, p.concurrency, p.rate)][config_label(s)].append(
-            (s, point_row["aggregate_tok_s"])
-        )
+        levels[(p.workload, p.load_mode, p.concurrency, p.rate)][config_label(s)].append((s, point_row.aggregate_tok_s))
     out = []
     for (workload, mode, conc, rate), configs in levels.items():
         ranked = sorted(configs.items(), key=lambda kv: -np.mean([v for _, v in kv[1]]))
@@ -353,7 +352,7 @@ def _throughput_multipliers(tok: np.ndarray, lat: np.ndarray, idx: np.ndarray, c
     return tok[idx].sum(axis=1) / (tok.sum() * (k / tok.size if k < tok.size else 1))
 
 
-def _energy_row(side: Side, price: float | None) -> dict[str, Any]:
+def _energy_row(side: Side, price: float | None) -> CampaignRow:
     from rig.analysis.energy import add_energy
 
     row = campaign_row(side.run, side.point, load_requests(side.run, side.point))
@@ -403,7 +402,7 @@ def energy_ratios(
         return []
     why_a, why_b = incomplete(base), incomplete(cand)
     mb, mc, n = paired_multipliers(base, cand, np.random.default_rng(seed), resamples)
-    source = ",".join(sorted({str(x) for x in (rb.get("energy_source"), rc.get("energy_source")) if x})) or None
+    source = ",".join(sorted({str(x) for x in (rb.energy_source, rc.energy_source) if x})) or None
     rows = []
     for metric in metrics:
         vb, vc = float(rb[metric]), float(rc[metric])

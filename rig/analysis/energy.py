@@ -22,6 +22,7 @@ import numpy as np
 import pyarrow.compute as pc
 
 from rig.analysis.runs import PointInfo, Run, read_point_gpu_metrics
+from rig.contracts import CampaignRow
 from rig.results import GPU_METRICS_DIR
 
 COVERAGE = 0.999  # share of a point's window the samples must span (both ends bracketed, within float noise)
@@ -65,10 +66,10 @@ def has_telemetry(run: Run) -> bool:
     return (run.run_dir / GPU_METRICS_DIR).exists()
 
 
-def point_energy(run: Run, p: PointInfo, row: dict[str, Any]) -> dict[str, Any]:
+def point_energy(run: Run, p: PointInfo, row: CampaignRow) -> dict[str, Any]:
     """The ENERGY_KEYS of one campaign row (None values where the point has no usable samples)."""
     out: dict[str, Any] = {k: None for k in ENERGY_KEYS}
-    a, b = row.get("first_send_ts"), row.get("last_end_ts")
+    a, b = row.first_send_ts, row.last_end_ts
     tel = telemetry_of(run, p)
     if a is None or b is None:
         return out
@@ -89,7 +90,7 @@ def point_energy(run: Run, p: PointInfo, row: dict[str, Any]) -> dict[str, Any]:
         methods.add(got[1])
         gpus += 1
     wall = b - a
-    tokens = row.get("tokens") or 0
+    tokens = row.tokens or 0
     power = total / wall
     out.update(
         energy_source=",".join(sorted(sources)) or None,
@@ -98,7 +99,7 @@ def point_energy(run: Run, p: PointInfo, row: dict[str, Any]) -> dict[str, Any]:
         energy_j=total,
         mean_power_w=power,
         j_per_token=total / tokens if tokens else None,
-        tok_s_per_w=(row["aggregate_tok_s"] / power) if row.get("aggregate_tok_s") and power > 0 else None,
+        tok_s_per_w=(row.aggregate_tok_s / power) if row.aggregate_tok_s and power > 0 else None,
     )
     return out
 
@@ -131,8 +132,8 @@ def gpu_count(run: Run, p: PointInfo, energy: dict[str, Any]) -> int:
     return int(p.knobs.get("tp") or 1)
 
 
-def add_energy(run: Run, rows: list[dict[str, Any]], price: float | None = None) -> bool:
-    """Add the energy keys to every campaign row when the run has GPU telemetry, and the cost keys when a price is
+def add_energy(run: Run, rows: list[CampaignRow], price: float | None = None) -> bool:
+    """Set the energy keys of every campaign row when the run has GPU telemetry, and the cost keys when a price is
     given (the flag's, else the run's cluster file's). Returns whether energy keys were added."""
     price = price if price is not None else recorded_price(run)
     energy = has_telemetry(run)
@@ -140,15 +141,13 @@ def add_energy(run: Run, rows: list[dict[str, Any]], price: float | None = None)
         return False
     by_point = {p.point: p for p in run.points}
     for r in rows:
-        p = by_point[r["point"]]
+        p = by_point[r.point]
         e = point_energy(run, p, r) if energy else {}
-        if energy:
-            r.update(e)
+        for k, v in e.items():
+            setattr(r, k, v)
         if price is not None:
-            r.update(
-                gpu_hour_price=price,
-                usd_per_mtok=usd_per_mtok(price, gpu_count(run, p, e), r.get("wall_s"), r.get("tokens")),
-            )
+            r.gpu_hour_price = price
+            r.usd_per_mtok = usd_per_mtok(price, gpu_count(run, p, e), r.wall_s, r.tokens)
     return energy
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 import html
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +14,7 @@ from rig.analysis.plots import write_plots
 from rig.analysis.render import seeds_line
 from rig.analysis.report import Report
 from rig.analysis.tables import fmt, group_rows, group_title
+from rig.contracts import Row
 
 Col = tuple[str, str, Callable[[Any], str]]
 
@@ -37,7 +38,7 @@ def _text(v: Any) -> str:
     return "" if v is None else str(v)
 
 
-def table_html(rows: list[dict[str, Any]], cols: list[Col], caption: str = "") -> str:
+def table_html(rows: Sequence[dict[str, Any] | Row], cols: list[Col], caption: str = "") -> str:
     """An HTML table of ``rows`` with (key, header, formatter) columns."""
     head = "".join(f'<th class="{"l" if f is _text else ""}">{html.escape(h)}</th>' for _, h, f in cols)
     body = []

@@ -11,6 +11,7 @@ from rich.text import Text
 from rig.analysis.lossless import mismatch_rows
 from rig.analysis.report import Report
 from rig.analysis.tables import fmt, render_campaign_table, render_problems
+from rig.contracts import CampaignRow
 
 if TYPE_CHECKING:
     from rig.analysis.runs import PointInfo
@@ -124,7 +125,7 @@ def render_server(rows: list[dict[str, Any]]) -> Table:
     return t
 
 
-def simulated(rows: list[dict[str, Any]]) -> bool:
+def simulated(rows: list[CampaignRow]) -> bool:
     return any("simulated" in str(r.get("energy_source") or "") for r in rows)
 
 

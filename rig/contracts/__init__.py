@@ -1,7 +1,8 @@
-"""The contracts that cross package boundaries: point identity, request record, generator report, manifest, validity.
+"""The contracts that cross package boundaries: point identity, request record, generator report, manifest, validity,
+and the report's rows.
 
 The runner writes them, the load generator fills them, analysis reads them: each shape is declared here once, one
-module per seam (``point``, ``records``, ``generator``, ``validity``, ``manifest``), and re-exported here.
+module per seam (``point``, ``records``, ``generator``, ``validity``, ``manifest``, ``report``), and re-exported here.
 The request record's Parquet schema is generated from ``RequestRecord``; the manifest is versioned and validated on
 read (older versions are migrated); a point's validity is judged by ``judge_point`` and nowhere else.
 """
@@ -37,12 +38,15 @@ from rig.contracts.records import (
     repair_record,
     unknown_columns,
 )
+from rig.contracts.report import PROBE_SUMMARY_FIELDS, CampaignRow, ErrorCount, Probe, Row, SloCheck, SloVerdict
 from rig.contracts.validity import JUDGED_FLAGS, Thresholds, judge_point, thresholds_of_spec
 
 __all__ = [
     "MANIFEST_VERSION",
+    "CampaignRow",
     "ClusterInfo",
     "ContractError",
+    "ErrorCount",
     "GeneratorHost",
     "GeneratorReport",
     "GeneratorStatus",
@@ -56,10 +60,15 @@ __all__ = [
     "PointEntry",
     "PointIdentity",
     "PointStatus",
+    "PROBE_SUMMARY_FIELDS",
+    "Probe",
     "RECORD_FIELDS",
     "RecordCounts",
     "RequestRecord",
+    "Row",
     "ServerConfigEntry",
+    "SloCheck",
+    "SloVerdict",
     "Thresholds",
     "WindowAcceptance",
     "achieved_rate",

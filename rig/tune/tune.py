@@ -213,14 +213,14 @@ def tune_planner(spec: RunSpec, settings: TuneSettings) -> Callable[[Runner], It
                     runner.save()
                     continue
                 entry.update(
-                    meets=probe["meets"],
-                    margin=probe["margin"],
-                    aggregate_tok_s=probe["aggregate_tok_s"],
-                    decode_tok_s=probe["decode_tok_s"],
-                    accept_length=probe["accept_length"],
-                    flags=probe["flags"],
+                    meets=probe.meets,
+                    margin=probe.margin,
+                    aggregate_tok_s=probe.aggregate_tok_s,
+                    decode_tok_s=probe.decode_tok_s,
+                    accept_length=probe.accept_length,
+                    flags=probe.flags,
                 )
-                measured[(cid, lv)] = probe
+                measured[(cid, lv)] = probe.to_dict()
                 caps[cid] = _observed_caps(runner, cid)
                 replay.lengths.update(output_lengths(runner.run_dir, p.point))
                 fit_points.append({**probe, "cid": cid, "level": lv})
@@ -279,7 +279,7 @@ def recommend(
         if r.n == 0:
             continue
         rows.append(campaign_row(run, p, r))
-        meets[p.point] = evaluate_slos(r, slos, percentile)["meets"]
+        meets[p.point] = evaluate_slos(r, slos, percentile).meets
     text = describe(slos, percentile)
     best = best_per_slo(run, rows, meets, text) if rows else []
     measured = sum(1 for pr in section["probes"] if pr.get("meets") is not None)
