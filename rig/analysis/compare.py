@@ -125,10 +125,11 @@ def gate_rows(
         x = m.as_float(j[f"{t.metric}_base"]) if j.num_rows else np.empty(0)
         y = m.as_float(j[f"{t.metric}_cand"]) if j.num_rows else np.empty(0)
         got = judge(t, x, y, resamples, seed)
-        if got.pop("subsampled", False):
+        if got.subsampled:
             for side in (base, cand):
-                note_subsample(side.run, got["pairs"])
-        rows.append({"baseline": base.label, "candidate": cand.label, **got, "incomplete": note})
+                note_subsample(side.run, got.pairs)
+        verdict = {k: v for k, v in got.to_dict().items() if k != "subsampled"}
+        rows.append({"baseline": base.label, "candidate": cand.label, **verdict, "incomplete": note})
     return rows
 
 

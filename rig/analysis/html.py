@@ -371,13 +371,13 @@ def render_html(report: Report, plots: list[Path] | None = None) -> str:
     parts += decision_html(report)
     ll = report.lossless
     parts.append("<h2>Greedy losslessness</h2>")
-    if ll["ok"]:
+    if ll.ok:
         parts.append(
-            f'<p class="ok">OK: {ll["requests_checked"]} temperature-0 requests compared across '
-            f"{ll['groups_checked']} group(s) of points.</p>"
+            f'<p class="ok">OK: {ll.requests_checked} temperature-0 requests compared across '
+            f"{ll.groups_checked} group(s) of points.</p>"
         )
     else:
-        parts.append(f'<p class="bad">{len(ll["mismatches"])} mismatching request(s)</p>')
+        parts.append(f'<p class="bad">{len(ll.mismatches)} mismatching request(s)</p>')
         parts.append(table_html(mismatch_rows(ll), LOSSLESS_COLS))
     parts.append("<h2>Plots</h2>")
     if plots is None:

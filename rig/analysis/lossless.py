@@ -10,6 +10,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from rig.analysis.runs import PointInfo, Run, read_point_requests
+from rig.contracts import LosslessResult
 
 
 def comparable_groups(run: Run) -> list[list[PointInfo]]:
@@ -40,7 +41,7 @@ def _codes(col: pa.ChunkedArray) -> tuple[pa.Array, np.ndarray]:
     )
 
 
-def check_lossless(run: Run) -> dict[str, Any]:
+def check_lossless(run: Run) -> LosslessResult:
     """Every temperature-0 request whose output_hash differs between comparable points, with each point's hash."""
     mismatches: list[dict[str, Any]] = []
     checked = 0
@@ -91,15 +92,12 @@ def check_lossless(run: Run) -> dict[str, Any]:
                     "hashes": hashes,
                 }
             )
-    return {
-        "groups_checked": len(groups),
-        "requests_checked": checked,
-        "mismatches": mismatches,
-        "ok": not mismatches,
-    }
+    return LosslessResult.make(
+        groups_checked=len(groups), requests_checked=checked, mismatches=mismatches, ok=not mismatches
+    )
 
 
-def mismatch_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
+def mismatch_rows(result: LosslessResult) -> list[dict[str, Any]]:
     """Flat rows (one per mismatching request) for tables and CSV."""
     return [
         {
@@ -111,5 +109,5 @@ def mismatch_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
             "steps": ",".join(str(s) for s in m["steps"]),
             "hashes": "; ".join(f"{k}: {v}" for k, v in m["hashes"].items()),
         }
-        for m in result["mismatches"]
+        for m in result.mismatches
     ]

@@ -11,7 +11,7 @@ from rich.text import Text
 from rig.analysis.lossless import mismatch_rows
 from rig.analysis.report import Report
 from rig.analysis.tables import fmt, render_campaign_table, render_problems
-from rig.contracts import CampaignRow
+from rig.contracts import CampaignRow, GoodputRow, LosslessResult, Row, ServerRow
 
 if TYPE_CHECKING:
     from rig.analysis.runs import PointInfo
@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 MAX_MISMATCH_ROWS = 50  # the terminal shows this many; CSV and JSON carry all
 
 
-def _level(row: dict[str, Any]) -> str:
+def _level(row: dict[str, Any] | Row) -> str:
     lv = row.get("level")
     return "–" if lv is None else (f"{lv:g}" if isinstance(lv, float) else str(lv))
 
@@ -82,7 +82,7 @@ def render_acceptance(rows: list[dict[str, Any]]) -> Table:
     return t
 
 
-def render_server(rows: list[dict[str, Any]]) -> Table:
+def render_server(rows: list[ServerRow]) -> Table:
     """The server's time series summarised next to the client's throughput."""
     t = Table(
         title="Server vs client (running/queued requests and KV token usage from /metrics)",
@@ -261,7 +261,7 @@ def render_schedule(report: Report) -> list[RenderableType]:
     return out
 
 
-def render_goodput(rows: list[dict[str, Any]]) -> Table:
+def render_goodput(rows: list[GoodputRow]) -> Table:
     """Requests meeting every SLO per point."""
     slos = rows[0]["slos"] if rows else ""
     t = Table(title=f"Goodput ({slos})", title_justify="left", header_style="bold")
@@ -282,17 +282,17 @@ def render_goodput(rows: list[dict[str, Any]]) -> Table:
     return t
 
 
-def render_lossless(result: dict[str, Any]) -> RenderableType:
+def render_lossless(result: LosslessResult) -> RenderableType:
     """A one-line verdict, and the mismatching requests if any."""
-    if result["groups_checked"] == 0:
+    if result.groups_checked == 0:
         return Text(
             "Greedy losslessness: nothing to compare (no two points share requests across speculative settings)",
             style="dim",
         )
-    if result["ok"]:
+    if result.ok:
         return Text(
-            f"Greedy losslessness: OK ({result['requests_checked']:,} temperature-0 requests compared across "
-            f"{result['groups_checked']} group(s) of points)",
+            f"Greedy losslessness: OK ({result.requests_checked:,} temperature-0 requests compared across "
+            f"{result.groups_checked} group(s) of points)",
             style="green",
         )
     rows = mismatch_rows(result)

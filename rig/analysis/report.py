@@ -21,7 +21,7 @@ from rig.analysis.percentiles import cdf_points, latency_rows, read_itl
 from rig.analysis.points import INVALIDATING, campaign_row, load_requests, sort_key
 from rig.analysis.runs import PointInfo, Run, load_run, point_files
 from rig.analysis.server_series import Series, counter_window_acceptance, point_series, summarize_point
-from rig.contracts import CampaignRow, Manifest, Row
+from rig.contracts import CampaignRow, GoodputRow, LosslessResult, Manifest, Row, ServerRow
 
 
 @dataclass
@@ -32,9 +32,9 @@ class Report:
     campaign: list[CampaignRow]
     latency: list[dict[str, Any]]
     acceptance: list[dict[str, Any]]
-    server: list[dict[str, Any]]
-    goodput: list[dict[str, Any]]
-    lossless: dict[str, Any]
+    server: list[ServerRow]
+    goodput: list[GoodputRow]
+    lossless: LosslessResult
     slos: list[m.Slo] = field(default_factory=list)
     slo_percentile: float = 99.0
     frontier: list[dict[str, Any]] = field(default_factory=list)  # Pareto points (rows also carry on_frontier)
@@ -60,8 +60,8 @@ class Report:
         bad = [r.point for r in self.campaign if set(r.flags) & INVALIDATING]
         if bad:
             out.append(f"{len(bad)} point(s) flagged invalid: {', '.join(bad)}")
-        if not self.lossless["ok"]:
-            out.append(f"greedy losslessness: {len(self.lossless['mismatches'])} mismatching request(s)")
+        if not self.lossless.ok:
+            out.append(f"greedy losslessness: {len(self.lossless.mismatches)} mismatching request(s)")
         return out
 
 
@@ -151,13 +151,13 @@ class Reader:
         self._fill()
         return got
 
-    def lossless(self) -> dict[str, Any]:
+    def lossless(self) -> LosslessResult:
         """check_lossless(run), once every point was taken."""
         self.run.forget()  # the points' kept arrays: what follows reads again the few points it needs
         pa.default_memory_pool().release_unused()
         if self.check is None:  # a large run: now, with no point's arrays held
             self.check = self.pool.submit(self._deferred, check_lossless, self.run)
-        got = self._take(self.check)
+        got: LosslessResult = self._take(self.check)
         self.pool.shutdown(wait=True)
         return got
 
@@ -223,24 +223,18 @@ def build_report(
             }
         )
         srv = summarize_point(run, p, series)
-        srv.update(
-            steps=p.steps,
-            workload=p.workload,
-            level=p.level,
-            aggregate_tok_s=row.aggregate_tok_s,
-            per_request_tok_s=row.per_request_tok_s,
-            decode_tok_s=row.decode_tok_s,
+        srv.steps, srv.workload, srv.level = p.steps, p.workload, p.level
+        srv.aggregate_tok_s, srv.per_request_tok_s, srv.decode_tok_s = (
+            row.aggregate_tok_s,
+            row.per_request_tok_s,
+            row.decode_tok_s,
         )
         server.append(srv)
         if slos:
             g = m.goodput(r, slos, row.wall_s)
-            g.update(point=p.point, steps=p.steps, workload=p.workload, level=p.level)
+            g.point, g.steps, g.workload, g.level = p.point, p.steps, p.workload, p.level
             good.append(g)
-            row.goodput_fraction, row.goodput_req_s, row.goodput_tok_s = (
-                g["fraction"],
-                g["goodput_req_s"],
-                g["goodput_tok_s"],
-            )
+            row.goodput_fraction, row.goodput_req_s, row.goodput_tok_s = g.fraction, g.goodput_req_s, g.goodput_tok_s
             verdict = evaluate_slos(r, slos, pct, slo_cancelled)
             row.slo_meets, row.slo_margin, row.slo_note = verdict.meets, verdict.margin, verdict.note
             meets[p.point] = verdict.meets

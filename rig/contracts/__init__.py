@@ -38,7 +38,19 @@ from rig.contracts.records import (
     repair_record,
     unknown_columns,
 )
-from rig.contracts.report import PROBE_SUMMARY_FIELDS, CampaignRow, ErrorCount, Probe, Row, SloCheck, SloVerdict
+from rig.contracts.report import (
+    PROBE_SUMMARY_FIELDS,
+    CampaignRow,
+    ErrorCount,
+    GateVerdict,
+    GoodputRow,
+    LosslessResult,
+    Probe,
+    Row,
+    ServerRow,
+    SloCheck,
+    SloVerdict,
+)
 from rig.contracts.validity import JUDGED_FLAGS, Thresholds, judge_point, thresholds_of_spec
 
 __all__ = [
@@ -47,14 +59,17 @@ __all__ = [
     "ClusterInfo",
     "ContractError",
     "ErrorCount",
+    "GateVerdict",
     "GeneratorHost",
     "GeneratorReport",
     "GeneratorStatus",
+    "GoodputRow",
     "GpuTelemetry",
     "IDENTITY_FIELDS",
     "Int32",
     "Int64",
     "JUDGED_FLAGS",
+    "LosslessResult",
     "Manifest",
     "PointColumns",
     "PointEntry",
@@ -67,6 +82,7 @@ __all__ = [
     "RequestRecord",
     "Row",
     "ServerConfigEntry",
+    "ServerRow",
     "SloCheck",
     "SloVerdict",
     "Thresholds",

@@ -174,3 +174,68 @@ class Probe(Row):
     def summary(self) -> dict[str, Any]:
         """The fields a search records for a bound, as JSON."""
         return {k: _plain(getattr(self, k)) for k in PROBE_SUMMARY_FIELDS}
+
+
+class GoodputRow(Row):
+    """Requests meeting every SLO at one point: count, fraction of ok+failed, rate and token rate over its wall time
+    (rig.analysis.metrics.goodput; the report adds the point's identity)."""
+
+    slos: str
+    good: int
+    counted: int
+    fraction: float | None
+    goodput_req_s: float | None
+    goodput_tok_s: float | None
+    point: str | None = None
+    steps: int | None = None
+    workload: str | None = None
+    level: float | None = None
+
+
+class ServerRow(Row):
+    """The server's time series at one point summarised (rig.analysis.server_series.summarize_point), next to the
+    client's throughput (added by the report)."""
+
+    point: str
+    samples: int
+    running_mean: float | None
+    running_max: float | None
+    queued_mean: float | None
+    queued_max: float | None
+    token_usage_mean: float | None
+    token_usage_max: float | None
+    gen_throughput_mean: float | None
+    accept_length_gauge_mean: float | None
+    max_running_requests: Any  # as the server reported it (an int, when it says)
+    max_total_num_tokens: Any
+    at_running_cap: bool = False  # the running batch pinned at the cap while requests queue
+    steps: int | None = None
+    workload: str | None = None
+    level: float | None = None
+    aggregate_tok_s: float | None = None
+    per_request_tok_s: float | None = None
+    decode_tok_s: float | None = None
+
+
+class GateVerdict(Row):
+    """One regression threshold judged on one pair of points (rig.analysis.gate.judge)."""
+
+    metric: str
+    threshold: float
+    pairs: int
+    regression: float | None
+    ci_low: float | None
+    ci_high: float | None
+    subsampled: bool | None = None  # the interval came from the m-out-of-n bootstrap (not part of the JSON row)
+    verdict: str
+    why: str
+
+
+class LosslessResult(Row):
+    """Greedy losslessness over a run (rig.analysis.lossless.check_lossless): every temperature-0 request whose
+    output differs between points that ran the same requests with different speculative settings."""
+
+    groups_checked: int
+    requests_checked: int
+    mismatches: list[dict[str, Any]]  # request_id, workload, level, repeat, points, steps, hashes per setting
+    ok: bool
