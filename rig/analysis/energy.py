@@ -16,6 +16,7 @@ Figures from the simulator's power model carry ``energy_source = simulated`` eve
 
 from __future__ import annotations
 
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
@@ -66,9 +67,22 @@ def has_telemetry(run: Run) -> bool:
     return (run.run_dir / GPU_METRICS_DIR).exists()
 
 
-def point_energy(run: Run, p: PointInfo, row: CampaignRow) -> dict[str, Any]:
-    """The ENERGY_KEYS of one campaign row (None values where the point has no usable samples)."""
-    out: dict[str, Any] = {k: None for k in ENERGY_KEYS}
+@dataclass(frozen=True)
+class PointEnergy:
+    """The ENERGY_KEYS of one campaign row (None where the point has no usable samples)."""
+
+    energy_source: str | None = None
+    energy_method: str | None = None
+    gpus: int | None = None
+    energy_j: float | None = None
+    mean_power_w: float | None = None
+    j_per_token: float | None = None
+    tok_s_per_w: float | None = None
+
+
+def point_energy(run: Run, p: PointInfo, row: CampaignRow) -> PointEnergy:
+    """The energy figures of one campaign row's point, over its window, all GPUs."""
+    out = PointEnergy()
     a, b = row.first_send_ts, row.last_end_ts
     tel = telemetry_of(run, p)
     if a is None or b is None:
@@ -92,7 +106,7 @@ def point_energy(run: Run, p: PointInfo, row: CampaignRow) -> dict[str, Any]:
     wall = b - a
     tokens = row.tokens or 0
     power = total / wall
-    out.update(
+    return PointEnergy(
         energy_source=",".join(sorted(sources)) or None,
         energy_method=methods.pop() if len(methods) == 1 else "mixed",
         gpus=gpus,
@@ -101,7 +115,6 @@ def point_energy(run: Run, p: PointInfo, row: CampaignRow) -> dict[str, Any]:
         j_per_token=total / tokens if tokens else None,
         tok_s_per_w=(row.aggregate_tok_s / power) if row.aggregate_tok_s and power > 0 else None,
     )
-    return out
 
 
 def _floats(col: Any) -> np.ndarray:
@@ -122,10 +135,10 @@ def recorded_price(run: Run) -> float | None:
     return float(v) if isinstance(v, (int, float)) and v >= 0 else None
 
 
-def gpu_count(run: Run, p: PointInfo, energy: dict[str, Any]) -> int:
+def gpu_count(run: Run, p: PointInfo, energy: PointEnergy | None) -> int:
     """GPUs of the point's server: those the telemetry saw, else tp (1 when unknown)."""
-    if energy.get("gpus"):
-        return int(energy["gpus"])
+    if energy is not None and energy.gpus:
+        return int(energy.gpus)
     tel = telemetry_of(run, p)
     if tel is not None and tel.gpus:
         return len(tel.gpus)
@@ -142,9 +155,10 @@ def add_energy(run: Run, rows: list[CampaignRow], price: float | None = None) ->
     by_point = {p.point: p for p in run.points}
     for r in rows:
         p = by_point[r.point]
-        e = point_energy(run, p, r) if energy else {}
-        for k, v in e.items():
-            setattr(r, k, v)
+        e = point_energy(run, p, r) if energy else None
+        if e is not None:
+            for k, v in asdict(e).items():
+                setattr(r, k, v)
         if price is not None:
             r.gpu_hour_price = price
             r.usd_per_mtok = usd_per_mtok(price, gpu_count(run, p, e), r.wall_s, r.tokens)
