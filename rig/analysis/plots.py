@@ -82,7 +82,7 @@ def plot_throughput(report: Report, path: Path) -> Path:
     lines = _lines(report.campaign, "aggregate_tok_s")
     workloads = sorted({w for w, _ in lines}) or ["(no data)"]
     fig, axes = plt.subplots(1, len(workloads), figsize=(5.5 * len(workloads), 4), squeeze=False)
-    for ax, wl in zip(axes[0], workloads):
+    for ax, wl in zip(axes[0], workloads, strict=True):
         for (w, label), (x, y) in sorted(lines.items()):
             if w == wl:
                 ax.plot(x, y, marker="o", label=label)
@@ -134,7 +134,7 @@ def plot_latency_cdfs(report: Report, rows: list[CampaignRow], title: str, path:
     fig, axes = plt.subplots(2, 2, figsize=(11, 7.5))
     labels = _config_labels(report.campaign)
     repeats = len({r.get("repeat") for r in rows}) > 1
-    for ax, metric in zip(axes.ravel(), ("ttft", "tpot", "itl", "e2e")):
+    for ax, metric in zip(axes.ravel(), ("ttft", "tpot", "itl", "e2e"), strict=False):
         for r in rows:
             x, f = report.cdfs.get(r["point"], {}).get(metric, (np.empty(0), np.empty(0)))
             if x.size:
@@ -208,7 +208,7 @@ def plot_server(report: Report, rows: list[CampaignRow], path: Path) -> Path | N
     fig, axes = plt.subplots(nrows, cols, figsize=(5.8 * cols, 3.4 * nrows), squeeze=False)
     for ax in axes.ravel()[len(points) :]:
         ax.axis("off")
-    for ax, point in zip(axes.ravel(), points):
+    for ax, point in zip(axes.ravel(), points, strict=False):
         _server_panel(ax, report, point)
     r0 = rows[0]
     fig.suptitle(f"server during {r0.get('workload')} · {r0.get('server_config')} (steps={r0.get('steps')})")

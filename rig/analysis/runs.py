@@ -219,6 +219,21 @@ def _identity_from_rows(run_dir: Path, point: str) -> RowIdentity:
     return RowIdentity()
 
 
+def _status_warning(run_dir: Path, status: str | None) -> str | None:
+    """What the run's status says about its numbers (None: complete)."""
+    if status == "running":
+        holder = run_holder(run_dir)
+        return (
+            f"run in progress (rig pid {holder}): numbers cover what was written so far"
+            if holder
+            else "the manifest says running but no rig process holds the run: it was cut off (killed, "
+            "power loss); numbers cover what was written"
+        )
+    if status != "complete":
+        return f"run status is {status or 'unknown'}: numbers cover what was written"
+    return None
+
+
 def load_run(run_dir: Path | str, thresholds: str | None = None) -> Run:
     """Open a run directory; missing manifest keys are filled from the rows and noted in ``warnings``.
 
@@ -238,17 +253,9 @@ def load_run(run_dir: Path | str, thresholds: str | None = None) -> Run:
     warnings: list[str] = []
     if thresholds:
         rejudge_points(manifest, thresholds, warnings)
-    status = manifest.status
-    if status == "running":
-        holder = run_holder(run_dir)
-        warnings.append(
-            f"run in progress (rig pid {holder}): numbers cover what was written so far"
-            if holder
-            else "the manifest says running but no rig process holds the run: it was cut off (killed, "
-            "power loss); numbers cover what was written"
-        )
-    elif status != "complete":
-        warnings.append(f"run status is {status or 'unknown'}: numbers cover what was written")
+    status_warning = _status_warning(run_dir, manifest.status)
+    if status_warning:
+        warnings.append(status_warning)
     points: list[PointInfo] = []
     seen: set[str] = set()
     for entry in manifest.points:

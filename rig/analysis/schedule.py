@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from rig.analysis import compare as cmp
+from rig.analysis.energy_compare import paired_multipliers
 from rig.analysis.frontier import valid
 from rig.analysis.runs import AnalysisInputError, Run
 from rig.contracts import CampaignRow
@@ -72,10 +73,10 @@ def _samples(
 def _pairs(
     run: Run, best: CampaignRow, runner: CampaignRow, rng: np.random.Generator, resamples: int
 ) -> tuple[np.ndarray, np.ndarray] | None:
-    """Paired throughput multipliers of two points (compare.paired_multipliers), None when they share fewer than
+    """Paired throughput multipliers of two points (energy_compare.paired_multipliers), None when they share fewer than
     two requests."""
     sides = [cmp.Side(run, run.point(r.point), r.point) for r in (best, runner)]
-    mb, mr, n = cmp.paired_multipliers(sides[0], sides[1], rng, resamples)
+    mb, mr, n = paired_multipliers(sides[0], sides[1], rng, resamples)
     return (mb, mr) if n >= 2 else None
 
 

@@ -42,7 +42,9 @@ def output_lengths(run_dir: Path, point: str) -> dict[str, int]:
     t = read_point_requests(run_dir, point, ["request_id", "completion_tokens", "ok"])
     return {
         rid: int(n)
-        for rid, n, ok in zip(t["request_id"].to_pylist(), t["completion_tokens"].to_pylist(), t["ok"].to_pylist())
+        for rid, n, ok in zip(
+            t["request_id"].to_pylist(), t["completion_tokens"].to_pylist(), t["ok"].to_pylist(), strict=True
+        )
         if ok and n is not None
     }
 
