@@ -247,9 +247,11 @@ def build_report(
     telemetry = telemetry_lines(run)
     absent = next((line.split(": absent ", 1)[1] for line in telemetry if ": absent " in line), None)
     check_objective(campaign, objective, absent)
-    # the intervals are computed while the reader thread checks losslessness (beside the last points, in a small run)
+    # the intervals and the schedule are computed while the reader thread checks losslessness (beside the last
+    # points, in a small run)
     best_level = best_per_level(run, campaign, meets if slos else None)
     best_slo = best_per_slo(run, campaign, meets, describe(slos, pct, slo_cancelled)) if slos else []
+    schedule = build_schedule(run, by_order(campaign), meets if slos else None, objective)
     lossless = reader.lossless()
     return Report(
         run=run,
@@ -272,7 +274,7 @@ def build_report(
         cost=price is not None,
         telemetry=telemetry,
         objective=objective,
-        schedule=build_schedule(run, by_order(campaign), meets if slos else None, objective),
+        schedule=schedule,
     )
 
 
