@@ -17,48 +17,35 @@ bootstrap, draw for draw; beyond, an m-out-of-n bootstrap, and the run's warning
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pyarrow as pa
 
 from rig.analysis import metrics as m
 from rig.analysis import resample as rs
 from rig.analysis.gate import Threshold, judge
-from rig.analysis.points import INCOMPLETE, campaign_row, load_requests, point_flags
+from rig.analysis.pairing import (
+    _BATCH_CELLS,
+    CONFIDENCE,
+    RESAMPLES,
+    SEED,
+    Side,
+    _inputs_note,
+    note_subsample,
+    paired_table,
+)
+from rig.analysis.points import INCOMPLETE, campaign_row, load_requests
 from rig.analysis.runs import (
     AnalysisInputError,
     PointInfo,
     Run,
-    generator_offsets,
     load_run,
-    read_point_requests,
     sampled_workloads,
 )
 from rig.contracts import CampaignRow
 
 SPEEDUP_METRICS = ("e2e", "ttft", "tpot", "decode_tok_s")
-RESAMPLES = 2000
-SEED = 0
-CONFIDENCE = 0.95
-_BATCH_CELLS = rs.BATCH_CELLS
-
-
-@dataclass
-class Side:
-    """One point of one run."""
-
-    run: Run
-    point: PointInfo
-    label: str
-
-
-def note_subsample(run: Run, n: int) -> None:
-    """Say once per run that its intervals came from the m-out-of-n bootstrap (only when one did)."""
-    if rs.draws(n) < n:
-        run.note(rs.subsample_note())
 
 
 def bootstrap_mean_ci(x: np.ndarray, resamples: int = RESAMPLES, seed: int = SEED) -> tuple[float, float]:
@@ -78,43 +65,6 @@ def bootstrap_mean_ci(x: np.ndarray, resamples: int = RESAMPLES, seed: int = SEE
     return float(lo), float(hi)
 
 
-def incomplete(side: Side, r: m.Requests | None = None) -> list[str]:
-    """Why this side's records are not all of what its point took (empty: complete)."""
-    r = r if r is not None else load_requests(side.run, side.point)
-    return sorted(set(point_flags(side.point, r)) & INCOMPLETE)
-
-
-def _inputs_note(*sides: tuple[Side, list[str]]) -> str | None:
-    """'A:point: missing_rows; ...' for every side with incomplete inputs, or None."""
-    parts = [f"{s.label}: {', '.join(why)}" for s, why in sides if why]
-    return "; ".join(parts) or None
-
-
-def _per_request(side: Side) -> tuple[pa.Table, list[str]]:
-    """request_id plus the four speedup metrics of the point's ok requests, and why its inputs are incomplete (kept
-    for the next call: the speedups and the gate read the same point)."""
-
-    def read() -> tuple[pa.Table, list[str]]:
-        t = read_point_requests(
-            side.run.run_dir, side.point.point, m.REQUEST_COLUMNS, on_skip=side.run.skipped(side.point)
-        )
-        r = m.requests_from_table(t, generator_offsets(side.run.manifest))
-        why = incomplete(side, r)
-        keep = pa.array(r.ok)
-        return pa.table(
-            {
-                "request_id": t["request_id"].filter(keep),
-                "e2e": r.e2e[r.ok],
-                "ttft": r.ttft[r.ok],
-                "tpot": r.tpot[r.ok],
-                "decode_tok_s": r.decode_tok_s[r.ok],
-                "tokens": r.tokens[r.ok],
-            }
-        ), why
-
-    return side.run.memo("per_request", side.point.point, read)
-
-
 def gate_rows(
     base: Side, cand: Side, thresholds: list[Threshold], resamples: int = RESAMPLES, seed: int = SEED
 ) -> list[dict[str, Any]]:
@@ -131,17 +81,6 @@ def gate_rows(
         verdict = {k: v for k, v in got.to_dict().items() if k != "subsampled"}
         rows.append({"baseline": base.label, "candidate": cand.label, **verdict, "incomplete": note})
     return rows
-
-
-def paired_table(base: Side, cand: Side) -> tuple[pa.Table, str | None]:
-    """The requests both points served ok, joined on request_id (``<metric>_base``, ``<metric>_cand`` for e2e, ttft,
-    tpot and decode_tok_s) in request_id order, and the note on incomplete inputs (None when complete)."""
-    (a, why_a), (b, why_b) = _per_request(base), _per_request(cand)
-    note = _inputs_note((base, why_a), (cand, why_b))
-    j = a.join(b, "request_id", left_suffix="_base", right_suffix="_cand", join_type="inner")
-    # Arrow's hash join emits rows in a thread-dependent order; the bootstrap indexes by position, so without a fixed
-    # order the same --seed would draw different resamples and print a different interval on every call.
-    return (j.sort_by("request_id") if j.num_rows else j), note
 
 
 def paired_speedups(

@@ -10,7 +10,7 @@ import numpy as np
 
 from rig.analysis import metrics as m
 from rig.analysis import resample as rs
-from rig.analysis.compare import (
+from rig.analysis.pairing import (
     _BATCH_CELLS,
     CONFIDENCE,
     RESAMPLES,
