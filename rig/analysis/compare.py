@@ -17,47 +17,35 @@ bootstrap, draw for draw; beyond, an m-out-of-n bootstrap, and the run's warning
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pyarrow as pa
 
 from rig.analysis import metrics as m
 from rig.analysis import resample as rs
 from rig.analysis.gate import Threshold, judge
-from rig.analysis.points import INCOMPLETE, campaign_row, load_requests, point_flags
+from rig.analysis.pairing import (
+    _BATCH_CELLS,
+    CONFIDENCE,
+    RESAMPLES,
+    SEED,
+    Side,
+    _inputs_note,
+    note_subsample,
+    paired_table,
+)
+from rig.analysis.points import INCOMPLETE, campaign_row, load_requests
 from rig.analysis.runs import (
     AnalysisInputError,
     PointInfo,
     Run,
-    generator_offsets,
     load_run,
-    read_point_requests,
     sampled_workloads,
 )
+from rig.contracts import CampaignRow
 
 SPEEDUP_METRICS = ("e2e", "ttft", "tpot", "decode_tok_s")
-RESAMPLES = 2000
-SEED = 0
-CONFIDENCE = 0.95
-_BATCH_CELLS = rs.BATCH_CELLS
-
-
-@dataclass
-class Side:
-    """One point of one run."""
-
-    run: Run
-    point: PointInfo
-    label: str
-
-
-def note_subsample(run: Run, n: int) -> None:
-    """Say once per run that its intervals came from the m-out-of-n bootstrap (only when one did)."""
-    if rs.draws(n) < n:
-        run.note(rs.subsample_note())
 
 
 def bootstrap_mean_ci(x: np.ndarray, resamples: int = RESAMPLES, seed: int = SEED) -> tuple[float, float]:
@@ -77,42 +65,6 @@ def bootstrap_mean_ci(x: np.ndarray, resamples: int = RESAMPLES, seed: int = SEE
     return float(lo), float(hi)
 
 
-def incomplete(side: Side, r: m.Requests | None = None) -> list[str]:
-    """Why this side's records are not all of what its point took (empty: complete)."""
-    r = r if r is not None else load_requests(side.run, side.point)
-    return sorted(set(point_flags(side.point, r)) & INCOMPLETE)
-
-
-def _inputs_note(*sides: tuple[Side, list[str]]) -> str | None:
-    """'A:point: missing_rows; ...' for every side with incomplete inputs, or None."""
-    parts = [f"{s.label}: {', '.join(why)}" for s, why in sides if why]
-    return "; ".join(parts) or None
-
-
-def _per_request(side: Side) -> tuple[pa.Table, list[str]]:
-    """request_id plus the four speedup metrics of the point's ok requests, and why its inputs are incomplete (kept
-    for the next call: the speedups and the gate read the same point)."""
-
-    def read() -> tuple[pa.Table, list[str]]:
-        t = read_point_requests(
-            side.run.run_dir, side.point.point, m.REQUEST_COLUMNS, on_skip=side.run.skipped(side.point)
-        )
-        r = m.requests_from_table(t, generator_offsets(side.run.manifest))
-        why = incomplete(side, r)
-        keep = pa.array(r.ok)
-        return pa.table(
-            {
-                "request_id": t["request_id"].filter(keep),
-                "e2e": r.e2e[r.ok],
-                "ttft": r.ttft[r.ok],
-                "tpot": r.tpot[r.ok],
-                "decode_tok_s": r.decode_tok_s[r.ok],
-            }
-        ), why
-
-    return side.run.memo("per_request", side.point.point, read)
-
-
 def gate_rows(
     base: Side, cand: Side, thresholds: list[Threshold], resamples: int = RESAMPLES, seed: int = SEED
 ) -> list[dict[str, Any]]:
@@ -123,22 +75,12 @@ def gate_rows(
         x = m.as_float(j[f"{t.metric}_base"]) if j.num_rows else np.empty(0)
         y = m.as_float(j[f"{t.metric}_cand"]) if j.num_rows else np.empty(0)
         got = judge(t, x, y, resamples, seed)
-        if got.pop("subsampled", False):
+        if got.subsampled:
             for side in (base, cand):
-                note_subsample(side.run, got["pairs"])
-        rows.append({"baseline": base.label, "candidate": cand.label, **got, "incomplete": note})
+                note_subsample(side.run, got.pairs)
+        verdict = {k: v for k, v in got.to_dict().items() if k != "subsampled"}
+        rows.append({"baseline": base.label, "candidate": cand.label, **verdict, "incomplete": note})
     return rows
-
-
-def paired_table(base: Side, cand: Side) -> tuple[pa.Table, str | None]:
-    """The requests both points served ok, joined on request_id (``<metric>_base``, ``<metric>_cand`` for e2e, ttft,
-    tpot and decode_tok_s) in request_id order, and the note on incomplete inputs (None when complete)."""
-    (a, why_a), (b, why_b) = _per_request(base), _per_request(cand)
-    note = _inputs_note((base, why_a), (cand, why_b))
-    j = a.join(b, "request_id", left_suffix="_base", right_suffix="_cand", join_type="inner")
-    # Arrow's hash join emits rows in a thread-dependent order; the bootstrap indexes by position, so without a fixed
-    # order the same --seed would draw different resamples and print a different interval on every call.
-    return (j.sort_by("request_id") if j.num_rows else j), note
 
 
 def paired_speedups(
@@ -265,7 +207,7 @@ def config_label(s: Side) -> str:
 
 
 def best_per_level(
-    sides: list[Side], resamples: int = RESAMPLES, seed: int = SEED, rows: dict[str, dict[str, Any]] | None = None
+    sides: list[Side], resamples: int = RESAMPLES, seed: int = SEED, rows: dict[str, CampaignRow] | None = None
 ) -> list[dict[str, Any]]:
     """Per (workload, load level): the configuration with the highest aggregate tok/s and its margin (with CI).
 
@@ -279,14 +221,12 @@ def best_per_level(
         if point_row is None:
             r = load_requests(s.run, s.point)
             point_row = campaign_row(s.run, s.point, r)
-        why[id(s)] = sorted(set(point_row["flags"]) & INCOMPLETE)  # incomplete(s, r): the row's flags are its flags
+        why[id(s)] = sorted(set(point_row.flags) & INCOMPLETE)  # incomplete(s, r): the row's flags are its flags
         p = s.point
         at_level[(p.workload, p.load_mode, p.concurrency, p.rate)].append(s)  # with or without rows
-        if point_row["aggregate_tok_s"] is None:
+        if point_row.aggregate_tok_s is None:
             continue
-        levels[(p.workload, p.load_mode, p.concurrency, p.rate)][config_label(s)].append(
-            (s, point_row["aggregate_tok_s"])
-        )
+        levels[(p.workload, p.load_mode, p.concurrency, p.rate)][config_label(s)].append((s, point_row.aggregate_tok_s))
     out = []
     for (workload, mode, conc, rate), configs in levels.items():
         ranked = sorted(configs.items(), key=lambda kv: -np.mean([v for _, v in kv[1]]))
@@ -337,111 +277,6 @@ def best_per_level(
     return sorted(out, key=key)
 
 
-# --- energy and cost --------------------------------------------------------------------------------------------
-
-ENERGY_METRICS = ("j_per_token", "usd_per_mtok")
-
-
-def _throughput_multipliers(tok: np.ndarray, lat: np.ndarray, idx: np.ndarray, closed: bool) -> np.ndarray:
-    """Resampled / observed aggregate throughput of a point from resampled requests (rows of ``idx``): Little's law
-    in a closed loop (Σtokens/Σlatency), Σtokens in an open one (the arrival rate is fixed)."""
-    if closed:
-        return (tok[idx].sum(axis=1) / lat[idx].sum(axis=1)) / (tok.sum() / lat.sum())
-    return tok[idx].sum(axis=1) / tok.sum()
-
-
-def _energy_row(side: Side, price: float | None) -> dict[str, Any]:
-    from rig.analysis.energy import add_energy
-
-    row = campaign_row(side.run, side.point, load_requests(side.run, side.point))
-    add_energy(side.run, [row], price)
-    return row
-
-
-def _tokens_latency(side: Side) -> tuple[pa.Table, list[str]]:
-    """request_id, completion tokens and E2E of the point's ok requests, and why its inputs are incomplete."""
-    t = read_point_requests(side.run.run_dir, side.point.point, m.REQUEST_COLUMNS, on_skip=side.run.skipped(side.point))
-    r = m.requests_from_table(t, generator_offsets(side.run.manifest))
-    return pa.table(
-        {"request_id": t["request_id"].filter(pa.array(r.ok)), "tok": r.tokens[r.ok], "lat": r.e2e[r.ok]}
-    ), incomplete(side, r)
-
-
-def paired_multipliers(
-    base: Side, cand: Side, rng: np.random.Generator, resamples: int
-) -> tuple[np.ndarray, np.ndarray, int]:
-    """Bootstrap multipliers of both points' aggregate tok/s from resampling the requests they share (the same
-    request ids drawn on both sides, so the request mix cancels in their ratio), and how many pairs there are."""
-    (a, _), (b, _) = _tokens_latency(base), _tokens_latency(cand)
-    j = a.join(b, "request_id", left_suffix="_base", right_suffix="_cand", join_type="inner")
-    j = j.sort_by("request_id") if j.num_rows else j  # a fixed order: the same seed draws the same resamples
-    cols = {
-        k: m.as_float(j[k]) if j.num_rows else np.empty(0) for k in ("tok_base", "lat_base", "tok_cand", "lat_cand")
-    }
-    keep = np.logical_and.reduce([np.isfinite(v) for v in cols.values()]) if j.num_rows else np.zeros(0, bool)
-    n = int(keep.sum())
-    mb, mc = np.full(resamples, np.nan), np.full(resamples, np.nan)
-    if n == 0:
-        return mb, mc, 0
-    tb, lb, tc, lc = (cols[k][keep] for k in ("tok_base", "lat_base", "tok_cand", "lat_cand"))
-    step = max(1, _BATCH_CELLS // n)
-    for i in range(0, resamples, step):
-        k = min(step, resamples - i)
-        idx = rng.integers(0, n, size=(k, n))
-        mb[i : i + k] = _throughput_multipliers(tb, lb, idx, not base.point.open_loop)
-        mc[i : i + k] = _throughput_multipliers(tc, lc, idx, not cand.point.open_loop)
-    return mb, mc, n
-
-
-def energy_ratios(
-    base: Side, cand: Side, price: float | None = None, resamples: int = RESAMPLES, seed: int = SEED
-) -> list[dict[str, Any]]:
-    """J/token and $/Mtok of the candidate over the baseline (< 1: the candidate spends less per token), each with a
-    paired bootstrap interval: the same request ids are resampled on both sides and each side's value moves with
-    1 / its resampled throughput (its energy over the window and its GPUs fixed, as measured). Empty when neither
-    figure exists on both sides."""
-    rb, rc = _energy_row(base, price), _energy_row(cand, price)
-    metrics = [k for k in ENERGY_METRICS if rb.get(k) is not None and rc.get(k) is not None]
-    if not metrics:
-        return []
-    why_a, why_b = incomplete(base), incomplete(cand)
-    mb, mc, n = paired_multipliers(base, cand, np.random.default_rng(seed), resamples)
-    source = ",".join(sorted({str(x) for x in (rb.get("energy_source"), rc.get("energy_source")) if x})) or None
-    rows = []
-    for metric in metrics:
-        vb, vc = float(rb[metric]), float(rc[metric])
-        row: dict[str, Any] = {
-            "baseline": base.label,
-            "candidate": cand.label,
-            "baseline_point": base.point.point,
-            "candidate_point": cand.point.point,
-            "workload": cand.point.workload,
-            "load_mode": cand.point.load_mode,
-            "concurrency": cand.point.concurrency,
-            "rate": cand.point.rate,
-            "repeat": cand.point.repeat,
-            "baseline_steps": base.point.steps,
-            "candidate_steps": cand.point.steps,
-            "metric": metric,
-            "baseline_value": vb,
-            "candidate_value": vc,
-            "ratio": vc / vb if vb else None,
-            "ci_low": None,
-            "ci_high": None,
-            "pairs": n,
-            "source": source if metric == "j_per_token" else None,
-            "incomplete": _inputs_note((base, why_a), (cand, why_b)),
-        }
-        if n and vb:
-            ratios = (vc / mc) / (vb / mb)
-            ratios = ratios[np.isfinite(ratios)]
-            if ratios.size:
-                lo, hi = np.quantile(ratios, [(1 - CONFIDENCE) / 2, 1 - (1 - CONFIDENCE) / 2])
-                row.update(ci_low=float(lo), ci_high=float(hi))
-        rows.append(row)
-    return rows
-
-
 # --- entry points ------------------------------------------------------------------------------------------------
 
 
@@ -453,17 +288,8 @@ def parse_target(text: str) -> tuple[Path, str | None]:
     return Path(run_dir), point
 
 
-def compare(
-    a: str,
-    b: str | None = None,
-    baseline_steps: int | None = None,
-    resamples: int = RESAMPLES,
-    seed: int = SEED,
-    gpu_hour_price: float | None = None,
-    max_regression: list[Threshold] | None = None,
-) -> dict[str, Any]:
-    """Run the comparison the arguments describe; see the module docstring. ``max_regression``: the CI gate's
-    thresholds (rig.analysis.gate); its verdicts are the result's ``gate``."""
+def _pairing(a: str, b: str | None, baseline_steps: int | None) -> tuple[list[tuple[Side, Side]], list[Side], str]:
+    """The pairs of points compare() compares, every side it ranks, and the comparison's mode line."""
     da, pa_ = parse_target(a)
     if b is None:
         if baseline_steps is None:
@@ -500,6 +326,21 @@ def compare(
                 f"no point of {run.run_id} has steps={baseline_steps} (its steps: "
                 f"{', '.join(map(str, have)) or 'none'}); pick one of those for --baseline-steps"
             )
+    return pairs, sides, mode
+
+
+def compare(
+    a: str,
+    b: str | None = None,
+    baseline_steps: int | None = None,
+    resamples: int = RESAMPLES,
+    seed: int = SEED,
+    gpu_hour_price: float | None = None,
+    max_regression: list[Threshold] | None = None,
+) -> dict[str, Any]:
+    """Run the comparison the arguments describe; see the module docstring. ``max_regression``: the CI gate's
+    thresholds (rig.analysis.gate); its verdicts are the result's ``gate``."""
+    pairs, sides, mode = _pairing(a, b, baseline_steps)
     if not pairs:
         raise AnalysisInputError("no matching points to compare (same workload, load level and repeat)")
     speedups: list[dict[str, Any]] = []
@@ -521,6 +362,8 @@ def compare(
             "requests drew different outputs, so per-request ratios mix configuration and chance; rerun "
             "with --deterministic (SGLang --enable-deterministic-inference)"
         )
+    from rig.analysis.energy_compare import energy_ratios
+
     energy = [row for base, cand in pairs for row in energy_ratios(base, cand, gpu_hour_price, resamples, seed)]
     affected = sum(1 for r in speedups + best + energy if r["incomplete"])
     if affected:

@@ -16,12 +16,14 @@ Figures from the simulator's power model carry ``energy_source = simulated`` eve
 
 from __future__ import annotations
 
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
 import pyarrow.compute as pc
 
 from rig.analysis.runs import PointInfo, Run, read_point_gpu_metrics
+from rig.contracts import CampaignRow
 from rig.results import GPU_METRICS_DIR
 
 COVERAGE = 0.999  # share of a point's window the samples must span (both ends bracketed, within float noise)
@@ -65,10 +67,23 @@ def has_telemetry(run: Run) -> bool:
     return (run.run_dir / GPU_METRICS_DIR).exists()
 
 
-def point_energy(run: Run, p: PointInfo, row: dict[str, Any]) -> dict[str, Any]:
-    """The ENERGY_KEYS of one campaign row (None values where the point has no usable samples)."""
-    out: dict[str, Any] = {k: None for k in ENERGY_KEYS}
-    a, b = row.get("first_send_ts"), row.get("last_end_ts")
+@dataclass(frozen=True)
+class PointEnergy:
+    """The ENERGY_KEYS of one campaign row (None where the point has no usable samples)."""
+
+    energy_source: str | None = None
+    energy_method: str | None = None
+    gpus: int | None = None
+    energy_j: float | None = None
+    mean_power_w: float | None = None
+    j_per_token: float | None = None
+    tok_s_per_w: float | None = None
+
+
+def point_energy(run: Run, p: PointInfo, row: CampaignRow) -> PointEnergy:
+    """The energy figures of one campaign row's point, over its window, all GPUs."""
+    out = PointEnergy()
+    a, b = row.first_send_ts, row.last_end_ts
     tel = telemetry_of(run, p)
     if a is None or b is None:
         return out
@@ -89,18 +104,17 @@ def point_energy(run: Run, p: PointInfo, row: dict[str, Any]) -> dict[str, Any]:
         methods.add(got[1])
         gpus += 1
     wall = b - a
-    tokens = row.get("tokens") or 0
+    tokens = row.tokens or 0
     power = total / wall
-    out.update(
+    return PointEnergy(
         energy_source=",".join(sorted(sources)) or None,
         energy_method=methods.pop() if len(methods) == 1 else "mixed",
         gpus=gpus,
         energy_j=total,
         mean_power_w=power,
         j_per_token=total / tokens if tokens else None,
-        tok_s_per_w=(row["aggregate_tok_s"] / power) if row.get("aggregate_tok_s") and power > 0 else None,
+        tok_s_per_w=(row.aggregate_tok_s / power) if row.aggregate_tok_s and power > 0 else None,
     )
-    return out
 
 
 def _floats(col: Any) -> np.ndarray:
@@ -121,18 +135,18 @@ def recorded_price(run: Run) -> float | None:
     return float(v) if isinstance(v, (int, float)) and v >= 0 else None
 
 
-def gpu_count(run: Run, p: PointInfo, energy: dict[str, Any]) -> int:
+def gpu_count(run: Run, p: PointInfo, energy: PointEnergy | None) -> int:
     """GPUs of the point's server: those the telemetry saw, else tp (1 when unknown)."""
-    if energy.get("gpus"):
-        return int(energy["gpus"])
+    if energy is not None and energy.gpus:
+        return int(energy.gpus)
     tel = telemetry_of(run, p)
     if tel is not None and tel.gpus:
         return len(tel.gpus)
     return int(p.knobs.get("tp") or 1)
 
 
-def add_energy(run: Run, rows: list[dict[str, Any]], price: float | None = None) -> bool:
-    """Add the energy keys to every campaign row when the run has GPU telemetry, and the cost keys when a price is
+def add_energy(run: Run, rows: list[CampaignRow], price: float | None = None) -> bool:
+    """Set the energy keys of every campaign row when the run has GPU telemetry, and the cost keys when a price is
     given (the flag's, else the run's cluster file's). Returns whether energy keys were added."""
     price = price if price is not None else recorded_price(run)
     energy = has_telemetry(run)
@@ -140,15 +154,14 @@ def add_energy(run: Run, rows: list[dict[str, Any]], price: float | None = None)
         return False
     by_point = {p.point: p for p in run.points}
     for r in rows:
-        p = by_point[r["point"]]
-        e = point_energy(run, p, r) if energy else {}
-        if energy:
-            r.update(e)
+        p = by_point[r.point]
+        e = point_energy(run, p, r) if energy else None
+        if e is not None:
+            for k, v in asdict(e).items():
+                setattr(r, k, v)
         if price is not None:
-            r.update(
-                gpu_hour_price=price,
-                usd_per_mtok=usd_per_mtok(price, gpu_count(run, p, e), r.get("wall_s"), r.get("tokens")),
-            )
+            r.gpu_hour_price = price
+            r.usd_per_mtok = usd_per_mtok(price, gpu_count(run, p, e), r.wall_s, r.tokens)
     return energy
 
 

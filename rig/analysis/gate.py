@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from rig.analysis import resample as rs
+from rig.contracts import GateVerdict
 
 TIMES = ("ttft", "tpot", "e2e")
 RATES = ("decode_tok_s",)
@@ -80,7 +81,7 @@ def regression(t: Threshold, base: np.ndarray, cand: np.ndarray) -> np.ndarray:
     ) - 1
 
 
-def judge(t: Threshold, base: np.ndarray, cand: np.ndarray, resamples: int, seed: int) -> dict[str, Any]:
+def judge(t: Threshold, base: np.ndarray, cand: np.ndarray, resamples: int, seed: int) -> GateVerdict:
     """The regression, its paired bootstrap interval and the verdict for one pair of points' paired values."""
     keep = np.isfinite(base) & np.isfinite(cand) & (base > 0) & (cand > 0)
     base, cand = base[keep], cand[keep]
@@ -94,7 +95,7 @@ def judge(t: Threshold, base: np.ndarray, cand: np.ndarray, resamples: int, seed
         "ci_high": None,
     }
     if n == 0:
-        return {**out, "verdict": "pass", "why": "no request served ok by both points: nothing to judge"}
+        return GateVerdict.make(**out, verdict="pass", why="no request served ok by both points: nothing to judge")
     observed = float(regression(t, base, cand))
     rng = np.random.default_rng(seed)
     k = rs.draws(n)
@@ -111,11 +112,9 @@ def judge(t: Threshold, base: np.ndarray, cand: np.ndarray, resamples: int, seed
     out.update(regression=observed, ci_low=lo, ci_high=hi, subsampled=k < n)
     ci = f"{observed:+.1%} (95% CI {lo:+.1%} … {hi:+.1%}, {n:,} paired requests)"
     if lo > t.limit:
-        return {**out, "verdict": "fail", "why": f"{ci}: worse than +{t.limit:.1%} with 95% confidence"}
+        return GateVerdict.make(**out, verdict="fail", why=f"{ci}: worse than +{t.limit:.1%} with 95% confidence")
     if hi <= t.limit:
-        return {**out, "verdict": "pass", "why": f"{ci}: within +{t.limit:.1%} with 95% confidence"}
-    return {
-        **out,
-        "verdict": "pass",
-        "why": f"{ci}: the interval holds +{t.limit:.1%}, so it is not shown to be exceeded",
-    }
+        return GateVerdict.make(**out, verdict="pass", why=f"{ci}: within +{t.limit:.1%} with 95% confidence")
+    return GateVerdict.make(
+        **out, verdict="pass", why=f"{ci}: the interval holds +{t.limit:.1%}, so it is not shown to be exceeded"
+    )

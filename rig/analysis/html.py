@@ -5,16 +5,18 @@ from __future__ import annotations
 import base64
 import html
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from rig.analysis import columns
+from rig.analysis.columns import Column
 from rig.analysis.lossless import mismatch_rows
 from rig.analysis.plots import write_plots
 from rig.analysis.render import seeds_line
 from rig.analysis.report import Report
 from rig.analysis.tables import fmt, group_rows, group_title
-from rig.contracts import SearchSection
+from rig.contracts import Row, SearchSection
 
 Col = tuple[str, str, Callable[[Any], str]]
 
@@ -38,7 +40,7 @@ def _text(v: Any) -> str:
     return "" if v is None else str(v)
 
 
-def table_html(rows: list[dict[str, Any]], cols: list[Col], caption: str = "") -> str:
+def table_html(rows: Sequence[dict[str, Any] | Row], cols: list[Col], caption: str = "") -> str:
     """An HTML table of ``rows`` with (key, header, formatter) columns."""
     head = "".join(f'<th class="{"l" if f is _text else ""}">{html.escape(h)}</th>' for _, h, f in cols)
     body = []
@@ -49,69 +51,17 @@ def table_html(rows: list[dict[str, Any]], cols: list[Col], caption: str = "") -
     return f"<table>{cap}<tr>{head}</tr>{''.join(body)}</table>"
 
 
-CAMPAIGN_COLS: list[Col] = [
-    ("concurrency", "Concurrency", _num("d")),
-    ("rate", "Rate (req/s)", _num(",.2f")),
-    ("repeat", "Repeat", _num("d")),
-    ("aggregate_tok_s", "Aggregate tok/s", _num(",.1f")),
-    ("per_request_tok_s", "Per-request tok/s", _num(",.1f")),
-    ("decode_tok_s", "Decode tok/s", _num(",.1f")),
-    ("tokens", "Tokens", _num(",d")),
-    ("wall_s", "Wall time (s)", _num(",.1f")),
-    ("ok", "OK", _num("d")),
-    ("failed", "Failed", _num("d")),
-    ("accept_length", "Accept len", _num(".2f")),
-    ("flags", "Flags", _text),
-]
-LATENCY_COLS: list[Col] = [("point", "Point", _text), ("metric", "Metric", _text), ("n", "n", _num(",d"))] + [
-    (f"{k}_ms", f"{k} (ms)", _num(",.2f")) for k in ("mean", "p50", "p90", "p95", "p99")
-]
-ACCEPT_COLS: list[Col] = [
-    ("point", "Point", _text),
-    ("steps", "Steps", _num("d")),
-    ("level", "Level", _text),
-    ("accept_length", "Accept len", _num(".3f")),
-    ("source", "Source", _text),
-    ("from_requests", "Per-request", _num(".3f")),
-    ("decode_only", "Decode-only", _num(".3f")),
-    ("from_manifest_window", "Manifest window", _num(".3f")),
-    ("from_server_counters", "Counters", _num(".3f")),
-    ("server_gauge_mean", "Gauge mean", _num(".3f")),
-]
-SERVER_COLS: list[Col] = [
-    ("point", "Point", _text),
-    ("steps", "Steps", _num("d")),
-    ("level", "Level", _text),
-    ("aggregate_tok_s", "Agg tok/s", _num(",.1f")),
-    ("decode_tok_s", "Decode tok/s", _num(",.1f")),
-    ("running_mean", "Running mean", _num(",.1f")),
-    ("running_max", "Running max", _num(",.0f")),
-    ("queued_mean", "Queued mean", _num(",.1f")),
-    ("queued_max", "Queued max", _num(",.0f")),
-    ("token_usage_mean", "Token usage mean", _num(".1%")),
-    ("token_usage_max", "Token usage max", _num(".1%")),
-    ("max_running_requests", "Max running (eff.)", _text),
-    ("at_running_cap", "At cap, queueing", _text),
-]
-GOODPUT_COLS: list[Col] = [
-    ("point", "Point", _text),
-    ("steps", "Steps", _num("d")),
-    ("level", "Level", _text),
-    ("good", "Good", _num(",d")),
-    ("counted", "Counted", _num(",d")),
-    ("fraction", "Fraction", _num(".3f")),
-    ("goodput_req_s", "Goodput req/s", _num(",.2f")),
-    ("goodput_tok_s", "Goodput tok/s", _num(",.1f")),
-]
-LOSSLESS_COLS: list[Col] = [
-    ("request_id", "Request", _text),
-    ("workload", "Workload", _text),
-    ("concurrency", "Concurrency", _text),
-    ("rate", "Rate", _text),
-    ("repeat", "Repeat", _text),
-    ("steps", "Steps", _text),
-    ("hashes", "Output hashes", _text),
-]
+def html_cols(declared: list[Column]) -> list[Col]:
+    """HTML columns from the report's column declarations (rig.analysis.columns): the unit in the header."""
+    return [(c.key, c.titled(), _text if c.spec is None or c.text else _num(c.spec)) for c in declared]
+
+
+CAMPAIGN_COLS = html_cols(columns.CAMPAIGN)
+LATENCY_COLS = html_cols(columns.LATENCY)
+ACCEPT_COLS = html_cols(columns.ACCEPTANCE)
+SERVER_COLS = html_cols(columns.SERVER)
+GOODPUT_COLS = html_cols(columns.GOODPUT)
+LOSSLESS_COLS = html_cols(columns.LOSSLESS)
 
 
 def _img(path: Path) -> str:
@@ -371,13 +321,13 @@ def render_html(report: Report, plots: list[Path] | None = None) -> str:
     parts += decision_html(report)
     ll = report.lossless
     parts.append("<h2>Greedy losslessness</h2>")
-    if ll["ok"]:
+    if ll.ok:
         parts.append(
-            f'<p class="ok">OK: {ll["requests_checked"]} temperature-0 requests compared across '
-            f"{ll['groups_checked']} group(s) of points.</p>"
+            f'<p class="ok">OK: {ll.requests_checked} temperature-0 requests compared across '
+            f"{ll.groups_checked} group(s) of points.</p>"
         )
     else:
-        parts.append(f'<p class="bad">{len(ll["mismatches"])} mismatching request(s)</p>')
+        parts.append(f'<p class="bad">{len(ll.mismatches)} mismatching request(s)</p>')
         parts.append(table_html(mismatch_rows(ll), LOSSLESS_COLS))
     parts.append("<h2>Plots</h2>")
     if plots is None:

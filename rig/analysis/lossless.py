@@ -10,6 +10,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from rig.analysis.runs import PointInfo, Run, read_point_requests
+from rig.contracts import LosslessResult
 
 
 def comparable_groups(run: Run) -> list[list[PointInfo]]:
@@ -28,18 +29,25 @@ def _label(p: PointInfo, group: list[PointInfo]) -> str:
 
 
 def _codes(col: pa.ChunkedArray) -> tuple[pa.Array, np.ndarray]:
-    """The distinct values of a string column and each row's index among them (int64 numpy)."""
-    uniq = pc.unique(col)
-    return uniq, np.asarray(pc.index_in(col, value_set=uniq).to_numpy(), dtype=np.int64)
+    """The distinct values of a string column (in order of first appearance) and each row's index among them (int64
+    numpy): one hashing pass (dictionary_encode gives every chunk the one dictionary of the whole column)."""
+    enc = pc.dictionary_encode(col)
+    chunks = [c for c in enc.chunks if len(c)]
+    uniq = chunks[-1].dictionary if chunks else pa.array([], col.type)
+    if any(len(c.dictionary) != len(uniq) for c in chunks):  # not one dictionary: hash the values again
+        return uniq, np.asarray(pc.index_in(col, value_set=uniq).to_numpy(), dtype=np.int64)
+    return uniq, np.concatenate(
+        [np.asarray(c.indices.to_numpy(), dtype=np.int64) for c in chunks] or [np.empty(0, np.int64)]
+    )
 
 
-def check_lossless(run: Run) -> dict[str, Any]:
+def check_lossless(run: Run) -> LosslessResult:
     """Every temperature-0 request whose output_hash differs between comparable points, with each point's hash."""
     mismatches: list[dict[str, Any]] = []
     checked = 0
     groups = comparable_groups(run)
     flt = (pc.field("temperature") == 0) & (pc.field("ok") == True) & pc.field("output_hash").is_valid()  # noqa: E712
-    for gi, group in enumerate(groups):
+    for group in groups:
         parts = []
         for pi, p in enumerate(group):
             t = read_point_requests(
@@ -65,7 +73,9 @@ def check_lossless(run: Run) -> dict[str, Any]:
             [("request_id", "ascending"), ("pi", "ascending")]
         )
         by_req: dict[str, dict[str, str]] = defaultdict(dict)
-        for rid, h, pi in zip(rows["request_id"].to_pylist(), rows["output_hash"].to_pylist(), rows["pi"].to_pylist()):
+        for rid, h, pi in zip(
+            rows["request_id"].to_pylist(), rows["output_hash"].to_pylist(), rows["pi"].to_pylist(), strict=True
+        ):
             by_req[rid][_label(group[pi], group)] = h
         p0 = group[0]
         for rid, hashes in by_req.items():
@@ -82,15 +92,12 @@ def check_lossless(run: Run) -> dict[str, Any]:
                     "hashes": hashes,
                 }
             )
-    return {
-        "groups_checked": len(groups),
-        "requests_checked": checked,
-        "mismatches": mismatches,
-        "ok": not mismatches,
-    }
+    return LosslessResult.make(
+        groups_checked=len(groups), requests_checked=checked, mismatches=mismatches, ok=not mismatches
+    )
 
 
-def mismatch_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
+def mismatch_rows(result: LosslessResult) -> list[dict[str, Any]]:
     """Flat rows (one per mismatching request) for tables and CSV."""
     return [
         {
@@ -102,5 +109,5 @@ def mismatch_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
             "steps": ",".join(str(s) for s in m["steps"]),
             "hashes": "; ".join(f"{k}: {v}" for k, v in m["hashes"].items()),
         }
-        for m in result["mismatches"]
+        for m in result.mismatches
     ]

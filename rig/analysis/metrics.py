@@ -44,6 +44,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from rig.contracts import GoodputRow
+
 PERCENTILES: tuple[int, ...] = (50, 90, 95, 99)
 
 # Columns the per-point metrics read (never the chunk lists: those are read only for ITL).
@@ -92,6 +94,8 @@ class Requests:
     slip: np.ndarray
     e2e_from_intended: np.ndarray
     verify_ct: np.ndarray
+    # status and error of the rows whose status is not ok, when the reader kept them (rig.analysis.points.top_errors)
+    failures: pa.Table | None = None
 
     @property
     def n(self) -> int:
@@ -331,7 +335,24 @@ def weighted_percentiles(
     return [float(x) for x in v_lo + (h - lo) * (v_hi - v_lo)]
 
 
-def summarize(values: np.ndarray, weights: np.ndarray | None = None, presorted: bool = False) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Summary:
+    """n, mean and the standard percentiles (PERCENTILES) of a metric's finite values; None where there are none."""
+
+    n: int
+    mean: float | None
+    p50: float | None
+    p90: float | None
+    p95: float | None
+    p99: float | None
+
+    def stat(self, key: str) -> float | None:
+        """``mean`` or ``pNN`` by name."""
+        value: float | None = getattr(self, key)
+        return value
+
+
+def summarize(values: np.ndarray, weights: np.ndarray | None = None, presorted: bool = False) -> Summary:
     """n, mean and the standard percentiles of the finite values (weighted: as if each repeated weight times)."""
     v = np.asarray(values, dtype=float)
     if weights is None:
@@ -344,9 +365,7 @@ def summarize(values: np.ndarray, weights: np.ndarray | None = None, presorted: 
         n = int(wm.sum())
         mean = float((vm * wm).sum() / wm.sum()) if m.any() else None
     pcts = weighted_percentiles(v, weights, PERCENTILES, presorted)
-    out: dict[str, Any] = {"n": n, "mean": mean}
-    out.update({f"p{q}": x for q, x in zip(PERCENTILES, pcts)})
-    return out
+    return Summary(n, mean, **{f"p{q}": x for q, x in zip(PERCENTILES, pcts, strict=True)})
 
 
 # --- SLOs and goodput ---------------------------------------------------------------------------------------------
@@ -380,7 +399,7 @@ def parse_slo(text: str) -> Slo:
     return Slo(metric, limit)
 
 
-def goodput(r: Requests, slos: list[Slo], wall_s: float | None) -> dict[str, Any]:
+def goodput(r: Requests, slos: list[Slo], wall_s: float | None) -> GoodputRow:
     """Requests meeting every SLO: count, fraction of ok+failed, rate and token rate over the wall time."""
     values = {"ttft": r.ttft, "tpot": r.tpot, "e2e": r.e2e}
     good = r.ok.copy()
@@ -393,11 +412,11 @@ def goodput(r: Requests, slos: list[Slo], wall_s: float | None) -> dict[str, Any
     denom = int((~r.cancelled).sum())
     n_good = int(good.sum())
     tokens = int(np.nansum(r.tokens[good]))
-    return {
-        "slos": ", ".join(str(s) for s in slos),
-        "good": n_good,
-        "counted": denom,
-        "fraction": n_good / denom if denom else None,
-        "goodput_req_s": n_good / wall_s if wall_s else None,
-        "goodput_tok_s": tokens / wall_s if wall_s else None,
-    }
+    return GoodputRow.make(
+        slos=", ".join(str(s) for s in slos),
+        good=n_good,
+        counted=denom,
+        fraction=n_good / denom if denom else None,
+        goodput_req_s=n_good / wall_s if wall_s else None,
+        goodput_tok_s=tokens / wall_s if wall_s else None,
+    )

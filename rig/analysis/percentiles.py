@@ -50,9 +50,10 @@ def latency_rows(p: PointInfo, r: m.Requests, itl: tuple[np.ndarray, np.ndarray]
         if name not in values:
             continue
         s = m.summarize(*values[name])
-        row: dict[str, Any] = {"point": p.point, "metric": name, "n": s["n"]}
+        row: dict[str, Any] = {"point": p.point, "metric": name, "n": s.n}
         for k in STAT_KEYS[1:]:
-            row[f"{k}_ms"] = s[k] * 1e3 if s[k] is not None else None
+            v = s.stat(k)
+            row[f"{k}_ms"] = v * 1e3 if v is not None else None
         rows.append(row)
     return rows
 

@@ -21,6 +21,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from rig.analysis.report import Report  # noqa: E402
+from rig.contracts import CampaignRow  # noqa: E402
 
 DPI = 110
 
@@ -30,12 +31,12 @@ def safe_name(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._=-]+", "_", text).strip("_") or "x"
 
 
-def _level(row: dict[str, Any]) -> float | None:
-    lv = row.get("rate") if row.get("load_mode") not in (None, "closed") else row.get("concurrency")
+def _level(row: CampaignRow) -> float | None:
+    lv = row.level
     return float(lv) if lv is not None else None
 
 
-def _config_labels(rows: list[dict[str, Any]]) -> dict[Any, str]:
+def _config_labels(rows: list[CampaignRow]) -> dict[Any, str]:
     """'steps=N' per server configuration, with the config id when two configurations share a steps value."""
     by_steps: dict[Any, set] = defaultdict(set)
     for r in rows:
@@ -50,7 +51,7 @@ def _config_labels(rows: list[dict[str, Any]]) -> dict[Any, str]:
     }
 
 
-def _lines(rows: list[dict[str, Any]], key: str) -> dict[tuple[str, str], tuple[np.ndarray, np.ndarray]]:
+def _lines(rows: list[CampaignRow], key: str) -> dict[tuple[str, str], tuple[np.ndarray, np.ndarray]]:
     """(workload, config label) -> (levels, mean of ``key`` over repeats) for rows that have both."""
     labels = _config_labels(rows)
     acc: dict[tuple[str, str], dict[float, list[float]]] = defaultdict(lambda: defaultdict(list))
@@ -65,7 +66,7 @@ def _lines(rows: list[dict[str, Any]], key: str) -> dict[tuple[str, str], tuple[
     return out
 
 
-def _xlabel(rows: list[dict[str, Any]]) -> str:
+def _xlabel(rows: list[CampaignRow]) -> str:
     return "concurrency" if all(r.get("load_mode") in (None, "closed") for r in rows) else "concurrency / rate (req/s)"
 
 
@@ -81,7 +82,7 @@ def plot_throughput(report: Report, path: Path) -> Path:
     lines = _lines(report.campaign, "aggregate_tok_s")
     workloads = sorted({w for w, _ in lines}) or ["(no data)"]
     fig, axes = plt.subplots(1, len(workloads), figsize=(5.5 * len(workloads), 4), squeeze=False)
-    for ax, wl in zip(axes[0], workloads):
+    for ax, wl in zip(axes[0], workloads, strict=True):
         for (w, label), (x, y) in sorted(lines.items()):
             if w == wl:
                 ax.plot(x, y, marker="o", label=label)
@@ -128,12 +129,12 @@ def plot_request_speed(report: Report, path: Path) -> Path:
     return _save(fig, path)
 
 
-def plot_latency_cdfs(report: Report, rows: list[dict[str, Any]], title: str, path: Path) -> Path:
+def plot_latency_cdfs(report: Report, rows: list[CampaignRow], title: str, path: Path) -> Path:
     """CDFs of TTFT, TPOT, ITL and E2E, one line per point of ``rows`` (one workload and load level)."""
     fig, axes = plt.subplots(2, 2, figsize=(11, 7.5))
     labels = _config_labels(report.campaign)
     repeats = len({r.get("repeat") for r in rows}) > 1
-    for ax, metric in zip(axes.ravel(), ("ttft", "tpot", "itl", "e2e")):
+    for ax, metric in zip(axes.ravel(), ("ttft", "tpot", "itl", "e2e"), strict=False):
         for r in rows:
             x, f = report.cdfs.get(r["point"], {}).get(metric, (np.empty(0), np.empty(0)))
             if x.size:
@@ -195,7 +196,7 @@ def _server_panel(ax: plt.Axes, report: Report, point: str) -> bool:
     return True
 
 
-def plot_server(report: Report, rows: list[dict[str, Any]], path: Path) -> Path | None:
+def plot_server(report: Report, rows: list[CampaignRow], path: Path) -> Path | None:
     """Server running/queued requests over time, one panel per point of a (configuration, workload) group."""
     points = [
         r["point"] for r in rows if report.series.get(r["point"]) and not report.series[r["point"]]["running"].empty
@@ -207,7 +208,7 @@ def plot_server(report: Report, rows: list[dict[str, Any]], path: Path) -> Path 
     fig, axes = plt.subplots(nrows, cols, figsize=(5.8 * cols, 3.4 * nrows), squeeze=False)
     for ax in axes.ravel()[len(points) :]:
         ax.axis("off")
-    for ax, point in zip(axes.ravel(), points):
+    for ax, point in zip(axes.ravel(), points, strict=False):
         _server_panel(ax, report, point)
     r0 = rows[0]
     fig.suptitle(f"server during {r0.get('workload')} · {r0.get('server_config')} (steps={r0.get('steps')})")
@@ -226,7 +227,7 @@ def plot_frontier(report: Report, workload: str, path: Path) -> Path:
     ]
     labels = _config_labels(report.campaign)
     fig, ax = plt.subplots(figsize=(7.5, 5))
-    by_cfg: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    by_cfg: dict[str, list[CampaignRow]] = defaultdict(list)
     for r in rows:
         by_cfg[labels[r.get("server_config")]].append(r)
     for label, pts in sorted(by_cfg.items()):
@@ -320,7 +321,7 @@ def write_plots(report: Report, out_dir: Path) -> list[Path]:
         jobs.append((plot_energy, (out_dir / "energy_vs_load.png",)))
     for wl in sorted({str(r.get("workload")) for r in report.campaign if r.get("tok_s_per_gpu") is not None}):
         jobs.append((plot_frontier, (wl, out_dir / f"frontier_{safe_name(wl)}.png")))
-    by_level: dict[tuple[str, float | None], list[dict[str, Any]]] = defaultdict(list)
+    by_level: dict[tuple[str, float | None], list[CampaignRow]] = defaultdict(list)
     for r in report.campaign:
         by_level[(str(r.get("workload")), _level(r))].append(r)
     for (wl, level), rows in sorted(by_level.items(), key=lambda kv: (kv[0][0], kv[0][1] or 0)):
@@ -328,7 +329,7 @@ def write_plots(report: Report, out_dir: Path) -> list[Path]:
         tag = ("c" if closed else "rate") + (f"{level:g}" if level is not None else "none")
         title = f"{wl} @ {'C=' if closed else 'rate='}{level:g}" if level is not None else wl
         jobs.append((plot_latency_cdfs, (rows, title, out_dir / f"latency_cdf_{safe_name(wl)}_{tag}.png")))
-    groups: dict[tuple[Any, Any], list[dict[str, Any]]] = defaultdict(list)
+    groups: dict[tuple[Any, Any], list[CampaignRow]] = defaultdict(list)
     for r in report.campaign:
         groups[(r.get("server_config"), r.get("workload"))].append(r)
     for (config, workload), rows in groups.items():

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from typing import Any
 
 import numpy as np
 import pyarrow.compute as pc
@@ -16,7 +15,7 @@ import pyarrow.compute as pc
 from rig.analysis import metrics as m
 from rig.analysis.runs import PointInfo, Run, generator_offsets, read_point_requests
 from rig.analysis.server_series import Series, counter_window_acceptance, point_series
-from rig.contracts import GeneratorReport, achieved_rate
+from rig.contracts import CampaignRow, ErrorCount, GeneratorReport, achieved_rate
 
 # Flags that make a point's numbers unfit for comparison (the others are notes).
 INVALIDATING = frozenset(
@@ -60,8 +59,9 @@ INCOMPLETE = frozenset(
 )
 
 
-# What load_requests reads: the metric columns, without request_id (the strings cost as much as all the rest).
-_METRIC_COLUMNS = [c for c in m.REQUEST_COLUMNS if c != "request_id"]
+# What load_requests reads: the metric columns, without request_id (the strings cost as much as all the rest), and
+# the error messages (null but on failed rows: nearly free), kept for top_errors so that it reads nothing again.
+_METRIC_COLUMNS = [c for c in m.REQUEST_COLUMNS if c != "request_id"] + ["error"]
 
 
 def load_requests(run: Run, p: PointInfo) -> m.Requests:
@@ -69,7 +69,9 @@ def load_requests(run: Run, p: PointInfo) -> m.Requests:
 
     def read() -> m.Requests:
         table = read_point_requests(run.run_dir, p.point, _METRIC_COLUMNS, on_skip=run.skipped(p))
-        return m.requests_from_table(table, generator_offsets(run.manifest))
+        r = m.requests_from_table(table, generator_offsets(run.manifest))
+        r.failures = table.select(["status", "error"]).filter(pc.not_equal(table["status"], "ok"))
+        return r
 
     return run.memo("requests", p.point, read)
 
@@ -130,18 +132,21 @@ def flag_reasons(p: PointInfo, r: m.Requests) -> dict[str, str]:
 _NOISE = re.compile(r"\b(?=[0-9a-f-]*\d)[0-9a-f-]{8,}\b")  # request ids, hashes: one message, not thousands
 
 
-def top_errors(run: Run, p: PointInfo, limit: int = 3) -> list[dict[str, Any]]:
-    """The point's most frequent error messages (failed and cancelled requests) with their counts."""
-    t = read_point_requests(
-        run.run_dir, p.point, ["status", "error"], filter=pc.field("status") != "ok", on_skip=run.skipped(p)
-    )
+def top_errors(run: Run, p: PointInfo, limit: int = 3, r: m.Requests | None = None) -> list[ErrorCount]:
+    """The point's most frequent error messages (failed and cancelled requests) with their counts (from ``r`` when
+    load_requests kept them)."""
+    t = r.failures if r is not None and r.failures is not None else None
+    if t is None:
+        t = read_point_requests(
+            run.run_dir, p.point, ["status", "error"], filter=pc.field("status") != "ok", on_skip=run.skipped(p)
+        )
     counts: Counter[tuple[str, str]] = Counter()
-    for status, err in zip(t["status"].to_pylist(), t["error"].to_pylist()):
+    for status, err in zip(t["status"].to_pylist(), t["error"].to_pylist(), strict=True):
         counts[(status, _NOISE.sub("…", (err or "no message").strip())[:160])] += 1
-    return [{"status": st, "error": msg, "count": n} for (st, msg), n in counts.most_common(limit)]
+    return [ErrorCount.make(status=st, error=msg, count=n) for (st, msg), n in counts.most_common(limit)]
 
 
-def campaign_row(run: Run, p: PointInfo, r: m.Requests, series: dict[str, Series] | None = None) -> dict[str, Any]:
+def campaign_row(run: Run, p: PointInfo, r: m.Requests, series: dict[str, Series] | None = None) -> CampaignRow:
     """One row of the campaign table (see rig.analysis.metrics for every definition)."""
     start, end, wall = m.window(r)
     tokens = m.total_tokens(r)
@@ -154,47 +159,47 @@ def campaign_row(run: Run, p: PointInfo, r: m.Requests, series: dict[str, Series
         sends = r.send[np.isfinite(r.send)]
         if sends.size > 1:
             achieved = achieved_rate(int(sends.size), float(sends.min()), float(sends.max()))
-    return {
-        "point": p.point,
-        "server_config": p.server_config,
-        "engine": p.engine,
-        "steps": p.steps,
-        "workload": p.workload,
-        "load_mode": p.load_mode,
-        "concurrency": p.concurrency,
-        "rate": p.rate,
-        "achieved_rate": achieved,
-        "repeat": p.repeat,
-        "status": p.status,
-        "requests": r.n,
-        "aggregate_tok_s": m.aggregate_tok_s(tokens, wall),
-        "per_request_tok_s": m.nanmean(r.per_request_tok_s[r.ok]),
-        "decode_tok_s": m.nanmean(r.decode_tok_s[r.ok]),
-        "tokens": tokens,
-        "wall_s": wall,
-        "first_send_ts": start,
-        "last_end_ts": end,
-        "ok": ok,
-        "failed": r.n - ok - cancelled,
-        "cancelled": cancelled,
-        "accept_length": accept,
-        "accept_source": source,
-        "flags": sorted(reasons),
-        "flag_reasons": reasons,
-        "error": p.error,
-        "errors": top_errors(run, p) if ok < r.n else [],
-    }
+    return CampaignRow.make(
+        point=p.point,
+        server_config=p.server_config,
+        engine=p.engine,
+        steps=p.steps,
+        workload=p.workload,
+        load_mode=p.load_mode,
+        concurrency=p.concurrency,
+        rate=p.rate,
+        achieved_rate=achieved,
+        repeat=p.repeat,
+        status=p.status,
+        requests=r.n,
+        aggregate_tok_s=m.aggregate_tok_s(tokens, wall),
+        per_request_tok_s=m.nanmean(r.per_request_tok_s[r.ok]),
+        decode_tok_s=m.nanmean(r.decode_tok_s[r.ok]),
+        tokens=tokens,
+        wall_s=wall,
+        first_send_ts=start,
+        last_end_ts=end,
+        ok=ok,
+        failed=r.n - ok - cancelled,
+        cancelled=cancelled,
+        accept_length=accept,
+        accept_source=source,
+        flags=sorted(reasons),
+        flag_reasons=reasons,
+        error=p.error,
+        errors=top_errors(run, p, r=r) if ok < r.n else [],
+    )
 
 
-def sort_key(row: dict[str, Any]) -> tuple:
+def sort_key(row: CampaignRow) -> tuple:
     """Table order: configuration (by steps), workload, load level, repeat."""
-    level = row.get("rate") if row.get("load_mode") not in (None, "closed") else row.get("concurrency")
+    level = row.level
     return (
-        row.get("steps") if row.get("steps") is not None else -1,
-        str(row.get("server_config") or ""),
-        str(row.get("workload") or ""),
-        str(row.get("load_mode") or ""),
+        row.steps if row.steps is not None else -1,
+        str(row.server_config or ""),
+        str(row.workload or ""),
+        str(row.load_mode or ""),
         level if level is not None else float("inf"),
-        row.get("repeat") or 0,
-        row["point"],
+        row.repeat or 0,
+        row.point,
     )

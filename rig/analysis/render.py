@@ -8,9 +8,12 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from rig.analysis import columns
+from rig.analysis.columns import LEVEL, Column
 from rig.analysis.lossless import mismatch_rows
 from rig.analysis.report import Report
 from rig.analysis.tables import fmt, render_campaign_table, render_problems
+from rig.contracts import CampaignRow, GoodputRow, LosslessResult, Row, ServerRow
 
 if TYPE_CHECKING:
     from rig.analysis.runs import PointInfo
@@ -18,26 +21,38 @@ if TYPE_CHECKING:
 MAX_MISMATCH_ROWS = 50  # the terminal shows this many; CSV and JSON carry all
 
 
-def _level(row: dict[str, Any]) -> str:
+def _level(row: dict[str, Any] | Row) -> str:
     lv = row.get("level")
     return "–" if lv is None else (f"{lv:g}" if isinstance(lv, float) else str(lv))
+
+
+def _cell(c: Column, r: dict[str, Any] | Row) -> str:
+    """A terminal cell of a declared column ('–' for a missing value)."""
+    if c.spec == LEVEL:
+        return _level(r)
+    v = r.get(c.key)
+    if c.spec is None:
+        return "–" if v is None else str(v)
+    return fmt(v, c.spec)
+
+
+def _add_columns(t: Table, declared: list[Column]) -> None:
+    for c in declared:
+        t.add_column(c.header, justify="left" if c.spec is None else "right", overflow="fold")
 
 
 def render_latency(rows: list[dict[str, Any]]) -> Table:
     """TTFT/TPOT/ITL/E2E (and open-loop) percentiles per point, in ms."""
     t = Table(title="Latency (ms; ITL percentiles are over tokens)", title_justify="left", header_style="bold")
-    for c in ("Point", "Metric", "n", "mean", "p50", "p90", "p95", "p99"):
-        t.add_column(c, justify="left" if c in ("Point", "Metric") else "right", overflow="fold")
+    _add_columns(t, columns.LATENCY)
     last = None
     for r in rows:
         if last is not None and r["point"] != last:
             t.add_section()
-        t.add_row(
-            r["point"] if r["point"] != last else "",
-            r["metric"],
-            fmt(r["n"], ",d"),
-            *(fmt(r[f"{k}_ms"], ",.2f") for k in ("mean", "p50", "p90", "p95", "p99")),
-        )
+        cells = [_cell(c, r) for c in columns.LATENCY]
+        if r["point"] == last:  # the point once per group of its metrics
+            cells[0] = ""
+        t.add_row(*cells)
         last = r["point"]
     return t
 
@@ -52,36 +67,13 @@ def render_acceptance(rows: list[dict[str, Any]]) -> Table:
         "Decode-only: Σ (tokens - 1) / Σ verifies, the figure SGLang's bench_serving prints",
         caption_justify="left",
     )
-    for c in (
-        "Point",
-        "Steps",
-        "Level",
-        "Accept len",
-        "Source",
-        "Per-request",
-        "Decode-only",
-        "Manifest window",
-        "Counters",
-        "Gauge mean",
-    ):
-        t.add_column(c, justify="left" if c in ("Point", "Source") else "right", overflow="fold")
+    _add_columns(t, columns.ACCEPTANCE)
     for r in rows:
-        t.add_row(
-            r["point"],
-            fmt(r["steps"], "d"),
-            _level(r),
-            fmt(r["accept_length"], ".3f"),
-            r["source"] or "–",
-            fmt(r["from_requests"], ".3f"),
-            fmt(r.get("decode_only"), ".3f"),
-            fmt(r["from_manifest_window"], ".3f"),
-            fmt(r["from_server_counters"], ".3f"),
-            fmt(r["server_gauge_mean"], ".3f"),
-        )
+        t.add_row(*(_cell(c, r) for c in columns.ACCEPTANCE))
     return t
 
 
-def render_server(rows: list[dict[str, Any]]) -> Table:
+def render_server(rows: list[ServerRow]) -> Table:
     """The server's time series summarised next to the client's throughput."""
     t = Table(
         title="Server vs client (running/queued requests and KV token usage from /metrics)",
@@ -124,7 +116,7 @@ def render_server(rows: list[dict[str, Any]]) -> Table:
     return t
 
 
-def simulated(rows: list[dict[str, Any]]) -> bool:
+def simulated(rows: list[CampaignRow]) -> bool:
     return any("simulated" in str(r.get("energy_source") or "") for r in rows)
 
 
@@ -260,7 +252,7 @@ def render_schedule(report: Report) -> list[RenderableType]:
     return out
 
 
-def render_goodput(rows: list[dict[str, Any]]) -> Table:
+def render_goodput(rows: list[GoodputRow]) -> Table:
     """Requests meeting every SLO per point."""
     slos = rows[0]["slos"] if rows else ""
     t = Table(title=f"Goodput ({slos})", title_justify="left", header_style="bold")
@@ -281,17 +273,17 @@ def render_goodput(rows: list[dict[str, Any]]) -> Table:
     return t
 
 
-def render_lossless(result: dict[str, Any]) -> RenderableType:
+def render_lossless(result: LosslessResult) -> RenderableType:
     """A one-line verdict, and the mismatching requests if any."""
-    if result["groups_checked"] == 0:
+    if result.groups_checked == 0:
         return Text(
             "Greedy losslessness: nothing to compare (no two points share requests across speculative settings)",
             style="dim",
         )
-    if result["ok"]:
+    if result.ok:
         return Text(
-            f"Greedy losslessness: OK ({result['requests_checked']:,} temperature-0 requests compared across "
-            f"{result['groups_checked']} group(s) of points)",
+            f"Greedy losslessness: OK ({result.requests_checked:,} temperature-0 requests compared across "
+            f"{result.groups_checked} group(s) of points)",
             style="green",
         )
     rows = mismatch_rows(result)

@@ -6,7 +6,7 @@ import csv
 import json
 import os
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,7 +21,7 @@ from rig.analysis.percentiles import cdf_points, latency_rows, read_itl
 from rig.analysis.points import INVALIDATING, campaign_row, load_requests, sort_key
 from rig.analysis.runs import PointInfo, Run, load_run, point_files
 from rig.analysis.server_series import Series, counter_window_acceptance, point_series, summarize_point
-from rig.contracts import Manifest, SearchSection, TuneSection
+from rig.contracts import CampaignRow, GoodputRow, LosslessResult, Manifest, Row, SearchSection, ServerRow, TuneSection
 
 
 @dataclass
@@ -29,12 +29,12 @@ class Report:
     """Every table of ``rig report`` plus the data its plots need."""
 
     run: Run
-    campaign: list[dict[str, Any]]
+    campaign: list[CampaignRow]
     latency: list[dict[str, Any]]
     acceptance: list[dict[str, Any]]
-    server: list[dict[str, Any]]
-    goodput: list[dict[str, Any]]
-    lossless: dict[str, Any]
+    server: list[ServerRow]
+    goodput: list[GoodputRow]
+    lossless: LosslessResult
     slos: list[m.Slo] = field(default_factory=list)
     slo_percentile: float = 99.0
     frontier: list[dict[str, Any]] = field(default_factory=list)  # Pareto points (rows also carry on_frontier)
@@ -54,14 +54,14 @@ class Report:
     def warnings(self) -> list[str]:
         """Run-level caveats: run status, points without rows, invalid points."""
         out = list(self.run.warnings)
-        empty = [r["point"] for r in self.campaign if r["requests"] == 0]
+        empty = [r.point for r in self.campaign if r.requests == 0]
         if empty:
             out.append(f"{len(empty)} point(s) have no rows: {', '.join(empty)}")
-        bad = [r["point"] for r in self.campaign if set(r["flags"]) & INVALIDATING]
+        bad = [r.point for r in self.campaign if set(r.flags) & INVALIDATING]
         if bad:
             out.append(f"{len(bad)} point(s) flagged invalid: {', '.join(bad)}")
-        if not self.lossless["ok"]:
-            out.append(f"greedy losslessness: {len(self.lossless['mismatches'])} mismatching request(s)")
+        if not self.lossless.ok:
+            out.append(f"greedy losslessness: {len(self.lossless.mismatches)} mismatching request(s)")
         return out
 
 
@@ -151,13 +151,13 @@ class Reader:
         self._fill()
         return got
 
-    def lossless(self) -> dict[str, Any]:
+    def lossless(self) -> LosslessResult:
         """check_lossless(run), once every point was taken."""
         self.run.forget()  # the points' kept arrays: what follows reads again the few points it needs
         pa.default_memory_pool().release_unused()
         if self.check is None:  # a large run: now, with no point's arrays held
             self.check = self.pool.submit(self._deferred, check_lossless, self.run)
-        got = self._take(self.check)
+        got: LosslessResult = self._take(self.check)
         self.pool.shutdown(wait=True)
         return got
 
@@ -213,8 +213,8 @@ def build_report(
                 "steps": p.steps,
                 "workload": p.workload,
                 "level": p.level,
-                "accept_length": row["accept_length"],
-                "source": row["accept_source"],
+                "accept_length": row.accept_length,
+                "source": row.accept_source,
                 "from_requests": m.acceptance_from_requests(r),
                 "decode_only": m.acceptance_decode_only(r),
                 "from_manifest_window": float(wa) if wa is not None else None,
@@ -223,27 +223,23 @@ def build_report(
             }
         )
         srv = summarize_point(run, p, series)
-        srv.update(
-            steps=p.steps,
-            workload=p.workload,
-            level=p.level,
-            aggregate_tok_s=row["aggregate_tok_s"],
-            per_request_tok_s=row["per_request_tok_s"],
-            decode_tok_s=row["decode_tok_s"],
+        srv.steps, srv.workload, srv.level = p.steps, p.workload, p.level
+        srv.aggregate_tok_s, srv.per_request_tok_s, srv.decode_tok_s = (
+            row.aggregate_tok_s,
+            row.per_request_tok_s,
+            row.decode_tok_s,
         )
         server.append(srv)
         if slos:
-            g = m.goodput(r, slos, row["wall_s"])
-            g.update(point=p.point, steps=p.steps, workload=p.workload, level=p.level)
+            g = m.goodput(r, slos, row.wall_s)
+            g.point, g.steps, g.workload, g.level = p.point, p.steps, p.workload, p.level
             good.append(g)
-            row.update(
-                goodput_fraction=g["fraction"], goodput_req_s=g["goodput_req_s"], goodput_tok_s=g["goodput_tok_s"]
-            )
+            row.goodput_fraction, row.goodput_req_s, row.goodput_tok_s = g.fraction, g.goodput_req_s, g.goodput_tok_s
             verdict = evaluate_slos(r, slos, pct, slo_cancelled)
-            row.update(slo_meets=verdict["meets"], slo_margin=verdict["margin"], slo_note=verdict["note"])
-            meets[p.point] = verdict["meets"]
+            row.slo_meets, row.slo_margin, row.slo_note = verdict.meets, verdict.margin, verdict.note
+            meets[p.point] = verdict.meets
         campaign.append(row)
-    order = {r["point"]: i for i, r in enumerate(sorted(campaign, key=sort_key))}
+    order = {r.point: i for i, r in enumerate(sorted(campaign, key=sort_key))}
     by_order = lambda rows: sorted(rows, key=lambda x: order.get(x["point"], 0))  # noqa: E731
     mark_frontier(run, campaign)
     price = gpu_hour_price if gpu_hour_price is not None else recorded_price(run)
@@ -251,9 +247,11 @@ def build_report(
     telemetry = telemetry_lines(run)
     absent = next((line.split(": absent ", 1)[1] for line in telemetry if ": absent " in line), None)
     check_objective(campaign, objective, absent)
-    # the intervals are computed while the reader thread checks losslessness (beside the last points, in a small run)
+    # the intervals and the schedule are computed while the reader thread checks losslessness (beside the last
+    # points, in a small run)
     best_level = best_per_level(run, campaign, meets if slos else None)
     best_slo = best_per_slo(run, campaign, meets, describe(slos, pct, slo_cancelled)) if slos else []
+    schedule = build_schedule(run, by_order(campaign), meets if slos else None, objective)
     lossless = reader.lossless()
     return Report(
         run=run,
@@ -276,7 +274,7 @@ def build_report(
         cost=price is not None,
         telemetry=telemetry,
         objective=objective,
-        schedule=build_schedule(run, by_order(campaign), meets if slos else None, objective),
+        schedule=schedule,
     )
 
 
@@ -288,22 +286,23 @@ def _cell(v: Any) -> Any:
     return "" if v is None else v
 
 
-def write_csv(rows: list[dict[str, Any]], path: Path) -> None:
+def write_csv(rows: Sequence[dict[str, Any] | Row], path: Path) -> None:
     """Rows as CSV with the union of their keys as header (lists joined by ';')."""
+    dicts = [r.to_dict() if isinstance(r, Row) else r for r in rows]
     keys: list[str] = []
-    for r in rows:
+    for r in dicts:
         keys += [k for k in r if k not in keys]
     with path.open("w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=keys)
         w.writeheader()
-        for r in rows:
+        for r in dicts:
             w.writerow({k: _cell(r.get(k)) for k in keys})
 
 
 def export_csv(report: Report, out_dir: Path) -> list[Path]:
     """campaign, latency, acceptance, server, goodput (with SLOs) and lossless mismatches as CSV files."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    tables = {
+    tables: dict[str, Sequence[dict[str, Any] | Row]] = {
         "campaign": report.campaign,
         "latency": report.latency,
         "acceptance": report.acceptance,
@@ -354,6 +353,8 @@ def to_json(obj: Any) -> str:
     def clean(x: Any) -> Any:
         if isinstance(x, float) and not np.isfinite(x):
             return None
+        if isinstance(x, Row):
+            return clean(x.to_dict())
         if isinstance(x, dict):
             return {k: clean(v) for k, v in x.items()}
         if isinstance(x, (list, tuple)):

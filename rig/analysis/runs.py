@@ -176,10 +176,6 @@ class Run:
         return (self.manifest.server_configs.get(config_id) if config_id else None) or ServerConfigEntry()
 
 
-def _dict(x: Any) -> dict[str, Any]:
-    return x if isinstance(x, dict) else {}
-
-
 def point_files(run_dir: Path, point: str, kind: str = REQUESTS_DIR) -> list[str]:
     """Closed part files of one point (``.tmp`` files are half-written and never read)."""
     root = Path(run_dir) / kind / f"point={point}"
@@ -196,7 +192,22 @@ def _points_on_disk(run_dir: Path) -> list[str]:
 _IDENTITY = [*IDENTITY_FIELDS[1:], "server_args"]
 
 
-def _identity_from_rows(run_dir: Path, point: str) -> dict[str, Any]:
+@dataclass(frozen=True)
+class RowIdentity:
+    """A point's identity as its first record carries it (every field None when no part file is readable)."""
+
+    server_config: str | None = None
+    engine: str | None = None
+    workload: str | None = None
+    steps: int | None = None
+    load_mode: str | None = None
+    concurrency: int | None = None
+    rate: float | None = None
+    repeat: int | None = None
+    server_args: str | None = None  # the server knobs as JSON
+
+
+def _identity_from_rows(run_dir: Path, point: str) -> RowIdentity:
     files = point_files(run_dir, point)
     for f in files:
         try:
@@ -204,8 +215,23 @@ def _identity_from_rows(run_dir: Path, point: str) -> dict[str, Any]:
         except (OSError, pa.ArrowInvalid):
             continue
         if t.num_rows:
-            return t.slice(0, 1).to_pylist()[0]
-    return {}
+            return RowIdentity(**t.slice(0, 1).to_pylist()[0])
+    return RowIdentity()
+
+
+def _status_warning(run_dir: Path, status: str | None) -> str | None:
+    """What the run's status says about its numbers (None: complete)."""
+    if status == "running":
+        holder = run_holder(run_dir)
+        return (
+            f"run in progress (rig pid {holder}): numbers cover what was written so far"
+            if holder
+            else "the manifest says running but no rig process holds the run: it was cut off (killed, "
+            "power loss); numbers cover what was written"
+        )
+    if status != "complete":
+        return f"run status is {status or 'unknown'}: numbers cover what was written"
+    return None
 
 
 def load_run(run_dir: Path | str, thresholds: str | None = None) -> Run:
@@ -227,17 +253,9 @@ def load_run(run_dir: Path | str, thresholds: str | None = None) -> Run:
     warnings: list[str] = []
     if thresholds:
         rejudge_points(manifest, thresholds, warnings)
-    status = manifest.status
-    if status == "running":
-        holder = run_holder(run_dir)
-        warnings.append(
-            f"run in progress (rig pid {holder}): numbers cover what was written so far"
-            if holder
-            else "the manifest says running but no rig process holds the run: it was cut off (killed, "
-            "power loss); numbers cover what was written"
-        )
-    elif status != "complete":
-        warnings.append(f"run status is {status or 'unknown'}: numbers cover what was written")
+    status_warning = _status_warning(run_dir, manifest.status)
+    if status_warning:
+        warnings.append(status_warning)
     points: list[PointInfo] = []
     seen: set[str] = set()
     for entry in manifest.points:
@@ -310,7 +328,7 @@ def rejudge_points(manifest: Manifest, overrides: str, warnings: list[str]) -> N
 
 def sampled_workloads(manifest: Manifest) -> set[str]:
     """Names of the run's workloads that sample (temperature > 0), from the recorded spec."""
-    spec = _dict(manifest.spec)
+    spec = manifest.spec if isinstance(manifest.spec, dict) else {}
     return {
         str(w.get("name"))
         for w in spec.get("workloads") or []
@@ -384,13 +402,15 @@ def _fill_from_rows(run_dir: Path, p: PointInfo) -> None:
         return
     row = _identity_from_rows(run_dir, p.point)
     for k in needed:
-        if row.get(k) is not None:
-            setattr(p, k, row[k])
-    if not p.knobs and row.get("server_args"):
+        if getattr(row, k) is not None:
+            setattr(p, k, getattr(row, k))
+    if not p.knobs and row.server_args:
         try:
-            p.knobs = _dict(json.loads(row["server_args"]))
+            knobs = json.loads(row.server_args)
         except json.JSONDecodeError:
             pass
+        else:
+            p.knobs = knobs if isinstance(knobs, dict) else {}
     if p.load_mode is None and (p.concurrency is not None or p.rate is not None):
         p.load_mode = CLOSED if p.concurrency is not None else "poisson"
 

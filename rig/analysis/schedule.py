@@ -28,8 +28,10 @@ from typing import Any
 import numpy as np
 
 from rig.analysis import compare as cmp
+from rig.analysis.energy_compare import paired_multipliers
 from rig.analysis.frontier import valid
 from rig.analysis.runs import AnalysisInputError, Run
+from rig.contracts import CampaignRow
 
 OBJECTIVES: dict[str, tuple[str, bool]] = {  # name -> (campaign row key, higher is better)
     "throughput": ("aggregate_tok_s", True),
@@ -52,40 +54,36 @@ class ScheduleError(AnalysisInputError):
     """The objective cannot be computed for this run (one line)."""
 
 
-def _level(r: dict[str, Any]) -> float | None:
-    return r.get("rate") if r.get("load_mode") not in (None, "closed") else r.get("concurrency")
-
-
 def _margin(best: float, runner: float, higher: bool) -> float:
     return best / runner - 1 if higher else 1 - best / runner
 
 
 def _samples(
-    run: Run, rows: list[dict[str, Any]], key: str, higher: bool, rng: np.random.Generator, resamples: int
+    run: Run, rows: list[CampaignRow], key: str, higher: bool, rng: np.random.Generator, resamples: int
 ) -> np.ndarray:
     """Bootstrap samples of a configuration's mean objective value at one level (its points' requests)."""
     per_point = []
     for r in rows:
-        side = cmp.Side(run, run.point(r["point"]), r["point"])
+        side = cmp.Side(run, run.point(r.point), r.point)
         mult = cmp._rescale_samples(side, rng, resamples)  # throughput multipliers
         per_point.append(r[key] * (mult if higher else 1.0 / mult))
     return np.mean(per_point, axis=0)
 
 
 def _pairs(
-    run: Run, best: dict[str, Any], runner: dict[str, Any], rng: np.random.Generator, resamples: int
+    run: Run, best: CampaignRow, runner: CampaignRow, rng: np.random.Generator, resamples: int
 ) -> tuple[np.ndarray, np.ndarray] | None:
-    """Paired throughput multipliers of two points (compare.paired_multipliers), None when they share fewer than
+    """Paired throughput multipliers of two points (energy_compare.paired_multipliers), None when they share fewer than
     two requests."""
-    sides = [cmp.Side(run, run.point(r["point"]), r["point"]) for r in (best, runner)]
-    mb, mr, n = cmp.paired_multipliers(sides[0], sides[1], rng, resamples)
+    sides = [cmp.Side(run, run.point(r.point), r.point) for r in (best, runner)]
+    mb, mr, n = paired_multipliers(sides[0], sides[1], rng, resamples)
     return (mb, mr) if n >= 2 else None
 
 
 def _interval(
     run: Run,
-    best: list[dict[str, Any]],
-    runner: list[dict[str, Any]],
+    best: list[CampaignRow],
+    runner: list[CampaignRow],
     key: str,
     higher: bool,
     rng: np.random.Generator,
@@ -116,7 +114,7 @@ def _interval(
     return float(lo), float(hi), method
 
 
-def check_objective(rows: list[dict[str, Any]], objective: str, why_absent: str | None = None) -> None:
+def check_objective(rows: list[CampaignRow], objective: str, why_absent: str | None = None) -> None:
     """ScheduleError (one line) when no point has the objective's figure."""
     if objective not in OBJECTIVES:
         raise ScheduleError(f"unknown objective {objective!r} (choose {', '.join(OBJECTIVES)})")
@@ -137,7 +135,7 @@ def check_objective(rows: list[dict[str, Any]], objective: str, why_absent: str 
 
 def build_schedule(
     run: Run,
-    rows: list[dict[str, Any]],
+    rows: list[CampaignRow],
     meets: dict[str, bool] | None,
     objective: str = "throughput",
     resamples: int = RESAMPLES,
@@ -146,19 +144,19 @@ def build_schedule(
     """One entry per (workload, load mode) with two or more configurations: bands, crossovers, SLO limits."""
     key, higher = OBJECTIVES[objective]
     rng = np.random.default_rng(seed)
-    groups: dict[tuple, dict[float, dict[str, list[dict[str, Any]]]]] = defaultdict(
+    groups: dict[tuple, dict[float, dict[str, list[CampaignRow]]]] = defaultdict(
         lambda: defaultdict(lambda: defaultdict(list))
     )
     labels: dict[str, str] = {}
     steps_of: dict[str, Any] = {}
     for r in rows:
-        level = _level(r)
+        level = r.level
         if not valid(r) or level is None:
             continue
-        label = cmp.config_label(cmp.Side(run, run.point(r["point"]), r["point"]))
-        labels[r["point"]] = label
-        steps_of[label] = r.get("steps")
-        groups[(str(r.get("workload")), str(r.get("load_mode")))][level][label].append(r)
+        label = cmp.config_label(cmp.Side(run, run.point(r.point), r.point))
+        labels[r.point] = label
+        steps_of[label] = r.steps
+        groups[(str(r.workload), str(r.load_mode))][level][label].append(r)
     out = []
     for (workload, mode), levels in sorted(groups.items()):
         configs = sorted({lab for by in levels.values() for lab in by}, key=lambda c: (str(steps_of[c]), c))
@@ -168,7 +166,7 @@ def build_schedule(
         bands = []
         for i, level in enumerate(order):
             ok = {
-                lab: [r for r in rs if (meets is None or meets.get(r["point"])) and r.get(key) is not None]
+                lab: [r for r in rs if (meets is None or meets.get(r.point)) and r.get(key) is not None]
                 for lab, rs in levels[level].items()
             }
             ok = {lab: rs for lab, rs in ok.items() if rs}
@@ -235,10 +233,7 @@ def build_schedule(
         limits = []
         for lab in configs:
             passing = [
-                (level, r)
-                for level in order
-                for r in levels[level].get(lab, [])
-                if meets is None or meets.get(r["point"])
+                (level, r) for level in order for r in levels[level].get(lab, []) if meets is None or meets.get(r.point)
             ]
             top_level = max((lv for lv, _ in passing), default=None)
             at = [r for lv, r in passing if lv == top_level]
@@ -246,7 +241,7 @@ def build_schedule(
                 "config": lab,
                 "steps": steps_of[lab],
                 "max_level": top_level,
-                "points": [r["point"] for r in at],
+                "points": [r.point for r in at],
             }
             for k in LIMIT_KEYS:
                 vals: list[Any] = [r.get(k) for r in at if r.get(k) is not None]

@@ -11,6 +11,7 @@ import pyarrow.compute as pc
 
 from rig.analysis.metrics import acceptance_from_counters, as_float, nanmean
 from rig.analysis.runs import PointInfo, Run, read_point_server_metrics
+from rig.contracts import ServerRow
 
 # Each quantity under the names engines publish it as; the first name present in a point wins.
 RUNNING = ("sglang:num_running_reqs", "vllm:num_requests_running")
@@ -84,7 +85,15 @@ def point_series(run: Run, point: str) -> dict[str, Series]:
     }
 
 
-def effective_limits(run: Run, p: PointInfo) -> dict[str, Any]:
+@dataclass(frozen=True)
+class ServerLimits:
+    """The server's effective max running requests (per DP rank) and KV token capacity, as it reported them."""
+
+    max_running_requests: Any
+    max_total_num_tokens: Any
+
+
+def effective_limits(run: Run, p: PointInfo) -> ServerLimits:
     """The server's effective max running requests and KV token capacity, from server_info or the startup log."""
     cfg = run.server_config(p.server_config)
     info = cfg.server_info if isinstance(cfg.server_info, dict) else {}
@@ -98,7 +107,7 @@ def effective_limits(run: Run, p: PointInfo) -> dict[str, Any]:
         or info.get("max_running_requests")
     )
     max_tokens = startup.get("max_total_num_tokens") or info.get("max_total_num_tokens")
-    return {"max_running_requests": max_running, "max_total_num_tokens": max_tokens}
+    return ServerLimits(max_running, max_tokens)
 
 
 def dp_ranks(run: Run, p: PointInfo) -> int:
@@ -120,34 +129,31 @@ def _stat(s: Series, fn: str) -> float | None:
     return nanmean(s.values) if fn == "mean" else float(np.nanmax(s.values))
 
 
-def summarize_point(run: Run, p: PointInfo, series: dict[str, Series] | None = None) -> dict[str, Any]:
+def summarize_point(run: Run, p: PointInfo, series: dict[str, Series] | None = None) -> ServerRow:
     """Mean/max running and queued requests and token usage, and what they say about the server's limit."""
     s = series if series is not None else point_series(run, p.point)
     limits = effective_limits(run, p)
-    row: dict[str, Any] = {
-        "point": p.point,
-        "samples": int(s["running"].ts.size),
-        "running_mean": _stat(s["running"], "mean"),
-        "running_max": _stat(s["running"], "max"),
-        "queued_mean": _stat(s["queued"], "mean"),
-        "queued_max": _stat(s["queued"], "max"),
-        "token_usage_mean": _stat(s["token_usage"], "mean"),
-        "token_usage_max": _stat(s["token_usage"], "max"),
-        "gen_throughput_mean": _stat(s["gen_throughput"], "mean"),
-        "accept_length_gauge_mean": _stat(s["accept_length_gauge"], "mean"),
-        **limits,
-    }
-    cap = limits["max_running_requests"]
+    running_max, queued_max = _stat(s["running"], "max"), _stat(s["queued"], "max")
+    cap = limits.max_running_requests
     if cap is not None:  # the cap is per DP rank; the running gauge is summed over the ranks (_series)
         cap *= dp_ranks(run, p)
     # The campaign's C=64 regression: the running batch pinned at the (speculation-lowered) cap while requests queue.
-    row["at_running_cap"] = bool(
-        cap is not None
-        and row["running_max"] is not None
-        and row["running_max"] >= cap
-        and (row["queued_max"] or 0) > 0
+    at_cap = bool(cap is not None and running_max is not None and running_max >= cap and (queued_max or 0) > 0)
+    return ServerRow.make(
+        point=p.point,
+        samples=int(s["running"].ts.size),
+        running_mean=_stat(s["running"], "mean"),
+        running_max=running_max,
+        queued_mean=_stat(s["queued"], "mean"),
+        queued_max=queued_max,
+        token_usage_mean=_stat(s["token_usage"], "mean"),
+        token_usage_max=_stat(s["token_usage"], "max"),
+        gen_throughput_mean=_stat(s["gen_throughput"], "mean"),
+        accept_length_gauge_mean=_stat(s["accept_length_gauge"], "mean"),
+        max_running_requests=limits.max_running_requests,
+        max_total_num_tokens=limits.max_total_num_tokens,
+        at_running_cap=at_cap,
     )
-    return row
 
 
 def counter_window_acceptance(engine: str | None, series: dict[str, Series]) -> float | None:

@@ -17,11 +17,10 @@ margin is its smallest.
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
 from rig.analysis import metrics as m
+from rig.contracts import SloCheck, SloVerdict
 
 DEFAULT_PERCENTILE = 99.0
 _FAILED = 1e12  # stands in for "never": finite, so linear interpolation stays defined
@@ -55,38 +54,38 @@ def cancelled_note(n_cancelled: int, cancelled: str) -> str:
 
 def evaluate_slos(
     r: m.Requests, slos: list[m.Slo], percentile: float = DEFAULT_PERCENTILE, cancelled: str = "excluded"
-) -> dict[str, Any]:
-    """{meets, margin, per_slo: [{slo, value_s, limit_s, margin, meets}], requests, cancelled, cancelled_counted,
-    note} for one point's requests (``cancelled``: one of CANCELLED_COUNTING)."""
+) -> SloVerdict:
+    """Whether one point's requests meet every SLO at ``percentile``, with each SLO's value and margin
+    (``cancelled``: one of CANCELLED_COUNTING)."""
     if cancelled not in CANCELLED_COUNTING:
         raise ValueError(f"cancelled requests are counted {' or '.join(CANCELLED_COUNTING)}, not {cancelled!r}")
-    per: list[dict[str, Any]] = []
+    per: list[SloCheck] = []
     for s in slos:
         v = slo_values(r, s.metric, cancelled)
         value = float(np.percentile(v, percentile)) if v.size else None
         margin = (s.limit_s - value) / s.limit_s if value is not None else None
         per.append(
-            {
-                "slo": str(s),
-                "metric": s.metric,
-                "limit_s": s.limit_s,
-                "value_s": value if value is None or value < _FAILED else None,
-                "margin": margin if value is None or value < _FAILED else -1.0,  # margin is None iff value is
-                "meets": value is not None and value <= s.limit_s,
-            }
+            SloCheck.make(
+                slo=str(s),
+                metric=s.metric,
+                limit_s=s.limit_s,
+                value_s=value if value is None or value < _FAILED else None,
+                margin=margin if value is None or value < _FAILED else -1.0,  # margin is None iff value is
+                meets=value is not None and value <= s.limit_s,
+            )
         )
-    margins = [p["margin"] for p in per if p["margin"] is not None]
+    margins = [p.margin for p in per if p.margin is not None]
     n_cancelled = int((r.cancelled & ~r.ok).sum())
-    return {
-        "meets": bool(per) and all(p["meets"] for p in per),
-        "margin": min(margins) if len(margins) == len(per) and margins else None,
-        "percentile": percentile,
-        "requests": int(r.n),
-        "per_slo": per,
-        "cancelled": n_cancelled,
-        "cancelled_counted": cancelled,
-        "note": cancelled_note(n_cancelled, cancelled),
-    }
+    return SloVerdict.make(
+        meets=bool(per) and all(p.meets for p in per),
+        margin=min(margins) if len(margins) == len(per) and margins else None,
+        percentile=percentile,
+        requests=int(r.n),
+        per_slo=per,
+        cancelled=n_cancelled,
+        cancelled_counted=cancelled,
+        note=cancelled_note(n_cancelled, cancelled),
+    )
 
 
 def describe(slos: list[m.Slo], percentile: float, cancelled: str | None = None) -> str:

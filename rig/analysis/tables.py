@@ -12,6 +12,7 @@ from rich.text import Text
 
 from rig.analysis.points import INVALIDATING, campaign_row, load_requests, sort_key
 from rig.analysis.runs import Run, load_run
+from rig.contracts import CampaignRow
 
 # Keys every campaign row carries (rig report --json); documented in the README.
 CAMPAIGN_KEYS = (
@@ -46,7 +47,7 @@ CAMPAIGN_KEYS = (
 )
 
 
-def campaign_table(run_dir: Path | str | Run, gpu_hour_price: float | None = None) -> list[dict[str, Any]]:
+def campaign_table(run_dir: Path | str | Run, gpu_hour_price: float | None = None) -> list[CampaignRow]:
     """Every point's campaign row, in table order, with its place on the Pareto frontier, and its energy and cost
     where the run has GPU telemetry or a price (rig.analysis.energy); works on partial runs (points without rows
     have null rates)."""
@@ -69,22 +70,22 @@ def fmt(x: Any, spec: str = ",.1f") -> str:
     return format(x, spec)
 
 
-def group_rows(rows: Iterable[dict[str, Any]]) -> list[tuple[tuple[Any, Any], list[dict[str, Any]]]]:
+def group_rows(rows: Iterable[CampaignRow]) -> list[tuple[tuple[Any, Any], list[CampaignRow]]]:
     """Rows grouped per (server configuration, workload), in first-seen order."""
-    groups: dict[tuple[Any, Any], list[dict[str, Any]]] = {}
+    groups: dict[tuple[Any, Any], list[CampaignRow]] = {}
     for r in rows:
         groups.setdefault((r.get("server_config"), r.get("workload")), []).append(r)
     return list(groups.items())
 
 
-def group_title(rows: list[dict[str, Any]]) -> str:
+def group_title(rows: list[CampaignRow]) -> str:
     """'workload · config (engine, steps=N)' for a group of campaign rows."""
     r = rows[0]
     bits = [b for b in (r.get("engine"), f"steps={r['steps']}" if r.get("steps") is not None else None) if b]
     return f"{r.get('workload') or '?'} · {r.get('server_config') or '?'}" + (f" ({', '.join(bits)})" if bits else "")
 
 
-def _level_header(rows: list[dict[str, Any]]) -> tuple[str, Callable[[dict[str, Any]], str]]:
+def _level_header(rows: list[CampaignRow]) -> tuple[str, Callable[[CampaignRow], str]]:
     if all(r.get("load_mode") in (None, "closed") for r in rows):
         return "Concurrency", lambda r: fmt(r.get("concurrency"), "d")
     return (
@@ -104,7 +105,7 @@ def _flags_cell(flags: list[str]) -> Text:
     return Text(", ".join(flags), style="bold red" if bad else "yellow")
 
 
-def render_campaign_table(rows: list[dict[str, Any]]) -> Group:
+def render_campaign_table(rows: list[CampaignRow]) -> Group:
     """The campaign's table, one rich Table per (server configuration, workload)."""
     tables = []
     for _, grp in group_rows(rows):
@@ -145,7 +146,7 @@ def render_campaign_table(rows: list[dict[str, Any]]) -> Group:
     return Group(*tables)
 
 
-def render_problems(rows: list[dict[str, Any]]) -> Text | None:
+def render_problems(rows: list[CampaignRow]) -> Text | None:
     """What went wrong, per point: its error, each flag with the figure that tripped it, its top error messages
     with counts. None when nothing did."""
     out = Text()

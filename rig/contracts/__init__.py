@@ -1,8 +1,9 @@
-"""The contracts that cross package boundaries: point identity, request record, generator report, manifest, validity.
+"""The contracts that cross package boundaries: point identity, request record, generator report, manifest, validity,
+and the report's rows.
 
 The runner writes them, the load generator fills them, analysis reads them: each shape is declared here once, one
-module per seam (``point``, ``records``, ``generator``, ``validity``, ``manifest``, ``search``), and re-exported here.
-module per seam (``point``, ``records``, ``generator``, ``validity``, ``manifest``, ``server``), and re-exported here.
+module per seam (``point``, ``records``, ``generator``, ``validity``, ``manifest``, ``search``, ``server``,
+``report``), and re-exported here.
 The request record's Parquet schema is generated from ``RequestRecord``; the manifest is versioned and validated on
 read (older versions are migrated); a point's validity is judged by ``judge_point`` and nowhere else.
 """
@@ -45,6 +46,19 @@ from rig.contracts.records import (
     record_schema,
     repair_record,
     unknown_columns,
+)
+from rig.contracts.report import (
+    PROBE_SUMMARY_FIELDS,
+    CampaignRow,
+    ErrorCount,
+    GateVerdict,
+    GoodputRow,
+    LosslessResult,
+    Probe,
+    Row,
+    ServerRow,
+    SloCheck,
+    SloVerdict,
 )
 from rig.contracts.search import (
     DEFAULT_PERCENTILE,
@@ -96,26 +110,34 @@ __all__ = [
     "TuneSection",
     "TuneSettings",
     "MANIFEST_VERSION",
+    "CampaignRow",
     "ClusterInfo",
     "ContractError",
+    "ErrorCount",
+    "GateVerdict",
     "GeneratorHost",
     "GeneratorInfo",
     "GeneratorReport",
     "GeneratorStatus",
+    "GoodputRow",
     "GpuTelemetry",
     "HostCorpus",
     "IDENTITY_FIELDS",
     "Int32",
     "Int64",
     "JUDGED_FLAGS",
+    "LosslessResult",
     "Manifest",
     "PointColumns",
     "PointEntry",
     "PointIdentity",
     "PointStatus",
+    "PROBE_SUMMARY_FIELDS",
+    "Probe",
     "RECORD_FIELDS",
     "RecordCounts",
     "RequestRecord",
+    "Row",
     "ServerConfigEntry",
     "EffectiveConfig",
     "FlushAnswer",
@@ -128,6 +150,9 @@ __all__ = [
     "ServerStarted",
     "StartupFacts",
     "WaitProgress",
+    "ServerRow",
+    "SloCheck",
+    "SloVerdict",
     "Thresholds",
     "TreeFingerprint",
     "WindowAcceptance",

@@ -134,10 +134,10 @@ class TunePlanner:
             entry.error = runner.entry(p.point).error or "no rows"
             runner.save()
             return
-        entry.meets, entry.margin = probe["meets"], probe["margin"]
-        entry.aggregate_tok_s, entry.decode_tok_s = probe["aggregate_tok_s"], probe["decode_tok_s"]
-        entry.accept_length, entry.flags = probe["accept_length"], probe["flags"]
-        self.measured[(cid, lv)] = Verdict(probe["meets"], probe["margin"], probe["aggregate_tok_s"])
+        entry.meets, entry.margin = probe.meets, probe.margin
+        entry.aggregate_tok_s, entry.decode_tok_s = probe.aggregate_tok_s, probe.decode_tok_s
+        entry.accept_length, entry.flags = probe.accept_length, probe.flags
+        self.measured[(cid, lv)] = Verdict(probe.meets, probe.margin, probe.aggregate_tok_s)
         self.caps[cid] = observed_caps(runner, cid)
         self.replay.lengths.update(output_lengths(runner.run_dir, p.point))
         self.fit_points.append(
@@ -145,10 +145,10 @@ class TunePlanner:
                 point=p.point,
                 server_config=cid,
                 level=lv,
-                aggregate_tok_s=probe["aggregate_tok_s"],
-                decode_tok_s=probe["decode_tok_s"],
-                mean_ttft_s=probe["mean_ttft_s"],
-                accept_length=probe["accept_length"],
+                aggregate_tok_s=probe.aggregate_tok_s,
+                decode_tok_s=probe.decode_tok_s,
+                mean_ttft_s=probe.mean_ttft_s,
+                accept_length=probe.accept_length,
             )
         )
         runner.save()

@@ -107,7 +107,7 @@ class FitPoint:
     point: str
     server_config: str
     level: int
-    aggregate_tok_s: float
+    aggregate_tok_s: float | None  # None: no request of the point succeeded
     decode_tok_s: float | None = None
     mean_ttft_s: float | None = None
     accept_length: float | None = None
@@ -136,7 +136,8 @@ def targets(measured: list[FitPoint]) -> list[Target]:
         sc = p.scenario
         assert sc is not None, f"{p.point}: no scenario to replay it"
         label = f"{p.point}"
-        out.append(Target(f"{label} aggregate", "aggregate_tok_s", p.aggregate_tok_s, sc))
+        if p.aggregate_tok_s is not None:
+            out.append(Target(f"{label} aggregate", "aggregate_tok_s", p.aggregate_tok_s, sc))
         if p.decode_tok_s:
             out.append(Target(f"{label} decode", "decode_tok_s", p.decode_tok_s, sc))
         if p.mean_ttft_s:

@@ -9,7 +9,7 @@ from typing import Any
 from rig.analysis.metrics import parse_slo
 from rig.analysis.slo import describe
 from rig.config import RunSpec
-from rig.contracts import SearchProbe, SearchResult, SearchSection, SearchSettings
+from rig.contracts import Probe, SearchProbe, SearchResult, SearchSection, SearchSettings
 from rig.run.points import Point, point_id
 from rig.run.runner import Runner
 from rig.server.spec import ServerConfig
@@ -34,16 +34,14 @@ def make_point(spec: RunSpec, cfg: ServerConfig, wl: WorkloadSpec, variable: str
     return Point(point_id(cfg, wl, cap, float(value), spec.load.mode, 0), cfg, wl, cap, float(value), 0)
 
 
-def _probe_at(probes: dict[float, dict[str, Any]], value: float | None) -> dict[str, Any] | None:
+def _probe_at(probes: dict[float, Probe], value: float | None) -> Probe | None:
     """The probe taken at ``value`` (None when the search has no such bound yet)."""
     return probes.get(value) if value is not None else None
 
 
-def summary_probe(probe: dict[str, Any] | None) -> dict[str, Any] | None:
-    if probe is None:
-        return None
-    keep = ("point", "level", "margin", "per_slo", "aggregate_tok_s", "decode_tok_s", "flags")
-    return {k: probe.get(k) for k in keep}
+def summary_probe(probe: Probe | None) -> dict[str, Any] | None:
+    """What the manifest keeps of a bound's probe (JSON)."""
+    return probe.summary() if probe is not None else None
 
 
 def search_planner(spec: RunSpec, settings: SearchSettings) -> Callable[[Runner], Iterator[Point]]:
@@ -63,7 +61,7 @@ def search_planner(spec: RunSpec, settings: SearchSettings) -> Callable[[Runner]
                     server_config=cfg.config_id(), steps=cfg.steps, workload=wl.name, variable=settings.variable
                 )
                 section.results.append(res)
-                probes: dict[float, dict[str, Any]] = {}
+                probes: dict[float, Probe] = {}
                 while (v := b.next()) is not None:
                     p = make_point(spec, cfg, wl, settings.variable, v)
                     yield p
@@ -72,11 +70,9 @@ def search_planner(spec: RunSpec, settings: SearchSettings) -> Callable[[Runner]
                         res.status, res.error = "error", runner.entry(p.point).error or "no rows"
                         break
                     probes[v] = probe
-                    b.record(v, probe["meets"])
+                    b.record(v, probe.meets)
                     res.probes += 1
-                    res.probe_points.append(
-                        SearchProbe(value=v, point=p.point, meets=probe["meets"], margin=probe["margin"])
-                    )
+                    res.probe_points.append(SearchProbe(value=v, point=p.point, meets=probe.meets, margin=probe.margin))
                     res.max_passing = summary_probe(_probe_at(probes, b.max_passing))
                     res.min_failing = summary_probe(_probe_at(probes, b.min_failing))
                     runner.save()

@@ -128,7 +128,7 @@ def recommend(
         if r.n == 0:
             continue
         rows.append(campaign_row(run, p, r))
-        meets[p.point] = evaluate_slos(r, slos, percentile)["meets"]
+        meets[p.point] = evaluate_slos(r, slos, percentile).meets
     text = describe(slos, percentile)
     best = best_per_slo(run, rows, meets, text) if rows else []
     measured = sum(1 for pr in section.probes if pr.meets is not None)

@@ -243,10 +243,10 @@ def test_itl_spreads_chunk_gaps_over_tokens():
     v, w = m.itl_values(offs, toks)
     assert sorted(zip(v.round(12), w)) == [(0.1, 10), (0.1, 20), (0.2, 5), (0.2, 5)]
     expanded = np.repeat(v, w.astype(int))
-    assert m.summarize(v, w)["p50"] == pytest.approx(np.percentile(expanded, 50))
+    assert m.summarize(v, w).p50 == pytest.approx(np.percentile(expanded, 50))
     got = m.weighted_percentiles(v, w, [0, 25, 75, 90, 99, 100])
     assert got == pytest.approx(list(np.percentile(expanded, [0, 25, 75, 90, 99, 100])))
-    assert m.summarize(v, w)["mean"] == pytest.approx(5 / 40)
+    assert m.summarize(v, w).mean == pytest.approx(5 / 40)
 
 
 def test_weighted_percentiles_match_expanded_array():

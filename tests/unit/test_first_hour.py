@@ -274,7 +274,7 @@ def test_flags_are_explained_and_a_blink_of_a_window_is_not_saturation(tmp_path)
     assert "client_saturated" not in rows["blink"]["flags"]
     assert "99% CPU" in rows["long"]["flag_reasons"]["client_saturated"]
     assert rows["long"]["flag_reasons"]["has_failures"] == "4 of 6 requests failed"
-    assert rows["long"]["errors"][0] == {
+    assert rows["long"]["errors"][0].to_dict() == {
         "status": "failed",
         "error": "HTTP 500: internal error for request …",
         "count": 3,

@@ -1,0 +1,81 @@
+"""The pairing underneath rig compare and the report's paired intervals: a side (one point of one run), its ok
+requests by request_id, two sides joined on them, and the notes on incomplete inputs and subsampled bootstraps."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+from rig.analysis import metrics as m
+from rig.analysis import resample as rs
+from rig.analysis.points import INCOMPLETE, load_requests, point_flags
+from rig.analysis.runs import PointInfo, Run, generator_offsets, read_point_requests
+
+RESAMPLES = 2000
+SEED = 0
+CONFIDENCE = 0.95
+_BATCH_CELLS = rs.BATCH_CELLS
+
+
+@dataclass
+class Side:
+    """One point of one run."""
+
+    run: Run
+    point: PointInfo
+    label: str
+
+
+def note_subsample(run: Run, n: int) -> None:
+    """Say once per run that its intervals came from the m-out-of-n bootstrap (only when one did)."""
+    if rs.draws(n) < n:
+        run.note(rs.subsample_note())
+
+
+def incomplete(side: Side, r: m.Requests | None = None) -> list[str]:
+    """Why this side's records are not all of what its point took (empty: complete)."""
+    r = r if r is not None else load_requests(side.run, side.point)
+    return sorted(set(point_flags(side.point, r)) & INCOMPLETE)
+
+
+def _inputs_note(*sides: tuple[Side, list[str]]) -> str | None:
+    """'A:point: missing_rows; ...' for every side with incomplete inputs, or None."""
+    parts = [f"{s.label}: {', '.join(why)}" for s, why in sides if why]
+    return "; ".join(parts) or None
+
+
+def _per_request(side: Side) -> tuple[pa.Table, list[str]]:
+    """request_id plus the four speedup metrics of the point's ok requests, and why its inputs are incomplete (kept
+    for the next call: the speedups and the gate read the same point)."""
+
+    def read() -> tuple[pa.Table, list[str]]:
+        t = read_point_requests(
+            side.run.run_dir, side.point.point, m.REQUEST_COLUMNS, on_skip=side.run.skipped(side.point)
+        )
+        r = m.requests_from_table(t, generator_offsets(side.run.manifest))
+        why = incomplete(side, r)
+        keep = pa.array(r.ok)
+        return pa.table(
+            {
+                "request_id": t["request_id"].filter(keep),
+                "e2e": r.e2e[r.ok],
+                "ttft": r.ttft[r.ok],
+                "tpot": r.tpot[r.ok],
+                "decode_tok_s": r.decode_tok_s[r.ok],
+                "tokens": r.tokens[r.ok],
+            }
+        ), why
+
+    return side.run.memo("per_request", side.point.point, read)
+
+
+def paired_table(base: Side, cand: Side) -> tuple[pa.Table, str | None]:
+    """The requests both points served ok, joined on request_id (``<metric>_base``, ``<metric>_cand`` for e2e, ttft,
+    tpot and decode_tok_s) in request_id order, and the note on incomplete inputs (None when complete)."""
+    (a, why_a), (b, why_b) = _per_request(base), _per_request(cand)
+    note = _inputs_note((base, why_a), (cand, why_b))
+    j = a.join(b, "request_id", left_suffix="_base", right_suffix="_cand", join_type="inner")
+    # Arrow's hash join emits rows in a thread-dependent order; the bootstrap indexes by position, so without a fixed
+    # order the same --seed would draw different resamples and print a different interval on every call.
+    return (j.sort_by("request_id") if j.num_rows else j), note
