@@ -59,7 +59,7 @@ PART_ROWS = 50_000  # rows per part file (--part-rows: 100 M records are better 
 def _chunks(rng: np.random.Generator, tokens: np.ndarray, ttft: np.ndarray, e2e: np.ndarray, accept: float):
     """Chunk offsets and token counts for each sampled request: chunks of ~accept tokens spread over decode."""
     offs, toks = [], []
-    for n, t0, t1 in zip(tokens, ttft, e2e):
+    for n, t0, t1 in zip(tokens, ttft, e2e, strict=False):
         k = max(1, int(round(n / accept)))
         per = np.full(k, n // k)
         per[: n - per.sum()] += 1
@@ -598,7 +598,9 @@ def main() -> None:
                     )
                 ref = figures["pyarrow+numpy"]
                 for name, got in figures.items():
-                    worst = max(abs(x - y) / max(abs(x), 1e-300) for p in ref for x, y in zip(ref[p], got[p]))
+                    worst = max(
+                        abs(x - y) / max(abs(x), 1e-300) for p in ref for x, y in zip(ref[p], got[p], strict=False)
+                    )
                     print(f"  {name}: figures agree with numpy's to a relative {worst:.1e}")
                 continue
             if step == "bootstrap":

@@ -79,7 +79,7 @@ def _json(x: Any) -> str | None:
 def points_table(runs: list[Run], names: list[str]) -> pa.Table:
     """The ``points`` table: the manifests' points as analysis sees them (rig.analysis.runs.PointInfo)."""
     rows = []
-    for run, name in zip(runs, names):
+    for run, name in zip(runs, names, strict=False):
         for p in run.points:
             wa = p.window_acceptance
             rows.append(
@@ -136,7 +136,7 @@ def points_table(runs: list[Run], names: list[str]) -> pa.Table:
 def server_configs_table(runs: list[Run], names: list[str]) -> pa.Table:
     """The ``server_configs`` table: one row per configuration of each manifest."""
     rows = []
-    for run, name in zip(runs, names):
+    for run, name in zip(runs, names, strict=False):
         for cid, cfg in run.manifest.server_configs.items():
             rows.append(
                 {
@@ -177,7 +177,7 @@ def open_runs(run_dirs: list[Path]) -> Opened:
 
     runs = [load_run(d) for d in run_dirs]
     names = _names(runs)
-    warnings = [f"{n}: {w}" for r, n in zip(runs, names) for w in r.warnings]
+    warnings = [f"{n}: {w}" for r, n in zip(runs, names, strict=False) for w in r.warnings]
     con = duckdb.connect(
         config={
             "memory_limit": MEMORY_LIMIT,
@@ -189,7 +189,7 @@ def open_runs(run_dirs: list[Path]) -> Opened:
     tables = []
     for table, kind in FILE_TABLES.items():
         selects = []
-        for run, name in zip(runs, names):
+        for run, name in zip(runs, names, strict=False):
             files = _readable(part_paths(run.run_dir / kind), warnings)
             if files:
                 listing = "[" + ", ".join(_sql_str(f) for f in files) + "]"

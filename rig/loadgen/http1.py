@@ -147,81 +147,97 @@ class _Conn:
             self._buf = data[pos:]
 
     def _frames(self, data: bytes, pos: int, n: int, body: list[bytes], at: float) -> int:
-        """Walk the framing of one read; returns where it stopped (the rest waits for more bytes)."""
+        """Walk the framing of one read; returns where it stopped (the rest waits for more bytes). One step per
+        state (``_STEPS``); each returns the new position and whether to go on in this read."""
         vetted = False  # whole_chunks runs once per read: a read it cannot vet is not split again chunk by chunk
         while pos < n:
             st = self._state
-            if st == "data" or st == "sized":
-                take = min(self._left, n - pos)
-                if take:
-                    body.append(data[pos : pos + take])
-                self._left -= take
-                pos += take
-                if self._left == 0:
-                    if st == "sized":
-                        self._state = "done"
-                        return pos
-                    self._state = "crlf"
-            elif st == "close":
-                body.append(data[pos:])
-                return n
-            elif st == "crlf":
-                if n - pos < 2:
+            if st == "size" and not vetted:
+                vetted = True
+                pos = whole_chunks(data, pos, body)
+                if pos >= n:
                     break
-                if data[pos : pos + 2] != b"\r\n":
-                    raise HTTPError("bad chunked encoding: chunk not followed by CRLF")
-                pos += 2
-                self._state = "size"
-            elif st == "size":
-                if not vetted:
-                    vetted = True
-                    pos = whole_chunks(data, pos, body)
-                    if pos >= n:
-                        break
-                eol = data.find(b"\r\n", pos)
-                if eol < 0:
-                    if n - pos > 1024:
-                        raise HTTPError("bad chunked encoding: chunk size line too long")
-                    break
-                line = data[pos:eol].split(b";", 1)[0].strip()
-                try:
-                    size = int(line, 16)
-                except ValueError:
-                    raise HTTPError(f"bad chunked encoding: chunk size {line[:20]!r}") from None
-                pos = eol + 2
-                if size == 0:
-                    self._state = "trailer"
-                elif pos + size + 2 <= n:  # the whole chunk is in this read (the common case): take it at once
-                    if data[pos + size : pos + size + 2] != b"\r\n":
-                        raise HTTPError("bad chunked encoding: chunk not followed by CRLF")
-                    body.append(data[pos : pos + size])
-                    pos += size + 2
-                else:
-                    self._left = size
-                    self._state = "data"
-            elif st == "trailer":
-                eol = data.find(b"\r\n", pos)
-                if eol < 0:
-                    break
-                empty = eol == pos
-                pos = eol + 2
-                if empty:
-                    self._state = "done"
-                    return pos
-            elif st == "head":
-                end = data.find(b"\r\n\r\n", pos)
-                if end < 0:
-                    if n - pos > MAX_HEAD:
-                        raise HTTPError("response head too large")
-                    break
-                self._head(data[pos:end], at)
-                pos = end + 4
-                if self._state == "sized" and self._left == 0:
-                    self._state = "done"
-                    return pos
-            else:
+            step = _STEPS.get(st)
+            if step is None:
                 raise HTTPError(f"unexpected bytes in state {st}")
+            pos, more = step(self, data, pos, n, body, at)
+            if not more:
+                break
         return pos
+
+    def _step_body(self, data: bytes, pos: int, n: int, body: list[bytes], at: float) -> tuple[int, bool]:
+        """A chunk's data, or a body of known length ("sized")."""
+        take = min(self._left, n - pos)
+        if take:
+            body.append(data[pos : pos + take])
+        self._left -= take
+        pos += take
+        if self._left == 0:
+            if self._state == "sized":
+                self._state = "done"
+                return pos, False
+            self._state = "crlf"
+        return pos, True
+
+    def _step_close(self, data: bytes, pos: int, n: int, body: list[bytes], at: float) -> tuple[int, bool]:
+        """A body that ends when the server closes the connection."""
+        body.append(data[pos:])
+        return n, False
+
+    def _step_crlf(self, data: bytes, pos: int, n: int, body: list[bytes], at: float) -> tuple[int, bool]:
+        if n - pos < 2:
+            return pos, False
+        if data[pos : pos + 2] != b"\r\n":
+            raise HTTPError("bad chunked encoding: chunk not followed by CRLF")
+        self._state = "size"
+        return pos + 2, True
+
+    def _step_size(self, data: bytes, pos: int, n: int, body: list[bytes], at: float) -> tuple[int, bool]:
+        """A chunk-size line, and the whole chunk with it when this read holds it (the common case)."""
+        eol = data.find(b"\r\n", pos)
+        if eol < 0:
+            if n - pos > 1024:
+                raise HTTPError("bad chunked encoding: chunk size line too long")
+            return pos, False
+        line = data[pos:eol].split(b";", 1)[0].strip()
+        try:
+            size = int(line, 16)
+        except ValueError:
+            raise HTTPError(f"bad chunked encoding: chunk size {line[:20]!r}") from None
+        pos = eol + 2
+        if size == 0:
+            self._state = "trailer"
+        elif pos + size + 2 <= n:  # the whole chunk is in this read: take it at once
+            if data[pos + size : pos + size + 2] != b"\r\n":
+                raise HTTPError("bad chunked encoding: chunk not followed by CRLF")
+            body.append(data[pos : pos + size])
+            pos += size + 2
+        else:
+            self._left = size
+            self._state = "data"
+        return pos, True
+
+    def _step_trailer(self, data: bytes, pos: int, n: int, body: list[bytes], at: float) -> tuple[int, bool]:
+        eol = data.find(b"\r\n", pos)
+        if eol < 0:
+            return pos, False
+        if eol == pos:  # the empty line that ends the trailer
+            self._state = "done"
+            return eol + 2, False
+        return eol + 2, True
+
+    def _step_head(self, data: bytes, pos: int, n: int, body: list[bytes], at: float) -> tuple[int, bool]:
+        end = data.find(b"\r\n\r\n", pos)
+        if end < 0:
+            if n - pos > MAX_HEAD:
+                raise HTTPError("response head too large")
+            return pos, False
+        self._head(data[pos:end], at)
+        pos = end + 4
+        if self._state == "sized" and self._left == 0:
+            self._state = "done"
+            return pos, False
+        return pos, True
 
     def _head(self, raw: bytes, at: float) -> None:
         lines = raw.decode("latin-1").split("\r\n")
@@ -296,6 +312,17 @@ class _Conn:
         if self.sink is not None or self._state != "idle":
             self.sink = None
             self.close()
+
+
+_STEPS = {
+    "data": _Conn._step_body,
+    "sized": _Conn._step_body,
+    "close": _Conn._step_close,
+    "crlf": _Conn._step_crlf,
+    "size": _Conn._step_size,
+    "trailer": _Conn._step_trailer,
+    "head": _Conn._step_head,
+}
 
 
 class Pool:

@@ -128,7 +128,9 @@ class Fleet:
         if not here:
             return None
         seen: dict[str, dict[str, Any]] = {"driver": here}
-        for info, fp in zip(self.gen_info, ray.get([g.corpus.remote(spec.workloads) for g in self.generators])):
+        for info, fp in zip(
+            self.gen_info, ray.get([g.corpus.remote(spec.workloads) for g in self.generators]), strict=False
+        ):
             there = HostCorpus.model_validate(fp)
             seen[f"generator {info['generator']} ({info.get('host')})"] = (
                 {"error": there.error} if there.error is not None else there.model_dump()["fingerprints"]

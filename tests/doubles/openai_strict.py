@@ -143,6 +143,36 @@ def _prompt_tokens(text: str) -> int:
     return max(1, len(text.split()))
 
 
+class _Refused(Exception):
+    def __init__(self, response: web.Response) -> None:
+        self.response = response
+
+
+def _prompt_and_limit(body: dict[str, Any], chat: bool) -> tuple[str, Any]:
+    """The request's prompt (chat: its messages as JSON) and token limit, as OpenAI validates them."""
+    if chat:
+        msgs = body.get("messages")
+        if not isinstance(msgs, list) or not msgs:
+            raise _Refused(_error(400, "Missing required parameter: 'messages'.", param="messages"))
+        return json.dumps(msgs, sort_keys=True), body.get("max_completion_tokens", body.get("max_tokens", 16))
+    prompt = body.get("prompt")
+    if not isinstance(prompt, str):
+        raise _Refused(_error(400, "Missing required parameter: 'prompt'.", param="prompt"))
+    return prompt, body.get("max_tokens", 16)
+
+
+def _check_sampling(body: dict[str, Any], limit: Any) -> None:
+    if not isinstance(limit, int) or limit < 1:
+        msg = f"Invalid 'max_tokens': integer below minimum value 1, got {limit!r}."
+        raise _Refused(_error(400, msg, param="max_tokens"))
+    temperature = body.get("temperature", 1.0)
+    if not isinstance(temperature, (int, float)) or not 0 <= temperature <= 2:
+        msg = f"Invalid 'temperature': must be between 0 and 2, got {temperature!r}."
+        raise _Refused(_error(400, msg, param="temperature"))
+    if not body.get("stream"):
+        raise _Refused(_error(400, "this test double streams only (rig always streams)"))
+
+
 async def _serve(request: web.Request, route: str) -> web.StreamResponse:
     try:
         body = await request.json()
@@ -161,24 +191,11 @@ async def _serve(request: web.Request, route: str) -> web.StreamResponse:
             code="model_not_found",
         )
     chat = route == "/v1/chat/completions"
-    if chat:
-        msgs = body.get("messages")
-        if not isinstance(msgs, list) or not msgs:
-            return _error(400, "Missing required parameter: 'messages'.", param="messages")
-        prompt = json.dumps(msgs, sort_keys=True)
-        limit = body.get("max_completion_tokens", body.get("max_tokens", 16))
-    else:
-        prompt = body.get("prompt")
-        if not isinstance(prompt, str):
-            return _error(400, "Missing required parameter: 'prompt'.", param="prompt")
-        limit = body.get("max_tokens", 16)
-    if not isinstance(limit, int) or limit < 1:
-        return _error(400, f"Invalid 'max_tokens': integer below minimum value 1, got {limit!r}.", param="max_tokens")
-    temperature = body.get("temperature", 1.0)
-    if not isinstance(temperature, (int, float)) or not 0 <= temperature <= 2:
-        return _error(400, f"Invalid 'temperature': must be between 0 and 2, got {temperature!r}.", param="temperature")
-    if not body.get("stream"):
-        return _error(400, "this test double streams only (rig always streams)")
+    try:
+        prompt, limit = _prompt_and_limit(body, chat)
+        _check_sampling(body, limit)
+    except _Refused as e:
+        return e.response
     n, finish = _tokens(prompt, limit)
     usage_asked = bool((body.get("stream_options") or {}).get("include_usage")) and request.app[USAGE_KEY]
     rid, created = f"cmpl-{zlib.crc32(prompt.encode()):08x}", int(time.time())

@@ -57,7 +57,7 @@ def test_agent_sessions_grow_and_hit_the_prefix_cache(tmp_path):
         prompts = list(s.prompt_tokens)
         assert prompts == sorted(prompts) and len(set(prompts)) == 3, (sid, prompts)
         # every later turn starts with the whole previous turn (its prompt and the reply): cached on the server
-        for prev, cur in zip(s.iloc[:-1].itertuples(), s.iloc[1:].itertuples()):
+        for prev, cur in zip(s.iloc[:-1].itertuples(), s.iloc[1:].itertuples(), strict=False):
             assert cur.cached_tokens >= prev.prompt_tokens * 0.9, (sid, prev.prompt_tokens, cur.cached_tokens)
             assert cur.cached_tokens < cur.prompt_tokens
         # think time separates the turns: a turn is sent only after the previous one ended

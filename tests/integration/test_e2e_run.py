@@ -129,7 +129,7 @@ def test_printed_table_equals_report_json(run):
     data = json.loads(rep.stdout)
     printed = _table_rows(proc.stdout)
     assert len(printed) == len(data) == 2
-    for cells, row in zip(printed, sorted(data, key=lambda r: r["concurrency"])):
+    for cells, row in zip(printed, sorted(data, key=lambda r: r["concurrency"]), strict=False):
         assert int(cells[0]) == row["concurrency"]
         shown = [float(c.replace(",", "")) for c in cells[1:8] if re.fullmatch(r"[\d,.]+", c)]
         expected = [

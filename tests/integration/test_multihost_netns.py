@@ -158,7 +158,7 @@ def test_open_loop_schedule_split_across_namespaces(netns, tmp_path):
     for g in (0, 1):
         got = sorted(t[t.generator == g].driver_intended - t0)
         want = [o - offs[0] for o in offs[g::2]]
-        assert max(abs(a - b) for a, b in zip(got, want)) < 0.005, (got, want)
+        assert max(abs(a - b) for a, b in zip(got, want, strict=False)) < 0.005, (got, want)
     assert 0 < (t.slip_s.quantile(0.99)) < 0.05  # generators kept to the schedule
 
 

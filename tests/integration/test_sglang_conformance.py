@@ -250,7 +250,7 @@ def test_chat_continuous_usage_counts_tokens_per_chunk(twin):
     content = [e for e in events[:-1] if e["choices"] and e["choices"][0]["delta"].get("content")]
     counts = [e["usage"]["completion_tokens"] for e in content]
     assert counts == sorted(counts) and counts[-1] == 24
-    assert max(b - a for a, b in zip([0, *counts], counts)) > 1
+    assert max(b - a for a, b in zip([0, *counts], counts, strict=False)) > 1
 
 
 # ---------------------------------------------------------------- /v1/completions
@@ -357,7 +357,7 @@ def test_native_stream_is_cumulative_with_spec_stats_on_finish(twin):
     )
     assert status == 200 and events[-1] == "[DONE]"
     chunks = events[:-1]
-    assert all(b["text"].startswith(a["text"]) for a, b in zip(chunks, chunks[1:]))
+    assert all(b["text"].startswith(a["text"]) for a, b in zip(chunks, chunks[1:], strict=False))
     for c in chunks:
         assert {
             "id",
@@ -510,12 +510,11 @@ def test_duplicate_inflight_rid_is_refused_in_the_stream(twin):
     }
 
     async def go():
-        async with aiohttp.ClientSession() as s:
-            async with s.post(url, json=body) as first:
-                await first.content.readline()  # the first request is in flight
-                second = await _post(url, body)
-                async for _ in first.content:
-                    pass
+        async with aiohttp.ClientSession() as s, s.post(url, json=body) as first:
+            await first.content.readline()  # the first request is in flight
+            second = await _post(url, body)
+            async for _ in first.content:
+                pass
         third = await _post(url, {**body, "sampling_params": {"max_new_tokens": 2}})
         return second, third
 

@@ -36,7 +36,9 @@ def sims(tmp_path_factory):
         _start(tmp, "openai", model, ["--sampling-defaults", "openai"]),
         _start(tmp, "det", model, ["--enable-deterministic-inference"]),
     ]
-    yield {name: s[1] for name, s in zip(("model", "openai", "det"), started)} | {"model_log": started[0][2]}
+    yield {name: s[1] for name, s in zip(("model", "openai", "det"), started, strict=False)} | {
+        "model_log": started[0][2]
+    }
     for proc, _, _ in started:
         proc.terminate()
         proc.wait(timeout=10)
@@ -120,21 +122,20 @@ def test_duplicate_rid_answered_in_each_route_shape(sims):
     }
 
     async def go():
-        async with aiohttp.ClientSession() as s:
-            async with s.post(url + "/generate", json=first) as r:
-                await r.content.readline()
-                out = []
-                for path, body in (
-                    ("/generate", {**first, "stream": False}),
-                    (
-                        "/v1/chat/completions",
-                        {"model": "m", "rid": "dup", "stream": True, "messages": [{"role": "user", "content": PROMPT}]},
-                    ),
-                ):
-                    async with s.post(url + path, json=body) as d:
-                        out.append((d.status, await d.json()))
-                async for _ in r.content:
-                    pass
+        async with aiohttp.ClientSession() as s, s.post(url + "/generate", json=first) as r:
+            await r.content.readline()
+            out = []
+            for path, body in (
+                ("/generate", {**first, "stream": False}),
+                (
+                    "/v1/chat/completions",
+                    {"model": "m", "rid": "dup", "stream": True, "messages": [{"role": "user", "content": PROMPT}]},
+                ),
+            ):
+                async with s.post(url + path, json=body) as d:
+                    out.append((d.status, await d.json()))
+            async for _ in r.content:
+                pass
         return out
 
     (s1, b1), (s2, b2) = asyncio.run(go())

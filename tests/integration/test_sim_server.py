@@ -106,7 +106,7 @@ def test_generate_stream_is_cumulative_with_consistent_spec_fields(servers):
     events, times, _ = _gen(servers["spec"], max_new_tokens=200, ignore_eos=True)
     assert events[-1] == "[DONE]"
     chunks = events[:-1]
-    for prev, cur in zip(chunks, chunks[1:]):
+    for prev, cur in zip(chunks, chunks[1:], strict=False):
         assert cur["text"].startswith(prev["text"])
         assert cur["output_ids"][: len(prev["output_ids"])] == prev["output_ids"]
         assert cur["meta_info"]["completion_tokens"] > prev["meta_info"]["completion_tokens"]
@@ -116,7 +116,8 @@ def test_generate_stream_is_cumulative_with_consistent_spec_fields(servers):
     assert last["completion_tokens"] == 200 == len(chunks[-1]["output_ids"])
     # One chunk per verify step carrying at most steps + 1 tokens; a busy handler may coalesce some (as SGLang's).
     gaps = [
-        c["meta_info"]["completion_tokens"] - p["meta_info"]["completion_tokens"] for p, c in zip(chunks, chunks[1:])
+        c["meta_info"]["completion_tokens"] - p["meta_info"]["completion_tokens"]
+        for p, c in zip(chunks, chunks[1:], strict=False)
     ]
     assert len(chunks) <= last["spec_verify_ct"] + 1
     assert sum(g <= 5 for g in gaps) >= 0.8 * len(gaps)

@@ -13,6 +13,7 @@ Needs root, iproute2 (`ip netns`) and util-linux (`unshare`).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -260,17 +261,13 @@ class NetnsCluster:
         """Stop what this helper started and delete its namespaces; safe to call twice or after a failed up()."""
         for n in reversed(self.nodes):
             if n.proc is not None and n.proc.poll() is None:
-                try:
+                with contextlib.suppress(ProcessLookupError):
                     os.kill(n.proc.pid, signal.SIGTERM)  # ray start --block drains and stops its own processes
-                except ProcessLookupError:
-                    pass
         deadline = time.monotonic() + 15
         for n in self.nodes:
             if n.proc is not None:
-                try:
+                with contextlib.suppress(subprocess.TimeoutExpired):
                     n.proc.wait(timeout=max(0.1, deadline - time.monotonic()))
-                except subprocess.TimeoutExpired:
-                    pass
         known = set(_run(["ip", "netns", "list"], check=False).stdout.split())
         for ns in [n.ns for n in self.nodes] + [self.switch]:
             if ns not in known:
@@ -280,18 +277,14 @@ class NetnsCluster:
                 if not pids:
                     break
                 for pid in pids:
-                    try:
+                    with contextlib.suppress(ProcessLookupError):
                         os.kill(pid, signal.SIGKILL)
-                    except ProcessLookupError:
-                        pass
                 time.sleep(0.2)
             _run(["ip", "netns", "del", ns], check=False)  # deleting a namespace deletes its veth ends and bridge
         for n in self.nodes:
             if n.proc is not None:
-                try:
+                with contextlib.suppress(subprocess.TimeoutExpired):
                     n.proc.wait(timeout=5)
-                except subprocess.TimeoutExpired:
-                    pass
         if not keep_logs:
             shutil.rmtree(self.base, ignore_errors=True)
 

@@ -12,12 +12,13 @@ import click
 import pytest
 from click.testing import CliRunner
 from pydantic import BaseModel
+from support import DATA
 
 from rig.cli import cli
 from rig.cli_options import HAND_WRITTEN, SPEC_FLAGS, _unoptional, resolve_spec, run_options, spec_field
 from rig.config import RunSpec
 
-TRACE = Path(__file__).parent / "data" / "trace_small.jsonl"  # a dataset whose entries carry timestamps
+TRACE = DATA / "trace_small.jsonl"  # a dataset whose entries carry timestamps
 
 # Knobs set only in YAML (a run spec or a cluster file), each for a reason.
 YAML_ONLY = {

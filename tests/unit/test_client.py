@@ -19,7 +19,10 @@ def turn(mode: str = "ok", n: int = 6) -> Turn:
     return Turn(request_id=f"r-{mode}", messages=({"role": "user", "content": f"hello MODE:{mode}"},), max_tokens=n)
 
 
-async def _send(mode: str, n: int = 6, timeouts: Timeouts = Timeouts()):
+DEFAULT_TIMEOUTS = Timeouts()
+
+
+async def _send(mode: str, n: int = 6, timeouts: Timeouts = DEFAULT_TIMEOUTS):
     server = TestServer(make_app())
     await server.start_server()
     try:
@@ -103,7 +106,7 @@ def test_total_timeout_after_the_first_token():
 from rig.loadgen import http1  # noqa: E402
 
 
-async def _send_lean(modes: list[str], n: int = 6, timeouts: Timeouts = Timeouts()):
+async def _send_lean(modes: list[str], n: int = 6, timeouts: Timeouts = DEFAULT_TIMEOUTS):
     server = TestServer(make_app())
     await server.start_server()
     try:

@@ -23,7 +23,7 @@ TPOT = {(1, 1): 0.020, (1, 4): 0.030, (1, 8): 0.045, (3, 1): 0.010, (3, 4): 0.02
 
 def _build(d: Path) -> Path:
     configs, points = {}, []
-    for (steps, c), tpot in TPOT.items():
+    for steps, c in TPOT:
         cfg, point = f"cfg{steps}", f"p-s{steps}-c{c}"
         configs[cfg] = {"engine": "sim", "knobs": {"engine": "sim", "tp": 4, "steps": steps}}
         points.append(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import subprocess
 import sys
 
@@ -236,5 +237,5 @@ def test_refusals_read_like_argparse(argv, message):
 def test_human_readable_int_is_case_sensitive_like_sglang():
     assert human_readable_int("25.6k") == 25600 and human_readable_int("1Mi") == 2**20
     for bad in ("32K", "1ki", "1.5Ki"):
-        with pytest.raises(Exception):
+        with pytest.raises(argparse.ArgumentTypeError):
             human_readable_int(bad)

@@ -1,8 +1,8 @@
 """Static checks: ruff's lint and format, mypy's type check. CI runs them as a step of their own (`./dev check`,
 from .ci/run), so `pytest` leaves these tests out; `./dev pytest --static tests/unit/test_static.py` runs them here.
 
-The settings are in pyproject.toml ([tool.ruff], [tool.mypy]): the whole package is type-checked except the modules
-on the type-debt list, and the cross-package data contracts (rig/contracts/) are checked with --strict.
+The settings are in pyproject.toml ([tool.ruff], [tool.mypy]): the whole package is type-checked with the same strict
+settings (no module is exempt), and the cross-package data contracts (rig/contracts/) are checked with --strict.
 """
 
 import shutil

@@ -95,7 +95,7 @@ def chunked(body: bytes, shape: str, rng: random.Random) -> bytes:
             pieces.append(body[pos : pos + k])
             pos += k
     out = []
-    for i, p in enumerate(pieces):
+    for p in pieces:
         size = b"%x" % len(p)
         if shape == "mixed":
             size = rng.choice([size, size.upper(), b"00" + size, size + b";ext=1", size + b' ;name="v"'])
@@ -110,7 +110,7 @@ def cuts(raw: bytes, how: str, rng: random.Random) -> list[bytes]:
         return [raw]
     if how == "random":
         points = sorted(rng.sample(range(1, len(raw)), min(len(raw) - 1, 40)))
-        return [raw[a:b] for a, b in zip([0, *points], [*points, len(raw)])]
+        return [raw[a:b] for a, b in zip([0, *points], [*points, len(raw)], strict=False)]
     step = int(how)
     return [raw[i : i + step] for i in range(0, len(raw), step)]
 

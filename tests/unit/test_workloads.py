@@ -138,7 +138,7 @@ def test_agent_sessions_grow_and_think() -> None:
         assert t0.messages[0] == {"role": "system", "content": system}  # shared by every session: a common prefix
         assert t0.think_time_s == 0.0 and all(t.category == "agent" for t in s.turns)
         sizes = [len(render_messages([m for t in s.turns[: j + 1] for m in t.messages])) for j in range(len(s.turns))]
-        assert all(b > a + 100 for a, b in zip(sizes, sizes[1:]))  # each turn adds a real chunk
+        assert all(b > a + 100 for a, b in zip(sizes, sizes[1:], strict=False))  # each turn adds a real chunk
         assert all(0 <= t.think_time_s <= 60 for t in s.turns[1:])
         assert [t.request_id for t in s.turns] == [f"{s.session_id}-t{j}" for j in range(len(s.turns))]
         multi += len(s.turns) >= 3

@@ -257,13 +257,12 @@ async def openai_route(request: web.Request, chat: bool) -> web.StreamResponse:
     if not authorized(request):
         return unauthorized()
     body = await request.json()
-    if chat and body.get("stream"):
-        # openai/serving_chat.py::_convert_to_internal_request
-        if body.get("return_token_ids"):
-            return oai_error(
-                "return_token_ids is not supported with streaming on /v1/chat/completions. Please set "
-                "stream=false when using return_token_ids=true."
-            )
+    # openai/serving_chat.py::_convert_to_internal_request
+    if chat and body.get("stream") and body.get("return_token_ids"):
+        return oai_error(
+            "return_token_ids is not supported with streaming on /v1/chat/completions. Please set "
+            "stream=false when using return_token_ids=true."
+        )
     if chat and not body.get("messages"):  # serving_chat.py::_validate_request
         return oai_error("Messages cannot be empty.", "BadRequestError")
     if not chat and not body.get("prompt"):  # serving_completions.py::_validate_request
@@ -297,7 +296,7 @@ async def openai_route(request: web.Request, chat: bool) -> web.StreamResponse:
                 }
             )
         )
-    async for done, verify in steps_of(n):
+    async for done, _verify in steps_of(n):
         text = (" " if sent else "") + " ".join(words[sent:done])
         finish = "length" if done == n else None
         continuous = bool(opts.get("continuous_usage_stats"))  # openai/utils.py::should_include_usage
