@@ -10,7 +10,7 @@ Placement rules:
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,6 +19,7 @@ from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from rig.config import ClusterSpec
+from rig.contracts import GeneratorInfo
 from rig.placement.discovery import RayNode
 from rig.placement.errors import PlacementError
 
@@ -185,22 +186,22 @@ def _generator_options(
     return gen_opts, pg
 
 
-def verify_generators(placement: Placement, gen_info: list[dict[str, Any]]) -> None:
+def verify_generators(placement: Placement, gen_info: Sequence[GeneratorInfo]) -> None:
     """After the generators started: each is on an allowed client host, at most per_host per host."""
     if placement.local:
         return
     per_node: dict[str | None, int] = {}  # a generator outside Ray reports no node id
     for info in gen_info:
-        node = info.get("node_id")
+        node = info.node_id
         per_node[node] = per_node.get(node, 0) + 1
         if not placement.allow_on_server and node in placement.server_nodes:
-            raise PlacementError(f"generator {info['generator']} landed on the server node {info.get('node_ip')}")
+            raise PlacementError(f"generator {info.generator} landed on the server node {info.node_ip}")
         if placement.client_nodes and node not in placement.client_nodes:
-            raise PlacementError(f"generator {info['generator']} landed on {info.get('node_ip')}, not a client host")
+            raise PlacementError(f"generator {info.generator} landed on {info.node_ip}, not a client host")
     crowded = {n: k for n, k in per_node.items() if k > placement.per_host}
     if crowded:
         node, k = next(iter(crowded.items()))
-        ip = next(i.get("node_ip") for i in gen_info if i.get("node_id") == node)
+        ip = next(i.node_ip for i in gen_info if i.node_id == node)
         raise PlacementError(f"{k} generators landed on one client host ({ip}); per_host is {placement.per_host}")
 
 

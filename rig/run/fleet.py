@@ -91,8 +91,9 @@ class Fleet:
             ]
             self.active = list(enumerate(self.generators))
             started = wait_started(self.generators, spec.cluster.placement_timeout_s, stop=stop)
-            self.gen_info = [GeneratorInfo.model_validate(i).model_dump() for i in started]
-            verify_generators(self.placement, self.gen_info)
+            infos = [GeneratorInfo.model_validate(i) for i in started]
+            verify_generators(self.placement, infos)
+            self.gen_info = [i.model_dump() for i in infos]
             set_outputs(spec.cluster, run_dir, spec.run_id, self.generators, self.gen_info)
             if stop is not None and stop():
                 raise KeyboardInterrupt

@@ -124,7 +124,7 @@ def _placed(p, tmp_path, n):
     try:
         info = rc.wait_started(handles, timeout_s=30)
         rc.verify_generators(p, info)
-        return [i["node_id"] for i in info]
+        return [i.node_id for i in info]
     finally:
         cleanup(handles)
 

@@ -296,7 +296,7 @@ async def openai_route(request: web.Request, chat: bool) -> web.StreamResponse:
                 }
             )
         )
-    async for done, _verify in steps_of(n):
+    async for done, verify in steps_of(n):  # noqa: B007 (the last step's verify count is read after the loop)
         text = (" " if sent else "") + " ".join(words[sent:done])
         finish = "length" if done == n else None
         continuous = bool(opts.get("continuous_usage_stats"))  # openai/utils.py::should_include_usage
