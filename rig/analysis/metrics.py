@@ -280,18 +280,26 @@ def sort_weighted(values: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray, 
     return v[order], w[order]
 
 
-_SELECT_MAX_QS = 8  # up to this many percentiles are selected (np.partition), more (a CDF) sort once
-_EXPAND_MAX = 200_000_000  # integer weights summing to at most this are expanded for selection (8 bytes each)
+def _percentiles_of(fin: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """np.percentile(fin, q) (linear), reordering ``fin`` (a copy the caller owns, finite values): sorted first, since
+    numpy's sort (vectorised) is several times faster than the selection of several order statistics np.percentile
+    makes (np.partition with a list of kth), and a percentile reads only order statistics: the same numbers."""
+    fin.sort()
+    return np.asarray(np.percentile(fin, q, overwrite_input=True))
+
+
+_SELECT_MAX_QS = 8  # up to this many percentiles of integer weights are read from the expanded values, more (a CDF)
+_EXPAND_MAX = 200_000_000  # from the values sorted with their weights; at most this many expanded (8 bytes each)
 
 
 def _expanded_percentiles(v: np.ndarray, w: np.ndarray, total: Any, q: np.ndarray) -> list[float | None]:
-    """weighted_percentiles by selection: the values repeated by their (integer) weights, only the order statistics
-    the percentiles need put in place (np.partition, linear time) instead of a sort of every value; the same order
+    """weighted_percentiles of integer weights: the values repeated by their weights and sorted (numpy's vectorised
+    sort of floats is faster than an argsort of the values with their weights and a cumulative sum); the same order
     statistics and the same interpolation as the sorted path, so the same numbers."""
     h = (total - 1) * q / 100.0
     lo, hi = np.floor(h), np.ceil(h)
     expanded = np.repeat(v, w.astype(np.int64)) if total != v.size else v.copy()  # all ones: nothing to repeat
-    expanded.partition(np.unique(np.concatenate([lo, hi]).astype(np.int64)))
+    expanded.sort()  # faster than np.partition at several kth (see _percentiles_of); the same order statistics
     v_lo, v_hi = expanded[lo.astype(np.int64)], expanded[hi.astype(np.int64)]
     return [float(x) for x in v_lo + (h - lo) * (v_hi - v_lo)]
 
@@ -302,13 +310,13 @@ def weighted_percentiles(
     """Percentiles of ``values`` each repeated ``weights`` times, exactly as np.percentile(linear) on that array.
 
     ``presorted``: values and weights come from ``sort_weighted`` already. A few percentiles of integer weights (token
-    counts) are found by selection, without sorting (see _expanded_percentiles).
+    counts) are read from the values repeated by their weights (see _expanded_percentiles).
     """
     q = np.asarray(list(qs), dtype=float)
     if weights is None:
         v = np.asarray(values, dtype=float)
-        v = v[np.isfinite(v)]
-        return [float(x) for x in np.percentile(v, q)] if v.size else [None] * q.size
+        v = v[np.isfinite(v)]  # a copy: sorted in place
+        return [float(x) for x in _percentiles_of(v, q)] if v.size else [None] * q.size
     if not presorted and q.size <= _SELECT_MAX_QS:
         v, w = np.asarray(values, dtype=float), np.asarray(weights)
         keep = np.isfinite(v) & (w > 0)
@@ -356,14 +364,16 @@ def summarize(values: np.ndarray, weights: np.ndarray | None = None, presorted: 
     """n, mean and the standard percentiles of the finite values (weighted: as if each repeated weight times)."""
     v = np.asarray(values, dtype=float)
     if weights is None:
-        fin = v[np.isfinite(v)]
+        fin = v[np.isfinite(v)]  # a copy of its own: the percentiles may reorder it in place
         n, mean = int(fin.size), (float(fin.mean()) if fin.size else None)
-    else:
-        w = np.asarray(weights)  # integer weights stay integers: v * w and the sums are the same as in floats
-        m = np.isfinite(v) & (w > 0)
-        vm, wm = (v, w) if m.all() else (v[m], w[m])  # the same values in the same order: the same sums
-        n = int(wm.sum())
-        mean = float((vm * wm).sum() / wm.sum()) if m.any() else None
+        q = np.asarray(PERCENTILES, dtype=float)
+        got = [float(x) for x in _percentiles_of(fin, q)] if fin.size else [None] * q.size
+        return Summary(n, mean, **{f"p{k}": x for k, x in zip(PERCENTILES, got, strict=True)})
+    w = np.asarray(weights)  # integer weights stay integers: v * w and the sums are the same as in floats
+    m = np.isfinite(v) & (w > 0)
+    vm, wm = (v, w) if m.all() else (v[m], w[m])  # the same values in the same order: the same sums
+    n = int(wm.sum())
+    mean = float((vm * wm).sum() / wm.sum()) if m.any() else None
     pcts = weighted_percentiles(v, weights, PERCENTILES, presorted)
     return Summary(n, mean, **{f"p{q}": x for q, x in zip(PERCENTILES, pcts, strict=True)})
 

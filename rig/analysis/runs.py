@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import threading
@@ -12,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
@@ -46,8 +48,25 @@ SPECULATIVE_KNOBS = frozenset(
     {"steps", "spec_algorithm", "spec_method", "eagle_topk", "num_draft_tokens", "draft_model_path"}
 )
 CLOSED = "closed"
-MEMO_ENTRIES = 2  # derived per-point arrays a Run keeps (a 100 M-record run's point is ~160 MB of them)
+MEMO_ENTRIES = 2  # derived per-point results a Run keeps at least (a 100 M-record run's point is ~160 MB of them)
+# ... and more while they hold no more than this: a 10 M-record run's points are ~16 MB each, so the report's later
+# sections (the best points' paired intervals and schedule) find the points they read again; a 100 M-record run
+# keeps MEMO_ENTRIES, as before.
+MEMO_BYTES = 256 * 2**20
 T = TypeVar("T")
+
+
+def nbytes(obj: Any) -> int:
+    """The memory of what ``Run.memo`` keeps: its numpy arrays and Arrow tables, in dataclasses, tuples and lists."""
+    if isinstance(obj, np.ndarray):
+        return int(obj.nbytes)
+    if isinstance(obj, (pa.Table, pa.Array, pa.ChunkedArray, pa.RecordBatch)):
+        return int(obj.nbytes)
+    if isinstance(obj, (tuple, list)):
+        return sum(nbytes(x) for x in obj)
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return sum(nbytes(getattr(obj, f.name)) for f in dataclasses.fields(obj))
+    return 0
 
 
 class AnalysisInputError(Exception):
@@ -95,6 +114,7 @@ class Run:
     points: list[PointInfo]
     warnings: list[str] = field(default_factory=list)
     _memo: OrderedDict[tuple, Any] = field(default_factory=OrderedDict, repr=False, compare=False)
+    _sizes: dict[tuple, int] = field(default_factory=dict, repr=False, compare=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
     _local: threading.local = field(default_factory=threading.local, repr=False, compare=False)
 
@@ -117,14 +137,16 @@ class Run:
         got = make()
         with self._lock:
             self._memo[key] = got
-            while len(self._memo) > MEMO_ENTRIES:
-                self._memo.popitem(last=False)
+            self._sizes[key] = nbytes(got)
+            while len(self._memo) > MEMO_ENTRIES and sum(self._sizes.values()) > MEMO_BYTES:
+                self._sizes.pop(self._memo.popitem(last=False)[0], None)
         return got
 
     def forget(self) -> None:
         """Drop what ``memo`` kept."""
         with self._lock:
             self._memo.clear()
+            self._sizes.clear()
 
     @contextmanager
     def deferred_notes(self) -> Iterator[list[str]]:
