@@ -288,19 +288,37 @@ def _percentiles_of(fin: np.ndarray, q: np.ndarray) -> np.ndarray:
     return np.asarray(np.percentile(fin, q, overwrite_input=True))
 
 
-_SELECT_MAX_QS = 8  # up to this many percentiles of integer weights are read from the expanded values, more (a CDF)
-_EXPAND_MAX = 200_000_000  # from the values sorted with their weights; at most this many expanded (8 bytes each)
+_SELECT_MAX_QS = 8  # up to this many percentiles are selected (order_statistics), more (a CDF) sort once
+_EXPAND_MAX = 200_000_000  # integer weights summing to at most this are expanded for selection (8 bytes each)
+
+
+def order_statistics(a: np.ndarray, ks: Iterable[int]) -> dict[int, float]:
+    """The k-th smallest values of ``a`` (0-based) for each k, reordering ``a`` in place: one single-kth np.partition
+    per k, largest first, each over the part left of the previous one (numpy's partition at one kth is vectorised;
+    at a list of kth it is slower than a sort). The values are exactly those a sort would put at the ks."""
+    out: dict[int, float] = {}
+    bound = a.size
+    for k in sorted(set(ks), reverse=True):
+        if k == bound - 1:  # the largest of what is left (p100, or the upper neighbour of the last k): no partition
+            top = int(np.argmax(a[:bound]))
+            a[top], a[k] = a[k], a[top]
+        else:
+            a[:bound].partition(k)  # a[:k] <= a[k] <= a[k + 1 : bound]
+        out[k] = float(a[k])
+        bound = k
+    return out
 
 
 def _expanded_percentiles(v: np.ndarray, w: np.ndarray, total: Any, q: np.ndarray) -> list[float | None]:
-    """weighted_percentiles of integer weights: the values repeated by their weights and sorted (numpy's vectorised
-    sort of floats is faster than an argsort of the values with their weights and a cumulative sum); the same order
-    statistics and the same interpolation as the sorted path, so the same numbers."""
+    """weighted_percentiles by selection: the values repeated by their (integer) weights, only the order statistics
+    the percentiles need put in place (order_statistics, linear time) instead of a sort of every value; the same
+    order statistics and the same interpolation as the sorted path, so the same numbers."""
     h = (total - 1) * q / 100.0
     lo, hi = np.floor(h), np.ceil(h)
     expanded = np.repeat(v, w.astype(np.int64)) if total != v.size else v.copy()  # all ones: nothing to repeat
-    expanded.sort()  # faster than np.partition at several kth (see _percentiles_of); the same order statistics
-    v_lo, v_hi = expanded[lo.astype(np.int64)], expanded[hi.astype(np.int64)]
+    at = order_statistics(expanded, np.concatenate([lo, hi]).astype(np.int64).tolist())
+    v_lo = np.array([at[int(k)] for k in lo])
+    v_hi = np.array([at[int(k)] for k in hi])
     return [float(x) for x in v_lo + (h - lo) * (v_hi - v_lo)]
 
 
@@ -310,7 +328,7 @@ def weighted_percentiles(
     """Percentiles of ``values`` each repeated ``weights`` times, exactly as np.percentile(linear) on that array.
 
     ``presorted``: values and weights come from ``sort_weighted`` already. A few percentiles of integer weights (token
-    counts) are read from the values repeated by their weights (see _expanded_percentiles).
+    counts) are found by selection, without sorting (see _expanded_percentiles).
     """
     q = np.asarray(list(qs), dtype=float)
     if weights is None:
