@@ -93,10 +93,11 @@ def _hand_back_large_frees() -> None:
 
 
 class Reader:
-    """Reads the report's points one or two ahead of the one being summarised, on a second thread: Arrow's reads and
-    numpy's array work release the GIL, so reading the next point overlaps with the percentiles of this one (the
-    report's arithmetic is unchanged: the same functions on the same arrays). Then the losslessness check, which needs
-    no point's figures, runs beside the last points. Each task's warnings are added in the order a single pass would
+    """Reads the report's points one or two ahead of the one being summarised, on two more threads (a point's metric
+    columns and server series on one, its ITL lists on the other): Arrow's reads and numpy's array work release the
+    GIL, so reading the next point overlaps with the percentiles of this one and both cores work (the report's
+    arithmetic is unchanged: the same functions on the same arrays). Then the losslessness check, which needs no
+    point's figures, runs beside the last points. Each task's warnings are added in the order a single pass would
     add them."""
 
     # Memory bounds: reading and deriving a point takes about 5x its part files' size on disk at its peak. Small
@@ -108,9 +109,9 @@ class Reader:
 
     def __init__(self, run: Run) -> None:
         self.run = run
-        self.pool = ThreadPoolExecutor(1, thread_name_prefix="rig-report-reader")
+        self.pool = ThreadPoolExecutor(2, thread_name_prefix="rig-report-reader")
         self.todo = list(run.points)
-        self.ahead: deque[Future] = deque()
+        self.ahead: deque[tuple[Future, Future]] = deque()
         self.check: Future | None = None
         sizes = [sum(os.path.getsize(f) for f in point_files(run.run_dir, p.point)) for p in run.points]
         self.depth = 2 if max(sizes, default=0) <= self.SMALL_POINT else 0
@@ -123,12 +124,17 @@ class Reader:
         with self.run.deferred_notes() as notes:
             return fn(*args), notes
 
-    def _inputs(self, p: PointInfo) -> tuple[m.Requests, dict[str, Series], tuple[np.ndarray, np.ndarray]]:
-        return load_requests(self.run, p), point_series(self.run, p.point), read_itl(self.run, p)
+    def _inputs(self, p: PointInfo) -> tuple[m.Requests, dict[str, Series]]:
+        return load_requests(self.run, p), point_series(self.run, p.point)
+
+    def _submit(self, p: PointInfo) -> tuple[Future, Future]:
+        return self.pool.submit(self._deferred, self._inputs, p), self.pool.submit(
+            self._deferred, read_itl, self.run, p
+        )
 
     def _fill(self) -> None:
         while self.todo and len(self.ahead) < self.depth:
-            self.ahead.append(self.pool.submit(self._deferred, self._inputs, self.todo.pop(0)))
+            self.ahead.append(self._submit(self.todo.pop(0)))
         if not self.todo and self.check is None and self.overlap_check:
             self.check = self.pool.submit(self._deferred, check_lossless, self.run)
 
@@ -145,11 +151,12 @@ class Reader:
     def next(self, p: PointInfo) -> tuple[m.Requests, dict[str, Series], tuple[np.ndarray, np.ndarray]]:
         """The requests, server series and ITL of ``p`` (the next point of run.points)."""
         if not self.ahead:  # large points: this one, now
-            self.ahead.append(self.pool.submit(self._deferred, self._inputs, self.todo.pop(0)))
-        got = self._take(self.ahead.popleft())
+            self.ahead.append(self._submit(self.todo.pop(0)))
+        inputs, itl = self.ahead.popleft()
+        (r, series), lists = self._take(inputs), self._take(itl)
         pa.default_memory_pool().release_unused()  # hand the last point's Arrow buffers back to the system
         self._fill()
-        return got
+        return r, series, lists
 
     def lossless(self) -> LosslessResult:
         """check_lossless(run), once every point was taken."""
