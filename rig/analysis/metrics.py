@@ -294,18 +294,19 @@ _EXPAND_MAX = 200_000_000  # integer weights summing to at most this are expande
 
 def order_statistics(a: np.ndarray, ks: Iterable[int]) -> dict[int, float]:
     """The k-th smallest values of ``a`` (0-based) for each k, reordering ``a`` in place: one single-kth np.partition
-    per k, largest first, each over the part left of the previous one (numpy's partition at one kth is vectorised;
-    at a list of kth it is slower than a sort). The values are exactly those a sort would put at the ks."""
+    per k, smallest first, each over the part right of the previous one (numpy's partition at one kth is vectorised;
+    at a list of kth it is slower than a sort; the upper percentiles select among few values). The values are exactly
+    those a sort would put at the ks."""
     out: dict[int, float] = {}
-    bound = a.size
-    for k in sorted(set(ks), reverse=True):
-        if k == bound - 1:  # the largest of what is left (p100, or the upper neighbour of the last k): no partition
-            top = int(np.argmax(a[:bound]))
-            a[top], a[k] = a[k], a[top]
+    start = 0  # a[:start] holds the start smallest values, in place
+    for k in sorted(set(ks)):
+        if k == start:  # the smallest of what is left (p0, or the upper neighbour of the last k): no partition
+            low = start + int(np.argmin(a[start:]))
+            a[low], a[k] = a[k], a[low]
         else:
-            a[:bound].partition(k)  # a[:k] <= a[k] <= a[k + 1 : bound]
+            a[start:].partition(k - start)  # a[start:k] <= a[k] <= a[k + 1 :]
         out[k] = float(a[k])
-        bound = k
+        start = k + 1
     return out
 
 
