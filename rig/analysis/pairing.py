@@ -52,15 +52,22 @@ def _per_request(side: Side) -> tuple[pa.Table, list[str], bool]:
     the gate read the same point; sorted once here, not once per pair)."""
 
     def read() -> tuple[pa.Table, list[str], bool]:
-        t = read_point_requests(
-            side.run.run_dir, side.point.point, m.REQUEST_COLUMNS, on_skip=side.run.skipped(side.point)
+        # The metric arrays as the report derived them (kept by load_requests: the schedule and intervals read them
+        # too), and the ids alone beside them; all columns at once if the files changed between the two reads.
+        r = load_requests(side.run, side.point)
+        ids = read_point_requests(
+            side.run.run_dir, side.point.point, ["request_id"], on_skip=side.run.skipped(side.point)
         )
-        r = m.requests_from_table(t, generator_offsets(side.run.manifest))
+        if ids.num_rows != r.n:
+            t = read_point_requests(
+                side.run.run_dir, side.point.point, m.REQUEST_COLUMNS, on_skip=side.run.skipped(side.point)
+            )
+            r, ids = m.requests_from_table(t, generator_offsets(side.run.manifest)), t
         why = incomplete(side, r)
         keep = pa.array(r.ok)
         out = pa.table(
             {
-                "request_id": t["request_id"].filter(keep),
+                "request_id": ids["request_id"].filter(keep),
                 "e2e": r.e2e[r.ok],
                 "ttft": r.ttft[r.ok],
                 "tpot": r.tpot[r.ok],
