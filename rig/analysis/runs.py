@@ -64,8 +64,8 @@ def nbytes(obj: Any) -> int:
         return int(obj.nbytes)
     if isinstance(obj, (tuple, list)):
         return sum(nbytes(x) for x in obj)
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return sum(nbytes(getattr(obj, f.name)) for f in dataclasses.fields(obj))
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):  # its fields and what it cached (Requests.tpot)
+        return sum(nbytes(v) for v in vars(obj).values())
     return 0
 
 
