@@ -159,6 +159,14 @@ class Reader:
         self._fill()
         return r, series, lists
 
+    def beside(self, fn: Callable[..., Any], *args: Any) -> Callable[[], Any]:
+        """``fn(*args)`` on a reader thread, now, in a small run (its warnings deferred), else when the returned
+        callable is called (a large run's sections, one at a time: the memory of one); call it for the result."""
+        if not self.overlap_check:
+            return lambda: fn(*args)
+        future = self.pool.submit(self._deferred, fn, *args)
+        return lambda: self._take(future)
+
     def lossless(self) -> LosslessResult:
         """check_lossless(run), once every point was taken."""
         self.run.forget()  # the points' kept arrays: what follows reads again the few points it needs
@@ -255,11 +263,17 @@ def build_report(
     telemetry = telemetry_lines(run)
     absent = next((line.split(": absent ", 1)[1] for line in telemetry if ": absent " in line), None)
     check_objective(campaign, objective, absent)
-    # the intervals and the schedule are computed while the reader thread checks losslessness (beside the last
-    # points, in a small run)
+    # the intervals and the schedule are computed while a reader thread checks losslessness (beside the last
+    # points, in a small run); in a small run the best per SLO and the schedule on the other reader thread, beside
+    # the best per level (each draws from its own seeded generator: the same numbers in any order)
+
+    def per_slo_and_schedule() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        best_slo = best_per_slo(run, campaign, meets, describe(slos, pct, slo_cancelled)) if slos else []
+        return best_slo, build_schedule(run, by_order(campaign), meets if slos else None, objective)
+
+    later = reader.beside(per_slo_and_schedule)
     best_level = best_per_level(run, campaign, meets if slos else None)
-    best_slo = best_per_slo(run, campaign, meets, describe(slos, pct, slo_cancelled)) if slos else []
-    schedule = build_schedule(run, by_order(campaign), meets if slos else None, objective)
+    best_slo, schedule = later()
     lossless = reader.lossless()
     return Report(
         run=run,
