@@ -128,9 +128,14 @@ class Reader:
         return load_requests(self.run, p), point_series(self.run, p.point)
 
     def _submit(self, p: PointInfo) -> tuple[Future, Future]:
-        return self.pool.submit(self._deferred, self._inputs, p), self.pool.submit(
-            self._deferred, read_itl, self.run, p
-        )
+        inputs = self.pool.submit(self._deferred, self._inputs, p)
+        if not self.depth:  # a large point: its lists after its columns, on the same thread (the memory of one)
+            return inputs, self.pool.submit(self._after, inputs, read_itl, self.run, p)
+        return inputs, self.pool.submit(self._deferred, read_itl, self.run, p)
+
+    def _after(self, first: Future, fn: Callable[..., Any], *args: Any) -> tuple[Any, list[str]]:
+        first.exception()  # waits for it (its error, if any, is raised where it is taken)
+        return self._deferred(fn, *args)
 
     def _fill(self) -> None:
         while self.todo and len(self.ahead) < self.depth:
@@ -160,9 +165,10 @@ class Reader:
         return r, series, lists
 
     def beside(self, fn: Callable[..., Any], *args: Any) -> Callable[[], Any]:
-        """``fn(*args)`` on a reader thread, now, in a small run (its warnings deferred), else when the returned
-        callable is called (a large run's sections, one at a time: the memory of one); call it for the result."""
-        if not self.overlap_check:
+        """``fn(*args)`` on a reader thread, now, in a small run of small points (its warnings deferred), else when
+        the returned callable is called (large points' sections one at a time: the memory of one); call it for the
+        result."""
+        if not (self.depth and self.overlap_check):
             return lambda: fn(*args)
         future = self.pool.submit(self._deferred, fn, *args)
         return lambda: self._take(future)

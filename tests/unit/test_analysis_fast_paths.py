@@ -82,3 +82,25 @@ def test_memo_keeps_small_results_and_evicts_to_two_over_budget(tmp_path, monkey
         run.memo(f"big{i}", "base", lambda: np.zeros(1000))
     assert [k[0] for k in run._memo] == ["big1", "big2"]  # over the budget: the newest MEMO_ENTRIES
     assert runs_mod.nbytes((np.zeros(3), [np.zeros(2)], pa.table({"x": [1.0]}))) == 24 + 16 + 8
+
+
+@pytest.mark.parametrize("small_point,small_run", [(0, 0), (0, 2**40)])
+def test_report_of_large_points_is_the_report_of_small_ones(tmp_path, monkeypatch, small_point, small_run):
+    """Large points read one at a time (their ITL after their columns) and sections one after another; the same
+    report as small points read ahead on two threads with sections side by side."""
+    import shutil
+
+    from golden import RUN
+
+    from rig.analysis.report import Reader, build_report, full_json, to_json
+
+    run_dir = shutil.copytree(RUN, tmp_path / "run")
+    slos = [m.parse_slo("ttft=500ms"), m.parse_slo("tpot=50ms")]
+
+    def everything(rep):
+        return to_json({**full_json(rep), "latency": rep.latency, "lossless": rep.lossless.model_dump(mode="json")})
+
+    want = everything(build_report(run_dir, slos))
+    monkeypatch.setattr(Reader, "SMALL_POINT", small_point)
+    monkeypatch.setattr(Reader, "SMALL_RUN", small_run)
+    assert everything(build_report(run_dir, slos)) == want
