@@ -8,6 +8,7 @@ import os
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -115,13 +116,15 @@ class Run:
     warnings: list[str] = field(default_factory=list)
     _memo: OrderedDict[tuple, Any] = field(default_factory=OrderedDict, repr=False, compare=False)
     _sizes: dict[tuple, int] = field(default_factory=dict, repr=False, compare=False)
+    _making: dict[tuple, Future] = field(default_factory=dict, repr=False, compare=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
     _local: threading.local = field(default_factory=threading.local, repr=False, compare=False)
 
     def memo(self, what: str, point: str, make: Callable[[], T]) -> T:
         """``make()`` for (what, point), kept for the next call while the point's part files are unchanged (the
         report's later sections read a point again; a run still being written is re-read). Keeps the last
-        MEMO_ENTRIES results."""
+        MEMO_ENTRIES results, and more while they hold no more than MEMO_BYTES; two threads asking for the same
+        one make it once."""
         stamp = []
         for f in point_files(self.run_dir, point):
             try:
@@ -134,12 +137,28 @@ class Run:
             if key in self._memo:
                 self._memo.move_to_end(key)
                 return self._memo[key]
-        got = make()
+            making = self._making.get(key)
+            if making is None:  # this thread makes it; another asking meanwhile waits for it (no second read)
+                making = self._making[key] = Future()
+                mine = True
+            else:
+                mine = False
+        if not mine:
+            return making.result()
+        try:
+            got = make()
+        except BaseException as e:
+            with self._lock:
+                self._making.pop(key, None)
+            making.set_exception(e)
+            raise
         with self._lock:
             self._memo[key] = got
             self._sizes[key] = nbytes(got)
             while len(self._memo) > MEMO_ENTRIES and sum(self._sizes.values()) > MEMO_BYTES:
                 self._sizes.pop(self._memo.popitem(last=False)[0], None)
+            self._making.pop(key, None)
+        making.set_result(got)
         return got
 
     def forget(self) -> None:

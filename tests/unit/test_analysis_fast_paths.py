@@ -104,3 +104,31 @@ def test_report_of_large_points_is_the_report_of_small_ones(tmp_path, monkeypatc
     monkeypatch.setattr(Reader, "SMALL_POINT", small_point)
     monkeypatch.setattr(Reader, "SMALL_RUN", small_run)
     assert everything(build_report(run_dir, slos)) == want
+
+
+def test_memo_makes_once_for_two_threads(tmp_path):
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    run = load_run(make_compare_run(tmp_path / "run", np.ones(40)))
+    made, gate = [], threading.Event()
+
+    def make():
+        made.append(1)
+        gate.wait(5)
+        return np.arange(3)
+
+    with ThreadPoolExecutor(2) as pool:
+        first = pool.submit(run.memo, "x", "base", make)
+        second = pool.submit(run.memo, "x", "base", make)
+        gate.set()
+        a, b = first.result(), second.result()
+    assert made == [1]
+    assert a is b
+
+    def fail():
+        raise OSError("gone")
+
+    with pytest.raises(OSError):
+        run.memo("y", "base", fail)
+    assert run.memo("y", "base", lambda: 7) == 7  # a failure is not kept
