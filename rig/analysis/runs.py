@@ -2,25 +2,22 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import threading
-from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import Future
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 from pydantic import Field, ValidationError
 
+from rig.analysis.memo import Memo
 from rig.contracts import (
     IDENTITY_FIELDS,
     JUDGED_FLAGS,
@@ -49,25 +46,7 @@ SPECULATIVE_KNOBS = frozenset(
     {"steps", "spec_algorithm", "spec_method", "eagle_topk", "num_draft_tokens", "draft_model_path"}
 )
 CLOSED = "closed"
-MEMO_ENTRIES = 2  # derived per-point results a Run keeps at least (a 100 M-record run's point is ~160 MB of them)
-# ... and more while they hold no more than this: a 10 M-record run's points are ~16 MB each, so the report's later
-# sections (the best points' paired intervals and schedule) find the points they read again; a 100 M-record run
-# keeps MEMO_ENTRIES, as before.
-MEMO_BYTES = 256 * 2**20
 T = TypeVar("T")
-
-
-def nbytes(obj: Any) -> int:
-    """The memory of what ``Run.memo`` keeps: its numpy arrays and Arrow tables, in dataclasses, tuples and lists."""
-    if isinstance(obj, np.ndarray):
-        return int(obj.nbytes)
-    if isinstance(obj, (pa.Table, pa.Array, pa.ChunkedArray, pa.RecordBatch)):
-        return int(obj.nbytes)
-    if isinstance(obj, (tuple, list)):
-        return sum(nbytes(x) for x in obj)
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):  # its fields and what it cached (Requests.tpot)
-        return sum(nbytes(v) for v in vars(obj).values())
-    return 0
 
 
 class AnalysisInputError(Exception):
@@ -114,17 +93,14 @@ class Run:
     manifest: Manifest
     points: list[PointInfo]
     warnings: list[str] = field(default_factory=list)
-    _memo: OrderedDict[tuple, Any] = field(default_factory=OrderedDict, repr=False, compare=False)
-    _sizes: dict[tuple, int] = field(default_factory=dict, repr=False, compare=False)
-    _making: dict[tuple, Future] = field(default_factory=dict, repr=False, compare=False)
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+    _memo: Memo = field(default_factory=Memo, repr=False, compare=False)
     _local: threading.local = field(default_factory=threading.local, repr=False, compare=False)
 
     def memo(self, what: str, point: str, make: Callable[[], T]) -> T:
         """``make()`` for (what, point), kept for the next call while the point's part files are unchanged (the
         report's later sections read a point again; a run still being written is re-read). Keeps the last
-        MEMO_ENTRIES results, and more while they hold no more than MEMO_BYTES; two threads asking for the same
-        one make it once."""
+        MEMO_ENTRIES results, and more while they hold no more than MEMO_BYTES (rig.analysis.memo); two threads
+        asking for the same one make it once."""
         stamp = []
         for f in point_files(self.run_dir, point):
             try:
@@ -133,39 +109,11 @@ class Run:
             except OSError:
                 stamp.append((f, -1, -1))
         key = (what, point, tuple(stamp))
-        with self._lock:
-            if key in self._memo:
-                self._memo.move_to_end(key)
-                return self._memo[key]
-            making = self._making.get(key)
-            if making is None:  # this thread makes it; another asking meanwhile waits for it (no second read)
-                making = self._making[key] = Future()
-                mine = True
-            else:
-                mine = False
-        if not mine:
-            return making.result()
-        try:
-            got = make()
-        except BaseException as e:
-            with self._lock:
-                self._making.pop(key, None)
-            making.set_exception(e)
-            raise
-        with self._lock:
-            self._memo[key] = got
-            self._sizes[key] = nbytes(got)
-            while len(self._memo) > MEMO_ENTRIES and sum(self._sizes.values()) > MEMO_BYTES:
-                self._sizes.pop(self._memo.popitem(last=False)[0], None)
-            self._making.pop(key, None)
-        making.set_result(got)
-        return got
+        return self._memo.get(key, make)
 
     def forget(self) -> None:
         """Drop what ``memo`` kept."""
-        with self._lock:
-            self._memo.clear()
-            self._sizes.clear()
+        self._memo.clear()
 
     @contextmanager
     def deferred_notes(self) -> Iterator[list[str]]:

@@ -8,9 +8,9 @@ import pyarrow as pa
 import pytest
 from test_compare import make_compare_run
 
+from rig.analysis import memo as memo_mod
 from rig.analysis import metrics as m
 from rig.analysis import pairing
-from rig.analysis import runs as runs_mod
 from rig.analysis.runs import load_run
 
 
@@ -76,12 +76,12 @@ def test_memo_keeps_small_results_and_evicts_to_two_over_budget(tmp_path, monkey
     run = load_run(make_compare_run(tmp_path / "run", np.ones(40)))
     for i in range(5):
         run.memo(f"small{i}", "base", lambda: np.zeros(10))
-    assert len(run._memo) == 5
-    monkeypatch.setattr(runs_mod, "MEMO_BYTES", 1000)
+    assert len(run._memo.kept_keys()) == 5
+    monkeypatch.setattr(memo_mod, "MEMO_BYTES", 1000)
     for i in range(3):
         run.memo(f"big{i}", "base", lambda: np.zeros(1000))
-    assert [k[0] for k in run._memo] == ["big1", "big2"]  # over the budget: the newest MEMO_ENTRIES
-    assert runs_mod.nbytes((np.zeros(3), [np.zeros(2)], pa.table({"x": [1.0]}))) == 24 + 16 + 8
+    assert [k[0] for k in run._memo.kept_keys()] == ["big1", "big2"]  # over the budget: the newest MEMO_ENTRIES
+    assert memo_mod.nbytes((np.zeros(3), [np.zeros(2)], pa.table({"x": [1.0]}))) == 24 + 16 + 8
 
 
 @pytest.mark.parametrize("small_point,small_run", [(0, 0), (0, 2**40)])
