@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from rig.analysis import metrics as m
 from rig.analysis import resample as rs
@@ -45,27 +46,41 @@ def _inputs_note(*sides: tuple[Side, list[str]]) -> str | None:
     return "; ".join(parts) or None
 
 
-def _per_request(side: Side) -> tuple[pa.Table, list[str]]:
-    """request_id plus the four speedup metrics of the point's ok requests, and why its inputs are incomplete (kept
-    for the next call: the speedups and the gate read the same point)."""
+def _per_request(side: Side) -> tuple[pa.Table, list[str], bool]:
+    """request_id plus the four speedup metrics of the point's ok requests in request_id order, why its inputs are
+    incomplete, and whether its request ids are distinct (kept for the next call: the speedups, the intervals and
+    the gate read the same point; sorted once here, not once per pair)."""
 
-    def read() -> tuple[pa.Table, list[str]]:
-        t = read_point_requests(
-            side.run.run_dir, side.point.point, m.REQUEST_COLUMNS, on_skip=side.run.skipped(side.point)
+    def read() -> tuple[pa.Table, list[str], bool]:
+        # The metric arrays as the report derived them (kept by load_requests: the schedule and intervals read them
+        # too), and the ids alone beside them; all columns at once if the files changed between the two reads.
+        r = load_requests(side.run, side.point)
+        ids = read_point_requests(
+            side.run.run_dir, side.point.point, ["request_id"], on_skip=side.run.skipped(side.point)
         )
-        r = m.requests_from_table(t, generator_offsets(side.run.manifest))
+        if ids.num_rows != r.n:
+            t = read_point_requests(
+                side.run.run_dir, side.point.point, m.REQUEST_COLUMNS, on_skip=side.run.skipped(side.point)
+            )
+            r, ids = m.requests_from_table(t, generator_offsets(side.run.manifest)), t
         why = incomplete(side, r)
         keep = pa.array(r.ok)
-        return pa.table(
+        out = pa.table(
             {
-                "request_id": t["request_id"].filter(keep),
+                "request_id": ids["request_id"].filter(keep),
                 "e2e": r.e2e[r.ok],
                 "ttft": r.ttft[r.ok],
                 "tpot": r.tpot[r.ok],
                 "decode_tok_s": r.decode_tok_s[r.ok],
                 "tokens": r.tokens[r.ok],
             }
-        ), why
+        )
+        out = out.take(pc.sort_indices(out["request_id"])) if out.num_rows else out
+        ids = out["request_id"]
+        distinct = ids.null_count == 0 and (
+            out.num_rows < 2 or not pc.any(pc.equal(ids.slice(1), ids.slice(0, out.num_rows - 1))).as_py()
+        )
+        return out, why, distinct
 
     return side.run.memo("per_request", side.point.point, read)
 
@@ -73,8 +88,18 @@ def _per_request(side: Side) -> tuple[pa.Table, list[str]]:
 def paired_table(base: Side, cand: Side) -> tuple[pa.Table, str | None]:
     """The requests both points served ok, joined on request_id (``<metric>_base``, ``<metric>_cand`` for e2e, ttft,
     tpot and decode_tok_s) in request_id order, and the note on incomplete inputs (None when complete)."""
-    (a, why_a), (b, why_b) = _per_request(base), _per_request(cand)
+    (a, why_a, distinct_a), (b, why_b, distinct_b) = _per_request(base), _per_request(cand)
     note = _inputs_note((base, why_a), (cand, why_b))
+    if distinct_a and distinct_b:
+        # Each id once on each side: the inner join in request_id order is base's rows (sorted already) that cand
+        # has, beside cand's row of the same id; a lookup of cand's ids, not a hash join and a sort of its result.
+        at = pc.index_in(a["request_id"], value_set=b["request_id"].combine_chunks())
+        hit = pc.is_valid(at)
+        a_rows, b_rows = a.filter(hit), b.take(at.filter(hit))
+        cols = {"request_id": a_rows["request_id"]}
+        cols |= {f"{c}_base": a_rows[c] for c in a.column_names[1:]}
+        cols |= {f"{c}_cand": b_rows[c] for c in b.column_names[1:]}
+        return pa.table(cols), note
     j = a.join(b, "request_id", left_suffix="_base", right_suffix="_cand", join_type="inner")
     # Arrow's hash join emits rows in a thread-dependent order; the bootstrap indexes by position, so without a fixed
     # order the same --seed would draw different resamples and print a different interval on every call.

@@ -16,7 +16,7 @@ STAT_KEYS = ("n", "mean", "p50", "p90", "p95", "p99")
 
 
 def read_itl(run: Run, p: PointInfo) -> tuple[np.ndarray, np.ndarray]:
-    """ITL values and token weights of the point's ok requests (unsorted: percentiles select, CDFs sort)."""
+    """ITL values and token weights of the point's ok requests (unsorted: the percentiles sort a copy)."""
     # Masked by ok in numpy (filtering list columns in Arrow copies every list), one part file at a time: a
     # 100 M-record point's lists are 240 MB, its ITL values a third of that.
     values, weights = [], []

@@ -93,10 +93,11 @@ def _hand_back_large_frees() -> None:
 
 
 class Reader:
-    """Reads the report's points one or two ahead of the one being summarised, on a second thread: Arrow's reads and
-    numpy's array work release the GIL, so reading the next point overlaps with the percentiles of this one (the
-    report's arithmetic is unchanged: the same functions on the same arrays). Then the losslessness check, which needs
-    no point's figures, runs beside the last points. Each task's warnings are added in the order a single pass would
+    """Reads the report's points one or two ahead of the one being summarised, on two more threads (a point's metric
+    columns and server series on one, its ITL lists on the other): Arrow's reads and numpy's array work release the
+    GIL, so reading the next point overlaps with the percentiles of this one and both cores work (the report's
+    arithmetic is unchanged: the same functions on the same arrays). Then the losslessness check, which needs no
+    point's figures, runs beside the last points. Each task's warnings are added in the order a single pass would
     add them."""
 
     # Memory bounds: reading and deriving a point takes about 5x its part files' size on disk at its peak. Small
@@ -108,9 +109,9 @@ class Reader:
 
     def __init__(self, run: Run) -> None:
         self.run = run
-        self.pool = ThreadPoolExecutor(1, thread_name_prefix="rig-report-reader")
+        self.pool = ThreadPoolExecutor(2, thread_name_prefix="rig-report-reader")
         self.todo = list(run.points)
-        self.ahead: deque[Future] = deque()
+        self.ahead: deque[tuple[Future, Future]] = deque()
         self.check: Future | None = None
         sizes = [sum(os.path.getsize(f) for f in point_files(run.run_dir, p.point)) for p in run.points]
         self.depth = 2 if max(sizes, default=0) <= self.SMALL_POINT else 0
@@ -123,12 +124,22 @@ class Reader:
         with self.run.deferred_notes() as notes:
             return fn(*args), notes
 
-    def _inputs(self, p: PointInfo) -> tuple[m.Requests, dict[str, Series], tuple[np.ndarray, np.ndarray]]:
-        return load_requests(self.run, p), point_series(self.run, p.point), read_itl(self.run, p)
+    def _inputs(self, p: PointInfo) -> tuple[m.Requests, dict[str, Series]]:
+        return load_requests(self.run, p), point_series(self.run, p.point)
+
+    def _submit(self, p: PointInfo) -> tuple[Future, Future]:
+        inputs = self.pool.submit(self._deferred, self._inputs, p)
+        if not self.depth:  # a large point: its lists after its columns, on the same thread (the memory of one)
+            return inputs, self.pool.submit(self._after, inputs, read_itl, self.run, p)
+        return inputs, self.pool.submit(self._deferred, read_itl, self.run, p)
+
+    def _after(self, first: Future, fn: Callable[..., Any], *args: Any) -> tuple[Any, list[str]]:
+        first.exception()  # waits for it (its error, if any, is raised where it is taken)
+        return self._deferred(fn, *args)
 
     def _fill(self) -> None:
         while self.todo and len(self.ahead) < self.depth:
-            self.ahead.append(self.pool.submit(self._deferred, self._inputs, self.todo.pop(0)))
+            self.ahead.append(self._submit(self.todo.pop(0)))
         if not self.todo and self.check is None and self.overlap_check:
             self.check = self.pool.submit(self._deferred, check_lossless, self.run)
 
@@ -145,11 +156,22 @@ class Reader:
     def next(self, p: PointInfo) -> tuple[m.Requests, dict[str, Series], tuple[np.ndarray, np.ndarray]]:
         """The requests, server series and ITL of ``p`` (the next point of run.points)."""
         if not self.ahead:  # large points: this one, now
-            self.ahead.append(self.pool.submit(self._deferred, self._inputs, self.todo.pop(0)))
-        got = self._take(self.ahead.popleft())
-        pa.default_memory_pool().release_unused()  # hand the last point's Arrow buffers back to the system
+            self.ahead.append(self._submit(self.todo.pop(0)))
+        inputs, itl = self.ahead.popleft()
+        (r, series), lists = self._take(inputs), self._take(itl)
+        if not self.depth:  # large points: hand the last one's Arrow buffers back to the system (4 ms a call)
+            pa.default_memory_pool().release_unused()
         self._fill()
-        return got
+        return r, series, lists
+
+    def beside(self, fn: Callable[..., Any], *args: Any) -> Callable[[], Any]:
+        """``fn(*args)`` on a reader thread, now, in a small run of small points (its warnings deferred), else when
+        the returned callable is called (large points' sections one at a time: the memory of one); call it for the
+        result."""
+        if not (self.depth and self.overlap_check):
+            return lambda: fn(*args)
+        future = self.pool.submit(self._deferred, fn, *args)
+        return lambda: self._take(future)
 
     def lossless(self) -> LosslessResult:
         """check_lossless(run), once every point was taken."""
@@ -247,11 +269,17 @@ def build_report(
     telemetry = telemetry_lines(run)
     absent = next((line.split(": absent ", 1)[1] for line in telemetry if ": absent " in line), None)
     check_objective(campaign, objective, absent)
-    # the intervals and the schedule are computed while the reader thread checks losslessness (beside the last
-    # points, in a small run)
+    # the intervals and the schedule are computed while a reader thread checks losslessness (beside the last
+    # points, in a small run); in a small run the best per SLO and the schedule on the other reader thread, beside
+    # the best per level (each draws from its own seeded generator: the same numbers in any order)
+
+    def per_slo_and_schedule() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        best_slo = best_per_slo(run, campaign, meets, describe(slos, pct, slo_cancelled)) if slos else []
+        return best_slo, build_schedule(run, by_order(campaign), meets if slos else None, objective)
+
+    later = reader.beside(per_slo_and_schedule)
     best_level = best_per_level(run, campaign, meets if slos else None)
-    best_slo = best_per_slo(run, campaign, meets, describe(slos, pct, slo_cancelled)) if slos else []
-    schedule = build_schedule(run, by_order(campaign), meets if slos else None, objective)
+    best_slo, schedule = later()
     lossless = reader.lossless()
     return Report(
         run=run,

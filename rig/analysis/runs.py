@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import threading
-from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -18,6 +17,7 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 from pydantic import Field, ValidationError
 
+from rig.analysis.memo import Memo
 from rig.contracts import (
     IDENTITY_FIELDS,
     JUDGED_FLAGS,
@@ -46,7 +46,6 @@ SPECULATIVE_KNOBS = frozenset(
     {"steps", "spec_algorithm", "spec_method", "eagle_topk", "num_draft_tokens", "draft_model_path"}
 )
 CLOSED = "closed"
-MEMO_ENTRIES = 2  # derived per-point arrays a Run keeps (a 100 M-record run's point is ~160 MB of them)
 T = TypeVar("T")
 
 
@@ -94,14 +93,14 @@ class Run:
     manifest: Manifest
     points: list[PointInfo]
     warnings: list[str] = field(default_factory=list)
-    _memo: OrderedDict[tuple, Any] = field(default_factory=OrderedDict, repr=False, compare=False)
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+    _memo: Memo = field(default_factory=Memo, repr=False, compare=False)
     _local: threading.local = field(default_factory=threading.local, repr=False, compare=False)
 
     def memo(self, what: str, point: str, make: Callable[[], T]) -> T:
         """``make()`` for (what, point), kept for the next call while the point's part files are unchanged (the
         report's later sections read a point again; a run still being written is re-read). Keeps the last
-        MEMO_ENTRIES results."""
+        MEMO_ENTRIES results, and more while they hold no more than MEMO_BYTES (rig.analysis.memo); two threads
+        asking for the same one make it once."""
         stamp = []
         for f in point_files(self.run_dir, point):
             try:
@@ -110,21 +109,11 @@ class Run:
             except OSError:
                 stamp.append((f, -1, -1))
         key = (what, point, tuple(stamp))
-        with self._lock:
-            if key in self._memo:
-                self._memo.move_to_end(key)
-                return self._memo[key]
-        got = make()
-        with self._lock:
-            self._memo[key] = got
-            while len(self._memo) > MEMO_ENTRIES:
-                self._memo.popitem(last=False)
-        return got
+        return self._memo.get(key, make)
 
     def forget(self) -> None:
         """Drop what ``memo`` kept."""
-        with self._lock:
-            self._memo.clear()
+        self._memo.clear()
 
     @contextmanager
     def deferred_notes(self) -> Iterator[list[str]]:
@@ -458,7 +447,21 @@ def read_request_files(
     files: list[str], columns: Iterable[str], on_skip: Callable[[str], None] | None = None
 ) -> pa.Table:
     """Selected request columns of the given part files (a point's, a few at a time: see percentiles.read_itl)."""
-    return _read(files, REQUEST_SCHEMA, list(columns), None, on_skip)
+    cols = list(columns)
+    if len(files) == 1:
+        # One file whose columns have the schema's types: Parquet's own reader, several times cheaper than the
+        # dataset scanner on list columns (a point's ITL lists); anything else (an older file, a damaged one) goes
+        # the scanner's way, which fills missing columns and reports unreadable files.
+        try:
+            f = pq.ParquetFile(files[0])
+            schema = f.schema_arrow
+            if all(
+                schema.get_field_index(c) >= 0 and schema.field(c).type == REQUEST_SCHEMA.field(c).type for c in cols
+            ):
+                return f.read(columns=cols, use_threads=False)
+        except (pa.ArrowInvalid, OSError):
+            pass
+    return _read(files, REQUEST_SCHEMA, cols, None, on_skip)
 
 
 def read_point_server_metrics(

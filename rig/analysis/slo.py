@@ -62,7 +62,7 @@ def evaluate_slos(
     per: list[SloCheck] = []
     for s in slos:
         v = slo_values(r, s.metric, cancelled)
-        value = float(np.percentile(v, percentile)) if v.size else None
+        value = float(m.percentiles_of(v, np.array([percentile]))[0]) if v.size else None  # v: a copy of its own
         margin = (s.limit_s - value) / s.limit_s if value is not None else None
         per.append(
             SloCheck.make(
