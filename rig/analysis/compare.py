@@ -33,6 +33,7 @@ from rig.analysis.pairing import (
     Side,
     _inputs_note,
     note_subsample,
+    pair_identity,
     paired_table,
 )
 from rig.analysis.points import INCOMPLETE, campaign_row, load_requests
@@ -97,17 +98,7 @@ def paired_speedups(
             logs = np.log(ratio)
         logs = logs[np.isfinite(logs)]
         row: dict[str, Any] = {
-            "baseline": base.label,
-            "candidate": cand.label,
-            "baseline_point": base.point.point,
-            "candidate_point": cand.point.point,
-            "workload": cand.point.workload,
-            "load_mode": cand.point.load_mode,
-            "concurrency": cand.point.concurrency,
-            "rate": cand.point.rate,
-            "repeat": cand.point.repeat,
-            "baseline_steps": base.point.steps,
-            "candidate_steps": cand.point.steps,
+            **pair_identity(base, cand),
             "metric": metric,
             "pairs": int(logs.size),
             "speedup": None,

@@ -19,6 +19,7 @@ from rig.analysis.pairing import (
     _inputs_note,
     incomplete,
     note_subsample,
+    pair_identity,
     paired_table,
 )
 from rig.analysis.points import campaign_row, load_requests
@@ -92,17 +93,7 @@ def energy_ratios(
     for metric in metrics:
         vb, vc = float(rb[metric]), float(rc[metric])
         row: dict[str, Any] = {
-            "baseline": base.label,
-            "candidate": cand.label,
-            "baseline_point": base.point.point,
-            "candidate_point": cand.point.point,
-            "workload": cand.point.workload,
-            "load_mode": cand.point.load_mode,
-            "concurrency": cand.point.concurrency,
-            "rate": cand.point.rate,
-            "repeat": cand.point.repeat,
-            "baseline_steps": base.point.steps,
-            "candidate_steps": cand.point.steps,
+            **pair_identity(base, cand),
             "metric": metric,
             "baseline_value": vb,
             "candidate_value": vc,

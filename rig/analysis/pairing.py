@@ -28,6 +28,23 @@ class Side:
     label: str
 
 
+def pair_identity(base: Side, cand: Side) -> dict[str, object]:
+    """The columns that say which two points a comparison row pairs (the load level is the candidate's)."""
+    return {
+        "baseline": base.label,
+        "candidate": cand.label,
+        "baseline_point": base.point.point,
+        "candidate_point": cand.point.point,
+        "workload": cand.point.workload,
+        "load_mode": cand.point.load_mode,
+        "concurrency": cand.point.concurrency,
+        "rate": cand.point.rate,
+        "repeat": cand.point.repeat,
+        "baseline_steps": base.point.steps,
+        "candidate_steps": cand.point.steps,
+    }
+
+
 def note_subsample(run: Run, n: int) -> None:
     """Say once per run that its intervals came from the m-out-of-n bootstrap (only when one did)."""
     if rs.draws(n) < n:
