@@ -83,7 +83,7 @@ GOODPUT = [
     Column("level", "Level", LEVEL),
     Column("good", "Good", ",d"),
     Column("counted", "Counted", ",d"),
-    Column("fraction", "Fraction", ".3f"),
+    Column("fraction", "Fraction", ".1%"),
     Column("goodput_req_s", "Goodput req/s", ",.2f"),
     Column("goodput_tok_s", "Goodput tok/s", ",.1f"),
 ]

@@ -256,20 +256,9 @@ def render_goodput(rows: list[GoodputRow]) -> Table:
     """Requests meeting every SLO per point."""
     slos = rows[0]["slos"] if rows else ""
     t = Table(title=f"Goodput ({slos})", title_justify="left", header_style="bold")
-    for c in ("Point", "Steps", "Level", "Good", "Counted", "Fraction", "Goodput req/s", "Goodput tok/s"):
-        t.add_column(c, justify="left" if c == "Point" else "right", overflow="fold")
+    _add_columns(t, columns.GOODPUT)
     for r in rows:
-        t.add_row(
-            r["point"],
-            fmt(r["steps"], "d"),
-            _level(r),
-            fmt(r["good"], ",d"),
-            fmt(r["counted"], ",d"),
-            fmt(r["fraction"] * 100 if r["fraction"] is not None else None, ".1f")
-            + ("%" if r["fraction"] is not None else ""),
-            fmt(r["goodput_req_s"], ",.2f"),
-            fmt(r["goodput_tok_s"]),
-        )
+        t.add_row(*(_cell(c, r) for c in columns.GOODPUT))
     return t
 
 

@@ -124,3 +124,44 @@ def test_the_html_and_terminal_headers_come_from_one_declaration():
 
     assert [h for _, h, _ in LATENCY_COLS] == [c.titled() for c in columns.LATENCY]
     assert [c.titled() for c in columns.LATENCY][-1] == "p99 (ms)"
+
+
+def test_the_terminal_goodput_table_reads_the_column_declaration():
+    """One declaration (rig.analysis.columns.GOODPUT) for the terminal and the HTML: the fraction as a percentage."""
+    from rich.console import Console
+
+    from rig.analysis.render import render_goodput
+    from rig.contracts import GoodputRow
+
+    rows = [
+        GoodputRow.make(
+            slos="ttft<=500ms",
+            good=1,
+            counted=8,
+            fraction=0.125,
+            goodput_req_s=0.5,
+            goodput_tok_s=12.0,
+            point="p1",
+            steps=2,
+            level=4,
+        ),
+        GoodputRow.make(
+            slos="ttft<=500ms",
+            good=0,
+            counted=0,
+            fraction=None,
+            goodput_req_s=None,
+            goodput_tok_s=None,
+            point="p2",
+            steps=2,
+            level=8,
+        ),
+    ]
+    console = Console(width=200, record=True, color_system=None)
+    console.print(render_goodput(rows))
+    text = console.export_text()
+    assert "Goodput (ttft<=500ms)" in text and "Fraction" in text
+    line1 = next(line for line in text.splitlines() if "p1" in line)
+    line2 = next(line for line in text.splitlines() if "p2" in line)
+    assert "12.5%" in line1 and "0.50" in line1 and "12.0" in line1
+    assert "%" not in line2 and line2.count("–") == 3  # fraction, req/s and tok/s unknown
