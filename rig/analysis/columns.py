@@ -8,8 +8,10 @@ once where the table shows it (the HTML header, the terminal's title)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 LEVEL = "level"  # a load level: a concurrency (int) or a rate (float)
+COUNT = "count"  # an int with thousands separators; any other number with one decimal
 
 
 @dataclass(frozen=True)
@@ -20,6 +22,10 @@ class Column:
     header: str
     spec: str | None = None
     unit: str = ""
+    pair: str | None = None  # a second figure in the same cell, "first / second" (e.g. mean / max)
+    pair_spec: str | None = None
+    flag: str | None = None  # a boolean shown as this text when true, else nothing
+    scale: float = 1.0  # the row's value times this (J -> kJ: 1e-3)
 
     @property
     def text(self) -> bool:
@@ -68,14 +74,12 @@ SERVER = [
     Column("level", "Level", LEVEL),
     Column("aggregate_tok_s", "Agg tok/s", ",.1f"),
     Column("decode_tok_s", "Decode tok/s", ",.1f"),
-    Column("running_mean", "Running mean", ",.1f"),
-    Column("running_max", "Running max", ",.0f"),
-    Column("queued_mean", "Queued mean", ",.1f"),
-    Column("queued_max", "Queued max", ",.0f"),
-    Column("token_usage_mean", "Token usage mean", ".1%"),
-    Column("token_usage_max", "Token usage max", ".1%"),
-    Column("max_running_requests", "Max running (eff.)"),
-    Column("at_running_cap", "At cap, queueing"),
+    Column("running_mean", "Running mean/max", ",.1f", pair="running_max", pair_spec=",.0f"),
+    Column("queued_mean", "Queued mean/max", ",.1f", pair="queued_max", pair_spec=",.0f"),
+    Column("token_usage_mean", "Token usage mean/max", ".1%", pair="token_usage_max", pair_spec=".1%"),
+    Column("max_running_requests", "Max running (eff.)", COUNT),
+    Column("samples", "Samples", ",d"),
+    Column("at_running_cap", "Note", flag="at running cap, queueing"),
 ]
 GOODPUT = [
     Column("point", "Point"),
@@ -96,3 +100,61 @@ LOSSLESS = [
     Column("steps", "Steps"),
     Column("hashes", "Output hashes"),
 ]
+
+# Energy and cost per point (rig.analysis.energy): the identity, then the energy columns where the run has GPU
+# telemetry, then the cost where a GPU-hour price was given.
+ENERGY_IDENTITY = [
+    Column("point", "Point"),
+    Column("steps", "Steps", "d"),
+    Column("level", "Level", LEVEL),
+    Column("aggregate_tok_s", "Agg tok/s", ",.1f"),
+]
+ENERGY = [
+    Column("energy_source", "Source"),
+    Column("energy_method", "Method"),
+    Column("gpus", "GPUs", "d"),
+    Column("energy_j", "Energy", ",.2f", "kJ", scale=1e-3),
+    Column("mean_power_w", "Mean power", ",.0f", "W"),
+    Column("j_per_token", "J/token", ",.3f"),
+    Column("tok_s_per_gpu", "Tok/s per GPU", ",.1f"),
+    Column("tok_s_per_w", "Tok/s per W", ",.3f"),
+]
+COST = [Column("usd_per_mtok", "$/Mtok", ",.3f")]
+
+
+class Readable(Protocol):
+    """A report row: a dict, or a typed row (rig.contracts.report.Row), read by column name."""
+
+    def get(self, key: str, default: Any = None) -> Any: ...
+
+
+def fmt(x: Any, spec: str = ",.1f") -> str:
+    """A number for a table cell; '–' for missing."""
+    if x is None:
+        return "–"
+    if isinstance(x, float) and x != x:
+        return "–"
+    return format(x, spec)
+
+
+def level_text(row: Readable) -> str:
+    """A row's load level: its ``level`` (a typed campaign row derives it from its rate or concurrency)."""
+    lv = row.get("level") if isinstance(row, dict) else getattr(row, "level", None)
+    return "–" if lv is None else (f"{lv:g}" if isinstance(lv, float) else str(lv))
+
+
+def cell_text(c: Column, row: Readable) -> str:
+    """The text of one declared column's cell in ``row``, the same in the terminal and the HTML page."""
+    v = row.get(c.key)
+    if c.flag is not None:
+        return c.flag if v else ""
+    if c.spec == LEVEL:
+        return level_text(row)
+    if c.spec is None:
+        return "–" if v is None else str(v)
+    if c.spec == COUNT:
+        return fmt(v, ",d") if isinstance(v, int) else fmt(v)
+    if c.scale != 1.0 and isinstance(v, int | float):
+        v = v * c.scale
+    text = fmt(v, c.spec)
+    return f"{text} / {fmt(row.get(c.pair), c.pair_spec or c.spec)}" if c.pair else text

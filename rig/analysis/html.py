@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import functools
 import html
 import tempfile
 from collections.abc import Callable, Sequence
@@ -18,7 +19,7 @@ from rig.analysis.report import Report
 from rig.analysis.tables import fmt, group_rows, group_title
 from rig.contracts import Row, SearchSection
 
-Col = tuple[str, str, Callable[[Any], str]]
+Col = tuple[str | None, str, Callable[[Any], str]]  # key (None: the function reads the row), header, text
 
 _CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;margin:2em;color:#222}
@@ -45,7 +46,10 @@ def table_html(rows: Sequence[dict[str, Any] | Row], cols: list[Col], caption: s
     head = "".join(f'<th class="{"l" if f is _text else ""}">{html.escape(h)}</th>' for _, h, f in cols)
     body = []
     for r in rows:
-        cells = "".join(f'<td class="{"l" if f is _text else ""}">{html.escape(f(r.get(k)))}</td>' for k, _, f in cols)
+        cells = "".join(
+            f'<td class="{"l" if f is _text else ""}">{html.escape(f(r if k is None else r.get(k)))}</td>'
+            for k, _, f in cols
+        )
         body.append(f"<tr>{cells}</tr>")
     cap = f"<caption>{html.escape(caption)}</caption>" if caption else ""
     return f"<table>{cap}<tr>{head}</tr>{''.join(body)}</table>"
@@ -53,7 +57,13 @@ def table_html(rows: Sequence[dict[str, Any] | Row], cols: list[Col], caption: s
 
 def html_cols(declared: list[Column]) -> list[Col]:
     """HTML columns from the report's column declarations (rig.analysis.columns): the unit in the header."""
-    return [(c.key, c.titled(), _text if c.spec is None or c.text else _num(c.spec)) for c in declared]
+    return [_html_col(c) for c in declared]
+
+
+def _html_col(c: Column) -> Col:
+    if c.spec is None and c.flag is None:  # text as it is (a list joined)
+        return c.key, c.titled(), _text
+    return None, c.titled(), functools.partial(columns.cell_text, c)  # the terminal's cell, read from the row
 
 
 CAMPAIGN_COLS = html_cols(columns.CAMPAIGN)
@@ -157,22 +167,6 @@ TUNE_COLS: list[Col] = [
 ]
 
 
-ENERGY_COLS: list[Col] = [
-    ("point", "Point", _text),
-    ("steps", "Steps", _num("d")),
-    ("concurrency", "Concurrency", _text),
-    ("rate", "Rate", _text),
-    ("aggregate_tok_s", "Agg tok/s", _num(",.1f")),
-    ("energy_source", "Source", _text),
-    ("energy_method", "Method", _text),
-    ("gpus", "GPUs", _num("d")),
-    ("energy_j", "Energy (J)", _num(",.0f")),
-    ("mean_power_w", "Mean power (W)", _num(",.0f")),
-    ("j_per_token", "J/token", _num(",.3f")),
-    ("tok_s_per_gpu", "Tok/s per GPU", _num(",.1f")),
-    ("tok_s_per_w", "Tok/s per W", _num(",.3f")),
-]
-COST_COLS: list[Col] = [("usd_per_mtok", "$/Mtok", _num(",.3f"))]
 BAND_COLS: list[Col] = [
     ("level", "Band from", _text),
     ("up_to", "up to", _text),
@@ -202,7 +196,10 @@ def energy_html(report: Report) -> list[str]:
     parts: list[str] = []
     sim = any("simulated" in str(r.get("energy_source") or "") for r in report.campaign)
     if report.energy or report.cost:
-        cols = (ENERGY_COLS if report.energy else ENERGY_COLS[:5]) + (COST_COLS if report.cost else [])
+        declared = (
+            columns.ENERGY_IDENTITY + (columns.ENERGY if report.energy else []) + (columns.COST if report.cost else [])
+        )
+        cols = html_cols(declared)
         parts += [
             "<h2>Energy and cost per point</h2>"
             + ('<p class="bad">SIMULATED: the simulator\'s power model, not a measurement.</p>' if sim else ""),

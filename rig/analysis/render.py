@@ -9,7 +9,7 @@ from rich.table import Table
 from rich.text import Text
 
 from rig.analysis import columns
-from rig.analysis.columns import LEVEL, Column
+from rig.analysis.columns import Column
 from rig.analysis.lossless import mismatch_rows
 from rig.analysis.report import Report
 from rig.analysis.tables import fmt, render_campaign_table, render_problems
@@ -22,18 +22,13 @@ MAX_MISMATCH_ROWS = 50  # the terminal shows this many; CSV and JSON carry all
 
 
 def _level(row: dict[str, Any] | Row) -> str:
-    lv = row.get("level")
-    return "–" if lv is None else (f"{lv:g}" if isinstance(lv, float) else str(lv))
+    return columns.level_text(row)
 
 
-def _cell(c: Column, r: dict[str, Any] | Row) -> str:
-    """A terminal cell of a declared column ('–' for a missing value)."""
-    if c.spec == LEVEL:
-        return _level(r)
-    v = r.get(c.key)
-    if c.spec is None:
-        return "–" if v is None else str(v)
-    return fmt(v, c.spec)
+def _cell(c: Column, r: dict[str, Any] | Row) -> Text | str:
+    """A terminal cell of a declared column ('–' for a missing value; a flag's text in yellow)."""
+    text = columns.cell_text(c, r)
+    return Text(text, style="yellow") if c.flag is not None else text
 
 
 def _add_columns(t: Table, declared: list[Column]) -> None:
@@ -80,39 +75,9 @@ def render_server(rows: list[ServerRow]) -> Table:
         title_justify="left",
         header_style="bold",
     )
-    for c in (
-        "Point",
-        "Steps",
-        "Level",
-        "Agg tok/s",
-        "Decode tok/s",
-        "Running mean/max",
-        "Queued mean/max",
-        "Token usage mean/max",
-        "Max running (eff.)",
-        "Samples",
-        "Note",
-    ):
-        t.add_column(c, justify="left" if c in ("Point", "Note") else "right", overflow="fold")
+    _add_columns(t, columns.SERVER)
     for r in rows:
-        note = Text("at running cap, queueing", style="yellow") if r["at_running_cap"] else Text("")
-        t.add_row(
-            r["point"],
-            fmt(r["steps"], "d"),
-            _level(r),
-            fmt(r["aggregate_tok_s"]),
-            fmt(r["decode_tok_s"]),
-            f"{fmt(r['running_mean'])} / {fmt(r['running_max'], ',.0f')}",
-            f"{fmt(r['queued_mean'])} / {fmt(r['queued_max'], ',.0f')}",
-            f"{fmt(r['token_usage_mean'], '.1%')} / {fmt(r['token_usage_max'], '.1%')}",
-            (
-                fmt(r["max_running_requests"], ",d")
-                if isinstance(r["max_running_requests"], int)
-                else fmt(r["max_running_requests"])
-            ),
-            fmt(r["samples"], ",d"),
-            note,
-        )
+        t.add_row(*(_cell(c, r) for c in columns.SERVER))
     return t
 
 
@@ -130,35 +95,13 @@ def render_energy(report: Report) -> Table:
         header_style="bold",
         title_style="bold yellow" if sim else None,
     )
-    cols = ["Point", "Steps", "Level", "Agg tok/s"]
-    if report.energy:
-        cols += ["Source", "Method", "GPUs", "Energy (kJ)", "Mean power (W)", "J/token", "Tok/s per GPU", "Tok/s per W"]
-    if report.cost:
-        cols += ["$/Mtok"]
-    for c in cols:
-        t.add_column(c, justify="left" if c in ("Point", "Source", "Method") else "right", overflow="fold")
+    declared = (
+        columns.ENERGY_IDENTITY + (columns.ENERGY if report.energy else []) + (columns.COST if report.cost else [])
+    )
+    for c in declared:
+        t.add_column(c.titled(), justify="left" if c.spec is None else "right", overflow="fold")
     for r in rows:
-        cells = [
-            r["point"],
-            fmt(r.get("steps"), "d"),
-            _level({"level": r.get("rate") if r.get("load_mode") not in (None, "closed") else r.get("concurrency")}),
-            fmt(r.get("aggregate_tok_s")),
-        ]
-        if report.energy:
-            e = r.get("energy_j")
-            cells += [
-                r.get("energy_source") or "–",
-                r.get("energy_method") or "–",
-                fmt(r.get("gpus"), "d"),
-                fmt(e / 1000 if e is not None else None, ",.2f"),
-                fmt(r.get("mean_power_w"), ",.0f"),
-                fmt(r.get("j_per_token"), ",.3f"),
-                fmt(r.get("tok_s_per_gpu")),
-                fmt(r.get("tok_s_per_w"), ",.3f"),
-            ]
-        if report.cost:
-            cells.append(fmt(r.get("usd_per_mtok"), ",.3f"))
-        t.add_row(*cells)
+        t.add_row(*(_cell(c, r) for c in declared))
     return t
 
 

@@ -10,6 +10,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+from rig.analysis.columns import fmt
 from rig.analysis.points import INVALIDATING, campaign_row, load_requests, sort_key
 from rig.analysis.runs import Run, load_run
 from rig.contracts import CampaignRow
@@ -59,15 +60,6 @@ def campaign_table(run_dir: Path | str | Run, gpu_hour_price: float | None = Non
     mark_frontier(run, rows)
     add_energy(run, rows, gpu_hour_price)
     return sorted(rows, key=sort_key)
-
-
-def fmt(x: Any, spec: str = ",.1f") -> str:
-    """A number for a table cell; '–' for missing."""
-    if x is None:
-        return "–"
-    if isinstance(x, float) and x != x:
-        return "–"
-    return format(x, spec)
 
 
 def group_rows(rows: Iterable[CampaignRow]) -> list[tuple[tuple[Any, Any], list[CampaignRow]]]:
