@@ -8,6 +8,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from rig.analysis import columns
 from rig.analysis.tables import fmt
 from rig.contracts import SearchSection, TuneSection
 
@@ -57,6 +58,15 @@ def search_table(section: SearchSection) -> Table:
     return t
 
 
+def _declared(t: Table, declared: list[columns.Column], rows: list[dict[str, Any]]) -> Table:
+    """Fill ``t`` from a column declaration (rig.analysis.columns), the one the HTML page reads too."""
+    for c in declared:
+        t.add_column(c.titled(), justify="left" if c.spec is None else "right")
+    for r in rows:
+        t.add_row(*(columns.cell_text(c, r) for c in declared))
+    return t
+
+
 def frontier_table(rows: list[dict[str, Any]]) -> Table:
     """The Pareto points: per-user decode speed against per-GPU throughput."""
     t = Table(
@@ -64,20 +74,7 @@ def frontier_table(rows: list[dict[str, Any]]) -> Table:
         title_justify="left",
         header_style="bold",
     )
-    for c in ("Workload", "Point", "Steps", "Level", "Tok/s per GPU", "Decode tok/s", "Agg tok/s"):
-        t.add_column(c, justify="left" if c in ("Workload", "Point") else "right")
-    for r in rows:
-        lv = r["rate"] if r.get("load_mode") not in (None, "closed") else r.get("concurrency")
-        t.add_row(
-            str(r["workload"]),
-            r["point"],
-            fmt(r.get("steps"), "d"),
-            _level(lv),
-            fmt(r["tok_s_per_gpu"]),
-            fmt(r["decode_tok_s"]),
-            fmt(r["aggregate_tok_s"]),
-        )
-    return t
+    return _declared(t, columns.FRONTIER, rows)
 
 
 def best_level_table(rows: list[dict[str, Any]], slo_text: str | None) -> Table:
@@ -89,23 +86,7 @@ def best_level_table(rows: list[dict[str, Any]], slo_text: str | None) -> Table:
         title_justify="left",
         header_style="bold",
     )
-    for c in ("Workload", "Level", "Best", "Agg tok/s", "Runner-up", "Margin", "95% CI", "Paired decode", "95% CI "):
-        t.add_column(c, justify="left" if c in ("Workload", "Best", "Runner-up") else "right")
-    for r in rows:
-        ci = f"{_pct(r['ci_low'])} … {_pct(r['ci_high'])}" if r.get("ci_low") is not None else "–"
-        pci = f"{r['paired_ci_low']:.3f}–{r['paired_ci_high']:.3f}" if r.get("paired_ci_low") is not None else "–"
-        t.add_row(
-            str(r["workload"]),
-            _level(r.get("level")),
-            r["best"],
-            fmt(r["best_aggregate_tok_s"]),
-            r.get("runner_up") or "–",
-            _pct(r.get("margin")),
-            ci,
-            fmt(r.get("paired_decode_speedup"), ".3f"),
-            pci,
-        )
-    return t
+    return _declared(t, columns.BEST_LEVEL, rows)
 
 
 def best_slo_table(rows: list[dict[str, Any]]) -> Table:

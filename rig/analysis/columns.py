@@ -12,6 +12,7 @@ from typing import Any, Protocol
 
 LEVEL = "level"  # a load level: a concurrency (int) or a rate (float)
 COUNT = "count"  # an int with thousands separators; any other number with one decimal
+PCT = "+.1%"  # a signed share: a margin
 
 
 @dataclass(frozen=True)
@@ -24,6 +25,8 @@ class Column:
     unit: str = ""
     pair: str | None = None  # a second figure in the same cell, "first / second" (e.g. mean / max)
     pair_spec: str | None = None
+    sep: str = " / "  # between the two figures of a pair
+    whole: bool = False  # a pair shown only whole: "–" when its first figure is missing (an interval)
     flag: str | None = None  # a boolean shown as this text when true, else nothing
     scale: float = 1.0  # the row's value times this (J -> kJ: 1e-3)
 
@@ -101,6 +104,27 @@ LOSSLESS = [
     Column("hashes", "Output hashes"),
 ]
 
+FRONTIER = [
+    Column("workload", "Workload"),
+    Column("point", "Point"),
+    Column("steps", "Steps", "d"),
+    Column("level", "Level", LEVEL),
+    Column("tok_s_per_gpu", "Tok/s per GPU", ",.1f"),
+    Column("decode_tok_s", "Decode tok/s", ",.1f"),
+    Column("aggregate_tok_s", "Agg tok/s", ",.1f"),
+]
+BEST_LEVEL = [
+    Column("workload", "Workload"),
+    Column("level", "Level", LEVEL),
+    Column("best", "Best"),
+    Column("best_aggregate_tok_s", "Agg tok/s", ",.1f"),
+    Column("runner_up", "Runner-up"),
+    Column("margin", "Margin", PCT),
+    Column("ci_low", "95% CI", PCT, pair="ci_high", sep=" … ", whole=True),
+    Column("paired_decode_speedup", "Paired decode", ".3f"),
+    Column("paired_ci_low", "95% CI ", ".3f", pair="paired_ci_high", sep="–", whole=True),
+]
+
 # Energy and cost per point (rig.analysis.energy): the identity, then the energy columns where the run has GPU
 # telemetry, then the cost where a GPU-hour price was given.
 ENERGY_IDENTITY = [
@@ -140,6 +164,8 @@ def fmt(x: Any, spec: str = ",.1f") -> str:
 def level_text(row: Readable) -> str:
     """A row's load level: its ``level`` (a typed campaign row derives it from its rate or concurrency)."""
     lv = row.get("level") if isinstance(row, dict) else getattr(row, "level", None)
+    if lv is None and isinstance(row, dict) and "load_mode" in row:  # a plain campaign-shaped row
+        lv = row.get("rate") if row.get("load_mode") not in (None, "closed") else row.get("concurrency")
     return "–" if lv is None else (f"{lv:g}" if isinstance(lv, float) else str(lv))
 
 
@@ -156,5 +182,8 @@ def cell_text(c: Column, row: Readable) -> str:
         return fmt(v, ",d") if isinstance(v, int) else fmt(v)
     if c.scale != 1.0 and isinstance(v, int | float):
         v = v * c.scale
-    text = fmt(v, c.spec)
-    return f"{text} / {fmt(row.get(c.pair), c.pair_spec or c.spec)}" if c.pair else text
+    if c.pair is None:
+        return fmt(v, c.spec)
+    if c.whole and v is None:
+        return "–"
+    return f"{fmt(v, c.spec)}{c.sep}{fmt(row.get(c.pair), c.pair_spec or c.spec)}"

@@ -83,29 +83,8 @@ def _pct(v: Any) -> str:
     return f"{v * 100:+.1f}%" if v is not None else "–"
 
 
-FRONTIER_COLS: list[Col] = [
-    ("workload", "Workload", _text),
-    ("point", "Point", _text),
-    ("steps", "Steps", _num("d")),
-    ("concurrency", "Concurrency", _text),
-    ("rate", "Rate", _text),
-    ("tok_s_per_gpu", "Tok/s per GPU", _num(",.1f")),
-    ("decode_tok_s", "Decode tok/s", _num(",.1f")),
-    ("aggregate_tok_s", "Agg tok/s", _num(",.1f")),
-]
-BEST_LEVEL_COLS: list[Col] = [
-    ("workload", "Workload", _text),
-    ("level", "Level", _text),
-    ("best", "Best", _text),
-    ("best_aggregate_tok_s", "Agg tok/s", _num(",.1f")),
-    ("runner_up", "Runner-up", _text),
-    ("margin", "Margin", _pct),
-    ("ci_low", "CI low", _pct),
-    ("ci_high", "CI high", _pct),
-    ("paired_decode_speedup", "Paired decode ratio", _num(".3f")),
-    ("paired_ci_low", "CI low ", _num(".3f")),
-    ("paired_ci_high", "CI high ", _num(".3f")),
-]
+FRONTIER_COLS = html_cols(columns.FRONTIER)
+BEST_LEVEL_COLS = html_cols(columns.BEST_LEVEL)
 BEST_SLO_COLS: list[Col] = [
     ("workload", "Workload", _text),
     ("best", "Best", _text),
