@@ -97,36 +97,7 @@ def best_slo_table(rows: list[dict[str, Any]]) -> Table:
         title_justify="left",
         header_style="bold",
     )
-    for c in (
-        "Workload",
-        "Best",
-        "Max passing",
-        "Min failing",
-        "Agg tok/s",
-        "Runner-up",
-        "Its max passing",
-        "Capacity margin",
-        "Tok/s margin",
-        "95% CI",
-    ):
-        t.add_column(c, justify="left" if c in ("Workload", "Best", "Runner-up") else "right")
-    for r in rows:
-        ci = f"{_pct(r['ci_low'])} … {_pct(r['ci_high'])}" if r.get("ci_low") is not None else "–"
-        note = r.get("max_passing_note") or ""
-        passing = _level(r["max_passing"]) + (f" ({note})" if "cancelled request" in note else "")
-        t.add_row(
-            str(r["workload"]),
-            r["best"] or "none meets",
-            passing,
-            _level(r["min_failing"]),
-            fmt(r["best_aggregate_tok_s"]),
-            r["runner_up"] or "–",
-            _level(r["runner_up_max_passing"]),
-            _pct(r["capacity_margin"]),
-            _pct(r["throughput_margin"]),
-            ci,
-        )
-    return t
+    return _declared(t, columns.BEST_SLO, rows)
 
 
 def tune_tables(section: TuneSection) -> list[Table]:

@@ -29,6 +29,9 @@ class Column:
     whole: bool = False  # a pair shown only whole: "–" when its first figure is missing (an interval)
     flag: str | None = None  # a boolean shown as this text when true, else nothing
     scale: float = 1.0  # the row's value times this (J -> kJ: 1e-3)
+    missing: str = "–"  # the text of a missing value
+    note: str | None = None  # the key of a note shown after the value, in parentheses, when it holds ``note_when``
+    note_when: str = ""
 
     @property
     def text(self) -> bool:
@@ -124,6 +127,18 @@ BEST_LEVEL = [
     Column("paired_decode_speedup", "Paired decode", ".3f"),
     Column("paired_ci_low", "95% CI ", ".3f", pair="paired_ci_high", sep="–", whole=True),
 ]
+BEST_SLO = [
+    Column("workload", "Workload"),
+    Column("best", "Best", missing="none meets"),
+    Column("max_passing", "Max passing", LEVEL, note="max_passing_note", note_when="cancelled request"),
+    Column("min_failing", "Min failing", LEVEL),
+    Column("best_aggregate_tok_s", "Agg tok/s", ",.1f"),
+    Column("runner_up", "Runner-up"),
+    Column("runner_up_max_passing", "Its max passing", LEVEL),
+    Column("capacity_margin", "Capacity margin", PCT),
+    Column("throughput_margin", "Tok/s margin", PCT),
+    Column("ci_low", "95% CI", PCT, pair="ci_high", sep=" … ", whole=True),
+]
 
 # Energy and cost per point (rig.analysis.energy): the identity, then the energy columns where the run has GPU
 # telemetry, then the cost where a GPU-hour price was given.
@@ -175,9 +190,11 @@ def cell_text(c: Column, row: Readable) -> str:
     if c.flag is not None:
         return c.flag if v else ""
     if c.spec == LEVEL:
-        return level_text(row)
+        text = level_text(row) if c.key == "level" else ("–" if v is None else f"{v:g}")
+        note = str(row.get(c.note) or "") if c.note else ""
+        return text + (f" ({note})" if note and c.note_when in note else "")
     if c.spec is None:
-        return "–" if v is None else str(v)
+        return c.missing if v is None else str(v)
     if c.spec == COUNT:
         return fmt(v, ",d") if isinstance(v, int) else fmt(v)
     if c.scale != 1.0 and isinstance(v, int | float):

@@ -85,19 +85,7 @@ def _pct(v: Any) -> str:
 
 FRONTIER_COLS = html_cols(columns.FRONTIER)
 BEST_LEVEL_COLS = html_cols(columns.BEST_LEVEL)
-BEST_SLO_COLS: list[Col] = [
-    ("workload", "Workload", _text),
-    ("best", "Best", _text),
-    ("max_passing", "Max passing", _text),
-    ("min_failing", "Min failing", _text),
-    ("best_aggregate_tok_s", "Agg tok/s", _num(",.1f")),
-    ("runner_up", "Runner-up", _text),
-    ("runner_up_max_passing", "Its max passing", _text),
-    ("capacity_margin", "Capacity margin", _pct),
-    ("throughput_margin", "Tok/s margin", _pct),
-    ("ci_low", "CI low", _pct),
-    ("ci_high", "CI high", _pct),
-]
+BEST_SLO_COLS = html_cols(columns.BEST_SLO)
 
 
 def _flat_search(section: SearchSection) -> list[dict[str, Any]]:
