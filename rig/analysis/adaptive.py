@@ -9,16 +9,30 @@ from rich.console import Console
 from rich.table import Table
 
 from rig.analysis import columns
-from rig.analysis.tables import fmt
 from rig.contracts import SearchSection, TuneSection
 
 
-def _pct(x: float | None) -> str:
-    return f"{x * 100:+.1f}%" if x is not None else "–"
-
-
-def _level(v: Any) -> str:
-    return "–" if v is None else f"{v:g}"
+def search_rows(section: SearchSection) -> list[dict[str, Any]]:
+    """One flat row per configuration and workload searched: its bounds, their margins, the probes it took."""
+    out = []
+    for r in section.results:
+        mp, mf = r.max_passing or {}, r.min_failing or {}
+        out.append(
+            {
+                "server_config": str(r.server_config),
+                "steps": r.steps,
+                "workload": str(r.workload),
+                "status": r.status,
+                "outcome": r.status + (f": {r.error}" if r.error else ""),
+                "max_passing": mp.get("level"),
+                "mp_margin": mp.get("margin"),
+                "mp_aggregate_tok_s": mp.get("aggregate_tok_s"),
+                "min_failing": mf.get("level"),
+                "mf_margin": mf.get("margin"),
+                "probes": r.probes,
+            }
+        )
+    return out
 
 
 def search_table(section: SearchSection) -> Table:
@@ -28,34 +42,18 @@ def search_table(section: SearchSection) -> Table:
         title_justify="left",
         header_style="bold",
     )
-    for c in (
-        "Config",
-        "Steps",
-        "Workload",
-        "Outcome",
-        "Max passing",
-        "Margin",
-        "Agg tok/s",
-        "Min failing",
-        "Margin ",
-        "Probes",
-    ):
-        t.add_column(c, justify="left" if c in ("Config", "Workload", "Outcome") else "right")
-    for r in section.results:
-        mp, mf = r.max_passing or {}, r.min_failing or {}
-        t.add_row(
-            str(r.server_config),
-            fmt(r.steps, "d"),
-            str(r.workload),
-            r.status + (f": {r.error}" if r.error else ""),
-            _level(mp.get("level")),
-            _pct(mp.get("margin")),
-            fmt(mp.get("aggregate_tok_s")),
-            _level(mf.get("level")),
-            _pct(mf.get("margin")),
-            str(r.probes),
-        )
-    return t
+    return _declared(t, columns.SEARCH, search_rows(section))
+
+
+def tune_rows(section: TuneSection) -> list[dict[str, Any]]:
+    """Every probe of a tune, numbered, with its prediction, its measurement and the verdict."""
+    out = []
+    for i, p in enumerate(section.probes, 1):
+        verdict = "–" if p.meets is None else ("meets" if p.meets else "misses")
+        if p.meets is not None and p.predicted_meets is not None and p.meets != p.predicted_meets:
+            verdict += " (mispredicted)"
+        out.append({"n": i, **p.model_dump(), "verdict": verdict})
+    return out
 
 
 def _declared(t: Table, declared: list[columns.Column], rows: list[dict[str, Any]]) -> Table:
@@ -107,37 +105,7 @@ def tune_tables(section: TuneSection) -> list[Table]:
         title_justify="left",
         header_style="bold",
     )
-    for c in (
-        "#",
-        "Round",
-        "Point",
-        "Steps",
-        "Level",
-        "Why",
-        "Pred. margin",
-        "Meas. margin",
-        "Pred. agg tok/s",
-        "Meas. agg tok/s",
-        "Verdict",
-    ):
-        t.add_column(c, justify="left" if c in ("Point", "Why", "Verdict") else "right")
-    for i, p in enumerate(section.probes, 1):
-        verdict = "–" if p.meets is None else ("meets" if p.meets else "misses")
-        if p.meets is not None and p.predicted_meets is not None and p.meets != p.predicted_meets:
-            verdict += " (mispredicted)"
-        t.add_row(
-            str(i),
-            str(p.round),
-            p.point,
-            fmt(p.steps, "d"),
-            _level(p.level),
-            p.why or "",
-            _pct(p.predicted_margin),
-            _pct(p.margin),
-            fmt(p.predicted_aggregate_tok_s),
-            fmt(p.aggregate_tok_s),
-            verdict,
-        )
+    _declared(t, columns.TUNE, tune_rows(section))
     out = [t]
     rec = section.recommendation.model_dump() if section.recommendation else {}
     r = Table(title="rig tune: recommendation", title_justify="left", header_style="bold", show_header=False)

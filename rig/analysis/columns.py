@@ -139,6 +139,31 @@ BEST_SLO = [
     Column("throughput_margin", "Tok/s margin", PCT),
     Column("ci_low", "95% CI", PCT, pair="ci_high", sep=" … ", whole=True),
 ]
+SEARCH = [
+    Column("server_config", "Config"),
+    Column("steps", "Steps", "d"),
+    Column("workload", "Workload"),
+    Column("outcome", "Outcome"),
+    Column("max_passing", "Max passing", LEVEL),
+    Column("mp_margin", "Margin", PCT),
+    Column("mp_aggregate_tok_s", "Agg tok/s", ",.1f"),
+    Column("min_failing", "Min failing", LEVEL),
+    Column("mf_margin", "Margin ", PCT),
+    Column("probes", "Probes", "d"),
+]
+TUNE = [
+    Column("n", "#", "d"),
+    Column("round", "Round", "d"),
+    Column("point", "Point"),
+    Column("steps", "Steps", "d"),
+    Column("level", "Level", LEVEL),
+    Column("why", "Why", missing=""),
+    Column("predicted_margin", "Pred. margin", PCT),
+    Column("margin", "Meas. margin", PCT),
+    Column("predicted_aggregate_tok_s", "Pred. agg tok/s", ",.1f"),
+    Column("aggregate_tok_s", "Meas. agg tok/s", ",.1f"),
+    Column("verdict", "Verdict"),
+]
 
 # Energy and cost per point (rig.analysis.energy): the identity, then the energy columns where the run has GPU
 # telemetry, then the cost where a GPU-hour price was given.

@@ -11,13 +11,14 @@ from pathlib import Path
 from typing import Any
 
 from rig.analysis import columns
+from rig.analysis.adaptive import search_rows, tune_rows
 from rig.analysis.columns import Column
 from rig.analysis.lossless import mismatch_rows
 from rig.analysis.plots import write_plots
 from rig.analysis.render import seeds_line
 from rig.analysis.report import Report
 from rig.analysis.tables import fmt, group_rows, group_title
-from rig.contracts import Row, SearchSection
+from rig.contracts import Row
 
 Col = tuple[str | None, str, Callable[[Any], str]]  # key (None: the function reads the row), header, text
 
@@ -88,50 +89,8 @@ BEST_LEVEL_COLS = html_cols(columns.BEST_LEVEL)
 BEST_SLO_COLS = html_cols(columns.BEST_SLO)
 
 
-def _flat_search(section: SearchSection) -> list[dict[str, Any]]:
-    out = []
-    for r in section.results:
-        mp, mf = r.max_passing or {}, r.min_failing or {}
-        out.append(
-            {
-                "server_config": r.server_config,
-                "steps": r.steps,
-                "workload": r.workload,
-                "status": r.status,
-                "max_passing": mp.get("level"),
-                "mp_margin": mp.get("margin"),
-                "min_failing": mf.get("level"),
-                "mf_margin": mf.get("margin"),
-                "probes": r.probes,
-            }
-        )
-    return out
-
-
-SEARCH_COLS: list[Col] = [
-    ("server_config", "Config", _text),
-    ("steps", "Steps", _num("d")),
-    ("workload", "Workload", _text),
-    ("status", "Outcome", _text),
-    ("max_passing", "Max passing", _text),
-    ("mp_margin", "Margin", _pct),
-    ("min_failing", "Min failing", _text),
-    ("mf_margin", "Margin ", _pct),
-    ("probes", "Probes", _text),
-]
-TUNE_COLS: list[Col] = [
-    ("round", "Round", _text),
-    ("point", "Point", _text),
-    ("steps", "Steps", _num("d")),
-    ("level", "Level", _text),
-    ("why", "Why", _text),
-    ("predicted_margin", "Predicted margin", _pct),
-    ("margin", "Measured margin", _pct),
-    ("predicted_aggregate_tok_s", "Predicted agg tok/s", _num(",.1f")),
-    ("aggregate_tok_s", "Measured agg tok/s", _num(",.1f")),
-    ("predicted_meets", "Predicted meets", _text),
-    ("meets", "Meets", _text),
-]
+SEARCH_COLS = html_cols(columns.SEARCH)
+TUNE_COLS = html_cols(columns.TUNE)
 
 
 BAND_COLS: list[Col] = [
@@ -227,7 +186,7 @@ def decision_html(report: Report) -> list[str]:
     if report.search:
         parts += [
             f"<h2>SLO search ({html.escape(report.search.describe)})</h2>",
-            table_html(_flat_search(report.search), SEARCH_COLS),
+            table_html(search_rows(report.search), SEARCH_COLS),
         ]
     if report.tune:
         rec = report.tune.recommendation
@@ -235,7 +194,7 @@ def decision_html(report: Report) -> list[str]:
             f"<h2>rig tune ({html.escape(report.tune.describe)})</h2>",
             f"<p><b>{html.escape(rec.answer if rec else 'no recommendation')}</b></p>",
             f"<p>{html.escape(rec.evidence if rec else '')}</p>",
-            table_html([p.model_dump() for p in report.tune.probes], TUNE_COLS, "predicted vs measured, every probe"),
+            table_html(tune_rows(report.tune), TUNE_COLS, "predicted vs measured, every probe"),
         ]
     return parts
 
