@@ -32,6 +32,7 @@ class Column:
     missing: str = "–"  # the text of a missing value
     note: str | None = None  # the key of a note shown after the value, in parentheses, when it holds ``note_when``
     note_when: str = ""
+    yes_no: tuple[str, str] | None = None  # a boolean as one of two texts (missing: ``missing``)
 
     @property
     def text(self) -> bool:
@@ -164,6 +165,42 @@ TUNE = [
     Column("aggregate_tok_s", "Meas. agg tok/s", ",.1f"),
     Column("verdict", "Verdict"),
 ]
+OBJECTIVE_TEXT = {"throughput": "aggregate tok/s", "j_per_token": "J/token", "usd_per_mtok": "$/Mtok"}
+
+
+def schedule_bands(objective: str) -> list[Column]:
+    """The speculative schedule's bands, best by ``objective`` (rig.analysis.schedule)."""
+    name = OBJECTIVE_TEXT.get(objective, objective).capitalize()
+    spec = ",.1f" if objective == "throughput" else ",.3f"
+    return [
+        Column("level", "Band from", LEVEL),
+        Column("up_to", "up to", LEVEL),
+        Column("best", "Best", missing="none meets"),
+        Column("value", name, spec),
+        Column("runner_up", "Runner-up"),
+        Column("runner_up_value", name + " ", spec),
+        Column("margin", "Margin", PCT),
+        Column("ci_low", "95% CI", PCT, pair="ci_high", sep=" … ", whole=True),
+        Column("decided", "Decided", yes_no=("yes", "no (CI spans 0)")),
+    ]
+
+
+def schedule_limits(energy: bool, cost: bool) -> list[Column]:
+    """Each setting at its SLO limit (its highest valid load without SLOs), with energy and cost where known."""
+    out = [
+        Column("config", "Setting"),
+        Column("max_level", "Max level", LEVEL),
+        Column("aggregate_tok_s", "Agg tok/s", ",.1f"),
+        Column("tok_s_per_gpu", "Tok/s per GPU", ",.1f"),
+    ]
+    if energy:
+        out += [
+            Column("mean_power_w", "Mean power", ",.0f", "W"),
+            Column("j_per_token", "J/token", ",.3f"),
+            Column("tok_s_per_w", "Tok/s per W", ",.3f"),
+        ]
+    return out + (COST if cost else [])
+
 
 # Energy and cost per point (rig.analysis.energy): the identity, then the energy columns where the run has GPU
 # telemetry, then the cost where a GPU-hour price was given.
@@ -214,6 +251,8 @@ def cell_text(c: Column, row: Readable) -> str:
     v = row.get(c.key)
     if c.flag is not None:
         return c.flag if v else ""
+    if c.yes_no is not None:
+        return c.missing if v is None else c.yes_no[0 if v else 1]
     if c.spec == LEVEL:
         text = level_text(row) if c.key == "level" else ("–" if v is None else f"{v:g}")
         note = str(row.get(c.note) or "") if c.note else ""

@@ -17,7 +17,7 @@ from rig.analysis.lossless import mismatch_rows
 from rig.analysis.plots import write_plots
 from rig.analysis.render import seeds_line
 from rig.analysis.report import Report
-from rig.analysis.tables import fmt, group_rows, group_title
+from rig.analysis.tables import group_rows, group_title
 from rig.contracts import Row
 
 Col = tuple[str | None, str, Callable[[Any], str]]  # key (None: the function reads the row), header, text
@@ -30,10 +30,6 @@ th{background:#f3f3f3} td.l,th.l{text-align:left}
 .warn{color:#a60} .bad{color:#b00;font-weight:bold} .ok{color:#070}
 img{max-width:100%;border:1px solid #eee;margin:.5em 0}
 """
-
-
-def _num(spec: str) -> Callable[[Any], str]:
-    return lambda v: fmt(v, spec)
 
 
 def _text(v: Any) -> str:
@@ -62,7 +58,7 @@ def html_cols(declared: list[Column]) -> list[Col]:
 
 
 def _html_col(c: Column) -> Col:
-    if c.spec is None and c.flag is None:  # text as it is (a list joined)
+    if c.spec is None and c.flag is None and c.yes_no is None and c.missing == "–":  # text as it is (a list joined)
         return c.key, c.titled(), _text
     return None, c.titled(), functools.partial(columns.cell_text, c)  # the terminal's cell, read from the row
 
@@ -80,10 +76,6 @@ def _img(path: Path) -> str:
     return f'<figure><img alt="{html.escape(path.stem)}" src="data:image/png;base64,{data}"></figure>'
 
 
-def _pct(v: Any) -> str:
-    return f"{v * 100:+.1f}%" if v is not None else "–"
-
-
 FRONTIER_COLS = html_cols(columns.FRONTIER)
 BEST_LEVEL_COLS = html_cols(columns.BEST_LEVEL)
 BEST_SLO_COLS = html_cols(columns.BEST_SLO)
@@ -91,30 +83,6 @@ BEST_SLO_COLS = html_cols(columns.BEST_SLO)
 
 SEARCH_COLS = html_cols(columns.SEARCH)
 TUNE_COLS = html_cols(columns.TUNE)
-
-
-BAND_COLS: list[Col] = [
-    ("level", "Band from", _text),
-    ("up_to", "up to", _text),
-    ("best", "Best", _text),
-    ("value", "Value", _num(",.3f")),
-    ("runner_up", "Runner-up", _text),
-    ("runner_up_value", "Its value", _num(",.3f")),
-    ("margin", "Margin", _pct),
-    ("ci_low", "CI low", _pct),
-    ("ci_high", "CI high", _pct),
-    ("decided", "Decided", _text),
-]
-LIMIT_COLS: list[Col] = [
-    ("config", "Setting", _text),
-    ("max_level", "Max level", _text),
-    ("aggregate_tok_s", "Agg tok/s", _num(",.1f")),
-    ("tok_s_per_gpu", "Tok/s per GPU", _num(",.1f")),
-    ("mean_power_w", "Mean power (W)", _num(",.0f")),
-    ("j_per_token", "J/token", _num(",.3f")),
-    ("tok_s_per_w", "Tok/s per W", _num(",.3f")),
-    ("usd_per_mtok", "$/Mtok", _num(",.3f")),
-]
 
 
 def energy_html(report: Report) -> list[str]:
@@ -135,7 +103,7 @@ def energy_html(report: Report) -> list[str]:
         parts += [
             f"<h2>Speculative schedule by load: {html.escape(str(s['workload']))} "
             f"({html.escape(str(s['load_mode']))}), best by {html.escape(s['objective'])}</h2>",
-            table_html(s["bands"], BAND_COLS),
+            table_html(s["bands"], html_cols(columns.schedule_bands(s["objective"]))),
         ]
         cross = (
             "; ".join(
@@ -143,9 +111,7 @@ def energy_html(report: Report) -> list[str]:
             )
             or "none"
         )
-        limit_cols = (
-            LIMIT_COLS[:4] + (LIMIT_COLS[4:7] if report.energy else []) + (LIMIT_COLS[7:] if report.cost else [])
-        )
+        limit_cols = html_cols(columns.schedule_limits(bool(report.energy), bool(report.cost)))
         where = "the highest load meeting the SLOs" if report.slos else "its highest valid load (no SLOs given)"
         parts += [
             f"<p>Crossovers: {html.escape(cross)}</p>",

@@ -12,7 +12,7 @@ from rig.analysis import columns
 from rig.analysis.columns import Column
 from rig.analysis.lossless import mismatch_rows
 from rig.analysis.report import Report
-from rig.analysis.tables import fmt, render_campaign_table, render_problems
+from rig.analysis.tables import render_campaign_table, render_problems
 from rig.contracts import CampaignRow, GoodputRow, LosslessResult, Row, ServerRow
 
 if TYPE_CHECKING:
@@ -105,11 +105,7 @@ def render_energy(report: Report) -> Table:
     return t
 
 
-OBJECTIVE_TEXT = {"throughput": "aggregate tok/s", "j_per_token": "J/token", "usd_per_mtok": "$/Mtok"}
-
-
-def _value(v: Any, objective: str) -> str:
-    return fmt(v, ",.1f" if objective == "throughput" else ",.3f")
+OBJECTIVE_TEXT = columns.OBJECTIVE_TEXT
 
 
 def render_schedule(report: Report) -> list[RenderableType]:
@@ -128,31 +124,11 @@ def render_schedule(report: Report) -> list[RenderableType]:
             title_justify="left",
             header_style="bold",
         )
-        for c in (
-            "Band from",
-            "up to",
-            "Best",
-            obj.capitalize(),
-            "Runner-up",
-            obj.capitalize() + " ",
-            "Margin",
-            "95% CI",
-            "Decided",
-        ):
-            t.add_column(c, justify="left" if c in ("Best", "Runner-up") else "right")
+        bands = columns.schedule_bands(s["objective"])
+        for c in bands:
+            t.add_column(c.titled(), justify="left" if c.spec is None and c.yes_no is None else "right")
         for b in s["bands"]:
-            ci = f"{b['ci_low'] * 100:+.1f}% … {b['ci_high'] * 100:+.1f}%" if b.get("ci_low") is not None else "–"
-            t.add_row(
-                _level({"level": b["level"]}),
-                _level({"level": b["up_to"]}),
-                b["best"] or "none meets",
-                _value(b["value"], s["objective"]),
-                b["runner_up"] or "–",
-                _value(b["runner_up_value"], s["objective"]),
-                f"{b['margin'] * 100:+.1f}%" if b.get("margin") is not None else "–",
-                ci,
-                "–" if b.get("decided") is None else ("yes" if b["decided"] else "no (CI spans 0)"),
-            )
+            t.add_row(*(columns.cell_text(c, b) for c in bands))
         out.append(t)
         if s["crossovers"]:
             out.append(
@@ -179,18 +155,11 @@ def render_schedule(report: Report) -> list[RenderableType]:
             title_justify="left",
             header_style="bold",
         )
-        cols = ["Setting", "Max level", "Agg tok/s", "Tok/s per GPU"]
-        cols += ["Mean power (W)", "J/token", "Tok/s per W"] if report.energy else []
-        cols += ["$/Mtok"] if report.cost else []
-        for c in cols:
-            lim.add_column(c, justify="left" if c == "Setting" else "right")
+        limits = columns.schedule_limits(bool(report.energy), bool(report.cost))
+        for c in limits:
+            lim.add_column(c.titled(), justify="left" if c.spec is None else "right")
         for e in s["at_slo_limit"]:
-            cells = [e["config"], _level({"level": e["max_level"]}), fmt(e["aggregate_tok_s"]), fmt(e["tok_s_per_gpu"])]
-            if report.energy:
-                cells += [fmt(e["mean_power_w"], ",.0f"), fmt(e["j_per_token"], ",.3f"), fmt(e["tok_s_per_w"], ",.3f")]
-            if report.cost:
-                cells.append(fmt(e["usd_per_mtok"], ",.3f"))
-            lim.add_row(*cells)
+            lim.add_row(*(columns.cell_text(c, e) for c in limits))
         out.append(lim)
     return out
 
