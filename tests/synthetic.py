@@ -29,6 +29,25 @@ def record(**fields: Any) -> dict[str, Any]:
     return row
 
 
+def point_entry(point: str, steps: int, concurrency: int = 4, **over: Any) -> dict[str, Any]:
+    """A complete closed-loop greedy point of configuration ``cfg<steps>`` as the manifest records it."""
+    return {
+        "point": point,
+        "server_config": f"cfg{steps}",
+        "engine": "sim",
+        "workload": "greedy",
+        "steps": steps,
+        "load_mode": "closed",
+        "concurrency": concurrency,
+        "rate": None,
+        "repeat": 0,
+        "status": "complete",
+        "flags": [],
+        "generators": [],
+        **over,
+    }
+
+
 def write_requests(run_dir: Path, point: str, generator: int, rows: Iterable[dict[str, Any]]) -> None:
     """Rows of one (point, generator) as one closed part file, through the runner's own writer."""
     w = PartWriter(requests_dir(run_dir, point, generator), REQUEST_SCHEMA)

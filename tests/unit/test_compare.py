@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from synthetic import record, write_requests, write_run
+from synthetic import point_entry, record, write_requests, write_run
 
 from rig.analysis.cli import compare as compare_cmd
 from rig.analysis.compare import bootstrap_mean_ci, compare, parse_target
@@ -17,24 +17,7 @@ N = 40
 TOKENS = 101
 
 
-def _point(point: str, steps: int) -> dict:
-    return {
-        "point": point,
-        "server_config": f"cfg{steps}",
-        "engine": "sim",
-        "workload": "greedy",
-        "steps": steps,
-        "load_mode": "closed",
-        "concurrency": 4,
-        "rate": None,
-        "repeat": 0,
-        "status": "complete",
-        "flags": [],
-        "generators": [],
-    }
-
-
-def _write_point(d: Path, point: str, steps: int, ratios: np.ndarray) -> None:
+def _writepoint_entry(d: Path, point: str, steps: int, ratios: np.ndarray) -> None:
     """N requests; the candidate's latencies are the baseline's (e2e 2 s, ttft 0.2 s) divided by ``ratios``."""
     rows = []
     for i, ratio in enumerate(ratios):
@@ -67,9 +50,9 @@ def _write_point(d: Path, point: str, steps: int, ratios: np.ndarray) -> None:
 
 
 def make_compare_run(d: Path, ratios: np.ndarray) -> Path:
-    write_run(d, {"run_id": d.name, "status": "complete", "points": [_point("base", 0), _point("cand", 2)]})
-    _write_point(d, "base", 0, np.ones(N))
-    _write_point(d, "cand", 2, ratios)
+    write_run(d, {"run_id": d.name, "status": "complete", "points": [point_entry("base", 0), point_entry("cand", 2)]})
+    _writepoint_entry(d, "base", 0, np.ones(N))
+    _writepoint_entry(d, "cand", 2, ratios)
     return d
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from synthetic import record, write_requests, write_run
+from synthetic import point_entry, record, write_requests, write_run
 
 from rig.analysis import resample as rs
 from rig.analysis.cli import compare as compare_cmd
@@ -17,23 +17,6 @@ from rig.analysis.gate import Threshold, judge, parse_threshold
 
 N = 400
 TOKENS = 101
-
-
-def _point(point: str, steps: int) -> dict:
-    return {
-        "point": point,
-        "server_config": f"cfg{steps}",
-        "engine": "sim",
-        "workload": "greedy",
-        "steps": steps,
-        "load_mode": "closed",
-        "concurrency": 4,
-        "rate": None,
-        "repeat": 0,
-        "status": "complete",
-        "flags": [],
-        "generators": [],
-    }
 
 
 def _write(d: Path, point: str, steps: int, tpot: np.ndarray) -> None:
@@ -71,7 +54,7 @@ def _write(d: Path, point: str, steps: int, tpot: np.ndarray) -> None:
 def make_run(d: Path, factor: np.ndarray) -> Path:
     """Baseline TPOTs spread 10-30 ms; the candidate's are the same requests' times ``factor``."""
     base = np.random.default_rng(5).uniform(0.010, 0.030, N)
-    write_run(d, {"run_id": d.name, "status": "complete", "points": [_point("base", 0), _point("cand", 2)]})
+    write_run(d, {"run_id": d.name, "status": "complete", "points": [point_entry("base", 0), point_entry("cand", 2)]})
     _write(d, "base", 0, base)
     _write(d, "cand", 2, base * factor)
     return d

@@ -289,25 +289,12 @@ def test_compare_with_a_level_at_0_tok_s_gives_no_margin_instead_of_a_traceback(
     import json as _json
 
     from click.testing import CliRunner
-    from synthetic import record, write_requests, write_run
+    from synthetic import point_entry, record, write_requests, write_run
 
     from rig.analysis.cli import compare as compare_cmd
 
     def point(name: str, steps: int) -> dict:
-        return {
-            "point": name,
-            "server_config": f"cfg{steps}",
-            "engine": "sim",
-            "workload": "greedy",
-            "steps": steps,
-            "load_mode": "closed",
-            "concurrency": 4,
-            "rate": None,
-            "repeat": 0,
-            "status": "complete",
-            "flags": [],
-            "generators": [],
-        }
+        return point_entry(name, steps)
 
     d = tmp_path / "run"
     write_run(d, {"run_id": "run", "status": "complete", "points": [point("base", 0), point("cand", 2)]})

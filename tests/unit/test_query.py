@@ -9,26 +9,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
-from synthetic import record, write_requests, write_run, write_server_metrics
+from synthetic import point_entry, record, write_requests, write_run, write_server_metrics
 
 from rig.analysis.query import query
 
 
 def _point(point: str, steps: int) -> dict:
-    return {
-        "point": point,
-        "server_config": f"cfg{steps}",
-        "engine": "sim",
-        "workload": "greedy",
-        "steps": steps,
-        "load_mode": "closed",
-        "concurrency": 2,
-        "rate": None,
-        "repeat": 0,
-        "status": "complete",
-        "flags": [],
-        "generators": [],
-    }
+    return point_entry(point, steps, concurrency=2)
 
 
 def make_run(d: Path, run_id: str, n: dict[str, int]) -> Path:
