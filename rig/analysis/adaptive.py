@@ -8,7 +8,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from rig.analysis import columns
+from rig.analysis import columns, declared
 from rig.contracts import SearchSection, TuneSection
 
 
@@ -42,7 +42,7 @@ def search_table(section: SearchSection) -> Table:
         title_justify="left",
         header_style="bold",
     )
-    return _declared(t, columns.SEARCH, search_rows(section))
+    return declared.fill(t, columns.SEARCH, search_rows(section))
 
 
 def tune_rows(section: TuneSection) -> list[dict[str, Any]]:
@@ -56,15 +56,6 @@ def tune_rows(section: TuneSection) -> list[dict[str, Any]]:
     return out
 
 
-def _declared(t: Table, declared: list[columns.Column], rows: list[dict[str, Any]]) -> Table:
-    """Fill ``t`` from a column declaration (rig.analysis.columns), the one the HTML page reads too."""
-    for c in declared:
-        t.add_column(c.titled(), justify="left" if c.spec is None else "right")
-    for r in rows:
-        t.add_row(*(columns.cell_text(c, r) for c in declared))
-    return t
-
-
 def frontier_table(rows: list[dict[str, Any]]) -> Table:
     """The Pareto points: per-user decode speed against per-GPU throughput."""
     t = Table(
@@ -72,7 +63,7 @@ def frontier_table(rows: list[dict[str, Any]]) -> Table:
         title_justify="left",
         header_style="bold",
     )
-    return _declared(t, columns.FRONTIER, rows)
+    return declared.fill(t, columns.FRONTIER, rows)
 
 
 def best_level_table(rows: list[dict[str, Any]], slo_text: str | None) -> Table:
@@ -84,7 +75,7 @@ def best_level_table(rows: list[dict[str, Any]], slo_text: str | None) -> Table:
         title_justify="left",
         header_style="bold",
     )
-    return _declared(t, columns.BEST_LEVEL, rows)
+    return declared.fill(t, columns.BEST_LEVEL, rows)
 
 
 def best_slo_table(rows: list[dict[str, Any]]) -> Table:
@@ -95,7 +86,7 @@ def best_slo_table(rows: list[dict[str, Any]]) -> Table:
         title_justify="left",
         header_style="bold",
     )
-    return _declared(t, columns.BEST_SLO, rows)
+    return declared.fill(t, columns.BEST_SLO, rows)
 
 
 def tune_tables(section: TuneSection) -> list[Table]:
@@ -105,7 +96,7 @@ def tune_tables(section: TuneSection) -> list[Table]:
         title_justify="left",
         header_style="bold",
     )
-    _declared(t, columns.TUNE, tune_rows(section))
+    declared.fill(t, columns.TUNE, tune_rows(section))
     out = [t]
     rec = section.recommendation.model_dump() if section.recommendation else {}
     r = Table(title="rig tune: recommendation", title_justify="left", header_style="bold", show_header=False)

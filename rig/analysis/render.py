@@ -8,12 +8,11 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from rig.analysis import columns
-from rig.analysis.columns import Column
+from rig.analysis import columns, declared
 from rig.analysis.lossless import mismatch_rows
 from rig.analysis.report import Report
 from rig.analysis.tables import render_campaign_table, render_problems
-from rig.contracts import CampaignRow, GoodputRow, LosslessResult, Row, ServerRow
+from rig.contracts import CampaignRow, GoodputRow, LosslessResult, ServerRow
 
 if TYPE_CHECKING:
     from rig.analysis.runs import PointInfo
@@ -21,30 +20,15 @@ if TYPE_CHECKING:
 MAX_MISMATCH_ROWS = 50  # the terminal shows this many; CSV and JSON carry all
 
 
-def _level(row: dict[str, Any] | Row) -> str:
-    return columns.level_text(row)
-
-
-def _cell(c: Column, r: dict[str, Any] | Row) -> Text | str:
-    """A terminal cell of a declared column ('–' for a missing value; a flag's text in yellow)."""
-    text = columns.cell_text(c, r)
-    return Text(text, style="yellow") if c.flag is not None else text
-
-
-def _add_columns(t: Table, declared: list[Column]) -> None:
-    for c in declared:
-        t.add_column(c.header, justify="left" if c.spec is None else "right", overflow="fold")
-
-
 def render_latency(rows: list[dict[str, Any]]) -> Table:
     """TTFT/TPOT/ITL/E2E (and open-loop) percentiles per point, in ms."""
     t = Table(title="Latency (ms; ITL percentiles are over tokens)", title_justify="left", header_style="bold")
-    _add_columns(t, columns.LATENCY)
+    declared.add_columns(t, columns.LATENCY, fold=True, units=False)
     last = None
     for r in rows:
         if last is not None and r["point"] != last:
             t.add_section()
-        cells = [_cell(c, r) for c in columns.LATENCY]
+        cells = declared.cells(columns.LATENCY, r)
         if r["point"] == last:  # the point once per group of its metrics
             cells[0] = ""
         t.add_row(*cells)
@@ -62,10 +46,7 @@ def render_acceptance(rows: list[dict[str, Any]]) -> Table:
         "Decode-only: Σ (tokens - 1) / Σ verifies, the figure SGLang's bench_serving prints",
         caption_justify="left",
     )
-    _add_columns(t, columns.ACCEPTANCE)
-    for r in rows:
-        t.add_row(*(_cell(c, r) for c in columns.ACCEPTANCE))
-    return t
+    return declared.fill(t, columns.ACCEPTANCE, rows, fold=True, units=False)
 
 
 def render_server(rows: list[ServerRow]) -> Table:
@@ -75,10 +56,7 @@ def render_server(rows: list[ServerRow]) -> Table:
         title_justify="left",
         header_style="bold",
     )
-    _add_columns(t, columns.SERVER)
-    for r in rows:
-        t.add_row(*(_cell(c, r) for c in columns.SERVER))
-    return t
+    return declared.fill(t, columns.SERVER, rows, fold=True, units=False)
 
 
 def simulated(rows: list[CampaignRow]) -> bool:
@@ -95,17 +73,10 @@ def render_energy(report: Report) -> Table:
         header_style="bold",
         title_style="bold yellow" if sim else None,
     )
-    declared = (
+    energy_columns = (
         columns.ENERGY_IDENTITY + (columns.ENERGY if report.energy else []) + (columns.COST if report.cost else [])
     )
-    for c in declared:
-        t.add_column(c.titled(), justify="left" if c.spec is None else "right", overflow="fold")
-    for r in rows:
-        t.add_row(*(_cell(c, r) for c in declared))
-    return t
-
-
-OBJECTIVE_TEXT = columns.OBJECTIVE_TEXT
+    return declared.fill(t, energy_columns, rows, fold=True)
 
 
 def render_schedule(report: Report) -> list[RenderableType]:
@@ -117,18 +88,14 @@ def render_schedule(report: Report) -> list[RenderableType]:
     among = f"points meeting {describe(report.slos, report.slo_percentile)}" if report.slos else "valid points"
     sim = simulated(report.campaign)
     for s in report.schedule:
-        obj = OBJECTIVE_TEXT.get(s["objective"], s["objective"])
+        obj = columns.OBJECTIVE_TEXT.get(s["objective"], s["objective"])
         t = Table(
             title=f"Speculative schedule by load · {s['workload']} ({s['load_mode']}): best by {obj} among "
             f"{among}; margin over the runner-up, 95% CI",
             title_justify="left",
             header_style="bold",
         )
-        bands = columns.schedule_bands(s["objective"])
-        for c in bands:
-            t.add_column(c.titled(), justify="left" if c.spec is None and c.yes_no is None else "right")
-        for b in s["bands"]:
-            t.add_row(*(columns.cell_text(c, b) for c in bands))
+        declared.fill(t, columns.schedule_bands(s["objective"]), s["bands"])
         out.append(t)
         if s["crossovers"]:
             out.append(
@@ -155,11 +122,7 @@ def render_schedule(report: Report) -> list[RenderableType]:
             title_justify="left",
             header_style="bold",
         )
-        limits = columns.schedule_limits(bool(report.energy), bool(report.cost))
-        for c in limits:
-            lim.add_column(c.titled(), justify="left" if c.spec is None else "right")
-        for e in s["at_slo_limit"]:
-            lim.add_row(*(columns.cell_text(c, e) for c in limits))
+        declared.fill(lim, columns.schedule_limits(bool(report.energy), bool(report.cost)), s["at_slo_limit"])
         out.append(lim)
     return out
 
@@ -168,10 +131,7 @@ def render_goodput(rows: list[GoodputRow]) -> Table:
     """Requests meeting every SLO per point."""
     slos = rows[0]["slos"] if rows else ""
     t = Table(title=f"Goodput ({slos})", title_justify="left", header_style="bold")
-    _add_columns(t, columns.GOODPUT)
-    for r in rows:
-        t.add_row(*(_cell(c, r) for c in columns.GOODPUT))
-    return t
+    return declared.fill(t, columns.GOODPUT, rows, fold=True, units=False)
 
 
 def render_lossless(result: LosslessResult) -> RenderableType:

@@ -17,7 +17,7 @@ N = 40
 TOKENS = 101
 
 
-def _writepoint_entry(d: Path, point: str, steps: int, ratios: np.ndarray) -> None:
+def _write_point(d: Path, point: str, steps: int, ratios: np.ndarray) -> None:
     """N requests; the candidate's latencies are the baseline's (e2e 2 s, ttft 0.2 s) divided by ``ratios``."""
     rows = []
     for i, ratio in enumerate(ratios):
@@ -51,8 +51,8 @@ def _writepoint_entry(d: Path, point: str, steps: int, ratios: np.ndarray) -> No
 
 def make_compare_run(d: Path, ratios: np.ndarray) -> Path:
     write_run(d, {"run_id": d.name, "status": "complete", "points": [point_entry("base", 0), point_entry("cand", 2)]})
-    _writepoint_entry(d, "base", 0, np.ones(N))
-    _writepoint_entry(d, "cand", 2, ratios)
+    _write_point(d, "base", 0, np.ones(N))
+    _write_point(d, "cand", 2, ratios)
     return d
 
 

@@ -97,8 +97,8 @@ def test_resume_refuses_flags_it_would_ignore(tmp_path):
 def _two_part_run(d: Path) -> Path:
     """Baseline and candidate, identical; the candidate's 40 requests in two part files of 20."""
     import numpy as np
-    from synthetic import write_run
-    from test_compare import _point, _write_point
+    from synthetic import point_entry, write_run
+    from test_compare import _write_point
 
     write_run(
         d,
@@ -106,9 +106,13 @@ def _two_part_run(d: Path) -> Path:
             "run_id": d.name,
             "status": "complete",
             "points": [
-                {**_point("base", 0), "requests_scheduled": 40, "records": {"ok": 40, "failed": 0, "cancelled": 0}},
                 {
-                    **_point("cand", 2),
+                    **point_entry("base", 0),
+                    "requests_scheduled": 40,
+                    "records": {"ok": 40, "failed": 0, "cancelled": 0},
+                },
+                {
+                    **point_entry("cand", 2),
                     "requests_scheduled": 40,
                     "records": {"ok": 40, "failed": 0, "cancelled": 0},
                     "generators": [{"generator": 0, "status": "complete", "parts": ["part-00000.parquet"]}],
