@@ -26,7 +26,7 @@ import pytest
 from tserve_fixtures import tserve_executable, tserve_server  # noqa: F401
 
 # the real-engine fixtures (session-scoped: one vLLM venv, one tiny model, one server per steps value for the run)
-from vllm_fixtures import tiny_model_dir, vllm_engine_python, vllm_servers  # noqa: F401
+from vllm_fixtures import stop_vllm_servers, tiny_model_dir, vllm_engine_python, vllm_servers  # noqa: F401
 
 INTEGRATION = ("ray", "slow", "netns", "server")
 NET_REACHED = pytest.StashKey[list[str]]()  # the non-loopback addresses a fast-tier test tried to connect to
@@ -59,6 +59,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             )
         if marks or tier == "integration":
             item.add_marker(pytest.mark.integration)
+    # The real-engine files last (in their own order): their servers are started on first use and stopped once no
+    # later test needs them (pytest_runtest_teardown), so no engine idles beside the Ray tests: an idle vLLM CPU
+    # engine polls at ~15% of a core, and the sim's real-time runs share the 2 cores with it.
+    items.sort(key=lambda i: _uses_engines(_relpath(i)))
     skip = []
     if not config.getoption("--static"):
         skip += [i for i in items if i.get_closest_marker("static")]
@@ -77,6 +81,24 @@ ENGINE_FIXTURES = ("vllm_servers", "vllm_engine_python", "tiny_model_dir", "tser
 SERIAL = "ray-and-engines"
 
 
+def _relpath(item: pytest.Item) -> str:
+    return item.nodeid.split("::", 1)[0]
+
+
+@functools.cache
+def _uses_engines(path: str) -> bool:
+    """Whether a test file starts real engines (its text names one of their fixtures)."""
+    file = TESTS.parent / path
+    return file.is_file() and any(f in file.read_text() for f in ENGINE_FIXTURES)
+
+
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    # The session's vLLM servers are stopped as soon as the next test is not a real-engine one (a later one starts
+    # them again on first use); at the session's end the fixture's own teardown stops them.
+    if nextitem is not None and _uses_engines(_relpath(item)) and not _uses_engines(_relpath(nextitem)):
+        stop_vllm_servers()
+
+
 @functools.cache
 def xdist_scope(path: str) -> str:
     """The unit of work a file's tests go to a pytest-xdist worker in: every file with Ray or real-engine tests is in
@@ -84,7 +106,7 @@ def xdist_scope(path: str) -> str:
     other file is a unit of its own (a module-scoped fixture is built once)."""
     text = (TESTS.parent / path).read_text()
     ray = "pytest.mark.ray" in text or "pytest.mark.netns" in text  # the namespace cluster runs Ray too
-    return SERIAL if ray or any(f in text for f in ENGINE_FIXTURES) else path
+    return SERIAL if ray or _uses_engines(path) else path
 
 
 @pytest.hookimpl(tryfirst=True, optionalhook=True)

@@ -126,7 +126,7 @@ def tserve_executable() -> Path:
     return ensure_tserve()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")  # stopped after its module: an idle engine beside later tests slows them
 def tserve_server(tserve_executable: Path, tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory):
     server = start_tserve(tserve_executable, tiny_model_dir, tmp_path_factory.mktemp("tserve-logs"))
     yield server

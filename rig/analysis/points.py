@@ -21,6 +21,7 @@ from rig.contracts import CampaignRow, ErrorCount, GeneratorReport, achieved_rat
 INVALIDATING = frozenset(
     {
         "client_saturated",
+        "sim_behind",
         "generator_lost",
         "schedule_slip",
         "no_rows",

@@ -23,6 +23,7 @@ from rig.run.points import Point
 from rig.run.rundir import log_traceback, supersede
 from rig.run.statuses import dialect_flags, point_verdict
 from rig.server.engines import engine_for
+from rig.sim.prometheus import SIM_BEHIND_METRIC
 
 STOP_GRACE_S = 4.0  # after a stop request, how long generators may take to return before they are killed
 GATHER_THREADS = 16  # client hosts gathered from at once at the end of a point
@@ -103,6 +104,7 @@ class PointExecutor:
             if after
             else None,
         )
+        self._flag_sim_behind(pid, before, after)
         self.finish_point(pid, plans, results, server_died)
         self.ctx.progress.point_end(pid, store.entry(pid))
 
@@ -180,6 +182,18 @@ class PointExecutor:
         except Exception as e:
             self._flag(pid, "metrics_unwritten", f"server metrics not saved: {_first_line(e)}")
         return after, metric_parts
+
+    def _flag_sim_behind(self, pid: str, before: dict[str, float], after: dict[str, float]) -> None:
+        """The simulator's own account of time it could not keep to (its host too busy): its figures then understate
+        the hardware it models, so the point is flagged (real engines publish no such counter)."""
+        behind = after.get(SIM_BEHIND_METRIC, 0.0) - before.get(SIM_BEHIND_METRIC, 0.0)
+        if behind > 0:
+            self._flag(
+                pid,
+                "sim_behind",
+                f"the simulator fell {behind:.2f} s behind its modelled clock (this host was too busy): "
+                "its figures understate the modelled hardware",
+            )
 
     def _flag(self, pid: str, flag: str, why: str) -> None:
         """A flag with its reason on the point (kept by finish_point's verdict) and on screen."""

@@ -9,6 +9,8 @@ SPEC is ``KIND[=VALUE][,key=value...]``. Server-wide faults:
 - ``crash_after=N``   the process dies (SIGKILL, or ``code=C``: exit code C) when generation request N+1 arrives
 - ``crash_at=T``      ... T seconds after the first generation request arrived
 - ``slow=F``          every engine iteration takes F times as long (F > 0; F < 1 speeds it up)
+- ``stall=S``         the process stops for S seconds, once, ``at=T`` seconds (default 0) after the first generation
+  request arrived: its event loop is blocked, as a busy host blocks it (the simulator's clock then falls behind)
 
 Per-request faults (the first listed fault that selects a request applies to it):
 
@@ -39,6 +41,7 @@ import json
 import logging
 import os
 import signal
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -50,10 +53,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("rig.sim")
 GENERATION_PATHS = ("/generate", "/v1/completions", "/v1/chat/completions")
-SERVER_KINDS = ("crash_after", "crash_at", "slow")
+SERVER_KINDS = ("crash_after", "crash_at", "slow", "stall")
 REQUEST_KINDS = ("http", "hang", "hang_headers", "truncate", "reset", "malformed", "content_type")
 STREAM_KINDS = ("hang_headers", "truncate", "reset", "malformed", "content_type")
-_KEYS = {"every", "offset", "fraction", "seed", "after", "code"}
+_KEYS = {"every", "offset", "fraction", "seed", "after", "code", "at"}
 
 
 class FaultSpecError(ValueError):
@@ -70,6 +73,7 @@ class Fault:
     seed: int = 0
     after: int | None = None  # stream faults: whole events sent before the fault
     code: int | None = None  # crash: exit code instead of SIGKILL
+    at: float = 0.0  # stall: seconds after the first generation request
     spec: str = ""
 
     def selects(self, index: int, rid: str | None) -> bool:
@@ -126,6 +130,7 @@ _VALUE_OF: dict[str, Callable[[str], Any]] = {
     "crash_after": lambda v: _num("crash_after", v, int, 0),
     "crash_at": lambda v: _num("crash_at", v, float, 0),
     "slow": lambda v: _num("slow", v, float, 0, 1000, lo_open=True),
+    "stall": lambda v: _num("stall", v, float, 0, 600, lo_open=True),
     "http": lambda v: _num("http", v, int, 400, 599),
     "malformed": lambda v: _malformed(v),
 }
@@ -140,6 +145,8 @@ def _malformed(value: str) -> str:
 def _allowed_options(kind: str) -> set[str]:
     if kind in ("crash_after", "crash_at"):
         return {"code"}
+    if kind == "stall":
+        return {"at"}
     if kind in REQUEST_KINDS:
         return {"every", "offset", "fraction", "seed"} | (
             {"after"} if kind in ("truncate", "reset", "malformed") else set()
@@ -189,6 +196,7 @@ def parse_fault(spec: str) -> Fault:
         seed=opt("seed", int) or 0,
         after=opt("after", int, 0),
         code=opt("code", int, 0, 255),
+        at=opt("at", float, 0, 3600) or 0.0,
         spec=spec,
     )
 
@@ -211,10 +219,12 @@ class FaultPlan:
         self.per_request = [f for f in self.faults if f.kind in REQUEST_KINDS]
         self.crash_after = next((f for f in self.faults if f.kind == "crash_after"), None)
         self.crash_at = next((f for f in self.faults if f.kind == "crash_at"), None)
+        self.stall = next((f for f in self.faults if f.kind == "stall"), None)
         slow = [f.value for f in self.faults if f.kind == "slow"]
         self.time_scale = slow[-1] if slow else 1.0
         self.seen = 0
         self._timer: asyncio.Task | None = None
+        self._stall_timer: asyncio.Task | None = None
 
     def __bool__(self) -> bool:
         return bool(self.faults)
@@ -236,6 +246,12 @@ def crash(fault: Fault, why: str) -> None:
 async def _crash_later(fault: Fault) -> None:
     await asyncio.sleep(float(fault.value))
     crash(fault, f"{fault.value:g} s after the first generation request")
+
+
+async def _stall_later(fault: Fault) -> None:
+    await asyncio.sleep(fault.at)
+    log.warning("sim fault: stalling the process for %g s (%s)", fault.value, fault.spec)
+    time.sleep(float(fault.value))  # blocking on purpose: nothing in this process runs, as on a host that stalls it
 
 
 async def _rid(request: web.Request) -> str | None:
@@ -369,6 +385,8 @@ def middleware(plan: FaultPlan) -> Callable:
             crash(plan.crash_after, f"generation request {index} arrived")
         if plan.crash_at is not None and plan._timer is None:
             plan._timer = asyncio.get_running_loop().create_task(_crash_later(plan.crash_at))
+        if plan.stall is not None and plan._stall_timer is None:
+            plan._stall_timer = asyncio.get_running_loop().create_task(_stall_later(plan.stall))
         rid = await _rid(request) if plan.per_request else None
         fault = plan.choose(index, rid)
         if fault is None:

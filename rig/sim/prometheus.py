@@ -57,6 +57,9 @@ E2E_BUCKETS = (
 )
 LAG_BUCKETS = (0.0001, 0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.5, 1.0)
 CONTENT_TYPE = CONTENT_TYPE_LATEST
+# The simulator's count of modelled time it could not keep to; rig flags a point where it grew (rig/run/execute.py).
+SIM_BEHIND_METRIC = "sglang:sim_behind_seconds_total"
+
 disable_created_metrics()  # SGLang serves multiprocess-mode metrics, which have no *_created samples
 
 
@@ -110,6 +113,14 @@ class SimMetrics:
         self.sim_lag_max = g(
             "sim_lag_max_seconds", "Simulator: largest lag (s) since startup or the last /flush_cache."
         )
+        # Not a gauge: the time lost adds up over a point, and rig's report reads it as a counter's change per point.
+        self.sim_behind_seconds_total = Counter(
+            SIM_BEHIND_METRIC.removesuffix("_total"),
+            "Simulator: wall time (s) its schedule skipped because the host fell too far behind to catch up "
+            "(the modelled hardware would have been working); over 0 in a point, its figures understate the model.",
+            sched,
+            registry=r,
+        ).labels(**self._sched_labels)
         self.sim_iteration_lag = Histogram(
             "sglang:sim_iteration_lag_seconds",
             "Simulator: lag per iteration (s).",

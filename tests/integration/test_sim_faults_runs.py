@@ -409,3 +409,31 @@ def test_a_slowed_server_hits_the_request_timeout_after_its_first_tokens(tmp_pat
     (p,) = read_manifest(run)["points"]
     assert p["status"] == "failed" and p["error"] == "no request succeeded (4 failed)"
     assert_accounting(run)
+
+
+@pytest.mark.ray
+def test_a_simulator_its_host_stalled_flags_its_point_and_the_report_says_why(tmp_path):
+    # The process stops for 1.6 s mid-request (past the 1 s it catches up on): the modelled time it skipped is
+    # counted by the sim, and the run flags the point, whose figures understate the modelled hardware.
+    res = rig(
+        "run",
+        *BASE,
+        "--concurrency",
+        "1",
+        "--requests",
+        "1",
+        "--workload-opt",
+        "max_tokens=300",
+        *fault_args("stall=1.6,at=0.3"),
+        "--out",
+        str(tmp_path),
+        "--run-id",
+        "stall",
+    )
+    run = tmp_path / "stall"
+    (p,) = read_manifest(run)["points"]
+    assert p["records"]["ok"] == 1 and p["flags"] == ["sim_behind"], (p, res.stderr[-2000:])
+    assert re.fullmatch(r"the simulator fell 1\.\d\d s behind its modelled clock .*", p["flag_reasons"]["sim_behind"])
+    assert p["server_counters_delta"]["sglang:sim_behind_seconds_total"] >= 1.0
+    rep = rig("report", str(run))
+    assert rep.returncode == 0 and "sim_behind" in rep.stdout and "fell 1." in rep.stdout, rep.stdout[-3000:]

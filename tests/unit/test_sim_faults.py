@@ -36,13 +36,16 @@ def fault_args(*specs: str) -> list[str]:
         ("http=700", "http must be <= 599, got 700"),
         (
             "bogus",
-            "unknown fault 'bogus' (known: crash_after, crash_at, slow, http, hang, hang_headers, truncate, "
+            "unknown fault 'bogus' (known: crash_after, crash_at, slow, stall, http, hang, hang_headers, truncate, "
             "reset, malformed, content_type)",
         ),
         ("hang,after=2", "hang does not take after"),
         ("truncate,every=0", "every must be >= 1, got 0"),
         ("http=503,every=2,fraction=0.5", "http: give every= or fraction=, not both"),
         ("slow=0", "slow must be > 0, got 0"),
+        ("stall=0", "stall must be > 0, got 0"),
+        ("stall=1,at=-1", "at must be >= 0, got -1"),
+        ("http=503,at=1", "http does not take at"),
         ("malformed=xml", "malformed must be 'text' (not JSON) or 'meta' (no meta_info), got 'xml'"),
     ],
 )
@@ -63,7 +66,7 @@ def test_the_rig_refuses_a_bad_sim_flag_before_anything_starts(tmp_path):
     assert res.returncode == 2 and time.monotonic() - t0 < 15  # no Ray, no server
     assert res.stderr.strip().splitlines() == [
         "rig: error: server: the simulated server would refuse its flags: argument --sim-fault: http: unknown option "
-        "'evry=2' (options: key=value with key in after, code, every, fraction, offset, seed) "
+        "'evry=2' (options: key=value with key in after, at, code, every, fraction, offset, seed) "
         "(steps=1, extra_args=['--sim-fault', 'http=503,evry=2'])"
     ]
     assert not (tmp_path / "x").exists()
