@@ -198,11 +198,16 @@ def limits(dialect: Dialect, sampling: Iterable[tuple[str, dict[str, Any]]]) -> 
 
 
 PROBE_PATHS: tuple[str, ...] = ("/model_info", "/version")
+# What an SGLang server runs (its resolved arguments): read from a server rig did not launch that is, or may be, SGLang.
+SGLANG_INFO = "/server_info"
 
 
 def probe_paths(engine: str, asked: DialectName | None) -> tuple[str, ...]:
-    """The GET paths the server actor's describe() adds to identify the server (none when the dialect is known)."""
-    return () if asked is not None or engine in ENGINE_DIALECTS else PROBE_PATHS
+    """The GET paths the server actor's describe() adds for a server of no engine rig models: those that identify
+    it, and SGLang's /server_info unless another dialect was asked for."""
+    if engine in ENGINE_DIALECTS or asked not in (None, "sglang"):
+        return ()
+    return (SGLANG_INFO,) if asked == "sglang" else (*PROBE_PATHS, SGLANG_INFO)
 
 
 def resolve(engine: str, asked: DialectName | None, extra_body: dict[str, Any], info: dict[str, Any]) -> Dialect:

@@ -80,7 +80,7 @@ class ServerLifecycle:
                 f"{dialect.name} dialect ({dialect.source}){extra}"
             )
         # What the server really runs (it may change requested values) and whether it honours per-request seeds.
-        effective = effective_config(cfg, info.get("/server_info"), desc.startup)
+        effective = effective_config(cfg, info.get("/server_info"), desc.startup, dialect.name == "sglang")
         warnings = change_lines(cid, effective)
         asked = [(w.name, dict(w.sampling())) for w in self.ctx.spec.workloads]
         warnings += [f"server {cid}: {w}" for w in limits(dialect, asked)]  # what the dialect cannot send

@@ -48,6 +48,7 @@ from rig.server.gpu_telemetry import (
     open_source,
 )
 from rig.server.scrape import parse_metrics, summed_values
+from rig.server.secrets import mask_argv, redact, scrub_info, secret_values
 from rig.server.spec import ServerConfig
 
 
@@ -143,14 +144,15 @@ class ServerActor:
             pid=self.proc.pid,
         )
 
+    @property
+    def secrets(self) -> list[str]:
+        """What must never be written out: the API key, and the value of any secret flag of the command."""
+        return [x for x in (self.api_key, *secret_values(self.argv or list(self.cfg.extra_args))) if x]
+
     def public_command(self) -> list[str]:
         """The command with any secret masked (the API key is passed on the command line to SGLang, and wherever a
         command template puts {api_key})."""
-        out, hide = [], False
-        for a in self.argv:
-            out.append("***" if hide else redact(a, self.api_key))
-            hide = a == "--api-key"
-        return out
+        return [redact(a, self.secrets) for a in mask_argv(self.argv)]
 
     def _base_url(self) -> str:
         """The server's URL: given for a server rig did not launch, else known once start() has run."""
@@ -252,23 +254,26 @@ class ServerActor:
             except (TimeoutError, aiohttp.ClientError, ValueError) as e:
                 info[path] = {"error": f"{type(e).__name__}: {e}"}
         startup = self.engine.parse_startup_log(self._log_text())
-        # /server_info echoes every resolved server arg, api_key included: never let it reach the manifest.
-        return ServerDescription(info=redact(info, self.api_key), startup=startup)
+        # /server_info echoes every resolved server arg, secrets included: never let them reach the manifest.
+        return ServerDescription(
+            info=redact({k: scrub_info(v) for k, v in info.items()}, self.secrets), startup=startup
+        )
 
     def _log_text(self) -> str:
         try:
-            return redact(self.log_path.read_text(errors="replace"), self.api_key)
+            return redact(self.log_path.read_text(errors="replace"), self.secrets)
         except OSError:
             return ""
 
     def _scrub_log(self) -> None:
-        """Engines print their arguments (SGLang logs ServerArgs with api_key): mask the key in the log file."""
-        if not self.api_key:
+        """Engines print their arguments (SGLang logs ServerArgs with api_key): mask the secrets in the log file."""
+        secrets = self.secrets
+        if not secrets:
             return
         with contextlib.suppress(OSError):
             text = self.log_path.read_text(errors="replace")
-            if self.api_key in text:
-                atomic_write(self.log_path, redact(text, self.api_key))
+            if any(x in text for x in secrets):
+                atomic_write(self.log_path, redact(text, secrets))
 
     async def read_log(self) -> str:
         return self._log_text()
@@ -461,19 +466,6 @@ def _why(e: BaseException) -> str:
     if isinstance(os_err, OSError) and os_err.errno:
         return os.strerror(os_err.errno).lower()
     return f"{type(e).__name__}: {e}"[:120]
-
-
-def redact(obj: Any, secret: str | None) -> Any:
-    """A copy of obj (str, list, dict) with every occurrence of the secret replaced by ***."""
-    if not secret:
-        return obj
-    if isinstance(obj, str):
-        return obj.replace(secret, "***")
-    if isinstance(obj, list):
-        return [redact(x, secret) for x in obj]
-    if isinstance(obj, dict):
-        return {k: redact(v, secret) for k, v in obj.items()}
-    return obj
 
 
 def remote_class(**options: Any) -> Any:  # a Ray actor class (Ray ships no types)

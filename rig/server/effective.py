@@ -82,14 +82,18 @@ def _sglang_effective(info: dict[str, Any], startup: StartupFacts) -> Knobs:
     return out
 
 
-def effective_config(cfg: ServerConfig, server_info: Any, startup: StartupFacts | None) -> EffectiveConfig:
+def effective_config(
+    cfg: ServerConfig, server_info: Any, startup: StartupFacts | None, speaks_sglang: bool = False
+) -> EffectiveConfig:
     """What was requested, what ran (``effective``), the knobs whose value changed, and ``seeds_honoured``.
 
+    ``speaks_sglang``: a server rig did not launch was identified as SGLang (or said to be), so its /server_info is
+    read like a launched one's: a --steps label the server does not run is a change, said as a warning.
     seeds_honoured: SGLang (and the sim) only with deterministic inference; vLLM always (a per-request seed gets its
-    own generator); an external server: unknown (None)."""
+    own generator); another external server: unknown (None)."""
     want = requested(cfg)
     if (
-        cfg.engine in ("sglang", "sim")
+        (cfg.engine in ("sglang", "sim") or speaks_sglang)
         and isinstance(server_info, dict)
         and "http_status" not in server_info
         and "error" not in server_info

@@ -225,6 +225,7 @@ class ServerArgs:
     ns: argparse.Namespace
     warnings: list[str] = field(default_factory=list)
     ignored: list[str] = field(default_factory=list)  # SGLang options given that the simulator does not model
+    launch_command: str = ""  # the command line as given, for /server_info (secrets left in, as SGLang leaves them)
 
     def __getattr__(self, item: str) -> Any:
         return getattr(self.__dict__["ns"], item)
@@ -262,11 +263,28 @@ def check_argv(argv: list[str]) -> str | None:
     return None
 
 
+def _launch_command(argv: list[str], ns: argparse.Namespace) -> str:
+    """SGLang's launch_command: the arguments joined by spaces with only the watermark configuration redacted
+    (srt/server_args.py prepare_server_args, srt/sampling/watermarking/core.py redact_watermark_command_line)."""
+    secret = getattr(ns, "watermark_config", None)
+    out, hide = [], False
+    for a in argv:
+        if hide or (secret is not None and a == secret):
+            out.append("<redacted>")
+        elif a.startswith("--watermark-config=") or (secret is not None and "=" in a and a.split("=", 1)[1] == secret):
+            out.append(a.split("=", 1)[0] + "=<redacted>")
+        else:
+            out.append(a)
+        hide = a == "--watermark-config"
+    return " ".join(out)
+
+
 def resolve(argv: list[str] | None = None, parser: argparse.ArgumentParser | None = None) -> ServerArgs:
     """Parse and resolve like SGLang; a bad value ends the process with a one-line error (exit 2)."""
     parser = parser or build_parser()
     ns = parser.parse_args(argv)
-    args = ServerArgs(ns, ignored=ignored_options(parser, ns))
+    given = list(sys.argv[1:] if argv is None else argv)
+    args = ServerArgs(ns, ignored=ignored_options(parser, ns), launch_command=_launch_command(given, ns))
 
     def fail(msg: str) -> NoReturn:
         parser.error(msg)

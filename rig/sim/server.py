@@ -270,6 +270,7 @@ def server_info_dict(srv: SimServer) -> dict[str, Any]:
     info = dict(args)
     info.update(
         {
+            "launch_command": srv.args.launch_command,  # SGLang's build_server_info (srt/utils/common.py)
             "max_total_num_tokens": cap.max_total_num_tokens,
             "max_req_input_len": srv.context_len - 5,
             "startup_time": srv.started,

@@ -59,6 +59,7 @@ def test_api_key_is_used_but_never_written(tmp_path):
     m = read_manifest(run)
     (cfg,) = m["server_configs"].values()
     assert cfg["server_info"]["api_key"] == "***" and "***" in cfg["command"]
+    assert "--api-key ***" in cfg["server_info"]["launch_command"]  # SGLang echoes its command line
     log = next(run.glob("logs/*/server.log")).read_text()
     assert "api_key='***'" in log
     dry = subprocess.run(

@@ -118,7 +118,8 @@ def test_resolve_user_then_engine_then_probe_then_plain():
     assert resolve("external", None, {"a": 1}, info) == Dialect("vllm", {"a": 1}, "probe:/version")
     assert resolve("external", None, {}, {}) == Dialect("plain", {}, "default")
     assert resolve("command", None, {}, {"/model_info": SGLANG_MODEL_INFO}).name == "sglang"  # any foreign engine
-    assert probe_paths("external", None) == ("/model_info", "/version")
+    assert probe_paths("external", None) == ("/model_info", "/version", "/server_info")
+    assert probe_paths("external", "sglang") == ("/server_info",)
     assert probe_paths("external", "plain") == () and probe_paths("vllm", None) == ()
 
 
@@ -195,6 +196,57 @@ def test_the_simulated_sglang_behind_an_external_url_is_identified_by_its_model_
     assert ready.probe == "/health"
     assert resolve("external", None, {}, info) == Dialect("sglang", {}, "probe:/model_info")
     assert resolve("external", "plain", {}, info).source == "user"
+
+
+def test_an_external_sglang_is_read_for_what_it_runs_and_its_secrets_never_leave_it():
+    """A server rig did not launch, identified as SGLang: its /server_info says it runs steps 3 while the points are
+    labelled 4 (a warning, and the labels follow the server), and the secrets SGLang echoes back (admin key, TLS key
+    password, the launch command) are masked by name although rig never knew them."""
+    import asyncio
+    import json
+
+    from aiohttp.test_utils import TestServer
+
+    from rig.server.actor import ServerActor
+    from rig.server.effective import change_lines, effective_config
+    from rig.sim.app import create_app
+    from rig.sim.launch import build_server, prepare
+
+    secrets = ["adm1n-s3cret", "tls-pa55word", "us3r-k3y"]
+    argv = ["--model-path", "m", "--tp-size", "4", "--skip-server-warmup", "--speculative-algorithm", "EAGLE"]
+    argv += ["--speculative-num-steps", "3", "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4"]
+    argv += ["--admin-api-key", secrets[0], f"--ssl-keyfile-password={secrets[1]}", "--api-key", secrets[2]]
+
+    async def go():
+        srv = build_server(*prepare(argv))
+        srv.ready = True
+        server = TestServer(create_app(srv))
+        await server.start_server()
+        url = str(server.make_url("")).rstrip("/")
+        actor = ServerActor(ServerConfig(engine="external", url=url, steps=4), "/tmp", "x.log", api_key=secrets[2])
+        try:
+            await actor.wait_ready(timeout_s=10)
+            desc = await actor.describe()
+        finally:
+            await actor._session().close()
+            await server.close()
+            await srv.engine.stop()
+        return desc
+
+    desc = asyncio.run(go())
+    text = json.dumps(desc.model_dump(mode="json"))
+    assert not [x for x in secrets if x in text]
+    info = desc.info["/server_info"]
+    assert info["admin_api_key"] == info["ssl_keyfile_password"] == info["api_key"] == "***"
+    assert "--admin-api-key *** --ssl-keyfile-password=*** --api-key ***" in info["launch_command"]
+    dialect = resolve("external", None, {}, desc.info)
+    assert dialect.name == "sglang"
+    cfg = ServerConfig(engine="external", url="http://127.0.0.1:9", steps=4)
+    eff = effective_config(cfg, info, desc.startup, dialect.name == "sglang")
+    assert eff.effective["steps"] == 3 and eff.seeds_honoured is False
+    assert change_lines("c", eff) == ["server c: requested steps=4 but the server runs 3"]
+    # without the identification nothing is read into it (a /server_info of another shape means nothing)
+    assert effective_config(cfg, info, desc.startup).effective == {}
 
 
 def test_what_a_dialect_cannot_send_is_said_before_the_points_run():

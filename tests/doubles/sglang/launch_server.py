@@ -379,6 +379,8 @@ async def server_info(request: web.Request) -> web.Response:
     return web.json_response(
         {
             **args,
+            # utils/common.py::build_server_info: the command line as given (secrets in it, as SGLang leaves them)
+            "launch_command": " ".join(sys.argv[1:]),
             "max_total_num_tokens": 1000,
             "max_req_input_len": 4091,
             "internal_states": [state],

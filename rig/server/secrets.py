@@ -1,0 +1,77 @@
+"""Secrets an engine echoes back: masked before anything reaches a manifest, a log copy or the screen.
+
+SGLang 0.5.23's /server_info returns every resolved server argument in plain text, ``api_key``, ``admin_api_key``
+and ``ssl_keyfile_password`` among them, and ``launch_command``, the command line as given, where only the
+watermark configuration is redacted (srt/utils/common.py ``build_server_info``, srt/server_args.py
+``resolved_dict`` and ``prepare_server_args``, srt/sampling/watermarking/core.py). A server rig did not launch may
+carry secrets rig never saw, so they are masked by name, not only by the value rig knows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+MASK = "***"
+SECRET_FIELDS = ("api_key", "admin_api_key", "ssl_keyfile_password")
+SECRET_FLAGS = tuple("--" + f.replace("_", "-") for f in SECRET_FIELDS)
+
+
+def mask_argv(argv: list[str]) -> list[str]:
+    """The arguments with the value of every secret flag masked (``--api-key K`` and ``--api-key=K``)."""
+    out: list[str] = []
+    hide = False
+    for a in argv:
+        flag, eq, _ = a.partition("=")
+        if hide:
+            out.append(MASK)
+        elif eq and flag in SECRET_FLAGS:
+            out.append(f"{flag}={MASK}")
+        else:
+            out.append(a)
+        hide = a in SECRET_FLAGS
+    return out
+
+
+def scrub_info(answer: Any) -> Any:
+    """An info endpoint's JSON answer with SGLang's secret fields and the secrets in its launch command masked."""
+    if not isinstance(answer, dict):
+        return answer
+    out = dict(answer)
+    for name in SECRET_FIELDS:
+        if out.get(name) not in (None, ""):
+            out[name] = MASK
+    if isinstance(out.get("launch_command"), str):
+        out["launch_command"] = " ".join(mask_argv(out["launch_command"].split(" ")))
+    states = out.get("internal_states")
+    if isinstance(states, list):  # each DP rank's state repeats the server arguments
+        out["internal_states"] = [scrub_info(s) for s in states]
+    return out
+
+
+def secret_values(argv: Sequence[str]) -> list[str]:
+    """The values given to secret flags in these arguments."""
+    out = []
+    for i, a in enumerate(argv):
+        flag, eq, value = a.partition("=")
+        if eq and flag in SECRET_FLAGS:
+            out.append(value)
+        elif a in SECRET_FLAGS and i + 1 < len(argv):
+            out.append(argv[i + 1])
+    return [v for v in out if v]
+
+
+def redact(obj: Any, secrets: Sequence[str]) -> Any:
+    """A copy of obj (str, list, dict) with every occurrence of each secret replaced by the mask."""
+    secrets = [x for x in secrets if x]
+    if not secrets:
+        return obj
+    if isinstance(obj, str):
+        for x in secrets:
+            obj = obj.replace(x, MASK)
+        return obj
+    if isinstance(obj, list):
+        return [redact(x, secrets) for x in obj]
+    if isinstance(obj, dict):
+        return {k: redact(v, secrets) for k, v in obj.items()}
+    return obj

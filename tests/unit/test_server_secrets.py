@@ -1,0 +1,42 @@
+"""Secrets an engine echoes back are masked by name (rig/server/secrets.py), whether or not rig knew their values."""
+
+from rig.server.secrets import mask_argv, redact, scrub_info, secret_values
+
+
+def test_secret_flags_are_masked_in_both_spellings_and_their_values_found():
+    argv = ["--model-path", "m", "--api-key", "k1", "--admin-api-key=k2", "--ssl-keyfile-password", "k3", "--port", "1"]
+    assert mask_argv(argv) == [
+        "--model-path",
+        "m",
+        "--api-key",
+        "***",
+        "--admin-api-key=***",
+        "--ssl-keyfile-password",
+        "***",
+        "--port",
+        "1",
+    ]
+    assert secret_values(argv) == ["k1", "k2", "k3"]
+    assert secret_values(["--api-key"]) == []  # a flag without its value is not a secret
+
+
+def test_server_info_fields_the_launch_command_and_every_ranks_state_are_scrubbed():
+    info = {
+        "api_key": "k1",
+        "admin_api_key": "k2",
+        "ssl_keyfile_password": None,  # unset stays unset: a reader can tell there is none
+        "launch_command": "--model-path m --admin-api-key k2 --api-key=k1",
+        "internal_states": [{"admin_api_key": "k2", "speculative_num_steps": 3}],
+        "speculative_num_steps": 3,
+    }
+    out = scrub_info(info)
+    assert out["api_key"] == out["admin_api_key"] == "***" and out["ssl_keyfile_password"] is None
+    assert out["launch_command"] == "--model-path m --admin-api-key *** --api-key=***"
+    assert out["internal_states"] == [{"admin_api_key": "***", "speculative_num_steps": 3}]
+    assert info["api_key"] == "k1"  # a copy: the answer itself is left alone
+    assert scrub_info([1, 2]) == [1, 2]
+
+
+def test_redact_replaces_each_known_secret_everywhere():
+    assert redact({"a": ["x k1 y", "k2"], "b": 3}, ["k1", "k2", ""]) == {"a": ["x *** y", "***"], "b": 3}
+    assert redact("k1", []) == "k1"
