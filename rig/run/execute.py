@@ -79,7 +79,7 @@ class PointExecutor:
             store.update_point(pid, flush_cache=flushed.model_dump())
         before = ray.get(server.metrics_snapshot.remote())
         ray.get(server.start_scrape.remote(self.ctx.spec.run_id, pid, self.ctx.spec.metrics_interval_s))
-        start_wall = time.time() + 1.0  # common start for every generator (driver clock)
+        start_wall = time.time() + self.ctx.fleet.start_lead_s()  # common start for every generator (driver clock)
         store.update_point(pid, start_wall=start_wall)
         tel = server_entry.telemetry
         if tel is not None and tel.source:  # a GPU sample at the first send: the energy window's start is bracketed

@@ -30,6 +30,10 @@ from rig.run.errors import RunError, RunInputError
 from rig.run.progress import Progress
 from rig.server.engines import engine_for
 
+# A level's common start, seconds ahead of the call that starts it (Fleet.start_lead_s): the start calls of many
+# generators on a busy driver fit in the lower bound; a slow network stretches it up to the upper one.
+START_LEAD_S = (0.5, 2.0)
+
 
 def corpus_mismatch(seen: dict[str, dict[str, Any]]) -> str | None:
     """One line naming the first host whose code corpus differs from the driver's (same files, same bytes), or None.
@@ -143,6 +147,13 @@ class Fleet:
 
     def info(self, gid: int) -> dict[str, Any] | None:
         return next((i for i in self.gen_info if i["generator"] == gid), None)
+
+    def start_lead_s(self) -> float:
+        """How far ahead a level's common start is set: time for every active generator to get its start call,
+        ten of the slowest one's ping round trips plus a few ms per generator, within START_LEAD_S."""
+        rtts = [(self.info(g) or {}).get("clock_rtt_s") or 0.0 for g, _ in self.active]
+        lo, hi = START_LEAD_S
+        return min(hi, max(lo, 10 * max(rtts, default=0.0) + 0.005 * len(rtts)))
 
     def handle(self, gid: int) -> Any:
         return next((h for g, h in self.active if g == gid), None)

@@ -6,6 +6,11 @@ keeps absolute iteration deadlines, so timer jitter does not accumulate; and at 
 thousand tokens/s, under 2,000 streamed events/s at C=64) are still far below what one generator reads (over
 100,000 events/s, see the README's benchmarks), so the client does not shape the figures. That takes the test from
 about 5.5 minutes of real-time levels to under 2.
+
+The report judges the generators' event-loop lag with a looser limit than a user's run (LOOP_LAG_MS): on a busy 2-core
+CI host a generator's loop stalls now and then (a p99 of 52 ms against the default 50 ms, with 11 % CPU, once flagged
+a C=64 point and took it out of the schedule), and here the figures themselves are held to the campaign's within
+10 %, which is what that flag protects. Any other flag (a saturated CPU, a simulator its host stalled) still fails.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import yaml
 from support import REPO
 
 TIME_SCALE = 0.25
+LOOP_LAG_MS = 250
 CAMPAIGN = yaml.safe_load((REPO / "rig/sim/data/campaign.yaml").read_text())
 
 
@@ -56,7 +62,14 @@ def _sweep_full(tmp: Path, steps: str, conc: str, full: bool = True) -> tuple[di
     )
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
     rep = subprocess.run(
-        [*rig, "report", str(tmp / run_id), "--json-full" if full else "--json"],
+        [
+            *rig,
+            "report",
+            str(tmp / run_id),
+            "--json-full" if full else "--json",
+            "--thresholds",
+            f"loop_lag_p99_ms={LOOP_LAG_MS}",
+        ],
         capture_output=True,
         text=True,
         timeout=300,
@@ -65,6 +78,8 @@ def _sweep_full(tmp: Path, steps: str, conc: str, full: bool = True) -> tuple[di
     doc = json.loads(rep.stdout)
     campaign = doc["campaign"] if full else doc
     rows = {(int(r["steps"]), int(r["concurrency"])): r for r in campaign}
+    flagged = {r["point"]: r.get("flag_reasons") for r in campaign if r["flags"]}
+    assert not flagged, flagged
     for r in campaign:  # back to the modelled clock
         for k in ("aggregate_tok_s", "decode_tok_s", "per_request_tok_s"):
             r[k] = r[k] * TIME_SCALE if r.get(k) is not None else None

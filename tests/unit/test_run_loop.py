@@ -223,3 +223,17 @@ def test_an_internal_error_fails_its_point_with_one_line_and_the_run_goes_on(tmp
     log = runner.run_dir / "logs" / "driver.log"
     assert "Traceback" in log.read_text() and "bad answer" in log.read_text()
     assert f"{a2}: internal error (ValueError); traceback in {log}" in messages
+
+
+def test_a_levels_common_start_leads_by_the_generators_round_trips_within_bounds():
+    from rig.run.fleet import START_LEAD_S, Fleet
+
+    fleet = Fleet()
+    assert fleet.start_lead_s() == START_LEAD_S[0]  # no generator yet: the floor
+    fleet.active = [(0, None), (1, None), (2, None)]
+    fleet.gen_info = [{"generator": g, "clock_rtt_s": rtt} for g, rtt in ((0, 0.001), (1, 0.08), (2, None))]
+    assert fleet.start_lead_s() == pytest.approx(10 * 0.08 + 0.005 * 3)  # the slowest generator's round trips
+    fleet.active = [(0, None), (2, None)]  # a generator dropped: only those still running count
+    assert fleet.start_lead_s() == START_LEAD_S[0]
+    fleet.gen_info[0]["clock_rtt_s"] = 5.0
+    assert fleet.start_lead_s() == START_LEAD_S[1]
