@@ -48,7 +48,7 @@ from rig.server.gpu_telemetry import (
     open_source,
 )
 from rig.server.scrape import parse_metrics, summed_values
-from rig.server.secrets import mask_argv, redact, scrub_info, secret_values
+from rig.server.redaction import mask_argv, redact, scrub_info, secret_values
 from rig.server.spec import ServerConfig
 
 

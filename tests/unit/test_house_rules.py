@@ -48,3 +48,13 @@ def test_the_counter_sees_an_untyped_return(tmp_path):
             f"from typing import Any\n\ndef {name}() -> dict[str, Any]:\n    return {{}}\n"
         )
     assert untyped_dict_returns(tmp_path) == ["x/m.py:3 f"]
+
+
+def test_no_module_beside_a_script_run_by_path_shadows_the_standard_library():
+    """rig/server/tiny_model.py is run by path with the engine venv's python (tests/vllm_fixtures.py), which puts
+    rig/server/ first on sys.path: a module there named like one of the standard library's (a secrets.py once)
+    replaces it for everything the script imports."""
+    import sys
+
+    shadows = sorted(p.name for p in (RIG / "server").glob("*.py") if p.stem in sys.stdlib_module_names)
+    assert shadows == []

@@ -1,6 +1,6 @@
-"""Secrets an engine echoes back are masked by name (rig/server/secrets.py), whether or not rig knew their values."""
+"""Secrets an engine echoes back are masked by name (rig/server/redaction.py), whether or not rig knew their values."""
 
-from rig.server.secrets import mask_argv, redact, scrub_info, secret_values
+from rig.server.redaction import mask_argv, redact, scrub_info, secret_values
 
 
 def test_secret_flags_are_masked_in_both_spellings_and_their_values_found():
