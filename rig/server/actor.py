@@ -47,8 +47,8 @@ from rig.server.gpu_telemetry import (
     assigned_devices,
     open_source,
 )
-from rig.server.scrape import parse_metrics, summed_values
 from rig.server.redaction import mask_argv, redact, scrub_info, secret_values
+from rig.server.scrape import parse_metrics, summed_values
 from rig.server.spec import ServerConfig
 
 
