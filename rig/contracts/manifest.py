@@ -11,7 +11,7 @@ from rig.contracts.errors import ContractError
 from rig.contracts.generator import GeneratorReport, RecordCounts, WindowAcceptance
 from rig.contracts.point import IDENTITY_FIELDS, PointIdentity
 from rig.contracts.search import SearchSection, TuneSection
-from rig.contracts.server import EffectiveConfig, GpuTelemetry
+from rig.contracts.server import EffectiveConfig, GpuTelemetry, StartupFacts
 from rig.contracts.validity import Thresholds, judge_point, thresholds_of_spec
 from rig.loadgen.dialects import DialectName
 
@@ -88,7 +88,7 @@ class ServerConfigEntry(BaseModel):
     node_ip: str | None = None
     gpu_ids: list[Any] | None = None
     ready_after_s: float | None = None
-    startup: dict[str, Any] | None = None  # what the engine's startup log said (rig.contracts.server.StartupFacts)
+    startup: StartupFacts | None = None  # what the engine's startup log said
     server_info: Any = None  # the engine's own JSON answers, as they came
     model_info: Any = None
     info: dict[str, Any] | None = None

@@ -67,7 +67,7 @@ class ServerLifecycle:
             status="ready",
             ready_after_s=ready.ready_after_s,
             ready_probe=ready.probe,
-            startup=dict(desc.startup),
+            startup=desc.startup,
             server_info=info.get("/server_info"),
             model_info=info.get("/model_info"),
             info=info,

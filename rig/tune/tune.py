@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from rig.analysis.metrics import Slo
 from rig.analysis.slo import describe
-from rig.contracts import Recommendation, TuneSection
+from rig.contracts import Recommendation, StartupFacts, TuneSection
 from rig.run.runner import Runner
 from rig.tune.predict import Verdict
 
@@ -102,8 +102,12 @@ class Knowledge:
 def observed_caps(runner: Runner, cid: str) -> dict[str, int]:
     """max_running_requests and max_total_num_tokens the server reported at startup (the rig records them)."""
     entry = runner.manifest.server_configs.get(cid)
-    startup = (entry.startup if entry is not None else None) or {}
-    return {k: int(startup[k]) for k in ("max_running_requests", "max_total_num_tokens") if startup.get(k)}
+    startup = (entry.startup if entry is not None else None) or StartupFacts()
+    caps = {
+        "max_running_requests": startup.get("max_running_requests"),
+        "max_total_num_tokens": startup.get("max_total_num_tokens"),
+    }
+    return {k: int(v) for k, v in caps.items() if v}
 
 
 def design_level(ladder: list[int], predicted: dict[int, Verdict]) -> int:
