@@ -207,7 +207,8 @@ def build_parser(cls: type[argparse.ArgumentParser] = _Parser) -> argparse.Argum
         default=[],
         type=_fault,
         metavar="SPEC",
-        help="TEST ONLY: misbehave on purpose (crash, hang, slow, stall, HTTP errors, broken streams); see rig/sim/faults.py",
+        help="TEST ONLY: misbehave on purpose (crash, hang, slow, stall, HTTP errors, broken streams); "
+        "see rig/sim/faults.py",
     )
     return p
 
