@@ -23,7 +23,6 @@ from rig.run.points import Point
 from rig.run.rundir import log_traceback, supersede
 from rig.run.statuses import dialect_flags, point_verdict
 from rig.server.engines import engine_for
-from rig.sim.prometheus import SIM_BEHIND_METRIC
 
 STOP_GRACE_S = 4.0  # after a stop request, how long generators may take to return before they are killed
 GATHER_THREADS = 16  # client hosts gathered from at once at the end of a point
@@ -104,7 +103,7 @@ class PointExecutor:
             if after
             else None,
         )
-        self._flag_sim_behind(pid, before, after)
+        self._flag_sim_behind(pid, engine_for(cfg.engine).skipped_s(before, after) if after else 0.0)
         self.finish_point(pid, plans, results, server_died)
         self.ctx.progress.point_end(pid, store.entry(pid))
 
@@ -183,10 +182,9 @@ class PointExecutor:
             self._flag(pid, "metrics_unwritten", f"server metrics not saved: {_first_line(e)}")
         return after, metric_parts
 
-    def _flag_sim_behind(self, pid: str, before: dict[str, float], after: dict[str, float]) -> None:
+    def _flag_sim_behind(self, pid: str, behind: float) -> None:
         """The simulator's own account of time it could not keep to (its host too busy): its figures then understate
-        the hardware it models, so the point is flagged (real engines publish no such counter)."""
-        behind = after.get(SIM_BEHIND_METRIC, 0.0) - before.get(SIM_BEHIND_METRIC, 0.0)
+        the hardware it models, so the point is flagged."""
         if behind > 0:
             self._flag(
                 pid,

@@ -15,6 +15,7 @@ from typing import Any, ClassVar
 from rig.contracts import StartupFacts, WindowAcceptance
 from rig.server import command
 from rig.server.spec import ServerConfig
+from rig.sim.prometheus import SIM_BEHIND_METRIC
 
 
 # SGLang's key startup line (scheduler.py; identical 0.5.9..0.5.23); the sim prints the same line.
@@ -67,6 +68,11 @@ class EngineAdapter:
     def window_acceptance(self, before: dict[str, float], after: dict[str, float]) -> WindowAcceptance | None:
         """Acceptance over a point's window from counter deltas (``before``/``after``: metric name -> summed value)."""
         return None
+
+    def skipped_s(self, before: dict[str, float], after: dict[str, float]) -> float:
+        """Seconds of the point's window the engine says it could not keep to (a simulator its host stalled); a real
+        engine models no clock, so none."""
+        return 0.0
 
     def num_gpus(self, cfg: ServerConfig) -> int:
         return cfg.tp if self.uses_gpus else 0
@@ -156,6 +162,9 @@ class SimAdapter(SGLangAdapter):
         if cfg.sim_profile:
             argv += ["--sim-profile", cfg.sim_profile]
         return argv
+
+    def skipped_s(self, before: dict[str, float], after: dict[str, float]) -> float:
+        return after.get(SIM_BEHIND_METRIC, 0.0) - before.get(SIM_BEHIND_METRIC, 0.0)
 
 
 class VLLMAdapter(EngineAdapter):

@@ -9,7 +9,7 @@ carry secrets rig never saw, so they are masked by name, not only by the value r
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 MASK = "***"
@@ -17,19 +17,22 @@ SECRET_FIELDS = ("api_key", "admin_api_key", "ssl_keyfile_password")
 SECRET_FLAGS = tuple("--" + f.replace("_", "-") for f in SECRET_FIELDS)
 
 
+def _secret_args(argv: Sequence[str]) -> Iterator[tuple[int, str, str]]:
+    """(index, prefix, value) of each secret flag's value: ``--api-key K`` gives the index of K and prefix "",
+    ``--api-key=K`` the index of that argument and prefix "--api-key="."""
+    for i, a in enumerate(argv):
+        flag, eq, value = a.partition("=")
+        if eq and flag in SECRET_FLAGS:
+            yield i, flag + eq, value
+        elif a in SECRET_FLAGS and i + 1 < len(argv):
+            yield i + 1, "", argv[i + 1]
+
+
 def mask_argv(argv: list[str]) -> list[str]:
     """The arguments with the value of every secret flag masked (``--api-key K`` and ``--api-key=K``)."""
-    out: list[str] = []
-    hide = False
-    for a in argv:
-        flag, eq, _ = a.partition("=")
-        if hide:
-            out.append(MASK)
-        elif eq and flag in SECRET_FLAGS:
-            out.append(f"{flag}={MASK}")
-        else:
-            out.append(a)
-        hide = a in SECRET_FLAGS
+    out = list(argv)
+    for i, prefix, _ in _secret_args(argv):
+        out[i] = prefix + MASK
     return out
 
 
@@ -51,14 +54,7 @@ def scrub_info(answer: Any) -> Any:
 
 def secret_values(argv: Sequence[str]) -> list[str]:
     """The values given to secret flags in these arguments."""
-    out = []
-    for i, a in enumerate(argv):
-        flag, eq, value = a.partition("=")
-        if eq and flag in SECRET_FLAGS:
-            out.append(value)
-        elif a in SECRET_FLAGS and i + 1 < len(argv):
-            out.append(argv[i + 1])
-    return [v for v in out if v]
+    return [value for _, _, value in _secret_args(argv) if value]
 
 
 def redact(obj: Any, secrets: Sequence[str]) -> Any:

@@ -42,7 +42,7 @@ import logging
 import os
 import signal
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -218,13 +218,12 @@ class FaultPlan:
         self.faults = list(faults)
         self.per_request = [f for f in self.faults if f.kind in REQUEST_KINDS]
         self.crash_after = next((f for f in self.faults if f.kind == "crash_after"), None)
-        self.crash_at = next((f for f in self.faults if f.kind == "crash_at"), None)
-        self.stall = next((f for f in self.faults if f.kind == "stall"), None)
+        # Timed from the first generation request (_TIMED): the first fault of each such kind.
+        self.timed = list({f.kind: f for f in reversed(self.faults) if f.kind in _TIMED}.values())
         slow = [f.value for f in self.faults if f.kind == "slow"]
         self.time_scale = slow[-1] if slow else 1.0
         self.seen = 0
-        self._timer: asyncio.Task | None = None
-        self._stall_timer: asyncio.Task | None = None
+        self._timers: list[asyncio.Task] = []  # started with the first generation request
 
     def __bool__(self) -> bool:
         return bool(self.faults)
@@ -252,6 +251,10 @@ async def _stall_later(fault: Fault) -> None:
     await asyncio.sleep(fault.at)
     log.warning("sim fault: stalling the process for %g s (%s)", fault.value, fault.spec)
     time.sleep(float(fault.value))  # blocking on purpose: nothing in this process runs, as on a host that stalls it
+
+
+# The server-wide faults timed from the first generation request, each with what it does when its time comes.
+_TIMED: dict[str, Callable[[Fault], Coroutine[Any, Any, None]]] = {"crash_at": _crash_later, "stall": _stall_later}
 
 
 async def _rid(request: web.Request) -> str | None:
@@ -383,10 +386,8 @@ def middleware(plan: FaultPlan) -> Callable:
         index = plan.seen
         if plan.crash_after is not None and index > plan.crash_after.value:
             crash(plan.crash_after, f"generation request {index} arrived")
-        if plan.crash_at is not None and plan._timer is None:
-            plan._timer = asyncio.get_running_loop().create_task(_crash_later(plan.crash_at))
-        if plan.stall is not None and plan._stall_timer is None:
-            plan._stall_timer = asyncio.get_running_loop().create_task(_stall_later(plan.stall))
+        if plan.timed and not plan._timers:
+            plan._timers = [asyncio.get_running_loop().create_task(_TIMED[f.kind](f)) for f in plan.timed]
         rid = await _rid(request) if plan.per_request else None
         fault = plan.choose(index, rid)
         if fault is None:
