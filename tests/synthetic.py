@@ -48,6 +48,40 @@ def point_entry(point: str, steps: int, concurrency: int = 4, **over: Any) -> di
     }
 
 
+def greedy_rows(
+    point: str, steps: int, ttft: Iterable[float], e2e: Iterable[float], tokens: int
+) -> list[dict[str, Any]]:
+    """Successful greedy requests of a closed-loop point (concurrency 4), one per (ttft, e2e) pair, sent 0.1 s apart;
+    request ids r0, r1, ... pair them across points."""
+    rows = []
+    for i, (first, whole) in enumerate(zip(ttft, e2e, strict=True)):
+        send = 100.0 + 0.1 * i
+        rows.append(
+            record(
+                point=point,
+                steps=steps,
+                workload="greedy",
+                load_mode="closed",
+                concurrency=4,
+                repeat=0,
+                generator=0,
+                clock_offset_s=0.0,
+                request_id=f"r{i}",
+                send_ts=send,
+                first_token_ts=send + first,
+                end_ts=send + whole,
+                ttft_s=first,
+                e2e_s=whole,
+                completion_tokens=tokens,
+                status="ok",
+                ok=True,
+                temperature=0.0,
+                output_hash="h",
+            )
+        )
+    return rows
+
+
 def write_requests(run_dir: Path, point: str, generator: int, rows: Iterable[dict[str, Any]]) -> None:
     """Rows of one (point, generator) as one closed part file, through the runner's own writer."""
     w = PartWriter(requests_dir(run_dir, point, generator), REQUEST_SCHEMA)

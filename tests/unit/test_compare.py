@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from synthetic import point_entry, record, write_requests, write_run
+from synthetic import greedy_rows, point_entry, write_requests, write_run
 
 from rig.analysis.cli import compare as compare_cmd
 from rig.analysis.compare import bootstrap_mean_ci, compare, parse_target
@@ -19,34 +19,7 @@ TOKENS = 101
 
 def _write_point(d: Path, point: str, steps: int, ratios: np.ndarray) -> None:
     """N requests; the candidate's latencies are the baseline's (e2e 2 s, ttft 0.2 s) divided by ``ratios``."""
-    rows = []
-    for i, ratio in enumerate(ratios):
-        e2e, ttft = 2.0 / ratio, 0.2 / ratio
-        send = 100.0 + 0.1 * i
-        rows.append(
-            record(
-                point=point,
-                steps=steps,
-                workload="greedy",
-                load_mode="closed",
-                concurrency=4,
-                repeat=0,
-                generator=0,
-                clock_offset_s=0.0,
-                request_id=f"r{i}",
-                send_ts=send,
-                first_token_ts=send + ttft,
-                end_ts=send + e2e,
-                ttft_s=ttft,
-                e2e_s=e2e,
-                completion_tokens=TOKENS,
-                status="ok",
-                ok=True,
-                temperature=0.0,
-                output_hash="h",
-            )
-        )
-    write_requests(d, point, 0, rows)
+    write_requests(d, point, 0, greedy_rows(point, steps, 0.2 / ratios, 2.0 / ratios, TOKENS))
 
 
 def make_compare_run(d: Path, ratios: np.ndarray) -> Path:

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from synthetic import point_entry, record, write_requests, write_run
+from synthetic import greedy_rows, point_entry, write_requests, write_run
 
 from rig.analysis import resample as rs
 from rig.analysis.cli import compare as compare_cmd
@@ -21,34 +21,7 @@ TOKENS = 101
 
 def _write(d: Path, point: str, steps: int, tpot: np.ndarray) -> None:
     """N requests with TTFT 0.2 s and the given TPOTs (100 decode tokens each)."""
-    rows = []
-    for i, t in enumerate(tpot):
-        e2e = 0.2 + t * (TOKENS - 1)
-        send = 100.0 + 0.1 * i
-        rows.append(
-            record(
-                point=point,
-                steps=steps,
-                workload="greedy",
-                load_mode="closed",
-                concurrency=4,
-                repeat=0,
-                generator=0,
-                clock_offset_s=0.0,
-                request_id=f"r{i}",
-                send_ts=send,
-                first_token_ts=send + 0.2,
-                end_ts=send + e2e,
-                ttft_s=0.2,
-                e2e_s=e2e,
-                completion_tokens=TOKENS,
-                status="ok",
-                ok=True,
-                temperature=0.0,
-                output_hash="h",
-            )
-        )
-    write_requests(d, point, 0, rows)
+    write_requests(d, point, 0, greedy_rows(point, steps, np.full(tpot.size, 0.2), 0.2 + tpot * (TOKENS - 1), TOKENS))
 
 
 def make_run(d: Path, factor: np.ndarray) -> Path:
