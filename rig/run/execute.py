@@ -103,7 +103,9 @@ class PointExecutor:
             if after
             else None,
         )
-        self._flag_sim_behind(pid, engine_for(cfg.engine).skipped_s(before, after) if after else 0.0)
+        lapse = engine_for(cfg.engine).clock_lapse(before, after) if after else None
+        if lapse is not None:  # the figures understate or mistime the modelled hardware: the point is invalid
+            self._flag(pid, "sim_behind", lapse)
         self.finish_point(pid, plans, results, server_died)
         self.ctx.progress.point_end(pid, store.entry(pid))
 
@@ -181,17 +183,6 @@ class PointExecutor:
         except Exception as e:
             self._flag(pid, "metrics_unwritten", f"server metrics not saved: {_first_line(e)}")
         return after, metric_parts
-
-    def _flag_sim_behind(self, pid: str, behind: float) -> None:
-        """The simulator's own account of time it could not keep to (its host too busy): its figures then understate
-        the hardware it models, so the point is flagged."""
-        if behind > 0:
-            self._flag(
-                pid,
-                "sim_behind",
-                f"the simulator fell {behind:.2f} s behind its modelled clock (this host was too busy): "
-                "its figures understate the modelled hardware",
-            )
 
     def _flag(self, pid: str, flag: str, why: str) -> None:
         """A flag with its reason on the point (kept by finish_point's verdict) and on screen."""

@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 from rig.contracts import StartupFacts, WindowAcceptance
 from rig.server import command
 from rig.server.spec import ServerConfig
-from rig.sim.prometheus import SIM_BEHIND_METRIC
+from rig.sim.prometheus import SIM_BEHIND_METRIC, SIM_LATE_METRIC, SIM_LATE_S
 
 
 # SGLang's key startup line (scheduler.py; identical 0.5.9..0.5.23); the sim prints the same line.
@@ -69,10 +69,10 @@ class EngineAdapter:
         """Acceptance over a point's window from counter deltas (``before``/``after``: metric name -> summed value)."""
         return None
 
-    def skipped_s(self, before: dict[str, float], after: dict[str, float]) -> float:
-        """Seconds of the point's window the engine says it could not keep to (a simulator its host stalled); a real
-        engine models no clock, so none."""
-        return 0.0
+    def clock_lapse(self, before: dict[str, float], after: dict[str, float]) -> str | None:
+        """Why the point's figures do not hold to the engine's modelled clock (a simulator its host stalled), from its
+        counters before and after the point; a real engine models no clock, so None."""
+        return None
 
     def num_gpus(self, cfg: ServerConfig) -> int:
         return cfg.tp if self.uses_gpus else 0
@@ -163,8 +163,20 @@ class SimAdapter(SGLangAdapter):
             argv += ["--sim-profile", cfg.sim_profile]
         return argv
 
-    def skipped_s(self, before: dict[str, float], after: dict[str, float]) -> float:
-        return after.get(SIM_BEHIND_METRIC, 0.0) - before.get(SIM_BEHIND_METRIC, 0.0)
+    def clock_lapse(self, before: dict[str, float], after: dict[str, float]) -> str | None:
+        skipped = after.get(SIM_BEHIND_METRIC, 0.0) - before.get(SIM_BEHIND_METRIC, 0.0)
+        if skipped > 0:
+            return (
+                f"the simulator fell {skipped:.2f} s behind its modelled clock (this host was too busy): "
+                "its figures understate the modelled hardware"
+            )
+        late = after.get(SIM_LATE_METRIC, 0.0) - before.get(SIM_LATE_METRIC, 0.0)
+        if late > 0:
+            return (
+                f"the simulator ran {late:,.0f} iteration(s) over {SIM_LATE_S:g} s late (this host was too busy): "
+                "the streams' timing then was off by as much"
+            )
+        return None
 
 
 class VLLMAdapter(EngineAdapter):

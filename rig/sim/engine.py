@@ -219,6 +219,11 @@ class Engine:
         delay = deadline - loop.time() - self.spin_s
         if delay > 0:
             await asyncio.sleep(delay)
+        elif loop.time() >= deadline:
+            # Behind (catching up): still yield once, so the handlers stream what earlier iterations committed and new
+            # requests are received when they come, not in one burst after the whole catch-up.
+            await asyncio.sleep(0)
+            return
         while loop.time() < deadline:
             await asyncio.sleep(0)
 

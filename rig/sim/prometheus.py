@@ -57,8 +57,11 @@ E2E_BUCKETS = (
 )
 LAG_BUCKETS = (0.0001, 0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.5, 1.0)
 CONTENT_TYPE = CONTENT_TYPE_LATEST
-# The simulator's count of modelled time it could not keep to; rig flags a point where it grew (rig/run/execute.py).
+# The simulator's count of modelled time it could not keep to, and of iterations that ended over SIM_LATE_S after their
+# deadline (caught up, but the streams' timing then was off by as much); rig flags a point where either grew.
 SIM_BEHIND_METRIC = "sglang:sim_behind_seconds_total"
+SIM_LATE_METRIC = "sglang:sim_late_iterations_total"
+SIM_LATE_S = 0.1
 
 disable_created_metrics()  # SGLang serves multiprocess-mode metrics, which have no *_created samples
 
@@ -121,6 +124,13 @@ class SimMetrics:
             sched,
             registry=r,
         ).labels(**self._sched_labels)
+        self.sim_late_iterations_total = Counter(
+            SIM_LATE_METRIC.removesuffix("_total"),
+            f"Simulator: iterations that ended over {SIM_LATE_S:g} s after their deadline (the host stalled it; caught "
+            "up, but the streams' timing was off by as much); over 0 in a point, its timings are not the model's.",
+            sched,
+            registry=r,
+        ).labels(**self._sched_labels)
         self.sim_iteration_lag = Histogram(
             "sglang:sim_iteration_lag_seconds",
             "Simulator: lag per iteration (s).",
@@ -154,6 +164,8 @@ class SimMetrics:
     def observe_lag(self, lag: float) -> None:
         self.sim_lag.set(lag)
         self.sim_iteration_lag.observe(lag)
+        if lag > SIM_LATE_S:
+            self.sim_late_iterations_total.inc()
         if lag > self.lag_max:
             self.lag_max = lag
             self.sim_lag_max.set(lag)

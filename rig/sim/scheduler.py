@@ -183,7 +183,7 @@ class Scheduler:
     # ---- planning ----
     def plan(self, now: float) -> Iteration | None:
         """The next iteration to run, or None when idle."""
-        it = self._plan_prefill()
+        it = self._plan_prefill(now)
         if it is not None:
             return it
         if self.running:
@@ -200,7 +200,7 @@ class Scheduler:
     def _reservation(self, r: Req) -> float:
         return r.prompt_len + r.max_new * self.cfg.new_token_ratio
 
-    def _plan_prefill(self) -> Iteration | None:
+    def _plan_prefill(self, now: float) -> Iteration | None:
         cfg = self.cfg
         budget = cfg.chunked_prefill_size if cfg.chunked_prefill_size > 0 else cfg.max_prefill_tokens
         reqs: list[Req] = []
@@ -218,6 +218,8 @@ class Scheduler:
             ctx += r.cached + r.prefilled + take
         while self.waiting and used < budget and self.num_running < cfg.max_running:
             r = self.waiting[0]
+            if r.arrival is not None and r.arrival > now:
+                break  # arrived after this iteration began (the clock is catching up): it joins a later one
             if self.reserved + self._reservation(r) > cfg.kv_pool_tokens and self.num_running > 0:
                 break  # no room in the KV pool until something finishes
             take = min(max(1, r.to_prefill), budget - used)
