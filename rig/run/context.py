@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from rig.config import RunSpec
@@ -14,7 +14,8 @@ from rig.run.signals import StopControl
 
 @dataclass(frozen=True)
 class RunContext:
-    """One run's spec, directory, manifest, progress display, stop control, fleet and API key."""
+    """One run's spec, directory, manifest, progress display, stop control, fleet, API key and the values of the
+    ``${NAME}`` references in its server settings (both read from the environment, never stored)."""
 
     spec: RunSpec
     run_dir: Path
@@ -23,3 +24,4 @@ class RunContext:
     stop: StopControl
     fleet: Fleet
     api_key: str | None
+    server_env: dict[str, str] = field(default_factory=dict)

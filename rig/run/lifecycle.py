@@ -21,6 +21,7 @@ from rig.loadgen.dialects import Dialect, limits, resolve
 from rig.placement import measure_clock_offset
 from rig.results import server_log_path
 from rig.run.context import RunContext
+from rig.server import env_refs
 from rig.server.actor import remote_class as server_class
 from rig.server.effective import change_lines, effective_config
 from rig.server.engines import engine_for
@@ -112,7 +113,8 @@ class ServerLifecycle:
             # The embedded default is one machine: the engine listens on loopback only (not the LAN), and the
             # generators reach it there. Multi-host placement binds the node's address as before.
             cfg = cfg.model_copy(update={"host": "127.0.0.1"})
-        self.handle = Server.options(**placement.server_options).remote(cfg, root, log_rel, self.ctx.api_key)
+        env = {n: v for n, v in self.ctx.server_env.items() if n in env_refs.names([cfg])}  # this launch's alone
+        self.handle = Server.options(**placement.server_options).remote(cfg, root, log_rel, self.ctx.api_key, env)
         cid = cfg.config_id()
         self.ctx.store.set_server_config(
             cid, ServerConfigEntry(engine=cfg.engine, knobs=cfg.knobs(), status="starting")

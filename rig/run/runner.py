@@ -14,7 +14,7 @@ import ray
 
 from rig.config import RunSpec
 from rig.contracts import Manifest, PointEntry, ServerConfigEntry
-from rig.run.api_key import read_api_key
+from rig.run.api_key import read_api_key, read_server_env
 from rig.run.context import RunContext
 from rig.run.errors import RunError
 from rig.run.execute import PointExecutor
@@ -55,7 +55,10 @@ class Runner:
         self.store = ManifestStore(self.run_dir, self.spec.load.mode)
         self.fleet = Fleet()
         self.api_key = read_api_key(self.spec)
-        self.ctx = RunContext(self.spec, self.run_dir, self.store, self.progress, self.stop, self.fleet, self.api_key)
+        server_env = read_server_env(self.spec, [p.server for p in self.points])
+        self.ctx = RunContext(
+            self.spec, self.run_dir, self.store, self.progress, self.stop, self.fleet, self.api_key, server_env
+        )
         self.server = ServerLifecycle(self.ctx)
         self.executor = PointExecutor(self.ctx, self.server)
 

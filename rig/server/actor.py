@@ -38,6 +38,7 @@ from rig.results import (
     gpu_metrics_dir,
     server_metrics_dir,
 )
+from rig.server import env_refs
 from rig.server.engines import engine_for
 from rig.server.gpu_telemetry import (
     SOURCE_SIMULATED,
@@ -80,13 +81,22 @@ class ServerError(RuntimeError):
 
 
 class ServerActor:
-    def __init__(self, cfg: ServerConfig, spool_root: str, log_rel: str, api_key: str | None = None):
+    def __init__(
+        self,
+        cfg: ServerConfig,
+        spool_root: str,
+        log_rel: str,
+        api_key: str | None = None,
+        env_values: dict[str, str] | None = None,
+    ):
         """``spool_root``: where this node writes the log and metrics parts (the run directory when the driver's
         filesystem is shared, else a local spool; {host}, {node_ip}, {node_id} are filled in here). The driver
-        copies what it cannot see through Ray (``read_file``, ``read_log``)."""
+        copies what it cannot see through Ray (``read_file``, ``read_log``). ``env_values``: the value of each
+        ``${NAME}`` in the configuration, read by the driver; put into the launch only, masked everywhere else."""
         self.cfg = cfg
         self.engine = engine_for(cfg.engine)
         self.api_key = api_key
+        self.env_values = dict(env_values or {})
         self.node_id: str | None  # None outside Ray
         try:
             if not ray.is_initialized():  # outside Ray (tests): asking Ray would start a local instance
@@ -120,11 +130,12 @@ class ServerActor:
         bind = self.cfg.host or "0.0.0.0"
         port = free_port(self.cfg.port, bind)
         try:
-            self.argv = self.engine.launch_argv(self.cfg, bind, port, self.api_key)
+            launched = env_refs.expand(self.cfg, self.env_values)  # ${NAME} filled here, and only here
+            self.argv = self.engine.launch_argv(launched, bind, port, self.api_key)
         except ValueError as e:  # a command template that cannot be filled (checked before the run; here for safety)
             raise ServerError(f"{self.cfg.engine}: {e}") from None
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        env = {**os.environ, **self.engine.env(self.cfg)}
+        env = {**os.environ, **self.engine.env(launched)}
         if self.api_key:
             self.argv = [*self.argv, "--api-key", self.api_key] if self.cfg.engine in ("sglang", "sim") else self.argv
             env["VLLM_API_KEY"] = self.api_key
@@ -146,8 +157,10 @@ class ServerActor:
 
     @property
     def secrets(self) -> list[str]:
-        """What must never be written out: the API key, and the value of any secret flag of the command."""
-        return [x for x in (self.api_key, *secret_values(self.argv or list(self.cfg.extra_args))) if x]
+        """What must never be written out: the API key, every ``${NAME}`` value, and the value of any secret flag of
+        the command."""
+        argv = self.argv or list(self.cfg.extra_args)
+        return [x for x in (self.api_key, *self.env_values.values(), *secret_values(argv)) if x]
 
     def public_command(self) -> list[str]:
         """The command with any secret masked (the API key is passed on the command line to SGLang, and wherever a

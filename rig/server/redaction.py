@@ -9,12 +9,14 @@ carry secrets rig never saw, so they are masked by name, not only by the value r
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import re
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 MASK = "***"
 SECRET_FIELDS = ("api_key", "admin_api_key", "ssl_keyfile_password")
 SECRET_FLAGS = tuple("--" + f.replace("_", "-") for f in SECRET_FIELDS)
+REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")  # ${NAME}: read from rig's environment at launch (env_refs.py)
 
 
 def _secret_args(argv: Sequence[str]) -> Iterator[tuple[int, str, str]]:
@@ -71,3 +73,18 @@ def redact(obj: Any, secrets: Sequence[str]) -> Any:
     if isinstance(obj, dict):
         return {k: redact(v, secrets) for k, v in obj.items()}
     return obj
+
+
+def plain_secret(extra_args: Iterable[str]) -> str | None:
+    """Why these extra engine arguments may not be kept as given (they would be written into the manifest and the
+    records), or None: the API key goes through --api-key-env, any other secret flag's value through ${NAME}."""
+    args = list(extra_args)
+    for i, a in enumerate(args):
+        flag, eq, value = a.partition("=")
+        if not eq:
+            flag, value = a, args[i + 1] if i + 1 < len(args) else ""
+        if flag == "--api-key":
+            return "--api-key in server args: give the key with --api-key-env NAME (rig passes it to the server too)"
+        if flag in SECRET_FLAGS and value and not REF.fullmatch(value):
+            return f"{flag} has its value in plain text, which would be written into results: write {flag}=${{NAME}}"
+    return None

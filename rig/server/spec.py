@@ -9,6 +9,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator, model_validator
 
 from rig.loadgen.dialects import DialectName
+from rig.server.redaction import plain_secret
 
 EngineName = Literal["sim", "sglang", "vllm", "external", "command"]
 # Names a command template fills itself (rig/server/command.py), so no command_vars key may take them.
@@ -38,9 +39,11 @@ class ServerConfig(BaseModel):
     extra_args: tuple[str, ...] = Field(
         (),
         description="Extra engine argument, passed verbatim; repeat for each token "
-        "(--server-arg=--foo --server-arg=1).",
+        "(--server-arg=--foo --server-arg=1). ${NAME} is read from the environment at launch and never recorded.",
     )
-    env: dict[str, str] = Field(default_factory=dict)
+    env: dict[str, str] = Field(
+        default_factory=dict, description="The engine's extra environment; ${NAME} in a value as in extra_args."
+    )
     device: Literal["gpu", "cpu"] = "gpu"
     port: int = Field(0, ge=0, le=65535, description="Server port (0 = any free port).")  # 30000 is SGLang's usual
     host: str | None = None  # bind address; default: the node's IP as Ray sees it
@@ -100,6 +103,14 @@ class ServerConfig(BaseModel):
                     if key in cls.model_fields
                     else f"{{{key}}} is filled by rig itself"
                 )
+        return v
+
+    @field_validator("extra_args")
+    @classmethod
+    def _no_plain_secret(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        why = plain_secret(v)
+        if why is not None:
+            raise ValueError(why)
         return v
 
     @field_validator("spec_algorithm")

@@ -1,4 +1,5 @@
-"""The API key is sent as a Bearer token and never lands in results, logs, manifests or CLI output."""
+"""The API key is sent as a Bearer token, and ${NAME} values reach the server's command and environment; none of them
+ever lands in results, logs, manifests or CLI output."""
 
 import os
 import subprocess
@@ -13,12 +14,15 @@ from rig.results import read_manifest, read_requests
 
 pytestmark = pytest.mark.ray
 SECRET = "sk-rig-test-8c1f2a9d5e"
+ADMIN = "adm-rig-test-3b7e01"  # --admin-api-key=${MY_ADMIN}
+TOKEN = "hub-rig-test-9d44c2"  # server.env HUB_TOKEN: ${MY_TOKEN}
 
 
 def test_api_key_is_used_but_never_written(tmp_path):
     spec = tmp_path / "spec.yaml"
-    spec.write_text(yaml.safe_dump({"server": {"env": {"PYTHONPATH": DOUBLES}}}))
-    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "MY_KEY": SECRET}
+    server = {"env": {"PYTHONPATH": DOUBLES, "HUB_TOKEN": "${MY_TOKEN}"}, "extra_args": ["--admin-api-key=${MY_ADMIN}"]}
+    spec.write_text(yaml.safe_dump({"server": server}))
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "MY_KEY": SECRET, "MY_ADMIN": ADMIN, "MY_TOKEN": TOKEN}
     args = [
         "run",
         "--config",
@@ -62,12 +66,27 @@ def test_api_key_is_used_but_never_written(tmp_path):
     assert "--api-key ***" in cfg["server_info"]["launch_command"]  # SGLang echoes its command line
     log = next(run.glob("logs/*/server.log")).read_text()
     assert "api_key='***'" in log
+    # the references were filled at launch (the server got the values, masked in its log copy), and kept in the spec
+    assert "admin_api_key='***'" in log and "hub_token='***'" in log and "${" not in log
+    assert cfg["server_info"]["admin_api_key"] == "***" and "--admin-api-key=***" in cfg["command"]
+    assert m["spec"]["server"]["extra_args"] == ["--admin-api-key=${MY_ADMIN}"]
+    assert m["spec"]["server"]["env"]["HUB_TOKEN"] == "${MY_TOKEN}"
+    unset = subprocess.run(
+        [sys.executable, "-m", "rig.cli", *args, "--run-id", "unset"],
+        capture_output=True,
+        text=True,
+        env={k: v for k, v in env.items() if k != "MY_TOKEN"},
+        timeout=60,
+    )
+    assert unset.returncode == 2 and "${MY_TOKEN}" in unset.stderr and not (tmp_path / "unset").exists(), unset.stderr
     dry = subprocess.run(
         [sys.executable, "-m", "rig.cli", *args, "--dry-run"], capture_output=True, text=True, env=env, timeout=60
     )
     assert dry.returncode == 0
     for blob in [proc.stdout, proc.stderr, dry.stdout, dry.stderr]:
-        assert SECRET not in blob
+        for secret in (SECRET, ADMIN, TOKEN):
+            assert secret not in blob
     for f in run.rglob("*"):
         if f.is_file():
-            assert SECRET.encode() not in f.read_bytes(), f"key leaked into {f}"
+            for secret in (SECRET, ADMIN, TOKEN):
+                assert secret.encode() not in f.read_bytes(), f"a secret leaked into {f}"

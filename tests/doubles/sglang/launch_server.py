@@ -454,7 +454,12 @@ def main() -> None:
     app.router.add_get("/metrics", metrics)
     app.router.add_route("GET", "/flush_cache", flush)
     app.router.add_route("POST", "/flush_cache", flush)
-    print(f"server_args=ServerArgs(model_path={ARGS.model_path!r}, api_key={ARGS.api_key!r})", flush=True)
+    # SGLang logs every server argument, its secrets among them (srt/server_args.py: ServerArgs' repr)
+    print(
+        f"server_args=ServerArgs(model_path={ARGS.model_path!r}, api_key={ARGS.api_key!r}, "
+        f"admin_api_key={ARGS.admin_api_key!r}, hub_token={os.environ.get('HUB_TOKEN')!r})",
+        flush=True,
+    )
     for w in ARGS.resolved_warnings:
         print(w, flush=True)
     print(

@@ -1,0 +1,73 @@
+"""${NAME} in server settings: read from rig's environment, filled into the launch alone; secrets in plain text
+refused when the spec is read."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from rig.config import build_spec
+from rig.run.api_key import read_server_env
+from rig.run.errors import RunInputError
+from rig.server import env_refs
+from rig.server.actor import ServerActor
+from rig.server.spec import ServerConfig
+
+CFG = ServerConfig(
+    engine="sglang",
+    extra_args=("--admin-api-key=${ADMIN_KEY}", "--ssl-keyfile-password", "${TLS_PASS}", "--log-level=info"),
+    env={"HF_TOKEN": "${HUB}", "PLAIN": "x-${HUB}-y", "OTHER": "literal"},
+)
+
+
+def test_references_are_read_once_each_and_filled_into_the_launch_only():
+    assert env_refs.names([CFG, CFG]) == ["ADMIN_KEY", "TLS_PASS", "HUB"]
+    values = env_refs.read([CFG], {"ADMIN_KEY": "a1", "TLS_PASS": "p2", "HUB": "h3", "UNUSED": "u"})
+    assert values == {"ADMIN_KEY": "a1", "TLS_PASS": "p2", "HUB": "h3"}  # nothing it was not asked for
+    launched = env_refs.expand(CFG, values)
+    assert launched.extra_args == ("--admin-api-key=a1", "--ssl-keyfile-password", "p2", "--log-level=info")
+    assert launched.env == {"HF_TOKEN": "h3", "PLAIN": "x-h3-y", "OTHER": "literal"}
+    assert CFG.extra_args[0] == "--admin-api-key=${ADMIN_KEY}"  # the spec's own copy keeps the reference
+    plain = ServerConfig(extra_args=("--log-level=info",))
+    assert env_refs.expand(plain, {}) is plain
+
+
+def test_every_unset_or_empty_variable_is_named_in_one_line():
+    with pytest.raises(env_refs.EnvRefError) as e:
+        env_refs.read([CFG], {"TLS_PASS": "p2", "HUB": ""})
+    msg = str(e.value)
+    assert "${ADMIN_KEY}" in msg and "${HUB}" in msg and "TLS_PASS" not in msg and "\n" not in msg
+    with pytest.raises(env_refs.EnvRefError, match="ADMIN_KEY"):
+        env_refs.expand(CFG, {"TLS_PASS": "p2", "HUB": "h"})  # a launch never keeps a reference unfilled
+
+
+def test_a_run_reads_them_before_it_starts(monkeypatch):
+    spec = build_spec({"server": {"engine": "sglang", "extra_args": ["--admin-api-key=${RIG_T_ADMIN}"]}}, {})
+    monkeypatch.delenv("RIG_T_ADMIN", raising=False)
+    with pytest.raises(RunInputError, match=r"\$\{RIG_T_ADMIN\}.*export"):
+        read_server_env(spec, [])
+    monkeypatch.setenv("RIG_T_ADMIN", "s3cret")
+    assert read_server_env(spec, []) == {"RIG_T_ADMIN": "s3cret"}
+
+
+@pytest.mark.parametrize(
+    ("args", "why"),
+    [
+        (["--admin-api-key", "hunter2"], "--admin-api-key has its value in plain text"),
+        (["--ssl-keyfile-password=hunter2"], "--ssl-keyfile-password has its value in plain text"),
+        (["--api-key", "hunter2"], "--api-key-env"),
+        (["--api-key=${K}"], "--api-key-env"),  # rig must know the key to send it
+    ],
+)
+def test_a_secret_in_plain_text_is_refused_when_the_spec_is_read(args, why):
+    with pytest.raises(ValidationError, match=why):
+        ServerConfig(extra_args=tuple(args))
+    with pytest.raises(ValueError, match=why):
+        build_spec({"server": {"extra_args": args}}, {})
+
+
+def test_the_actor_masks_every_referenced_value(tmp_path):
+    actor = ServerActor(CFG, str(tmp_path), "server.log", api_key="k0", env_values={"ADMIN_KEY": "a1", "HUB": "h3"})
+    assert set(actor.secrets) >= {"k0", "a1", "h3"}
+    actor.argv = ["srv", "--admin-api-key=a1", "--note=h3"]
+    assert actor.public_command() == ["srv", "--admin-api-key=***", "--note=***"]
