@@ -29,7 +29,6 @@ from tserve_fixtures import tserve_executable, tserve_server  # noqa: F401
 from vllm_fixtures import stop_vllm_servers, tiny_model_dir, vllm_engine_python, vllm_servers  # noqa: F401
 
 INTEGRATION = ("ray", "slow", "netns", "server")
-REAL_TIME_FIRST = frozenset({"tests/integration/test_sim_campaign.py"})  # held to the campaign's figures within 10 %
 NET_REACHED = pytest.StashKey[list[str]]()  # the non-loopback addresses a fast-tier test tried to connect to
 TESTS = Path(__file__).resolve().parent
 
@@ -63,10 +62,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     # The real-engine files last (in their own order): their servers are started on first use and stopped once no
     # later test needs them (pytest_runtest_teardown), so no engine idles beside the Ray tests: an idle vLLM CPU
     # engine polls at ~15% of a core, and the sim's real-time runs share the 2 cores with it.
-    # And the sim's real-time campaign figures first: its lane goes out first, so they are taken while the other
-    # worker runs the files without Ray (one busy core), not beside the second Ray lane (2026-12-02: beside it, this
-    # 2-core host made the sim's iterations end up to 1.2 s late at C=32-64; beside one busy core, 20 ms at most).
-    items.sort(key=lambda i: (_uses_engines(_relpath(i)), _relpath(i) not in REAL_TIME_FIRST))
+    items.sort(key=lambda i: _uses_engines(_relpath(i)))
     skip = []
     if not config.getoption("--static"):
         skip += [i for i in items if i.get_closest_marker("static")]

@@ -198,7 +198,7 @@ def build_parser(cls: type[argparse.ArgumentParser] = _Parser) -> argparse.Argum
         "--sim-spin-ms",
         type=float,
         default=1.5,
-        help="wake this early before an iteration's deadline and yield-spin to it (sub-millisecond timing)",
+        help="wake this early before an iteration's deadline and reach it in sub-millisecond naps between yields",
     )
     a("--sim-no-access-log", action="store_true", help="do not log one line per HTTP request")
     a(
