@@ -95,6 +95,7 @@ def execute(
     quiet: bool,
     resume_dir: Path | None = None,
     planner: Callable[[Runner], Iterable[Point]] | None = None,
+    redo: frozenset[str] = frozenset(),
 ) -> int:
     """Run the spec (or a planner's adaptive points) with a progress bar, print the campaign table, return the exit
     code."""
@@ -117,6 +118,7 @@ def execute(
             handle_signals=True,
             run_dir=resume_dir,
             planner=planner,
+            redo=redo,
         )
         install_signal_handlers(runner.stop)  # again inside the runner once Ray is up (Ray replaces SIGTERM's handler)
         with progress_ui:
@@ -288,22 +290,37 @@ def run(steps: int | None, **kw: Any) -> None:
     type=click.Path(path_type=Path, file_okay=False),
     help="Continue an interrupted sweep in this run directory, skipping completed points.",
 )
+@click.option(
+    "--redo-disturbed",
+    is_flag=True,
+    help="With --resume: also run again the complete points the measuring host disturbed (flagged "
+    "client_saturated, schedule_slip, rate_shortfall or sim_behind); their old records move to superseded/.",
+)
 @settings_options(SearchSettings, "variable")
 @slo_options
 @settings_options(SearchSettings, "maximum", "tolerance")
 @run_options
 @click.pass_context
-def sweep(ctx: click.Context, steps_csv: str | None, grid: tuple[str, ...], resume_dir: Path | None, **kw: Any) -> None:
+def sweep(
+    ctx: click.Context,
+    steps_csv: str | None,
+    grid: tuple[str, ...],
+    resume_dir: Path | None,
+    redo_disturbed: bool,
+    **kw: Any,
+) -> None:
     """Run a grid of server configurations x workloads x load levels into one run directory."""
     from rig.tune.cli import SEARCH_PARAMS, resumed_planner, search_settings
 
+    if redo_disturbed and resume_dir is None:
+        raise click.UsageError("--redo-disturbed re-runs points of a run: give it with --resume DIR")
     if resume_dir is not None:
         if kw["variable"] is not None:
             raise click.UsageError("--resume continues the search recorded in the run; give it without --search")
         given = [
             p.opts[0]
             for p in ctx.command.params
-            if p.name not in ("quiet", "dry_run", "resume_dir")
+            if p.name not in ("quiet", "dry_run", "resume_dir", "redo_disturbed")
             and ctx.get_parameter_source(p.name or "") is ParameterSource.COMMANDLINE
         ]
         if given:
@@ -312,11 +329,14 @@ def sweep(ctx: click.Context, steps_csv: str | None, grid: tuple[str, ...], resu
         if kw["dry_run"]:
             print_dry_run(spec)
             return
+        from rig.contracts import DISTURBED_FLAGS
         from rig.results import load_manifest
 
-        sys.exit(
-            execute(spec, kw["quiet"], resume_dir=resume_dir, planner=resumed_planner(spec, load_manifest(resume_dir)))
-        )
+        planner = resumed_planner(spec, load_manifest(resume_dir))
+        if redo_disturbed and planner is not None:
+            raise click.UsageError("--redo-disturbed is for grid sweeps: a search's points follow from its results")
+        redo = DISTURBED_FLAGS if redo_disturbed else frozenset()
+        sys.exit(execute(spec, kw["quiet"], resume_dir=resume_dir, planner=planner, redo=redo))
     settings = search_settings(ctx, {n: kw.pop(n) for n in SEARCH_PARAMS}, kw)
     steps = csv_ints("--steps", steps_csv)
     workloads = [w.strip() for w in kw["workload"].split(",")] if kw["workload"] else None

@@ -91,7 +91,7 @@ from rig.contracts.server import (
     StartupFacts,
     WaitProgress,
 )
-from rig.contracts.validity import JUDGED_FLAGS, Thresholds, judge_point, thresholds_of_spec
+from rig.contracts.validity import DISTURBED_FLAGS, JUDGED_FLAGS, Thresholds, judge_point, thresholds_of_spec
 
 __all__ = [
     "DEFAULT_PERCENTILE",
@@ -125,6 +125,7 @@ __all__ = [
     "IDENTITY_FIELDS",
     "Int32",
     "Int64",
+    "DISTURBED_FLAGS",
     "JUDGED_FLAGS",
     "LosslessResult",
     "Manifest",

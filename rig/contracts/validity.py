@@ -45,6 +45,9 @@ class Thresholds(BaseModel):
 
 # Flags judge_point decides (the others a point carries come from its status and its records on disk).
 JUDGED_FLAGS = frozenset({"client_saturated", "schedule_slip", "rate_shortfall", "generator_lost", "server_died"})
+# Flags that blame the measuring host, not the system under test (a busy client, a simulator its host stalled): the
+# same point measured again on a quieter host may well be valid. `rig sweep --resume DIR --redo-disturbed` does that.
+DISTURBED_FLAGS = frozenset({"client_saturated", "schedule_slip", "rate_shortfall", "sim_behind"})
 
 
 def judge_point(

@@ -69,9 +69,12 @@ class ManifestStore:
             points=[point_entry(p, self.load_mode) for p in points],
         )
 
-    def resume(self, points: list[Point]) -> None:
+    def resume(self, points: list[Point], redo: frozenset[str] = frozenset()) -> None:
+        """Continue the run in place: points not complete run (again); so do complete ones carrying a flag in
+        ``redo`` (DISTURBED_FLAGS: measured again on what is now, one hopes, a quieter host)."""
         self.data = load_manifest(self.run_dir)  # an older version is migrated, and saved as the current one
         self._recheck_complete_points()
+        self._redo_flagged(redo)
         self.data.error = None  # the earlier attempt's; this one records its own
         self.data.status = "running"
         self.data.resumed = [*(self.data.resumed or []), time.time()]
@@ -92,7 +95,15 @@ class ManifestStore:
                 entry.status = "pending"
                 entry.error = f"re-run on resume: {have} of {want} records found on disk"
 
-    def finished_on_disk(self, points: list[Point]) -> bool:
+    def _redo_flagged(self, redo: frozenset[str]) -> None:
+        for entry in self.data.points:
+            hit = sorted(set(entry.flags) & redo)
+            if entry.status == "complete" and hit:
+                entry.status = "pending"
+                entry.error = f"re-run on resume: flagged {', '.join(hit)}"
+                entry.set_verdict({})  # the new attempt is judged afresh (its run-time flags accumulate from none)
+
+    def finished_on_disk(self, points: list[Point], redo: frozenset[str] = frozenset()) -> bool:
         """A resume with nothing left: the run completed and every point's records are on disk."""
         try:
             m = load_manifest(self.run_dir)
@@ -103,7 +114,9 @@ class ManifestStore:
             return False
         self.data = m
         return all(
-            e.status == "complete" and count_rows_on_disk(self.run_dir, e.point) == e.records.total
+            e.status == "complete"
+            and not set(e.flags) & redo
+            and count_rows_on_disk(self.run_dir, e.point) == e.records.total
             for e in entries.values()
         )
 

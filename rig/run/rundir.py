@@ -9,7 +9,7 @@ import time
 import traceback
 from pathlib import Path
 
-from rig.results import REQUESTS_DIR, SERVER_METRICS_DIR
+from rig.results import GPU_METRICS_DIR, REQUESTS_DIR, SERVER_METRICS_DIR
 from rig.run.errors import RunError, RunInputError
 
 
@@ -84,8 +84,10 @@ def check_output(run_dir: Path) -> None:
 
 
 def supersede(run_dir: Path, pid: str) -> None:
-    """Before (re)running a point, move any rows of an earlier unfinished attempt aside (no duplicates)."""
-    for sub in (REQUESTS_DIR, SERVER_METRICS_DIR):
+    """Before (re)running a point, move any rows of an earlier attempt aside (no duplicates): its requests, server
+    metrics and GPU samples (an earlier server's energy counter mixed into the new one's ran backwards, and the
+    point's energy fell back to integrating both attempts' power)."""
+    for sub in (REQUESTS_DIR, SERVER_METRICS_DIR, GPU_METRICS_DIR):
         old = run_dir / sub / f"point={pid}"
         if old.exists():
             dest = run_dir / "superseded" / time.strftime("%Y%m%d-%H%M%S") / sub / f"point={pid}"

@@ -38,10 +38,12 @@ class Runner:
         handle_signals: bool = False,
         planner: Callable[[Runner], Iterable[Point]] | None = None,
         run_dir: Path | str | None = None,
+        redo: frozenset[str] = frozenset(),
     ) -> None:
         self.spec = spec
         self.progress = progress if progress is not None else Progress()
         self.resume = resume
+        self.redo = redo  # resuming: complete points carrying one of these flags run again
         self.handle_signals = handle_signals  # SIGINT/SIGTERM stop the run cleanly (the CLI turns this on)
         # Adaptive runs (SLO search, tune): a function of the runner yielding points one at a time; it resumes after
         # the runner has run (or, resuming, skipped as complete) each one, so it can read that point's results first.
@@ -102,11 +104,11 @@ class Runner:
 
     def _run_claimed(self) -> Manifest:
         check_output(self.run_dir)
-        if self.resume and self.store.finished_on_disk(self.points):
+        if self.resume and self.store.finished_on_disk(self.points, self.redo):
             self.nothing_to_do = True  # leave a finished run exactly as it is (no cluster or clock rewrite)
             return self.manifest
         if self.resume:
-            self.store.resume(self.points)
+            self.store.resume(self.points, self.redo)
         else:
             self.store.create(self.spec, self.points)
         self.store.save()

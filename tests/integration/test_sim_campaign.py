@@ -7,10 +7,14 @@ thousand tokens/s, under 2,000 streamed events/s at C=64) are still far below wh
 100,000 events/s, see the README's benchmarks), so the client does not shape the figures. That takes the test from
 about 5.5 minutes of real-time levels to under 2.
 
-The report judges the generators' event-loop lag with a looser limit than a user's run (LOOP_LAG_MS): on a busy 2-core
+The run judges the generators' event-loop lag with a looser limit than a user's run (LOOP_LAG_MS): on a busy 2-core
 CI host a generator's loop stalls now and then (a p99 of 52 ms against the default 50 ms, with 11 % CPU, once flagged
 a C=64 point and took it out of the schedule), and here the figures themselves are held to the campaign's within
-10 %, which is what that flag protects. Any other flag (a saturated CPU, a simulator its host stalled) still fails.
+10 %, which is what that flag protects. A point the host still disturbed (the simulator's iterations over 0.1 s late,
+a saturated generator: rig's own verdict) is measured again, up to REDO_ATTEMPTS times, with `rig sweep --resume
+--redo-disturbed`, as a user would on a shared machine; what is still flagged after that fails the test, and so does
+any other flag. CI's 2-core host, beside the static checks, engine builds or a second Ray lane, does stall the sim:
+in one suite run its C=64 iterations ran up to 1.2 s late (2026-12-02).
 """
 
 from __future__ import annotations
@@ -24,8 +28,11 @@ import pytest
 import yaml
 from support import REPO
 
+from rig.contracts import DISTURBED_FLAGS
+
 TIME_SCALE = 0.25
 LOOP_LAG_MS = 250
+REDO_ATTEMPTS = 2  # re-runs of the points the host disturbed, if any (rig sweep --resume --redo-disturbed)
 CAMPAIGN = yaml.safe_load((REPO / "rig/sim/data/campaign.yaml").read_text())
 
 
@@ -36,46 +43,17 @@ def _sweep(tmp: Path, steps: str, conc: str) -> dict[tuple[int, int], dict]:
 
 def _sweep_full(tmp: Path, steps: str, conc: str, full: bool = True) -> tuple[dict[tuple[int, int], dict], dict]:
     """The same with `rig report --json-full`: the rows and the whole report (its speculative schedule)."""
-    rig = [sys.executable, "-m", "rig.cli"]
     run_id = "s" + steps.replace(",", "-")
-    p = subprocess.run(
-        [
-            *rig,
-            "sweep",
-            "--workload",
-            "greedy",
-            "--steps",
-            steps,
-            "--concurrency",
-            conc,
-            "--server-arg=--sim-fault",
-            f"--server-arg=slow={TIME_SCALE}",
-            "--out",
-            str(tmp),
-            "--run-id",
-            run_id,
-            "-q",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
-    rep = subprocess.run(
-        [
-            *rig,
-            "report",
-            str(tmp / run_id),
-            "--json-full" if full else "--json",
-            "--thresholds",
-            f"loop_lag_p99_ms={LOOP_LAG_MS}",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert rep.returncode == 0, rep.stderr
-    doc = json.loads(rep.stdout)
+    config = tmp / "load.yaml"
+    config.write_text(yaml.safe_dump({"load": {"loop_lag_threshold_s": LOOP_LAG_MS / 1e3}}))
+    server = ["--server-arg=--sim-fault", f"--server-arg=slow={TIME_SCALE}"]
+    _rig("sweep", "--config", str(config), "--workload", "greedy", "--steps", steps, "--concurrency", conc, *server,
+         "--out", str(tmp), "--run-id", run_id, "-q")  # fmt: skip
+    for _ in range(REDO_ATTEMPTS):
+        if not _disturbed(tmp / run_id):
+            break
+        _rig("sweep", "--resume", str(tmp / run_id), "--redo-disturbed", "-q")
+    doc = json.loads(_rig("report", str(tmp / run_id), "--json-full" if full else "--json"))
     campaign = doc["campaign"] if full else doc
     rows = {(int(r["steps"]), int(r["concurrency"])): r for r in campaign}
     flagged = {r["point"]: r.get("flag_reasons") for r in campaign if r["flags"]}
@@ -84,6 +62,18 @@ def _sweep_full(tmp: Path, steps: str, conc: str, full: bool = True) -> tuple[di
         for k in ("aggregate_tok_s", "decode_tok_s", "per_request_tok_s"):
             r[k] = r[k] * TIME_SCALE if r.get(k) is not None else None
     return rows, doc
+
+
+def _rig(*args: str) -> str:
+    p = subprocess.run([sys.executable, "-m", "rig.cli", *args], capture_output=True, text=True, timeout=900)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    return p.stdout
+
+
+def _disturbed(run: Path) -> list[str]:
+    """The points this host disturbed (a stalled simulator or generator), by the run's own verdict."""
+    points = json.loads((run / "manifest.json").read_text())["points"]
+    return [p["point"] for p in points if set(p["flags"]) & DISTURBED_FLAGS]
 
 
 @pytest.mark.slow
