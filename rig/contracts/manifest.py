@@ -41,6 +41,7 @@ class PointEntry(BaseModel):
     repeat: int | None = None
     status: PointStatus | None = None
     error: str | None = None
+    rerun: str | None = None  # why a resume ran this point again (its earlier rows are in superseded/)
     api: str | None = None
     started_ts: float | None = None
     start_wall: float | None = None  # the common start the generators waited for (driver clock)

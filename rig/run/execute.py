@@ -61,7 +61,8 @@ class PointExecutor:
         )
         planned = [pl.n_requests for pl in plans]
         total = None if None in planned else sum(n or 0 for n in planned)  # None: bound by duration (an open-ended bar)
-        store.update_point(pid, status="running", requests_scheduled=0, started_ts=time.time(), api=api)
+        # An earlier attempt's error is not this one's (why it runs again stays in ``rerun``).
+        store.update_point(pid, status="running", requests_scheduled=0, started_ts=time.time(), api=api, error=None)
         supersede(self.ctx.run_dir, pid)
         store.save()
         self.ctx.progress.status(f"{pid}: warming up")

@@ -73,6 +73,9 @@ class ManifestStore:
         """Continue the run in place: points not complete run (again); so do complete ones carrying a flag in
         ``redo`` (DISTURBED_FLAGS: measured again on what is now, one hopes, a quieter host)."""
         self.data = load_manifest(self.run_dir)  # an older version is migrated, and saved as the current one
+        for entry in self.data.points:  # an attempt that did not complete: the next one clears its error
+            if entry.status not in ("complete", "pending", None):
+                entry.rerun = f"was {entry.status}" + (f": {entry.error}" if entry.error else "")
         self._recheck_complete_points()
         self._redo_flagged(redo)
         self.data.error = None  # the earlier attempt's; this one records its own
@@ -93,14 +96,14 @@ class ManifestStore:
             have = count_rows_on_disk(self.run_dir, entry.point)
             if have != want:
                 entry.status = "pending"
-                entry.error = f"re-run on resume: {have} of {want} records found on disk"
+                entry.rerun = f"{have} of {want} records found on disk"
 
     def _redo_flagged(self, redo: frozenset[str]) -> None:
         for entry in self.data.points:
             hit = sorted(set(entry.flags) & redo)
             if entry.status == "complete" and hit:
                 entry.status = "pending"
-                entry.error = f"re-run on resume: flagged {', '.join(hit)}"
+                entry.rerun = f"flagged {', '.join(hit)}"
                 entry.set_verdict({})  # the new attempt is judged afresh (its run-time flags accumulate from none)
 
     def finished_on_disk(self, points: list[Point], redo: frozenset[str] = frozenset()) -> bool:

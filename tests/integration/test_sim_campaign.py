@@ -13,8 +13,9 @@ a C=64 point and took it out of the schedule), and here the figures themselves a
 10 %, which is what that flag protects. A point the host still disturbed (the simulator's iterations over 0.1 s late,
 a saturated generator: rig's own verdict) is measured again, up to REDO_ATTEMPTS times, with `rig sweep --resume
 --redo-disturbed`, as a user would on a shared machine; what is still flagged after that fails the test, and so does
-any other flag. CI's 2-core host, beside the static checks, engine builds or a second Ray lane, does stall the sim:
-in one suite run its C=64 iterations ran up to 1.2 s late (2026-12-02).
+any other flag. This 2-core host, beside the static checks, engine builds or a second Ray lane, does stall the sim:
+in one suite run its C=64 iterations ran up to 1.2 s late; in a later one (2026-12-02) 4 of the 10 points were
+flagged, 2 of those again, and the second redo left none (187 s for the sweep instead of ~95 s).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from rig.contracts import DISTURBED_FLAGS
 
 TIME_SCALE = 0.25
 LOOP_LAG_MS = 250
-REDO_ATTEMPTS = 2  # re-runs of the points the host disturbed, if any (rig sweep --resume --redo-disturbed)
+REDO_ATTEMPTS = 3  # re-runs of the points the host disturbed, if any (rig sweep --resume --redo-disturbed)
 CAMPAIGN = yaml.safe_load((REPO / "rig/sim/data/campaign.yaml").read_text())
 
 

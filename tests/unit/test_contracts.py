@@ -409,4 +409,4 @@ def test_the_manifest_store_keeps_typed_entries_and_resumes_an_old_manifest(tmp_
     again = ManifestStore(tmp_path, spec.load.mode)
     again.resume(points)  # its records are not on disk: the point is run again
     assert again.data.version == MANIFEST_VERSION and again.data.status == "running"
-    assert again.entry(pid).status == "pending" and "0 of 4 records" in again.entry(pid).error
+    assert again.entry(pid).status == "pending" and "0 of 4 records" in (again.entry(pid).rerun or "")
