@@ -48,7 +48,7 @@ from rig.server.gpu_telemetry import (
     assigned_devices,
     open_source,
 )
-from rig.server.redaction import mask_argv, redact, scrub_info, secret_values
+from rig.server.redaction import MIN_SECRET_CHARS, mask_argv, redact, scrub_info, secret_values
 from rig.server.scrape import parse_metrics, summed_values
 from rig.server.spec import ServerConfig
 
@@ -160,7 +160,8 @@ class ServerActor:
         """What must never be written out: the API key, every ``${NAME}`` value, and the value of any secret flag of
         the command."""
         argv = self.argv or list(self.cfg.extra_args)
-        return [x for x in (self.api_key, *self.env_values.values(), *secret_values(argv)) if x]
+        refs = [v for v in self.env_values.values() if len(v) >= MIN_SECRET_CHARS]
+        return [x for x in (self.api_key, *refs, *secret_values(argv)) if x]
 
     def public_command(self) -> list[str]:
         """The command with any secret masked (the API key is passed on the command line to SGLang, and wherever a

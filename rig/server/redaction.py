@@ -16,6 +16,9 @@ from typing import Any
 MASK = "***"
 SECRET_FIELDS = ("api_key", "admin_api_key", "ssl_keyfile_password")
 SECRET_FLAGS = tuple("--" + f.replace("_", "-") for f in SECRET_FIELDS)
+# A ${NAME} value shorter than this is no credible secret (a device index, a flag): masking every occurrence of it
+# would shred the log and the command (each "0" in them); a secret flag's value is masked whatever its length.
+MIN_SECRET_CHARS = 6
 REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")  # ${NAME}: read from rig's environment at launch (env_refs.py)
 
 

@@ -67,7 +67,10 @@ def test_a_secret_in_plain_text_is_refused_when_the_spec_is_read(args, why):
 
 
 def test_the_actor_masks_every_referenced_value(tmp_path):
-    actor = ServerActor(CFG, str(tmp_path), "server.log", api_key="k0", env_values={"ADMIN_KEY": "a1", "HUB": "h3"})
-    assert set(actor.secrets) >= {"k0", "a1", "h3"}
-    actor.argv = ["srv", "--admin-api-key=a1", "--note=h3"]
-    assert actor.public_command() == ["srv", "--admin-api-key=***", "--note=***"]
+    values = {"ADMIN_KEY": "adm-41", "HUB": "hub-token-3", "GPUS": "0"}
+    actor = ServerActor(CFG, str(tmp_path), "server.log", api_key="k0", env_values=values)
+    assert set(actor.secrets) >= {"k0", "adm-41", "hub-token-3"}
+    # a value too short to be a secret is not masked everywhere (each "0" of the log); a secret flag's value is
+    assert "0" not in actor.secrets
+    actor.argv = ["srv", "--admin-api-key=ab", "--note=hub-token-3", "--port", "30000"]
+    assert actor.public_command() == ["srv", "--admin-api-key=***", "--note=***", "--port", "30000"]
