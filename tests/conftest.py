@@ -82,8 +82,10 @@ SERIAL = "ray-and-engines"
 # Ray files whose assertions do not ride on real-time margins: a second Ray lane, run beside the first once the other
 # worker has run every file without Ray. The suite waits on Ray starts, servers and real-time levels far more than it
 # computes (2026-12-01: 14.5 CPU-minutes in 18.7 minutes on 2 cores), so one lane of every Ray file was its critical
-# path. What stays in the first lane: the sim's real-time figures against the campaign, tune's margins, the fault and
-# signal tests with time bounds, the namespace cluster, and the real engines.
+# path. What stays in the first lane: tune's margins, the fault and signal tests with time bounds, the namespace
+# cluster, and the real engines. The sim's campaign test starts Ray only inside its `rig sweep` subprocesses (it is
+# not marked ray): a unit of its own on the other worker, beside the first lane, that measures again what the busy
+# host disturbed (tests/integration/test_sim_campaign.py).
 SECOND_LANE = "ray-second-lane"
 SECOND_LANE_FILES = frozenset(
     f"tests/integration/{name}.py"
