@@ -113,7 +113,8 @@ class ServerLifecycle:
             # The embedded default is one machine: the engine listens on loopback only (not the LAN), and the
             # generators reach it there. Multi-host placement binds the node's address as before.
             cfg = cfg.model_copy(update={"host": "127.0.0.1"})
-        env = {n: v for n, v in self.ctx.server_env.items() if n in env_refs.names([cfg])}  # this launch's alone
+        wanted = set(env_refs.names([cfg]))
+        env = {n: v for n, v in self.ctx.server_env.items() if n in wanted}  # this launch's values alone
         self.handle = Server.options(**placement.server_options).remote(cfg, root, log_rel, self.ctx.api_key, env)
         cid = cfg.config_id()
         self.ctx.store.set_server_config(

@@ -19,7 +19,8 @@ from rig.server.spec import ServerConfig
 
 
 class EnvRefError(ValueError):
-    """A reference rig cannot fill, or a secret given in plain text; the message is one line."""
+    """A reference rig cannot fill (unset when the run starts, or not read for this launch); the message is one
+    line."""
 
 
 def _texts(cfg: ServerConfig) -> list[str]:

@@ -82,12 +82,10 @@ def plain_secret(extra_args: Iterable[str]) -> str | None:
     """Why these extra engine arguments may not be kept as given (they would be written into the manifest and the
     records), or None: the API key goes through --api-key-env, any other secret flag's value through ${NAME}."""
     args = list(extra_args)
-    for i, a in enumerate(args):
-        flag, eq, value = a.partition("=")
-        if not eq:
-            flag, value = a, args[i + 1] if i + 1 < len(args) else ""
-        if flag == "--api-key":
-            return "--api-key in server args: give the key with --api-key-env NAME (rig passes it to the server too)"
-        if flag in SECRET_FLAGS and value and not REF.fullmatch(value):
+    if any(a.partition("=")[0] == "--api-key" for a in args):
+        return "--api-key in server args: give the key with --api-key-env NAME (rig passes it to the server too)"
+    for i, prefix, value in _secret_args(args):
+        if value and not REF.fullmatch(value):
+            flag = prefix.removesuffix("=") or args[i - 1]
             return f"{flag} has its value in plain text, which would be written into results: write {flag}=${{NAME}}"
     return None
