@@ -219,7 +219,10 @@ class Scheduler:
         while self.waiting and used < budget and self.num_running < cfg.max_running:
             r = self.waiting[0]
             if r.arrival is not None and r.arrival > now:
-                break  # arrived after this iteration began (the clock is catching up): it joins a later one
+                # Arrived after this iteration began (the clock is catching up): it joins a later one. SGLang 0.5.23
+                # takes requests in only between forwards (srt/managers/scheduler.py event_loop_normal:
+                # ingest_requests, then get_next_batch_to_run, then run_batch).
+                break
             if self.reserved + self._reservation(r) > cfg.kv_pool_tokens and self.num_running > 0:
                 break  # no room in the KV pool until something finishes
             take = min(max(1, r.to_prefill), budget - used)
