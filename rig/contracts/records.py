@@ -41,7 +41,8 @@ class RequestRecord:
     host: str | None = None
     clock_offset_s: float | None = None  # generator clock minus driver clock
     # identity of the request
-    request_id: str | None = None
+    request_id: str | None = None  # the pairing key: the same request at every point of a run
+    wire_request_id: str | None = None  # the id sent to the server (SGLang's rid): request_id@tag, unique per attempt
     session_id: str | None = None
     turn: Int32 | None = None
     category: str | None = None  # chat | code | greedy | agent | dataset

@@ -16,6 +16,7 @@ import orjson
 
 from rig.loadgen.bodies import NativeBody, NativeSampling, OpenAIBody, RequestBody, SpecStats
 from rig.loadgen.dialects import Dialect
+from rig.loadgen.wire_ids import wire_id
 from rig.workloads.base import Turn, render_messages
 
 # Names of accepted / proposed draft counts across SGLang versions (0.5.9, 0.5.15 legacy, 0.5.15+).
@@ -142,10 +143,15 @@ def _server_timestamps(meta: dict[str, Any]) -> dict[str, float]:
 class Api:
     name = ""
     path = ""
+    sends_rid = False  # whether the body names the request (SGLang's ``rid``)
 
-    def __init__(self, dialect: Dialect | None = None) -> None:
+    def __init__(self, dialect: Dialect | None = None, rid_tag: str = "") -> None:
         # Default: SGLang's dialect, what the sim and SGLang itself accept (rig.loadgen.dialects.ENGINE_DIALECTS).
-        self.dialect = dialect if dialect is not None else Dialect()
+        self.dialect, self.rid_tag = (dialect if dialect is not None else Dialect()), rid_tag
+
+    def wire_id(self, turn: Turn) -> str | None:
+        """The id this request goes out under, where the body names it (rig.loadgen.wire_ids)."""
+        return wire_id(turn.request_id, self.rid_tag) if self.sends_rid else None
 
     def payload(self, turn: Turn, history: list[dict[str, str]], model: str) -> RequestBody:
         raise NotImplementedError
@@ -183,6 +189,7 @@ class SGLangNative(Api):
 
     name = "sglang-native"
     path = "/generate"
+    sends_rid = True
 
     def payload(self, turn: Turn, history: list[dict[str, str]], model: str) -> NativeBody:
         params: NativeSampling = {
@@ -199,7 +206,7 @@ class SGLangNative(Api):
             "text": render_messages([*history, *turn.messages]),
             "sampling_params": params,
             "stream": True,
-            "rid": turn.request_id,
+            "rid": wire_id(turn.request_id, self.rid_tag),
         }
         return self.dialect.finish(body)
 
@@ -484,10 +491,10 @@ class OpenAIChat(_OpenAIBase):
 APIS: dict[str, Api] = {a.name: a for a in (SGLangNative(), OpenAICompletions(), OpenAIChat())}
 
 
-def api_for(name: str, dialect: Dialect | None = None) -> Api:
-    """The API ``name`` speaking ``dialect`` (default: SGLang's)."""
+def api_for(name: str, dialect: Dialect | None = None, rid_tag: str = "") -> Api:
+    """The API ``name`` speaking ``dialect`` (default: SGLang's), its request ids tagged with ``rid_tag``."""
     try:
         cls = type(APIS[name])
     except KeyError:
         raise ValueError(f"unknown api {name!r}; choose one of {', '.join(APIS)}") from None
-    return cls(dialect)
+    return cls(dialect, rid_tag)

@@ -29,6 +29,7 @@ from rig.loadgen.health import LoopMonitor
 from rig.loadgen.open_loop import LEVEL_FAILED, Due, Http, OpenLoop, host_port
 from rig.loadgen.pacer import Pacer
 from rig.loadgen.plan import GeneratorPlan
+from rig.loadgen.wire_ids import new_rid_tag
 from rig.results import REQUEST_SCHEMA, PartWriter, empty_record, requests_dir
 from rig.workloads.base import Session, Turn
 
@@ -77,7 +78,7 @@ class PointRun:
 
     def __init__(self, plan: GeneratorPlan, out_root: Path | str, host: str, clock_offset_s: float) -> None:
         self.plan = plan
-        self.api = api_for(plan.point.api, plan.dialect)
+        self.api = api_for(plan.point.api, plan.dialect, rid_tag=new_rid_tag())  # ids unique per attempt
         self.host = host
         self.clock_offset_s = clock_offset_s
         self.writer = PartWriter(
@@ -128,6 +129,7 @@ class PointRun:
         rec = empty_record()
         rec.update(self._common)
         rec.update(request_fields(turn, out))
+        rec["wire_request_id"] = self.api.wire_id(turn)
         rec["session_id"] = session.session_id
         rec["turn"] = j
         if sent:

@@ -53,6 +53,7 @@ class Stream:
     finished_wall: float | None = None
     last_chunk_mono: float | None = None
     signalled: int = 0  # tokens already announced to the handler (stream_interval)
+    abort_message: str = "client disconnected"
 
     @property
     def finish_reason(self) -> dict | None:
@@ -63,7 +64,7 @@ class Stream:
             return {"type": "length", "length": self.n_tokens}
         if r == "stop":
             return {"type": "stop", "matched": self.matched}
-        return {"type": "abort", "message": "client disconnected"}
+        return {"type": "abort", "message": self.abort_message}
 
 
 class Engine:
@@ -164,8 +165,10 @@ class Engine:
         self._wake.set()
         return st
 
-    def abort(self, st: Stream) -> None:
+    def abort(self, st: Stream, message: str | None = None) -> None:
         if not st.finished:
+            if message is not None:
+                st.abort_message = message
             self.sched.abort(st.req)
             st.finished = True
             st.finished_wall = self.wall(self.loop.time())

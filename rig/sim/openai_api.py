@@ -13,8 +13,9 @@ from aiohttp import web
 from rig.sim.engine import Stream
 from rig.sim.requests import Sampling
 from rig.sim.responses import finish_name, matched_stop, meta_info, speculative_fields, usage
+from rig.sim.rids import DuplicateRid
 from rig.sim.sampling import BadRequest, build, stops_of
-from rig.sim.server import DONE, DuplicateRid, SimServer, read_json, sse, start_sse
+from rig.sim.server import DONE, SimServer, read_json, sse, start_sse
 from rig.sim.text import render_chat
 
 

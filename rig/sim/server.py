@@ -24,6 +24,7 @@ from rig.sim.prometheus import CONTENT_TYPE, SimMetrics
 from rig.sim.requests import Sampling
 from rig.sim.resolution import MODEL_ARCH
 from rig.sim.responses import native_body
+from rig.sim.rids import DuplicateRid, Rids
 from rig.sim.sampling import BadRequest, ContractError, parse_native
 from rig.sim.text import token_id, tokenize
 
@@ -31,14 +32,6 @@ log = logging.getLogger("rig.sim")
 access_log = logging.getLogger("rig.sim.access")
 ALWAYS_ALLOWED = ("/health", "/ready", "/metrics")
 ADMIN_PATHS = ("/flush_cache",)
-
-
-class DuplicateRid(BadRequest):
-    """managers/tokenizer_manager.py (_validate_and_register_rids, ~line 3833): a rid already in rid_to_state (a
-    request not yet finished) is a ValueError, which each route answers in its own shape."""
-
-    def __init__(self, rid: str) -> None:
-        super().__init__(f"Duplicate request ID detected: {rid}")
 
 
 class SimServer:
@@ -66,7 +59,7 @@ class SimServer:
         self.started = time.time()
         self.model = args.served_model_name
         self.chat_defaults: dict[str, Any] = {}  # the model's generation defaults for chat (generation.py)
-        self._rids: dict[str, Stream] = {}  # client-given rids of unfinished requests (SGLang's rid_to_state)
+        self.rids = Rids(engine)  # client-given rids of unfinished requests (SGLang's rid_to_state)
 
     # ---- shared helpers for the native and OpenAI routes ----
     def submit(
@@ -78,19 +71,10 @@ class SimServer:
         seed = (42 if s.seed is None else s.seed) if self.args.enable_deterministic_inference else None
         if seed != s.seed:
             s = dataclasses.replace(s, seed=seed)
-        if rid is not None:
-            known = self._rids.get(rid)
-            if known is not None and not known.finished:
-                raise DuplicateRid(rid)
+        self.rids.check(rid)
         st = self.engine.submit(toks, ids, s, rid=rid, stops=stops)
-        if rid is not None:
-            self._rids[rid] = st
+        self.rids.register(rid, st)
         return st
-
-    def _release(self, st: Stream) -> None:
-        """The request left rid_to_state (finished or aborted): its rid may be used again."""
-        if self._rids.get(st.rid) is st:
-            del self._rids[st.rid]
 
     def tokenize_prompt(self, text: str | None, ids: Any) -> tuple[list[str], list[int]]:
         if ids is not None:
@@ -126,7 +110,7 @@ class SimServer:
         finally:
             if not st.finished:
                 self.engine.abort(st)
-            self._release(st)
+            self.rids.release(st, streamed=True)
 
     async def wait_finished(self, st: Stream) -> None:
         try:
@@ -136,7 +120,7 @@ class SimServer:
         finally:
             if not st.finished:
                 self.engine.abort(st)
-            self._release(st)
+            self.rids.release(st, streamed=False)
 
 
 def validation_error(message: str) -> web.Response:

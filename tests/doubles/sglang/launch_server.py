@@ -62,6 +62,7 @@ STEPS = ARGS.speculative_num_steps or 0
 STATE = {"generated": 0, "verify": 0, "calls": 0, "inflight": 0}
 WORDS = ["alpha", "beta", "gamma", "delta", "eps", "zeta", "eta", "theta"]
 RIDS: set = set()  # rids of unfinished /generate requests
+ABORTED: set = set()  # live rids a background abort task hit
 DRAWS = itertools.count()  # the server's own RNG for unseeded (or seed-ignoring) sampled requests
 # api/v1/api_types.py::_FIELDS_SamplingParams
 NATIVE_FIELDS = (
@@ -211,15 +212,31 @@ async def generate(request: web.Request) -> web.StreamResponse:
         await _generate_stream(resp, body, n, words)
     finally:
         RIDS.discard(rid)
+        ABORTED.discard(rid)
+        if rid is not None:  # TokenizerManager.create_abort_task: 2 s after the stream, abort the rid if live
+            asyncio.get_running_loop().call_later(2.0, _abort_rid, rid)
     return resp
+
+
+def _abort_rid(rid: str) -> None:
+    """tokenizer_manager.py::abort_request (exact look-up), then scheduler.py::abort_request (rid prefix)."""
+    if rid in RIDS:
+        ABORTED.update(r for r in RIDS if r.startswith(rid))
 
 
 async def _generate_stream(resp: web.StreamResponse, body: dict, n: int, words: list[str]) -> None:
     async for done, verify in steps_of(n):
+        aborted = body.get("rid") in ABORTED
         # managers/tokenizer_manager.py::_handle_batch_output: the keys of every chunk's meta_info
         meta = {
             "id": body.get("rid"),
-            "finish_reason": {"type": "length", "length": n} if done == n else None,
+            "finish_reason": (
+                {"type": "abort", "message": "Aborted"}
+                if aborted
+                else {"type": "length", "length": n}
+                if done == n
+                else None
+            ),
             "prompt_tokens": len(body.get("text", "").split()),
             "weight_version": "default",
             "num_retractions": 0,
@@ -238,6 +255,8 @@ async def _generate_stream(resp: web.StreamResponse, body: dict, n: int, words: 
                 }
             )
         )
+        if aborted:
+            break
     await resp.write(b"data: [DONE]\n\n")
 
 
