@@ -37,9 +37,14 @@ train() {
   env -u PYTHONPATH python3 -m rig.server.spec_models $SPEC && cp $SPEC/train_report.json $R/
 }
 
-scale() {  # the scale-out benchmark on the CPUs, if this checkout has it (benchmarks/device_scale.sh)
-  [ -f benchmarks/device_scale.sh ] || { echo "no benchmarks/device_scale.sh in this checkout"; return 0; }
-  OUT=$R/scale PYTHONPATH=/tmp/rig-site bash benchmarks/device_scale.sh
+scale() {  # the scale-out benchmark on the CPUs (benchmarks/device_scale.sh), else the control plane at 256
+  mkdir -p $R/scale
+  if [ -f benchmarks/device_scale.sh ]; then
+    OUT=$R/scale PYTHONPATH=/tmp/rig-site bash benchmarks/device_scale.sh
+  else
+    PYTHONPATH=/tmp/rig-site timeout 400 taskset -c 2-15 python3 benchmarks/control_plane.py --nodes 16 \
+      --per-host 16 --requests 2560 --concurrency 256 | tee $R/scale/control_plane_256.txt
+  fi
 }
 
 record() {  # SGLang's own responses, with EAGLE + adaptive speculation (the configuration richest in fields)
