@@ -34,7 +34,7 @@ wait_for() {  # wait_for FILE SECONDS
 }
 
 train() {
-  env -u PYTHONPATH python3 -m rig.server.spec_models $SPEC && cp $SPEC/train_report.json $R/
+  env -u PYTHONPATH taskset -c 0,1 python3 -m rig.server.spec_models $SPEC && cp $SPEC/train_report.json $R/
 }
 
 scale() {  # the scale-out benchmark on the CPUs (benchmarks/device_scale.sh), else the control plane at 256
