@@ -50,8 +50,20 @@ def sim(argv: tuple[str, ...]) -> None:
 )
 @click.option("--max-evals", type=int, default=1500, show_default=True, help="Objective evaluations per pass.")
 @click.option("--name", default=None, help="Name recorded in the profile.")
+@click.option(
+    "--hold-out",
+    "hold_out",
+    is_flag=True,
+    help="Also fit once without each measured point and predict it: the held-out error beside the in-sample error.",
+)
 def fit_cmd(
-    run_dir: Path | None, campaign: bool, output: Path | None, start: Path | None, max_evals: int, name: str | None
+    run_dir: Path | None,
+    campaign: bool,
+    output: Path | None,
+    start: Path | None,
+    max_evals: int,
+    name: str | None,
+    hold_out: bool,
 ) -> None:
     """Fit a profile's parameters to the campaign (--campaign) or to a results directory of real runs."""
     from rich.console import Console
@@ -91,6 +103,8 @@ def fit_cmd(
         )
     elapsed = time.monotonic() - t0
     _print_table(result, elapsed)
+    if hold_out:
+        _print_held_out(targets, base, free, max_evals, console)
     if output:
         command = [
             "rig",
@@ -126,6 +140,33 @@ def _print_table(result: FitResult, elapsed: float) -> None:
     for n in result.free:
         p.add_row(n, f"{result.profile.values[n]:.6g}")
     Console().print(p)
+
+
+def _print_held_out(targets: list, base: Profile, free: tuple[str, ...], max_evals: int, console: object) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from rig.sim.holdout import hold_out_each_point
+
+    assert isinstance(console, Console)
+    with console.status("held-out fits...") as status:
+        rows = hold_out_each_point(
+            targets, base, free, max_evals, progress=lambda p, i, n: status.update(f"held-out fit {i}/{n}: without {p}")
+        )
+    t = Table(title="held out: each point predicted by a fit to the others")
+    for col in ("target", "measured", "predicted", "error"):
+        t.add_column(col, justify="left" if col == "target" else "right")
+    for r in rows:
+        err = 100 * r.rel_err
+        style = "green" if abs(err) <= 10 else "red"
+        t.add_row(r.label, f"{r.measured:.2f}", f"{r.predicted:.2f}", f"[{style}]{err:+.1f} %[/{style}]")
+    Console().print(t)
+    for metric in ("aggregate_tok_s", "decode_tok_s"):
+        errs = [abs(r.rel_err) for r in rows if r.metric == metric]
+        if errs:
+            click.echo(
+                f"held-out {metric}: max |error| {100 * max(errs):.1f} %, mean {100 * sum(errs) / len(errs):.1f} %"
+            )
 
 
 if __name__ == "__main__":  # pragma: no cover
