@@ -8,7 +8,10 @@
     python3 scripts/wheelhouse.py install WH                 # into this interpreter's environment (pip resolves)
     python3 scripts/wheelhouse.py install WH --target DIR    # unpack every wheel into DIR; then PYTHONPATH=DIR
 
-``build`` makes rig's own wheel, then downloads the whole dependency closure of ``rig`` (plus ``--also``
+``build --engine SPEC`` (scripts/wheelhouse_engine.py) makes an engine's closure instead (SGLang, vLLM) for a node
+described by its ``pip freeze``: clashes with the node's packages resolved on purpose and reported, wheels trimmed,
+recompressed as one xz stream and cut into parts with a checksum manifest (``--part-size-mb``), which ``install``
+reassembles and verifies (scripts/wheelhouse_parts.py). ``build`` makes rig's own wheel, then downloads the whole dependency closure of ``rig`` (plus ``--also``
 requirements) as binary wheels for the target interpreter. ``--have`` names packages the target already has (one
 per line, ``pip freeze`` or ``pip list`` output works; versions are ignored): their wheels are left out, which is
 what keeps the wheelhouse small on an image that ships torch, pyarrow and friends. ``--slim-ray`` rewrites Ray's
@@ -31,6 +34,7 @@ import zipfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # its two helper modules
 # Parts of Ray's wheel that rig never loads (Java workers, RLlib, dashboard source maps).
 RAY_DROP = (re.compile(r"^ray/jars/"), re.compile(r"^ray/rllib/"), re.compile(r"\.map$"))
 
@@ -106,8 +110,77 @@ def build(args: argparse.Namespace) -> int:
     return 0
 
 
+def build_engine(args: argparse.Namespace) -> int:
+    """An engine's closure for the node (scripts/wheelhouse_engine.py), trimmed, packed into checksummed parts."""
+    import wheelhouse_engine as eng
+    import wheelhouse_parts as parts
+
+    out = Path(args.out)
+    have = eng.read_have_versions(Path(args.have) if args.have else None)
+    try:
+        closure = eng.resolve([args.engine, *args.also], args.python_version, args.platform, args.pip_arg)
+    except subprocess.CalledProcessError:
+        print(f"wheelhouse: pip could not resolve {args.engine} for the node (its message is above)", file=sys.stderr)
+        return 1
+    roots = {eng.canonical(re.split(r"[\s=<>!~\[;@]", r, maxsplit=1)[0]) for r in [args.engine, *args.also]}
+    plan = eng.plan(closure, have, args.python_version, roots)
+    for line in plan.clashes:
+        print(f"wheelhouse: clash: {line}", file=sys.stderr)
+    for line in plan.blockers:
+        print(f"wheelhouse: cannot ship: {line}", file=sys.stderr)
+    if plan.blockers and not args.allow_clash:
+        print("wheelhouse: the node's GPU stack does not fit this engine (--allow-clash to go on)", file=sys.stderr)
+        return 1
+    print(f"wheelhouse: {len(plan.left_out)} packages left to the node, {len(plan.ship)} shipped", file=sys.stderr)
+    trims: list[str] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        dl, stored = Path(tmp) / "dl", Path(tmp) / "stored"
+        stored.mkdir(parents=True)
+        platform_args = ["--only-binary=:all:", "--implementation", "cp", "--python-version", args.python_version]
+        for p in args.platform:
+            platform_args += ["--platform", p]
+        pins = [f"{r.name}=={r.version}" for r in plan.ship]
+        pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "download", "-q", "--no-deps"]
+        if subprocess.run([*pip, *platform_args, *args.pip_arg, "-d", str(dl), *pins]).returncode:
+            print("wheelhouse: pip could not download the closure (its message is above)", file=sys.stderr)
+            return 1
+        for whl in sorted(dl.glob("*.whl")):
+            trims += eng.trim_and_store(whl, eng.trim_rules(wheel_name(whl), args.gpu_arch), stored / whl.name)
+        for line in trims:
+            print(f"wheelhouse: trimmed {line}", file=sys.stderr)
+        extra = {
+            "engine": args.engine,
+            "clashes": plan.clashes,
+            "blockers": plan.blockers,
+            "left_to_node": plan.left_out,
+            "trims": trims,
+        }
+        manifest = parts.pack(sorted(stored.glob("*.whl")), out, int(args.part_size_mb * 1e6), extra)
+    total = manifest["stream"]["bytes"]
+    print(
+        f"wheelhouse: {len(manifest['wheels'])} wheels, {total / 1e6:.1f} MB as {len(manifest['parts'])} part(s) "
+        f"in {out} ({parts.MANIFEST})",
+        file=sys.stderr,
+    )
+    return 0
+
+
 def install(args: argparse.Namespace) -> int:
     wh = Path(args.wheelhouse)
+    if (wh / "parts.json").is_file():
+        import wheelhouse_parts as parts
+
+        unpacked = Path(tempfile.mkdtemp(prefix="wheelhouse-"))
+        try:
+            parts.unpack(wh, unpacked)
+        except parts.PartsError as e:
+            print(f"wheelhouse: {e}", file=sys.stderr)
+            return 2
+        args.wheelhouse = str(unpacked)
+        try:
+            return install(args)
+        finally:
+            shutil.rmtree(unpacked, ignore_errors=True)
     wheels = sorted(wh.glob("*.whl"))
     if not wheels:
         print(f"wheelhouse: no wheels in {wh}", file=sys.stderr)
@@ -153,10 +226,20 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--have", help="file naming packages the target already has (left out)")
     b.add_argument("--also", action="append", default=[], help="another requirement to include (repeatable)")
     b.add_argument("--slim-ray", action="store_true", help="drop Ray's jars, RLlib and source maps")
+    b.add_argument(
+        "--engine", help="an engine's closure instead of rig's, e.g. 'sglang==0.5.17' (wheelhouse_engine.py)"
+    )
+    b.add_argument("--gpu-arch", help="--engine: keep only this GPU architecture's code, e.g. sm90 (H100/H200)")
+    b.add_argument("--part-size-mb", type=float, default=60.0, help="--engine: largest part, MB (default 60)")
+    b.add_argument("--allow-clash", action="store_true", help="--engine: go on when the node's torch/CUDA differ")
+    b.add_argument("--pip-arg", action="append", default=[], help="passed to pip (e.g. --pip-arg=--find-links=DIR)")
     i = sub.add_parser("install", help="install a wheelhouse with no package index")
     i.add_argument("wheelhouse")
     i.add_argument("--target", help="unpack into this directory (no resolution) instead of this environment")
     args = parser.parse_args(argv)
+    if args.cmd == "build" and args.engine and not args.platform:
+        # engines' native wheels carry newer glibc tags (llguidance: manylinux_2_39); pip matches each exactly
+        args.platform = [f"manylinux_2_{n}_x86_64" for n in range(39, 16, -1)] + ["manylinux2014_x86_64"]
     if args.cmd == "build":
         args.platform = args.platform or [
             "manylinux_2_28_x86_64",
@@ -165,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
             "manylinux2014_x86_64",
             "manylinux1_x86_64",
         ]
-        return build(args)
+        return build_engine(args) if args.engine else build(args)
     return install(args)
 
 
