@@ -11,7 +11,9 @@
 ``build --engine SPEC`` (scripts/wheelhouse_engine.py) makes an engine's closure instead (SGLang, vLLM) for a node
 described by its ``pip freeze``: clashes with the node's packages resolved on purpose and reported, wheels trimmed,
 recompressed as one xz stream and cut into parts with a checksum manifest (``--part-size-mb``), which ``install``
-reassembles and verifies (scripts/wheelhouse_parts.py). ``build`` makes rig's own wheel, then downloads the whole dependency closure of ``rig`` (plus ``--also``
+reassembles and verifies (scripts/wheelhouse_parts.py).
+
+Otherwise ``build`` makes rig's own wheel, then downloads the whole dependency closure of ``rig`` (plus ``--also``
 requirements) as binary wheels for the target interpreter. ``--have`` names packages the target already has (one
 per line, ``pip freeze`` or ``pip list`` output works; versions are ignored): their wheels are left out, which is
 what keeps the wheelhouse small on an image that ships torch, pyarrow and friends. ``--slim-ray`` rewrites Ray's
