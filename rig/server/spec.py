@@ -9,7 +9,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator, model_validator
 
 from rig.loadgen.dialects import DialectName
-from rig.server.redaction import plain_secret
+from rig.server.redaction import plain_secret, plain_secret_in_command
 
 EngineName = Literal["sim", "sglang", "vllm", "external", "command"]
 # Names a command template fills itself (rig/server/command.py), so no command_vars key may take them.
@@ -54,8 +54,8 @@ class ServerConfig(BaseModel):
     command: tuple[str, ...] = Field(
         (),
         description="command engine: the server's command line, with placeholders {model} {host} {port} {steps} "
-        "{num_draft_tokens} {tp} {served_model_name} {extra_args} and any --grid knob (one string, "
-        "split as a shell would; never run by a shell).",
+        "{num_draft_tokens} {tp} {served_model_name} {extra_args} {api_key} and any --grid knob (one string, "
+        "split as a shell would; never run by a shell); ${NAME} is read from the environment at launch.",
     )
     # command engine: values of the template's own placeholders ({ctx}); --grid ctx=2048,4096 sweeps one
     command_vars: dict[str, str | int | float | bool] = Field(default_factory=dict)
@@ -170,6 +170,9 @@ class ServerConfig(BaseModel):
             raise ValueError("engine 'command' needs server.command (--command 'SERVER {model} --port {port} ...')")
         if self.engine != "command" and (self.command or self.command_vars):
             raise ValueError(f"command is for engine 'command' (the engine is {self.engine!r})")
+        why = plain_secret_in_command(self.command, self.command_vars)
+        if why is not None:
+            raise ValueError(why)
         if self.spec_algorithm == "STANDALONE" and self.steps > 0 and not self.draft_model_path:
             raise ValueError("spec_algorithm STANDALONE needs draft_model_path")
         return self
