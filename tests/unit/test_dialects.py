@@ -162,7 +162,7 @@ def test_dialect_and_extra_body_flags_land_in_the_spec_and_leave_config_ids_alon
         (["--extra-body", "max_completion_tokens=9"], "--workload-opt max_tokens=N"),
         (["--extra-body", "ignore_eos=false"], "'ignore_eos' is rig's own field"),
         (["--extra-body", "seed=3"], "per-request seeds"),
-        (["--extra-body", "stop=[\"x\"]"], "'stop' is rig's own field"),
+        (["--extra-body", 'stop=["x"]'], "'stop' is rig's own field"),
         (["--extra-body", "n=2"], "one output per request"),
         (["--extra-body", 'stream_options={"include_usage": false}'], "'stream_options' is rig's own field"),
         (["--extra-body", "rid=abc"], "ids of its own"),

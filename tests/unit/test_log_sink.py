@@ -1,4 +1,4 @@
-"""The engine's log is capped (rig/server/log_sink.py): its head whole, a rotating tail, a line for what was left out."""
+"""The engine's log is capped (rig/server/log_sink.py): the head whole, a rotating tail, a line for what is cut."""
 
 from __future__ import annotations
 
