@@ -29,7 +29,7 @@ class ClusterSpec(BaseModel):
     num_cpus: int | None = None  # local Ray only
     # What one GPU-hour of the server node costs (USD): rig report / compare turn it into $ per million output
     # tokens (their --gpu-hour-price overrides it).
-    gpu_hour_price: float | None = Field(None, ge=0)
+    gpu_hour_price: float | None = Field(None, ge=0, allow_inf_nan=False)
 
     @field_validator("spool_dir")
     @classmethod

@@ -4,6 +4,7 @@ an error."""
 from __future__ import annotations
 
 from rig.config import RunSpec, as_it_runs
+from rig.workloads.spec import WorkloadSpec
 
 
 def notices(spec: RunSpec) -> list[str]:
@@ -54,4 +55,23 @@ def notices(spec: RunSpec) -> list[str]:
                 f"{wl.path} has {n} usable entries: each level sends {n}, not --requests "
                 f"{spec.load.requests} (--workload-opt cycle=true repeats the file)"
             )
+        out += _dataset_notes(spec, wl, n)
     return out
+
+
+def _dataset_notes(spec: RunSpec, wl: WorkloadSpec, n: int) -> list[str]:
+    """A trace whose timestamps may not mean what they say; an open-loop level bound by a duration that asks for more
+    sessions than the file holds (it runs out early: flagged dataset_exhausted)."""
+    from rig.workloads.dataset import trace_notes
+
+    load = spec.load
+    if load.mode == "trace":
+        return trace_notes(wl, load.trace_speed)
+    short = [r for r in load.rates if load.duration_s and r * load.duration_s > n] if not wl.cycle else []
+    if not short or load.requests is not None:
+        return []
+    return [
+        f"{wl.path} has {n} usable entries, fewer than rate x duration at rate {', '.join(f'{r:g}' for r in short)}: "
+        f"such a level runs out of them about {n / max(short):.0f} s into its {load.duration_s:g} s and is flagged "
+        f"dataset_exhausted (--workload-opt cycle=true repeats the file)"
+    ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import sys
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,19 @@ def _slos(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -
         return [parse_slo(v) for v in values]
     except ValueError as e:
         raise click.BadParameter(str(e)) from None
+
+
+class Price(click.FloatRange):
+    """A price in USD: a finite number >= 0 (click's FloatRange lets nan and inf through, and they would print as a
+    cost)."""
+
+    name = "price"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        rv = super().convert(value, param, ctx)
+        if not math.isfinite(rv):
+            self.fail(f"{value!r} is not a price (give a finite number of USD, e.g. 2.5)", param, ctx)
+        return rv
 
 
 class InputError(click.ClickException):
@@ -76,7 +90,7 @@ def _fail(e: Exception) -> click.ClickException:
 )
 @click.option(
     "--gpu-hour-price",
-    type=click.FloatRange(min=0),
+    type=Price(min=0),
     metavar="USD",
     help="Price of one GPU-hour: adds $ per million output tokens (default: the cluster file's "
     "gpu_hour_price, if the run recorded one).",
@@ -274,7 +288,7 @@ def _gate_line(g: dict[str, Any]) -> Text:
 @click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON.")
 @click.option(
     "--gpu-hour-price",
-    type=click.FloatRange(min=0),
+    type=Price(min=0),
     metavar="USD",
     help="Price of one GPU-hour: adds the $ per million output tokens ratio (default: the cluster file's).",
 )

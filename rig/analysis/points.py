@@ -36,6 +36,7 @@ INVALIDATING = frozenset(
         "status_unknown",
         "unreadable_parts",
         "missing_parts",
+        "dataset_exhausted",  # a duration-bound level whose sessions ran out: its load fell away before it ended
     }
 )
 # Flags saying the point's records on disk are not all of what it took (a comparison over them is incomplete).

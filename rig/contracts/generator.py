@@ -42,6 +42,8 @@ class GeneratorReport(BaseModel):
     tokens: int | None = None
     ended_early: int = 0  # ok requests that asked for a fixed length (ignore_eos) and ended before max_tokens
     tokens_estimated: int = 0  # ok requests whose completion tokens were counted from chunks (no usage sent)
+    # a level bound by a duration: seconds into it when its sessions ran out (a finite dataset), None if they did not
+    ran_out_s: float | None = None
     slip_p50_s: float | None = None
     slip_p99_s: float | None = None
     achieved_rate: float | None = None  # requests/s: see ``achieved_rate``

@@ -44,7 +44,9 @@ class Thresholds(BaseModel):
 
 
 # Flags judge_point decides (the others a point carries come from its status and its records on disk).
-JUDGED_FLAGS = frozenset({"client_saturated", "schedule_slip", "rate_shortfall", "generator_lost", "server_died"})
+JUDGED_FLAGS = frozenset(
+    {"client_saturated", "schedule_slip", "rate_shortfall", "generator_lost", "server_died", "dataset_exhausted"}
+)
 # Flags that blame the measuring host, not the system under test (a busy client, a simulator its host stalled): the
 # same point measured again on a quieter host may well be valid. `rig sweep --resume DIR --redo-disturbed` does that.
 DISTURBED_FLAGS = frozenset({"client_saturated", "schedule_slip", "rate_shortfall", "sim_behind"})
@@ -56,7 +58,9 @@ def judge_point(
     """The point's validity flags, each with the figure that tripped it: the one place these rules live.
 
     A generator saturated (CPU share or event-loop lag over a window long enough to mean something), an open loop
-    that slipped behind its schedule or sent below its rate, a generator lost, the server dead.
+    that slipped behind its schedule or sent below its rate, a generator lost, the server dead, a level bound by a
+    duration whose sessions ran out before it ended (a dataset smaller than rate x duration, or than a closed loop
+    serves in it: its load fell away early, unlike the level asked for).
     """
     t = thresholds
     why: dict[str, str] = {}
@@ -65,6 +69,11 @@ def judge_point(
         name = f"generator {g.generator}"
         if g.status == "failed" or "died" in (g.error or ""):
             why["generator_lost"] = f"{name}: {g.error}" if g.error else f"{name} failed"
+        if g.ran_out_s is not None and "dataset_exhausted" not in why:
+            why["dataset_exhausted"] = (
+                f"{name}: the workload's sessions ran out {g.ran_out_s:.1f}s into a level bound by its duration, "
+                f"so its load fell away early (a dataset smaller than the level; --workload-opt cycle=true repeats it)"
+            )
         # A lag percentile or a CPU share over a blink of time (every request failing in milliseconds) means nothing.
         if g.window_s is None or g.window_s >= t.min_window_s:
             over = f" over {g.window_s:.0f}s" if g.window_s is not None else ""

@@ -111,6 +111,7 @@ class PointRun:
         }
         self.started_mono: float | None = None
         self.ended_mono: float | None = None
+        self.ran_out_s = plan.supply_ends_s  # closed loop: set when its sessions run out before the duration ends
         self.cancel_reason = "cancelled: the run was stopped"  # what a cancelled in-flight request records
         self.warm_ok = 0  # warm-up requests that succeeded so far
         self.flusher = Flusher(self.writer)  # part files written while the level runs
@@ -283,6 +284,9 @@ class PointRun:
             if (deadline is not None and now >= deadline) or self.unreachable:
                 return
             await self._run_session(http, session, now, deadline)
+        now = time.perf_counter()
+        if deadline is not None and now < deadline and self.ran_out_s is None and self.plan.duration_s:
+            self.ran_out_s = now - (deadline - self.plan.duration_s)  # the first slot that found no session left
 
     async def _open_loop(self, http: Http, start: float) -> None:
         """Each session's first turn sent at its arrival time (rig.loadgen.open_loop)."""
@@ -465,6 +469,7 @@ class PointRun:
             tokens=self.counts["tokens"],
             ended_early=self.counts["ended_early"],
             tokens_estimated=self.counts["tokens_estimated"],
+            ran_out_s=self.ran_out_s,
             slip_p50_s=float(np.percentile(slips, 50)),
             slip_p99_s=float(np.percentile(slips, 99)),
             achieved_rate=achieved_rate(len(self.slips), *self.send_span),

@@ -58,6 +58,9 @@ class GeneratorPlan:
     extra_headers: dict[str, str] = field(default_factory=dict)  # never logged
     lazy: LazySessions | None = None  # closed loop by duration: sessions built on the generator instead
     dialect: Dialect = field(default_factory=Dialect)  # the fields requests may carry (decided by the driver)
+    # open loop by duration: the due offset of the first arrival the workload had no session for (a dataset smaller
+    # than rate x duration), reported back as the generator's ran_out_s
+    supply_ends_s: float | None = None
 
     def session_iter(self) -> Iterator[Session]:
         return iter(self.lazy) if self.lazy is not None else iter(self.sessions)

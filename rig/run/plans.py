@@ -87,7 +87,16 @@ def point_sessions(load: LoadSpec, p: Point) -> tuple[list[Session], list[float]
     offsets = list(arrivals.arrival_offsets(load.mode, rate=p.rate, n=n, seed=load.seed, burstiness=load.burstiness))
     if load.duration_s:
         offsets = [o for o in offsets if o < load.duration_s]
+    # a dataset without cycle has at most its entries: the arrivals past them are not sent (supply_end says when)
     return build_sessions(p.workload, seed=load.seed, n_sessions=len(offsets)), offsets
+
+
+def supply_end(load: LoadSpec, sessions: list[Session], offsets: list[float] | None) -> float | None:
+    """A level bound by its duration whose schedule has more arrivals than the workload has sessions: the due offset
+    of the first arrival left without one (the level ends early there; its point is flagged dataset_exhausted)."""
+    if load.duration_s is None or offsets is None or len(sessions) >= len(offsets):
+        return None
+    return offsets[len(sessions)]
 
 
 def build_plans(
@@ -144,8 +153,11 @@ def build_plans(
             for i, (mine, slots) in enumerate(split_closed(sessions, p.concurrency or 1, n_gen))
         ]
     else:
+        ends = supply_end(load, sessions, offsets)
         plans = [
-            GeneratorPlan(generator=ids[i], sessions=tuple(mine), arrivals=tuple(offs), slots=cap, **common)
+            GeneratorPlan(
+                generator=ids[i], sessions=tuple(mine), arrivals=tuple(offs), slots=cap, supply_ends_s=ends, **common
+            )
             for i, (mine, offs, cap) in enumerate(split_open(sessions, offsets, n_gen, p.concurrency))
         ]
     return [replace(plan, warmup=own_warmup(plan.warmup, plan.generator)) for plan in plans]

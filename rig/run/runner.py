@@ -235,7 +235,13 @@ class Runner:
         """Record a server that did not start (on its configuration and the point), fetch its log and stop it;
         returns the error's first line."""
         msg = str(e.cause if isinstance(e, ray.exceptions.RayTaskError) and e.cause else e)
-        first = msg.strip().splitlines()[0] if msg.strip() else type(e).__name__
+        lines = [line for line in msg.strip().splitlines() if line.strip()]
+        first = lines[0] if lines else type(e).__name__
+        if len(lines) > 1 and isinstance(e.cause if isinstance(e, ray.exceptions.RayTaskError) else e, ServerError):
+            # a ServerError's first line says what happened, the rest is the engine log's tail: the last line is
+            # what an engine that exits at once says of why (an unknown flag, a missing model)
+            self.progress.status(f"server {p.config_id} log, last lines:\n" + "\n".join(f"  {x}" for x in lines[1:]))
+            first = f"{first}; its log ends: {lines[-1].strip()[:300]}"
         self.store.update_server_config(p.config_id, status="failed", error=msg[-2000:])
         self.store.update_point(p.point, status="failed", error=f"server did not start: {first}")
         self.server.fetch_log(p.config_id)

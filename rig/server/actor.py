@@ -48,6 +48,7 @@ from rig.server.gpu_telemetry import (
     assigned_devices,
     open_source,
 )
+from rig.server.log_sink import LogSink
 from rig.server.redaction import MIN_SECRET_CHARS, mask_argv, redact, scrub_info, secret_values
 from rig.server.scrape import parse_metrics, summed_values
 from rig.server.spec import ServerConfig
@@ -121,6 +122,7 @@ class ServerActor:
         self._gpu_sampler: GpuSampler | None = None
         self._gpu_stats: GpuSamplerStats | None = None  # the last point's sampler figures
         self._wait = WaitProgress()  # what a wait_ready in progress has seen
+        self._sink: LogSink | None = None  # the engine's output into its capped log
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> ServerStarted:
@@ -139,11 +141,13 @@ class ServerActor:
         if self.api_key:
             self.argv = [*self.argv, "--api-key", self.api_key] if self.cfg.engine in ("sglang", "sim") else self.argv
             env["VLLM_API_KEY"] = self.api_key
-        # Plain Popen: no start_new_session, so Ray's process-group cleanup sweeps the engine's whole tree.
-        with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(
-                self.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env
-            )
+        # Plain Popen: no start_new_session, so Ray's process-group cleanup sweeps the engine's whole tree. Its
+        # output goes through a pipe into a capped log (head and rotating tail: rig/server/log_sink.py).
+        self._sink = LogSink(self.log_path)
+        self.proc = subprocess.Popen(
+            self.argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env
+        )
+        self._sink.start(self.proc.stdout)  # type: ignore[arg-type]  # a pipe: never None here
         url_host = self.node_ip if bind in ("0.0.0.0", "::") else bind
         self.url = f"http://{url_host}:{port}"
         return ServerStarted(
@@ -183,6 +187,8 @@ class ServerActor:
         return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
 
     def log_tail(self, lines: int = 15) -> str:
+        if self._sink is not None and self.proc is not None and self.proc.poll() is not None:
+            self._sink.join(2.0)  # the engine exited: what it wrote last may still be in the pipe
         return "\n".join(self._log_text().rstrip().splitlines()[-lines:])
 
     async def _probe_ready(self, path: str) -> int:
@@ -274,20 +280,23 @@ class ServerActor:
         )
 
     def _log_text(self) -> str:
+        if self._sink is not None:
+            return redact(self._sink.text(), self.secrets)
         try:
             return redact(self.log_path.read_text(errors="replace"), self.secrets)
         except OSError:
             return ""
 
     def _scrub_log(self) -> None:
-        """Engines print their arguments (SGLang logs ServerArgs with api_key): mask the secrets in the log file."""
-        secrets = self.secrets
-        if not secrets:
-            return
+        """Fold the capped log into one file, and mask the secrets in it: engines print their arguments (SGLang logs
+        ServerArgs with api_key)."""
         with contextlib.suppress(OSError):
-            text = self.log_path.read_text(errors="replace")
-            if any(x in text for x in secrets):
-                atomic_write(self.log_path, redact(text, secrets))
+            text = (self._sink.close() if self._sink is not None else self.log_path.read_bytes()).decode(
+                errors="replace"
+            )
+            scrubbed = redact(text, self.secrets)
+            if scrubbed != text:
+                atomic_write(self.log_path, scrubbed)
 
     async def read_log(self) -> str:
         return self._log_text()

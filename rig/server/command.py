@@ -4,7 +4,9 @@ A placeholder names a setting of the configuration (``{model}``, ``{tp}``, ``{st
 ``{served_model_name}``, any other scalar ServerConfig field), the launch (``{host}``, ``{port}``), a value of
 ``command_vars`` (what ``--grid NAME=...`` sweeps), ``{extra_args}`` (an argument of its own that becomes the extra
 args list) or ``{api_key}`` (the run's API key at launch; ``***`` wherever the command is shown or recorded).
-``{{`` and ``}}`` are literal braces (a JSON argument). The arguments are never given to a shell.
+``{{`` and ``}}`` are literal braces (a JSON argument). ``${NAME}`` is no placeholder: it stays as written here, and
+the server actor alone fills it from rig's environment at launch (rig/server/env_refs.py), for a secret the server
+takes on its command line. The arguments are never given to a shell.
 """
 
 from __future__ import annotations
@@ -12,11 +14,13 @@ from __future__ import annotations
 from string import Formatter
 from typing import Any
 
+from rig.server.redaction import API_KEY_PLACEHOLDER, REF
 from rig.server.spec import ServerConfig
 
 MASK = "***"  # what {api_key} shows as outside the launch itself
 EXTRA_ARGS = "extra_args"
-API_KEY = "api_key"
+API_KEY = API_KEY_PLACEHOLDER
+PORT = "port"
 LAUNCH = ("host", "port")  # filled from the launch, not from the configuration's fields
 # Fields that are not settings of the server's command line (or are not scalars to put in one).
 _NOT_PLACEHOLDERS = {"command", "command_vars", "env", EXTRA_ARGS}
@@ -27,10 +31,15 @@ class TemplateError(ValueError):
     """A command template rig cannot expand; the message is one line."""
 
 
+def _format_string(arg: str) -> str:
+    """The argument as a format string: each ``${NAME}`` kept literally (its braces doubled)."""
+    return REF.sub(lambda m: "${{" + m.group(1) + "}}", arg)
+
+
 def _fields(arg: str) -> list[str]:
     """The placeholder names in one argument, in order (TemplateError on a malformed one)."""
     try:
-        parsed = list(Formatter().parse(arg))
+        parsed = list(Formatter().parse(_format_string(arg)))
     except ValueError as e:  # "Single '}' encountered in format string", ...
         raise TemplateError(f"argument {arg!r}: {e} (write {{{{ and }}}} for a literal brace)") from None
     names = []
@@ -97,8 +106,13 @@ def expand(cfg: ServerConfig, host: str, port: int, api_key: str | None = MASK) 
         raise TemplateError(
             f"unknown placeholder {names} in the command; use {{model}}, {{host}}, {{port}}, "
             f"{{steps}}, {{num_draft_tokens}}, {{tp}}, {{served_model_name}}, {{extra_args}}, "
-            f"{{api_key}}, another server setting, or a --grid NAME=... knob "
-            f"(write {{{{ and }}}} for a literal brace)"
+            f"{{api_key}}, another server setting, or a --grid NAME=... knob; ${{NAME}} reads a secret from the "
+            f"environment at launch (write {{{{ and }}}} for a literal brace)"
+        )
+    if PORT not in used:
+        raise TemplateError(
+            "the command places no {port}: rig picks the port and waits for the server there (put {port} where "
+            "the server takes its port, e.g. --port {port}; a fixed one goes in --port)"
         )
     unused = [k for k in cfg.command_vars if k not in used]
     if unused:
@@ -125,7 +139,7 @@ def expand(cfg: ServerConfig, host: str, port: int, api_key: str | None = MASK) 
                 )
             argv += list(cfg.extra_args)
         else:
-            argv.append(arg.format(**vals))
+            argv.append(_format_string(arg).format(**vals))
     if EXTRA_ARGS not in used:
         argv += list(cfg.extra_args)  # verbatim at the end, as every engine's extra args go
     return argv

@@ -1,10 +1,12 @@
-"""``${NAME}`` in a server's extra arguments and environment: a value read from rig's own environment at launch.
+"""``${NAME}`` in a server's extra arguments, command template and environment: a value read from rig's own
+environment at launch.
 
 A secret an engine takes on its command line (SGLang's ``--admin-api-key``, ``--ssl-keyfile-password``) or in its
 environment (a hub token) would otherwise be typed into the spec, and the spec is written into the manifest, the
 records' ``server_args`` and the screen. With ``--server-arg=--admin-api-key=${ADMIN_KEY}`` the spec keeps the
 reference; the driver reads ``ADMIN_KEY`` when the run starts (one clear error if it is unset), hands the value to
-the server actor alone, and the actor puts it into the command it launches and masks it wherever it writes.
+the server actor alone, and the actor puts it into the command it launches and masks it wherever it writes. A
+command engine's template takes it the same way (``--command 'srv --admin-key ${ADMIN_KEY} --port {port}'``).
 A secret flag given a literal value is refused when the spec is read, before anything runs.
 """
 
@@ -24,7 +26,7 @@ class EnvRefError(ValueError):
 
 
 def _texts(cfg: ServerConfig) -> list[str]:
-    return [*cfg.extra_args, *cfg.env.values()]
+    return [*cfg.extra_args, *cfg.command, *cfg.env.values()]
 
 
 def names(cfgs: Iterable[ServerConfig]) -> list[str]:
@@ -49,14 +51,16 @@ def read(cfgs: Iterable[ServerConfig], environ: Mapping[str, str] | None = None)
 
 
 def expand(cfg: ServerConfig, values: Mapping[str, str]) -> ServerConfig:
-    """The configuration as launched: each ``${NAME}`` in its extra arguments and environment replaced by its value
-    (for the actor's command only; the spec, the manifest and the records keep the reference)."""
+    """The configuration as launched: each ``${NAME}`` in its extra arguments, command and environment replaced by its
+    value (for the actor's command only; the spec, the manifest and the records keep the reference)."""
 
-    def fill(text: str) -> str:
+    def fill(text: str, template: bool = False) -> str:
         def one(m: re.Match[str]) -> str:
             if m.group(1) not in values:
                 raise EnvRefError(f"{m.group(0)} was not read when the run started")
-            return values[m.group(1)]
+            value = values[m.group(1)]
+            # a command template is filled with str.format next (rig/server/command.py): a brace in the value is text
+            return value.replace("{", "{{").replace("}", "}}") if template else value
 
         return REF.sub(one, text)
 
@@ -65,6 +69,7 @@ def expand(cfg: ServerConfig, values: Mapping[str, str]) -> ServerConfig:
     return cfg.model_copy(
         update={
             "extra_args": tuple(fill(a) for a in cfg.extra_args),
+            "command": tuple(fill(a, template=True) for a in cfg.command),
             "env": {k: fill(v) for k, v in cfg.env.items()},
         }
     )

@@ -9,6 +9,7 @@ carry secrets rig never saw, so they are masked by name, not only by the value r
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
@@ -20,6 +21,7 @@ SECRET_FLAGS = tuple("--" + f.replace("_", "-") for f in SECRET_FIELDS)
 # would shred the log and the command (each "0" in them); a secret flag's value is masked whatever its length.
 MIN_SECRET_CHARS = 6
 REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")  # ${NAME}: read from rig's environment at launch (env_refs.py)
+API_KEY_PLACEHOLDER = "api_key"  # a command template's {api_key}: the run's key at launch (rig/server/command.py)
 
 
 def _secret_args(argv: Sequence[str]) -> Iterator[tuple[int, str, str]]:
@@ -62,20 +64,66 @@ def secret_values(argv: Sequence[str]) -> list[str]:
     return [value for _, _, value in _secret_args(argv) if value]
 
 
+def escaped_forms(secret: str) -> list[str]:
+    """The secret as text may carry it, longest first: as given, JSON-escaped (a JSON log line or document: ``"``,
+    ``\\`` and control characters escaped, non-ASCII as ``\\uXXXX`` or left as is) and repr-escaped (Python's
+    logging of its arguments: SGLang logs ``server_args=ServerArgs(...)``, its dataclass repr)."""
+    forms = {
+        secret,
+        json.dumps(secret)[1:-1],
+        json.dumps(secret, ensure_ascii=False)[1:-1],
+        repr(secret)[1:-1],
+        json.dumps(repr(secret)[1:-1])[1:-1],  # a repr inside a JSON document (a log line shipped as JSON)
+    }
+    return sorted(forms, key=len, reverse=True)
+
+
 def redact(obj: Any, secrets: Sequence[str]) -> Any:
-    """A copy of obj (str, list, dict) with every occurrence of each secret replaced by the mask."""
-    secrets = [x for x in secrets if x]
-    if not secrets:
-        return obj
+    """A copy of obj (str, list, dict) with every occurrence of each secret, in each of its escaped forms, replaced
+    by the mask."""
+    forms = sorted({f for x in secrets if x for f in escaped_forms(x)}, key=len, reverse=True)
+    return _redact(obj, forms) if forms else obj
+
+
+def _redact(obj: Any, forms: Sequence[str]) -> Any:
     if isinstance(obj, str):
-        for x in secrets:
+        for x in forms:
             obj = obj.replace(x, MASK)
         return obj
     if isinstance(obj, list):
-        return [redact(x, secrets) for x in obj]
+        return [_redact(x, forms) for x in obj]
     if isinstance(obj, dict):
-        return {k: redact(v, secrets) for k, v in obj.items()}
+        return {k: _redact(v, forms) for k, v in obj.items()}
     return obj
+
+
+def plain_secret_in_command(command: Sequence[str], own_values: Iterable[str] = ()) -> str | None:
+    """Why this command template may not be kept as given (it is written into the manifest and every record), or
+    None. A secret flag's value must be ``${NAME}`` (read from the environment at launch) or, for --api-key,
+    ``{api_key}`` (the run's key); ``own_values``: the template's own placeholders (``command_vars``, what --grid
+    sweeps), whose values are recorded as given, so they carry no secret either."""
+    own = set(own_values)
+    for i, prefix, value in _secret_args(command):
+        flag = prefix.removesuffix("=") or command[i - 1]
+        placeholder = value[1:-1] if value.startswith("{") and value.endswith("}") and "{" not in value[1:] else None
+        if flag == "--api-key":
+            if value != "{" + API_KEY_PLACEHOLDER + "}":
+                return (
+                    f"--api-key in server.command must be {{{API_KEY_PLACEHOLDER}}}: rig fills in the run's key "
+                    f"(export RIG_API_KEY, or --api-key-env NAME) and sends it; a key typed in would be written "
+                    f"into results"
+                )
+        elif placeholder in own:
+            return (
+                f"{flag} in server.command takes {{{placeholder}}}, whose value is recorded with every result: "
+                f"write {flag}=${{NAME}} and export NAME"
+            )
+        elif value and placeholder is None and not REF.fullmatch(value):
+            return (
+                f"{flag} in server.command has its value in plain text, which would be written into results: "
+                f"write {flag}=${{NAME}} and export NAME"
+            )
+    return None
 
 
 def plain_secret(extra_args: Iterable[str]) -> str | None:

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator, model_validator
 
+from rig.loadgen.bodies import rig_field_reason
 from rig.loadgen.dialects import DialectName
-from rig.server.redaction import plain_secret
+from rig.server.redaction import plain_secret, plain_secret_in_command
 
 EngineName = Literal["sim", "sglang", "vllm", "external", "command"]
 # Names a command template fills itself (rig/server/command.py), so no command_vars key may take them.
@@ -54,8 +56,8 @@ class ServerConfig(BaseModel):
     command: tuple[str, ...] = Field(
         (),
         description="command engine: the server's command line, with placeholders {model} {host} {port} {steps} "
-        "{num_draft_tokens} {tp} {served_model_name} {extra_args} and any --grid knob (one string, "
-        "split as a shell would; never run by a shell).",
+        "{num_draft_tokens} {tp} {served_model_name} {extra_args} {api_key} and any --grid knob (one string, "
+        "split as a shell would; never run by a shell); ${NAME} is read from the environment at launch.",
     )
     # command engine: values of the template's own placeholders ({ctx}); --grid ctx=2048,4096 sweeps one
     command_vars: dict[str, str | int | float | bool] = Field(default_factory=dict)
@@ -129,10 +131,16 @@ class ServerConfig(BaseModel):
     @field_validator("extra_body")
     @classmethod
     def _extra_body(cls, v: dict[str, JsonValue]) -> dict[str, JsonValue]:
-        # rig reads a stream and names the model itself: a body that turned either off could not be measured
-        for key in ("stream", "model"):
-            if key in v:
-                raise ValueError(f"{key!r} is rig's own field (it streams every request to the served model); drop it")
+        # Refused rather than sent and flagged: every figure rig derives reads the record's own fields, so a body that
+        # contradicts them measures something else under their name (rig.loadgen.bodies.rig_field_reason).
+        for key, value in v.items():
+            why = rig_field_reason(key)
+            if why is not None:
+                raise ValueError(f"{key!r} is rig's own field: {why}; drop it")
+            bad = _not_finite(value)
+            if bad is not None:
+                where = f"{key}{bad[0]}"
+                raise ValueError(f"{where} is {bad[1]}, which JSON cannot carry (it would be sent as null)")
         return v
 
     @field_validator("url")
@@ -170,6 +178,9 @@ class ServerConfig(BaseModel):
             raise ValueError("engine 'command' needs server.command (--command 'SERVER {model} --port {port} ...')")
         if self.engine != "command" and (self.command or self.command_vars):
             raise ValueError(f"command is for engine 'command' (the engine is {self.engine!r})")
+        why = plain_secret_in_command(self.command, self.command_vars)
+        if why is not None:
+            raise ValueError(why)
         if self.spec_algorithm == "STANDALONE" and self.steps > 0 and not self.draft_model_path:
             raise ValueError("spec_algorithm STANDALONE needs draft_model_path")
         return self
@@ -194,3 +205,15 @@ class ServerConfig(BaseModel):
         """A short, stable, readable id: steps plus a hash of every other knob."""
         blob = json.dumps(self.knobs(), sort_keys=True)
         return f"{self.engine}-s{self.steps}-{hashlib.sha1(blob.encode()).hexdigest()[:8]}"
+
+
+def _not_finite(value: JsonValue, where: str = "") -> tuple[str, float] | None:
+    """(path, value) of the first NaN or infinity inside a JSON value, or None."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return where, value
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for k, v in items:
+        found = _not_finite(v, f"{where}.{k}" if isinstance(k, str) else f"{where}[{k}]")
+        if found is not None:
+            return found
+    return None

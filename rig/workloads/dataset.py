@@ -72,3 +72,44 @@ def build(spec: WorkloadSpec, seed: int, indices: range, id_prefix: str, stream:
 def size(spec: WorkloadSpec) -> int:
     """Usable entries in the spec's file (the natural session count for a trace replay)."""
     return len(entries_for(spec))
+
+
+EPOCH_MS = 1e11  # a timestamp above this is no second count (year 5138) but milliseconds since the epoch (1.7e12 now)
+LONG_REPLAY_S = 3600.0  # a replay longer than this is said before it starts
+IDLE_GAP_S = 60.0  # a gap longer than this, and ...
+IDLE_GAP_RATIO = 100.0  # ... this many times the median gap, leaves the server idle for it
+
+
+def trace_notes(spec: WorkloadSpec, speed: float) -> list[str]:
+    """What a trace replay of the spec's file will do that its timestamps may not mean: a replay of hours (timestamps
+    in milliseconds read as seconds), a gap that leaves the server idle. Said before the run starts."""
+    entries = entries_for(spec)
+    stamps = np.array([e.timestamp for e in entries if e.timestamp is not None], dtype=np.float64)
+    if stamps.size < 2 or not spec.use_timestamps or spec.shuffle:
+        return []
+    out = []
+    span = float(stamps[-1] - stamps[0]) / speed
+    gaps = np.diff(stamps) / speed
+    if stamps[0] > EPOCH_MS:
+        out.append(
+            f"{spec.path}: timestamps are read as seconds, and {stamps[0]:,.0f} looks like milliseconds since the "
+            f"epoch: the replay would span {_duration(span)} (divide the timestamps by 1000)"
+        )
+    elif span > LONG_REPLAY_S:
+        unit = " (timestamps are read as seconds: milliseconds would replay 1000x too slowly)"
+        out.append(f"{spec.path}: the replay spans {_duration(span)} at --trace-speed {speed:g}{unit}")
+    i = int(np.argmax(gaps))
+    median = float(np.median(gaps))
+    if gaps[i] > IDLE_GAP_S and gaps[i] > IDLE_GAP_RATIO * median:
+        out.append(
+            f"{entries[i + 1].where}: {gaps[i]:,.0f} s after the entry before it (the median gap is {median:.3g} s): "
+            f"the replay leaves the server idle that long"
+        )
+    return out
+
+
+def _duration(seconds: float) -> str:
+    for unit, size in (("days", 86400.0), ("hours", 3600.0), ("minutes", 60.0)):
+        if seconds >= size:
+            return f"{seconds / size:,.1f} {unit}"
+    return f"{seconds:.0f} s"

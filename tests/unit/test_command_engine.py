@@ -75,14 +75,18 @@ def test_extra_args_go_where_the_template_puts_them_else_at_the_end():
     placed = cmd(["srv", "{extra_args}", "--port", "{port}"], extra_args=extra)
     assert expand(placed, "h", 9) == ["srv", "--ctx-size", "4096", "--port", "9"]
     assert expand(cmd(["srv", "--port", "{port}"], extra_args=extra), "h", 9) == ["srv", "--port", "9", *extra]
-    assert expand(cmd(["srv", "{extra_args}"]), "h", 9) == ["srv"]  # no extra args: nothing, not an empty arg
+    # no extra args: nothing, not an empty arg
+    assert expand(cmd(["srv", "{extra_args}", "-p{port}"]), "h", 9) == ["srv", "-p9"]
     with pytest.raises(TemplateError, match="stands alone"):
-        expand(cmd(["srv", "--args={extra_args}"], extra_args=extra), "h", 9)
+        expand(cmd(["srv", "--args={extra_args}", "{port}"], extra_args=extra), "h", 9)
 
 
 def test_literal_braces_for_json_arguments():
-    cfg = cmd(["srv", "--speculative-config", '{{"method": "ngram", "num_speculative_tokens": {steps}}}'], steps=2)
-    assert expand(cfg, "h", 1)[2] == '{"method": "ngram", "num_speculative_tokens": 2}'
+    cfg = cmd(
+        ["srv", "--port={port}", "--speculative-config", '{{"method": "ngram", "num_speculative_tokens": {steps}}}'],
+        steps=2,
+    )
+    assert expand(cfg, "h", 1)[3] == '{"method": "ngram", "num_speculative_tokens": 2}'
 
 
 @pytest.mark.parametrize(
@@ -93,7 +97,8 @@ def test_literal_braces_for_json_arguments():
         (["srv", "{port:d}"], "not a placeholder"),
         (["srv", "{model.x}"], "not a placeholder"),
         (["srv", "}"], "Single '}'"),
-        (["srv", "{served_model_name}"], "server.served_model_name is not set"),
+        (["srv", "{served_model_name}", "{port}"], "server.served_model_name is not set"),
+        (["srv", "--port", "30000"], "places no {port}"),  # rig would wait for the server on another port
     ],
 )
 def test_a_template_rig_cannot_fill_is_one_line(template, why):
@@ -198,7 +203,9 @@ def test_api_key_is_in_the_launched_command_and_masked_everywhere_it_is_shown(tm
 
 
 def test_a_template_that_places_the_key_with_no_key_set_is_refused_before_the_run(monkeypatch):
-    spec = build_spec({"server": {"engine": "command", "command": ["srv", "--api-key", "{api_key}"]}}, {})
+    spec = build_spec(
+        {"server": {"engine": "command", "command": ["srv", "--port", "{port}", "--api-key", "{api_key}"]}}, {}
+    )
     monkeypatch.delenv("RIG_API_KEY", raising=False)
     with pytest.raises(RunInputError, match=r"places \{api_key\} but no API key is set"):
         read_api_key(spec)

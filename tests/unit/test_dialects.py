@@ -157,6 +157,17 @@ def test_dialect_and_extra_body_flags_land_in_the_spec_and_leave_config_ids_alon
         (["--extra-body", "novalue"], "KEY=JSON"),
         (["--extra-body", "stream=false"], "rig's own field"),
         (["--dialect", "tgi"], "tgi"),
+        # a field rig sets itself would win over rig's value while the record keeps rig's: refused, one line
+        (["--extra-body", "temperature=0.5"], "--workload-opt temperature="),
+        (["--extra-body", "max_completion_tokens=9"], "--workload-opt max_tokens=N"),
+        (["--extra-body", "ignore_eos=false"], "'ignore_eos' is rig's own field"),
+        (["--extra-body", "seed=3"], "per-request seeds"),
+        (["--extra-body", 'stop=["x"]'], "'stop' is rig's own field"),
+        (["--extra-body", "n=2"], "one output per request"),
+        (["--extra-body", 'stream_options={"include_usage": false}'], "'stream_options' is rig's own field"),
+        (["--extra-body", "rid=abc"], "ids of its own"),
+        (["--extra-body", "x=NaN"], "x is nan, which JSON cannot carry"),  # orjson would send it as null
+        (["--extra-body", 'x={"y": [1, -Infinity]}'], "x.y[1] is -inf"),
     ],
 )
 def test_bad_dialect_options_are_one_line_exit_2(argv, needle):
@@ -260,3 +271,29 @@ def test_what_a_dialect_cannot_send_is_said_before_the_points_run():
     assert lines[0].startswith("workload greedy asks for a fixed output length (ignore_eos)")
     assert lines[1].startswith("workload realistic sets top_k=40, which the plain dialect cannot send")
     assert limits(Dialect("vllm"), sampling) == [] == limits(Dialect("sglang"), sampling)
+
+
+def test_every_field_a_body_of_rigs_carries_is_refused_as_an_extra_field():
+    from rig.loadgen.bodies import RIG_FIELDS, TYPED_FIELDS
+
+    assert TYPED_FIELDS <= RIG_FIELDS  # a field added to a body is refused as an extra one too
+    for key in RIG_FIELDS:
+        with pytest.raises(ValueError, match=f"'{key}' is rig's own field"):
+            ServerConfig(extra_body={key: 1})
+    assert ServerConfig(extra_body={"chat_template_kwargs": {"enable_thinking": False}}).extra_body
+
+
+@pytest.mark.parametrize("price", ["nan", "inf", "-inf"])
+def test_a_gpu_hour_price_that_is_no_number_is_refused(price):
+    from pathlib import Path
+
+    from rig.cli import cli
+
+    golden = str(Path(__file__).parents[1] / "data" / "golden" / "run")
+    for argv in (["report", golden], ["compare", golden, golden]):
+        res = CliRunner().invoke(cli, [*argv, "--gpu-hour-price", price])
+        assert res.exit_code == 2 and "gpu-hour-price" in res.output and "Traceback" not in res.output, res.output
+    from rig.cluster_spec import ClusterSpec
+
+    with pytest.raises(ValueError, match="finite"):
+        ClusterSpec(gpu_hour_price=float(price))

@@ -700,3 +700,19 @@ def test_a_flush_that_raises_keeps_its_rows_and_the_flusher_goes_on(tmp_path):
     assert summary.status == "complete" and len(t) == 6 == summary.rows_written and t.ok.all()
     assert len(calls) >= 3  # the failed flush, a later one of the level, the final write
     assert len(summary.parts) >= 2  # the flusher still wrote during the level after its failure
+
+
+def test_a_duration_bound_closed_loop_says_when_its_sessions_ran_out(tmp_path):
+    # six quick sessions for a 30 s level: they run out at once, and the level ends there rather than at 30 s
+    summary = drive(tmp_path, sessions=sessions(6), slots=2, duration_s=30.0)
+    assert summary.records.ok == 6 and summary.ran_out_s is not None and 0 < summary.ran_out_s < 30
+    # sessions enough for the duration: the deadline ends the level, nothing ran out
+    busy = drive(tmp_path / "busy", sessions=sessions(100_000), slots=2, duration_s=0.3)
+    assert busy.ran_out_s is None and 0 < busy.records.ok < 100_000
+    # a count-bound level ends with its sessions by design
+    assert drive(tmp_path / "count", sessions=sessions(3), slots=2).ran_out_s is None
+
+
+def test_an_open_loop_reports_where_its_plan_ran_out_of_sessions(tmp_path):
+    plan = {"sessions": sessions(3), "arrivals": (0.0, 0.01, 0.02), "duration_s": 5.0, "supply_ends_s": 0.03}
+    assert drive(tmp_path, **plan).ran_out_s == 0.03

@@ -11,6 +11,7 @@ from rig.run.api_key import read_server_env
 from rig.run.errors import RunInputError
 from rig.server import env_refs
 from rig.server.actor import ServerActor
+from rig.server.engines import engine_for
 from rig.server.spec import ServerConfig
 
 CFG = ServerConfig(
@@ -74,3 +75,50 @@ def test_the_actor_masks_every_referenced_value(tmp_path):
     assert "0" not in actor.secrets
     actor.argv = ["srv", "--admin-api-key=ab", "--note=hub-token-3", "--port", "30000"]
     assert actor.public_command() == ["srv", "--admin-api-key=***", "--note=***", "--port", "30000"]
+
+
+TEMPLATE = ["srv", "--port", "{port}", "--admin-api-key=${ADMIN_KEY}", "--ssl-keyfile-password", "${TLS_PASS}"]
+
+
+def test_a_command_template_takes_references_too_filled_at_launch_alone(tmp_path, monkeypatch):
+    cfg = ServerConfig(engine="command", command=TEMPLATE, env={"HF_TOKEN": "${HUB}"})
+    assert env_refs.names([cfg]) == ["ADMIN_KEY", "TLS_PASS", "HUB"]
+    # the dry run and the spec checks show the reference as written (no placeholder, not filled)
+    assert cfg.knobs()["command"][3] == "--admin-api-key=${ADMIN_KEY}"
+    shown = engine_for("command").argv(cfg, "h", 7)
+    assert shown == ["srv", "--port", "7", "--admin-api-key=${ADMIN_KEY}", "--ssl-keyfile-password", "${TLS_PASS}"]
+    values = {"ADMIN_KEY": "adm-{x}-41", "TLS_PASS": "p}ass{word", "HUB": "hub-token-3"}  # braces are text there
+    actor = ServerActor(cfg, str(tmp_path), "server.log", env_values=values)
+    launched = env_refs.expand(cfg, values)
+    actor.argv = actor.engine.launch_argv(launched, "127.0.0.1", 5, None)  # what start() launches
+    assert actor.argv == ["srv", "--port", "5", "--admin-api-key=adm-{x}-41", "--ssl-keyfile-password", "p}ass{word"]
+    assert actor.public_command() == ["srv", "--port", "5", "--admin-api-key=***", "--ssl-keyfile-password", "***"]
+    spec = build_spec({"server": {"engine": "command", "command": TEMPLATE}}, {})
+    monkeypatch.delenv("TLS_PASS", raising=False)
+    monkeypatch.setenv("ADMIN_KEY", "a1")
+    with pytest.raises(RunInputError, match=r"\$\{TLS_PASS\}"):  # read before anything starts
+        read_server_env(spec, spec.server_configs())
+
+
+@pytest.mark.parametrize(
+    ("template", "why"),
+    [
+        ("srv --port {port} --admin-api-key hunter2", r"--admin-api-key in server.command has its value in plain text"),
+        ("srv --port {port} --ssl-keyfile-password=hunter2", "write --ssl-keyfile-password=\\$\\{NAME\\}"),
+        ("srv --port {port} --api-key hunter2", r"must be \{api_key\}"),
+        ("srv --port {port} --api-key=${K}", r"must be \{api_key\}"),  # rig must know the key to send it
+    ],
+)
+def test_a_secret_in_plain_text_in_a_command_template_is_refused_when_the_spec_is_read(template, why):
+    with pytest.raises(ValidationError, match=why):
+        ServerConfig(engine="command", command=template)
+    with pytest.raises(ValueError, match=why):
+        build_spec({"server": {"engine": "command", "command": template}}, {})
+
+
+def test_a_grid_knob_as_a_secret_flags_value_is_refused():
+    base = {"server": {"engine": "command", "command": "srv --port {port} --admin-api-key {adm}"}}
+    with pytest.raises(ValueError, match=r"takes \{adm\}, whose value is recorded"):
+        build_spec(base, {"server_grid": {"adm": ["hunter2", "hunter3"]}}).server_configs()
+    ok = build_spec({"server": {"engine": "command", "command": "srv --port {port} --api-key {api_key}"}}, {})
+    assert ok.server.command[-1] == "{api_key}"

@@ -127,7 +127,8 @@ def test_a_grid_fails_the_rest_of_a_configuration_whose_server_did_not_start(tmp
     m = runner.run()
     assert runner.server.launches == [a, b]  # not launched again for its second point
     assert runner.executor.ran == [b1, b2]
-    why = "server did not start: engine exited with code 1 before it was healthy"
+    # the engine's last log line says why it exited: the point's error and the screen show it
+    why = "server did not start: engine exited with code 1 before it was healthy; its log ends: last log lines ..."
     assert statuses(runner) == {
         a1: ("failed", why),
         a2: ("failed", why),
@@ -139,7 +140,8 @@ def test_a_grid_fails_the_rest_of_a_configuration_whose_server_did_not_start(tmp
         "status": "failed",
         "error": "engine exited with code 1 before it was healthy\nlast log lines ...",
     }  # not "stopped": it never ran
-    assert f"server {a} failed to start: engine exited with code 1 before it was healthy" in messages
+    assert f"server {a} failed to start: {why.removeprefix('server did not start: ')}" in messages
+    assert f"server {a} log, last lines:\n  last log lines ..." in messages
 
 
 def test_a_grid_fails_the_rest_of_a_configuration_whose_server_died(tmp_path):
@@ -188,7 +190,10 @@ def test_a_planner_tries_the_launch_again_for_its_next_point(tmp_path):
     m = runner.run()
     assert runner.server.launches == [a, a, b]
     assert runner.executor.ran == [a2, b1, b2]
-    assert statuses(runner)[a1] == ("failed", "server did not start: engine exited with code 1 before it was healthy")
+    assert statuses(runner)[a1] == (
+        "failed",
+        "server did not start: engine exited with code 1 before it was healthy; its log ends: last log lines ...",
+    )
     assert m.status == "partial"
 
 

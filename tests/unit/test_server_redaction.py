@@ -1,5 +1,7 @@
 """Secrets an engine echoes back are masked by name (rig/server/redaction.py), whether or not rig knew their values."""
 
+import json
+
 from rig.server.redaction import mask_argv, redact, scrub_info, secret_values
 
 
@@ -40,3 +42,22 @@ def test_server_info_fields_the_launch_command_and_every_ranks_state_are_scrubbe
 def test_redact_replaces_each_known_secret_everywhere():
     assert redact({"a": ["x k1 y", "k2"], "b": 3}, ["k1", "k2", ""]) == {"a": ["x *** y", "***"], "b": 3}
     assert redact("k1", []) == "k1"
+
+
+def test_a_secrets_json_and_repr_escaped_forms_are_masked_too():
+    secret = "pa\"ss\\wörd'q\t1"
+    log = "\n".join(
+        [
+            f"server_args=ServerArgs(admin_api_key={secret!r}, port=30000)",  # SGLang logs its dataclass repr
+            json.dumps({"admin_api_key": secret}),  # a JSON log line (ASCII-escaped)
+            json.dumps({"admin_api_key": secret}, ensure_ascii=False),
+            json.dumps({"line": f"args: {secret!r}"}),  # a repr inside a JSON document
+            f"plain {secret} end",
+        ]
+    )
+    out = redact(log, [secret])
+    assert "pa" not in out and "rd" not in out, out
+    assert out.splitlines()[0] == "server_args=ServerArgs(admin_api_key='***', port=30000)"
+    assert json.loads(out.splitlines()[1]) == {"admin_api_key": "***"}
+    assert out.splitlines()[-1] == "plain *** end"
+    assert redact({"k": [json.dumps(secret)]}, [secret]) == {"k": ['"***"']}
