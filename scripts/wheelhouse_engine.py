@@ -49,8 +49,11 @@ TRIMS: tuple[tuple[str, str, str], ...] = (
     ("ray", r"^ray/rllib/", "RLlib"),
     ("ray", r"\.map$", "the dashboard's source maps"),
     ("*", r"(^|/)[^/]+\.a$", "a static library"),
-    ("*", r"(^|/)(rocm|hip|xpu|npu|habana|neuron)(/|_ops)", "another vendor's backend"),
+    ("*", r"(^|/)(rocm|hip|xpu|npu|habana|neuron)(/|_ops).*\.(so|cubin|fatbin|hsaco)$", "another vendor's backend"),
 )
+# Generic rules and the architecture filter drop native code only: Python modules stay, since a package may import
+# another vendor's module unconditionally and only then check the device.
+NATIVE = re.compile(r"\.(so(\.\d+)*|cubin|fatbin|ptx|a)$")
 ARCH_DIRS = re.compile(r"(^|/)(sm_?(\d{2,3})a?)(/|_|\.)")  # e.g. sgl_kernel/sm100/, *_sm90a.so
 
 
@@ -234,6 +237,8 @@ class _ArchFilter:
         self.keep = keep
 
     def search(self, member: str) -> bool:
+        if not NATIVE.search(member):
+            return False
         return any(int(m[3]) != self.keep for m in ARCH_DIRS.finditer(member))
 
 
