@@ -27,7 +27,8 @@ Selectors (per-request faults; default: every generation request):
 
 - ``every=K[,offset=O]``   request number i (1-based, in arrival order) is selected when (i - O) % K == 0
 - ``fraction=P[,seed=S]``  selected when a hash of (S, rid) is below P: the same request ids at every run and at any
-  concurrency (requests without a rid are keyed by their number)
+  concurrency (requests without a rid are keyed by their number). A rid's ``@tag`` suffix (rig tags each attempt:
+  rig.loadgen.wire_ids) is left out of the hash, so the same requests are selected at every attempt
 
 Generation requests are POST /generate, /v1/completions and /v1/chat/completions (the sim's own warm-up and
 /health_generate are not counted; the rig's warm-up requests are). Stream faults act on streamed responses only.
@@ -80,7 +81,8 @@ class Fault:
         if self.every is not None:
             return (index - self.offset) % self.every == 0
         if self.fraction is not None:
-            return hash_unit(self.seed, rid if rid is not None else f"#{index}") < self.fraction
+            key = rid.split("@", 1)[0] if rid is not None else f"#{index}"
+            return hash_unit(self.seed, key) < self.fraction
         return True
 
     @property

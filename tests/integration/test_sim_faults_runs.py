@@ -222,9 +222,10 @@ def test_each_faulty_request_is_one_failed_record_with_status_and_message(stream
     ok = t[t.status == "ok"]
     assert len(ok) == N_STREAM - len(want) and (ok.completion_tokens == 8).all() and ok.error.isna().all()
     assert (ok.http_status == 200).all() and ok.output_hash.notna().all()
-    # the server saw each fault exactly where the records say (its log names request and rid)
+    # the server saw each fault exactly where the records say (its log names request and the rid it was sent under)
     logged = re.findall(r"sim fault: request \d+ \(rid (\S+)\): (\S+)", server_log(run))
-    assert {rid: spec.split(",")[0] for rid, spec in logged} == want
+    wire = dict(zip(t["wire_request_id"], t.index, strict=True))
+    assert {wire[rid]: spec.split(",")[0] for rid, spec in logged} == want
 
 
 @pytest.mark.ray
