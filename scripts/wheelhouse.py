@@ -125,7 +125,8 @@ def build_engine(args: argparse.Namespace) -> int:
         print(f"wheelhouse: pip could not resolve {args.engine} for the node (its message is above)", file=sys.stderr)
         return 1
     roots = {eng.canonical(re.split(r"[\s=<>!~\[;@]", r, maxsplit=1)[0]) for r in [args.engine, *args.also]}
-    plan = eng.plan(closure, have, args.python_version, roots)
+    leave = frozenset(n for item in args.leave_out for n in eng.LEAVE_OUT_PRESETS.get(item, (item,)))
+    plan = eng.plan(closure, have, args.python_version, roots, leave)
     for line in plan.clashes:
         print(f"wheelhouse: clash: {line}", file=sys.stderr)
     for line in plan.blockers:
@@ -234,6 +235,12 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--gpu-arch", help="--engine: keep only this GPU architecture's code, e.g. sm90 (H100/H200)")
     b.add_argument("--part-size-mb", type=float, default=60.0, help="--engine: largest part, MB (default 60)")
     b.add_argument("--allow-clash", action="store_true", help="--engine: go on when the node's torch/CUDA differ")
+    b.add_argument(
+        "--leave-out",
+        action="append",
+        default=[],
+        help="--engine: a declared package the node never imports (repeatable; 'sglang-0.5.17': the H200's list)",
+    )
     b.add_argument("--pip-arg", action="append", default=[], help="passed to pip (e.g. --pip-arg=--find-links=DIR)")
     i = sub.add_parser("install", help="install a wheelhouse with no package index")
     i.add_argument("wheelhouse")

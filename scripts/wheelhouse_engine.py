@@ -37,6 +37,29 @@ except ImportError:  # pragma: no cover
     from pip._vendor.packaging.version import InvalidVersion, Version  # type: ignore[no-redef]
 
 # Bound to the node's GPU stack: a different build cannot be put in front of the node's (ABI, CUDA runtime).
+# What SGLang 0.5.17 declares and a node serving Llama-family models with triton attention never imported (seen on
+# the H200, 2026-12-02): `--leave-out sglang-0.5.17` names them all.
+LEAVE_OUT_PRESETS = {
+    "sglang-0.5.17": (
+        "tokenspeed-triton",
+        "tokenspeed-mla",
+        "nvidia-cutlass-dsl",
+        "nvidia-cutlass-dsl-libs-cu12",
+        "nvidia-cutlass-dsl-libs-base",
+        "tilelang",
+        "z3-solver",
+        "nvidia-mathdx",
+        "numba",
+        "torchao",
+        "torchcodec",
+        "mistral-common",
+        "helion",
+        "openai-harmony",
+        "modelscope",
+        "anthropic",
+        "numpy",
+    ),
+}
 NODE_BOUND = re.compile(r"^(torch|torchvision|torchaudio|triton|nvidia-.*|cuda-.*|pytorch-triton.*)$")
 
 # (wheel name, member pattern, why): what engines' wheels carry that a given node never loads.
@@ -180,15 +203,24 @@ def _needed(closure: list[Resolved], roots: set[str], kept: set[str], python_ver
 
 
 def plan(
-    closure: list[Resolved], have: dict[str, str | None], python_version: str, roots: set[str] | None = None
+    closure: list[Resolved],
+    have: dict[str, str | None],
+    python_version: str,
+    roots: set[str] | None = None,
+    leave_out: frozenset[str] = frozenset(),
 ) -> Plan:
-    """What to ship, what the node's own packages cover, and each clash (see the module docstring)."""
+    """What to ship, what the node's own packages cover, and each clash (see the module docstring). ``leave_out``:
+    packages the engine declares but the node's use never imports (nor what only they need), by the user's word."""
     reqs = _requirements_on(closure, python_version)
     kept = {r.name for r in closure if r.name in have and _node_serves(r.name, have[r.name], reqs)}
+    kept |= {canonical(n) for n in leave_out}
     wanted = {r.name for r in closure} if roots is None else _needed(closure, roots, kept, python_version)
     out = Plan()
     for r in sorted(closure, key=lambda x: x.name):
         if r.name not in wanted:
+            continue
+        if r.name in {canonical(n) for n in leave_out}:
+            out.left_out.append(f"{r.name} {r.version} (left out: --leave-out)")
             continue
         if r.name not in have:
             out.ship.append(r)

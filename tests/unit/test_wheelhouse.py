@@ -155,6 +155,11 @@ def test_engine_plan_leaves_what_the_node_has_ships_clashes_and_stops_at_its_gpu
         "in front of the node's on PYTHONPATH"
     ]
     assert p.blockers == []
+    p = engine.plan(closure, have, "3.12", roots={"sglang"}, leave_out=frozenset({"orjson"}))
+    assert [r.name for r in p.ship] == [
+        "sglang",
+        "transformers",
+    ] and "orjson 3.13.0 (left out: --leave-out)" in p.left_out
     p = engine.plan(closure, {**have, "torch": "2.13.0"}, "3.12", roots={"sglang"})
     assert p.blockers == ["torch: the node has 2.13.0, the closure needs torch==2.11.0"]
 
