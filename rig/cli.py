@@ -38,6 +38,7 @@ def print_notices(spec: RunSpec) -> None:
 
 
 def print_dry_run(spec: RunSpec) -> None:
+    from rig.results import mask_url_credentials
     from rig.run.points import expand_points
     from rig.server.engines import engine_for
 
@@ -45,7 +46,7 @@ def print_dry_run(spec: RunSpec) -> None:
 
     doc = json.loads(spec.model_dump_json())
     click.echo("# resolved spec")
-    click.echo(yaml.safe_dump(doc, sort_keys=False).rstrip())
+    click.echo(mask_url_credentials(yaml.safe_dump(doc, sort_keys=False).rstrip()))
     click.echo("\n# server commands (one launch per configuration)")
     for cfg in spec.server_configs():
         eng = engine_for(cfg.engine)
@@ -59,7 +60,8 @@ def print_dry_run(spec: RunSpec) -> None:
             argv[0] = "python"  # the server node's interpreter, not this machine's path (--engine-python pins one)
         import shlex
 
-        line = shlex.join(argv) if argv else f"(nothing launched: external server at {cfg.url})"
+        url = mask_url_credentials(str(cfg.url))
+        line = shlex.join(argv) if argv else f"(nothing launched: external server at {url})"
         if argv and not cfg.port:
             line += f"  # rig picks a free port at run time ({DRY_RUN_PORT} shown)"
         click.echo(f"{cfg.config_id()}: {line}")
@@ -205,11 +207,12 @@ class _ProgressUI:
         self.progress.__exit__(*exc)
 
     def callbacks(self) -> Callbacks:
+        from rig.results import mask_url_credentials
         from rig.run.progress import Progress as Callbacks
 
         def status(msg: str) -> None:
-            if not self.quiet:
-                self.console.log(msg)
+            if not self.quiet:  # a URL's credentials are no more shown than written (rig.results)
+                self.console.log(mask_url_credentials(msg))
 
         def point_start(point: str, total: int | None) -> None:
             self.task = self.progress.add_task(point, total=total, detail="")

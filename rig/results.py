@@ -406,8 +406,9 @@ def read_gpu_metrics(run_dir: Path | str, columns: Iterable[str] | None = None) 
     return _read_parts(Path(run_dir) / GPU_METRICS_DIR, GPU_METRICS_SCHEMA, columns)
 
 
-# user:password@ (or a token@) in any URL: a secret the manifest must not hold (the scheme and host stay readable)
-_URL_CREDENTIALS = re.compile(r"(?P<scheme>\b[a-zA-Z][a-zA-Z0-9+.-]*://)[^/\s\"'@]+@")
+# user:password@ (or a token@) in any URL: a secret the manifest must not hold (the scheme and host stay readable).
+# Up to the authority's last "@", as urlsplit reads it: a password may hold "@" itself ("pa@ss" left "ss" showing).
+_URL_CREDENTIALS = re.compile(r"(?P<scheme>\b[a-zA-Z][a-zA-Z0-9+.-]*://)[^/\s\"'?#]*@")
 MASKED_CREDENTIALS = "***@"
 
 

@@ -21,6 +21,7 @@ class RunDirLock:
         self.run_id = run_id
         self.resume = resume
         self._fd: int | None = None
+        self.created = False  # this process made the directory (a new run)
 
     def claim(self) -> None:
         """So an earlier run is never overwritten or merged into and two rig processes never share one directory."""
@@ -31,6 +32,7 @@ class RunDirLock:
             try:
                 self.run_dir.parent.mkdir(parents=True, exist_ok=True)
                 self.run_dir.mkdir()
+                self.created = True
             except FileExistsError:
                 if any(self.run_dir.iterdir()):
                     raise RunInputError(
@@ -68,6 +70,15 @@ class RunDirLock:
             with contextlib.suppress(OSError):
                 os.close(self._fd)
             self._fd = None
+
+    def discard_if_empty(self) -> None:
+        """Remove the directory this run made when it holds nothing but the lock (the run stopped before writing
+        anything: the disk check, Ray's start): an empty run directory is no run, and would only take its id."""
+        if not self.created or self._fd is not None:
+            return
+        with contextlib.suppress(OSError):
+            if {p.name for p in self.run_dir.iterdir()} <= {".lock", ".write-probe"}:
+                shutil.rmtree(self.run_dir)
 
 
 def check_output(run_dir: Path) -> None:

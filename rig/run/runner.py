@@ -86,6 +86,7 @@ class Runner:
 
     def _release_lock(self) -> None:
         self.lock.release()
+        self.lock.discard_if_empty()
 
     def run(self) -> Manifest:
         self._claim_run_dir()

@@ -809,3 +809,19 @@ def test_a_generator_stops_its_warm_up_when_asked(tmp_path):
 
     ok, took = asyncio.run(go())
     assert ok == 0 and took < 1.0
+
+
+def test_a_password_holding_an_at_sign_is_masked_whole_on_disk_and_on_screen(tmp_path):
+    from rig.results import mask_url_credentials
+
+    url = "http://alice:pa@ss@127.0.0.1:9"  # urlsplit reads the password as "pa@ss" (the authority's last "@")
+    from urllib.parse import urlsplit
+
+    assert urlsplit(url).password == "pa@ss"
+    for text in (url, f'{{"url": "{url}", "b": "https://t0ken@h/x?q=a@b"}}', f"waiting at {url} (last: refused)"):
+        masked = mask_url_credentials(text)
+        assert "pa@" not in masked and "ss@" not in masked and "alice" not in masked and "t0ken" not in masked
+    assert mask_url_credentials(url) == "http://***@127.0.0.1:9"
+    assert mask_url_credentials("https://h:1/p?to=a@b") == "https://h:1/p?to=a@b"  # an "@" past the host is kept
+    r = cli("run", "--engine", "external", "--url", url, "--dry-run")
+    assert r.exit_code == 0 and "ss@" not in r.output and "url: http://***@127.0.0.1:9" in r.output, r.output

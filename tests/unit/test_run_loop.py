@@ -242,3 +242,17 @@ def test_a_levels_common_start_leads_by_the_generators_round_trips_within_bounds
     assert fleet.start_lead_s() == START_LEAD_S[0]
     fleet.gen_info[0]["clock_rtt_s"] = 5.0
     assert fleet.start_lead_s() == START_LEAD_S[1]
+
+
+def test_a_run_the_disk_check_refuses_leaves_no_run_directory_behind(tmp_path, monkeypatch):
+    import shutil
+    from collections import namedtuple
+
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: usage(2**30, 2**30 - 2**20, 2**20))
+    runner = make_runner(tmp_path, "full")
+    with pytest.raises(RunError, match="only 1 MiB free"):
+        runner.run()
+    assert not (tmp_path / "full").exists()  # the id can be used again once there is room
+    monkeypatch.undo()
+    assert make_runner(tmp_path, "full").run().status == "complete"
