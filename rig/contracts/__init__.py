@@ -2,7 +2,7 @@
 and the report's rows.
 
 The runner writes them, the load generator fills them, analysis reads them: each shape is declared here once, one
-module per seam (``point``, ``records``, ``generator``, ``validity``, ``manifest``, ``search``, ``server``,
+module per seam (``point``, ``dialect``, ``records``, ``generator``, ``validity``, ``manifest``, ``search``, ``server``,
 ``report``), and re-exported here.
 The request record's Parquet schema is generated from ``RequestRecord``; the manifest is versioned and validated on
 read (older versions are migrated); a point's validity is judged by ``judge_point`` and nowhere else.
@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from rig.contracts import records as _records
+from rig.contracts.dialect import ENGINE_DIALECTS, DialectName, probe_paths
 from rig.contracts.errors import ContractError
 from rig.contracts.generator import (
     GeneratorInfo,
@@ -126,6 +127,8 @@ __all__ = [
     "Int32",
     "Int64",
     "DISTURBED_FLAGS",
+    "DialectName",
+    "ENGINE_DIALECTS",
     "JUDGED_FLAGS",
     "LosslessResult",
     "Manifest",
@@ -164,6 +167,7 @@ __all__ = [
     "migrate",
     "parse_manifest",
     "point_name",
+    "probe_paths",
     "record_schema",
     "repair_record",
     "thresholds_of_spec",

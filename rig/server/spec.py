@@ -8,7 +8,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator, model_validator
 
-from rig.loadgen.dialects import DialectName
+from rig.contracts.dialect import DialectName
 from rig.server.redaction import plain_secret
 
 EngineName = Literal["sim", "sglang", "vllm", "external", "command"]
