@@ -16,6 +16,7 @@ from rig.contracts import records as _records
 from rig.contracts.dialect import ENGINE_DIALECTS, DialectName, probe_paths
 from rig.contracts.errors import ContractError
 from rig.contracts.generator import (
+    GeneratorEntry,
     GeneratorInfo,
     GeneratorReport,
     GeneratorStatus,
@@ -24,6 +25,7 @@ from rig.contracts.generator import (
     TreeFingerprint,
     WindowAcceptance,
     achieved_rate,
+    generator_entry,
 )
 from rig.contracts.manifest import (
     MANIFEST_VERSION,
@@ -117,6 +119,7 @@ __all__ = [
     "ErrorCount",
     "GateVerdict",
     "GeneratorHost",
+    "GeneratorEntry",
     "GeneratorInfo",
     "GeneratorReport",
     "GeneratorStatus",
@@ -163,6 +166,7 @@ __all__ = [
     "achieved_rate",
     "check_record",
     "empty_record",
+    "generator_entry",
     "judge_point",
     "migrate",
     "parse_manifest",
