@@ -19,7 +19,7 @@ from rig.analysis import metrics as m
 from rig.analysis.lossless import check_lossless, mismatch_rows
 from rig.analysis.percentiles import cdf_points, latency_rows, read_itl
 from rig.analysis.points import INVALIDATING, campaign_row, load_requests, sort_key
-from rig.analysis.rows import FrontierRow, LatencyRow, ReportLevelBest
+from rig.analysis.rows import FrontierRow, FullReport, LatencyRow, ReportLevelBest
 from rig.analysis.runs import PointInfo, Run, load_run, point_files
 from rig.analysis.server_series import Series, counter_window_acceptance, point_series, summarize_point
 from rig.contracts import CampaignRow, GoodputRow, LosslessResult, Manifest, Row, SearchSection, ServerRow, TuneSection
@@ -355,9 +355,9 @@ def export_csv(report: Report, out_dir: Path) -> list[Path]:
     return paths
 
 
-def full_json(report: Report) -> dict[str, Any]:
+def full_json(report: Report) -> FullReport:
     """Every decision-level section of a report (``rig report --json-full``)."""
-    return {
+    out: FullReport = {
         "run_id": report.run.run_id,
         "status": report.run.status,
         "warnings": report.warnings,
@@ -372,8 +372,10 @@ def full_json(report: Report) -> dict[str, Any]:
         "tune": report.tune.model_dump(mode="json") if report.tune else None,
         "objective": report.objective,
         "schedule": report.schedule,
-        **({"telemetry": report.telemetry} if report.telemetry else {}),
     }
+    if report.telemetry:
+        out["telemetry"] = report.telemetry
+    return out
 
 
 def to_json(obj: Any) -> str:

@@ -7,7 +7,10 @@ Rows read by column name (rig.analysis.columns.Readable) go to the terminal and 
 
 from __future__ import annotations
 
-from typing import Any, NotRequired, TypedDict
+from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
+
+if TYPE_CHECKING:
+    from rig.contracts import CampaignRow, GoodputRow
 
 
 class PairIdentity(TypedDict):
@@ -164,3 +167,23 @@ class SearchRow(TypedDict):
     min_failing: Any
     mf_margin: Any
     probes: int
+
+
+class FullReport(TypedDict):
+    """Every decision-level section of a report (`rig report --json-full`), in its order."""
+
+    run_id: str
+    status: str | None
+    warnings: list[str]
+    slos: list[str]
+    slo_percentile: float | None
+    campaign: list[CampaignRow]
+    frontier: list[FrontierRow]
+    best_per_level: list[ReportLevelBest]
+    best_per_slo: list[dict[str, Any]]
+    goodput: list[GoodputRow]
+    search: dict[str, Any] | None  # the manifest's sections as JSON
+    tune: dict[str, Any] | None
+    objective: str
+    schedule: list[dict[str, Any]]
+    telemetry: NotRequired[list[str]]  # only where the run has GPU figures or says why not
