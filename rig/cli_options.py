@@ -271,10 +271,11 @@ def csv_floats(name: str, text: str | None) -> list[float] | None:
     return values
 
 
-def _pairs(name: str, items: tuple[str, ...], json_values: bool = False) -> dict[str, Any]:
+def _pairs(name: str, items: tuple[str, ...], json_values: bool = False) -> dict[str, object]:
     """KEY=VALUE flags as a mapping: each value read as YAML (--workload-opt max_tokens=32), or with ``json_values``
-    as JSON where a bare word that is not JSON is taken as a string (--extra-body mode=fast)."""
-    out: dict[str, Any] = {}
+    as JSON where a bare word that is not JSON is taken as a string (--extra-body mode=fast). The values are
+    whatever the user wrote (the spec's models validate them), so nothing here reads into them."""
+    out: dict[str, object] = {}
     for item in items:
         key, sep, value = item.partition("=")
         key = key.strip()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -9,28 +10,29 @@ from rich.console import Console
 from rich.table import Table
 
 from rig.analysis import columns, declared
-from rig.contracts import SearchSection, TuneSection
+from rig.analysis.rows import FrontierRow, ReportLevelBest, SearchRow
+from rig.contracts import SearchSection, TuneProbe, TuneSection
 
 
-def search_rows(section: SearchSection) -> list[dict[str, Any]]:
+def search_rows(section: SearchSection) -> list[SearchRow]:
     """One flat row per configuration and workload searched: its bounds, their margins, the probes it took."""
     out = []
     for r in section.results:
         mp, mf = r.max_passing or {}, r.min_failing or {}
         out.append(
-            {
-                "server_config": str(r.server_config),
-                "steps": r.steps,
-                "workload": str(r.workload),
-                "status": r.status,
-                "outcome": r.status + (f": {r.error}" if r.error else ""),
-                "max_passing": mp.get("level"),
-                "mp_margin": mp.get("margin"),
-                "mp_aggregate_tok_s": mp.get("aggregate_tok_s"),
-                "min_failing": mf.get("level"),
-                "mf_margin": mf.get("margin"),
-                "probes": r.probes,
-            }
+            SearchRow(
+                server_config=str(r.server_config),
+                steps=r.steps,
+                workload=str(r.workload),
+                status=r.status,
+                outcome=r.status + (f": {r.error}" if r.error else ""),
+                max_passing=mp.get("level"),
+                mp_margin=mp.get("margin"),
+                mp_aggregate_tok_s=mp.get("aggregate_tok_s"),
+                min_failing=mf.get("level"),
+                mf_margin=mf.get("margin"),
+                probes=r.probes,
+            )
         )
     return out
 
@@ -45,18 +47,32 @@ def search_table(section: SearchSection) -> Table:
     return declared.fill(t, columns.SEARCH, search_rows(section))
 
 
-def tune_rows(section: TuneSection) -> list[dict[str, Any]]:
+@dataclass(frozen=True)
+class TuneRow:
+    """One probe of a tune as its table shows it: its number, the probe, the verdict (read by column name)."""
+
+    n: int
+    probe: TuneProbe
+    verdict: str
+
+    def get(self, key: str, default: Any = None) -> Any:
+        if key in ("n", "verdict"):
+            return getattr(self, key)
+        return getattr(self.probe, key, default)
+
+
+def tune_rows(section: TuneSection) -> list[TuneRow]:
     """Every probe of a tune, numbered, with its prediction, its measurement and the verdict."""
     out = []
     for i, p in enumerate(section.probes, 1):
         verdict = "–" if p.meets is None else ("meets" if p.meets else "misses")
         if p.meets is not None and p.predicted_meets is not None and p.meets != p.predicted_meets:
             verdict += " (mispredicted)"
-        out.append({"n": i, **p.model_dump(), "verdict": verdict})
+        out.append(TuneRow(i, p, verdict))
     return out
 
 
-def frontier_table(rows: list[dict[str, Any]]) -> Table:
+def frontier_table(rows: list[FrontierRow]) -> Table:
     """The Pareto points: per-user decode speed against per-GPU throughput."""
     t = Table(
         title="Pareto frontier (decode tok/s per request vs aggregate tok/s per GPU; no point beats these on both)",
@@ -66,7 +82,7 @@ def frontier_table(rows: list[dict[str, Any]]) -> Table:
     return declared.fill(t, columns.FRONTIER, rows)
 
 
-def best_level_table(rows: list[dict[str, Any]], slo_text: str | None) -> Table:
+def best_level_table(rows: list[ReportLevelBest], slo_text: str | None) -> Table:
     """Best configuration per load level, margin with CI, and the paired per-request decode-speed ratio."""
     among = f"among points meeting {slo_text}" if slo_text else "among valid points"
     t = Table(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import click
 from rich.console import Console
@@ -17,6 +17,9 @@ from rig.analysis.metrics import Slo, parse_slo
 from rig.analysis.runs import AnalysisInputError
 from rig.cli_options import settings_option
 from rig.contracts import DEFAULT_PERCENTILE, SloSettings
+
+if TYPE_CHECKING:
+    from rig.analysis.rows import EnergyRatioRow, GateRow, LevelBest, SpeedupRow
 
 
 def _slos(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> list[Slo]:
@@ -185,7 +188,7 @@ def report(
         )
 
 
-def _speedup_table(rows: list[dict[str, Any]]) -> Table:
+def _speedup_table(rows: list[SpeedupRow]) -> Table:
     t = Table(
         title="Paired per-request speedups (geometric mean, bootstrap 95% CI; > 1 = candidate faster)",
         title_justify="left",
@@ -216,14 +219,14 @@ def _speedup_table(rows: list[dict[str, Any]]) -> Table:
     return t
 
 
-def _inputs_cell(row: dict[str, Any]) -> Text:
+def _inputs_cell(row: SpeedupRow | LevelBest | EnergyRatioRow) -> Text:
     """'ok', or '! incomplete: ...' in red next to a figure whose inputs lack records."""
     if not row.get("incomplete"):
         return Text("ok", style="green")
     return Text(f"! incomplete: {row['incomplete']}", style="bold red")
 
 
-def _best_table(rows: list[dict[str, Any]]) -> Table:
+def _best_table(rows: list[LevelBest]) -> Table:
     t = Table(
         title="Best configuration per load level (aggregate tok/s; margin over the runner-up, 95% CI)",
         title_justify="left",
@@ -267,7 +270,7 @@ def _thresholds(ctx: click.Context, param: click.Parameter, values: tuple[str, .
         raise click.BadParameter(str(e)) from None
 
 
-def _gate_line(g: dict[str, Any]) -> Text:
+def _gate_line(g: GateRow) -> Text:
     """'FAIL tpot_p99 <= +3.0%  A:p -> B:p: +5.2% (95% CI ...): why' (one per pair of points and metric)."""
     fail = g["verdict"] == "fail"
     line = Text("FAIL" if fail else "pass", style="bold red" if fail else "green")
@@ -339,7 +342,7 @@ def compare(
         raise SystemExit(1)
 
 
-def _energy_table(rows: list[dict[str, Any]]) -> Table:
+def _energy_table(rows: list[EnergyRatioRow]) -> Table:
     sim = any("simulated" in str(r.get("source") or "") for r in rows)
     t = Table(
         title="Energy and cost, candidate / baseline (paired requests resampled, bootstrap 95% CI; < 1 = "

@@ -7,8 +7,9 @@ once where the table shows it (the HTML header, the terminal's title)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeAlias
 
 LEVEL = "level"  # a load level: a concurrency (int) or a rate (float)
 COUNT = "count"  # an int with thousands separators; any other number with one decimal
@@ -223,10 +224,14 @@ ENERGY = [
 COST = [Column("usd_per_mtok", "$/Mtok", ",.3f")]
 
 
-class Readable(Protocol):
-    """A report row: a dict, or a typed row (rig.contracts.report.Row), read by column name."""
+class ByName(Protocol):
+    """A typed row (rig.contracts.report.Row, rig.analysis.adaptive.TuneRow), read by column name."""
 
     def get(self, key: str, default: Any = None) -> Any: ...
+
+
+# A report row: a mapping (a dict, or a TypedDict of rig.analysis.rows) or a typed row, read by column name.
+Readable: TypeAlias = Mapping[str, Any] | ByName
 
 
 def fmt(x: Any, spec: str = ",.1f") -> str:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 from collections import defaultdict
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -37,6 +36,7 @@ from rig.analysis.pairing import (
     paired_table,
 )
 from rig.analysis.points import INCOMPLETE, campaign_row, load_requests
+from rig.analysis.rows import CompareResult, EnergyRatioRow, GateRow, LevelBest, SpeedupRow
 from rig.analysis.runs import (
     AnalysisInputError,
     PointInfo,
@@ -68,7 +68,7 @@ def bootstrap_mean_ci(x: np.ndarray, resamples: int = RESAMPLES, seed: int = SEE
 
 def gate_rows(
     base: Side, cand: Side, thresholds: list[Threshold], resamples: int = RESAMPLES, seed: int = SEED
-) -> list[dict[str, Any]]:
+) -> list[GateRow]:
     """One verdict per threshold for one pair of points (rig.analysis.gate)."""
     j, note = paired_table(base, cand)
     rows = []
@@ -79,14 +79,27 @@ def gate_rows(
         if got.subsampled:
             for side in (base, cand):
                 note_subsample(side.run, got.pairs)
-        verdict = {k: v for k, v in got.to_dict().items() if k != "subsampled"}
-        rows.append({"baseline": base.label, "candidate": cand.label, **verdict, "incomplete": note})
+        rows.append(
+            GateRow(
+                baseline=base.label,
+                candidate=cand.label,
+                metric=got.metric,
+                threshold=got.threshold,
+                pairs=got.pairs,
+                regression=got.regression,
+                ci_low=got.ci_low,
+                ci_high=got.ci_high,
+                verdict=got.verdict,
+                why=got.why,
+                incomplete=note,
+            )
+        )
     return rows
 
 
 def paired_speedups(
     base: Side, cand: Side, resamples: int = RESAMPLES, seed: int = SEED, metrics: tuple[str, ...] = SPEEDUP_METRICS
-) -> list[dict[str, Any]]:
+) -> list[SpeedupRow]:
     """One row per metric: pairs, geometric-mean speedup, its bootstrap CI, and the median per-request ratio."""
     j, note = paired_table(base, cand)
     rows = []
@@ -97,7 +110,7 @@ def paired_speedups(
             ratio = (y / x) if metric == "decode_tok_s" else (x / y)  # > 1: the candidate is better
             logs = np.log(ratio)
         logs = logs[np.isfinite(logs)]
-        row: dict[str, Any] = {
+        row: SpeedupRow = {
             **pair_identity(base, cand),
             "metric": metric,
             "pairs": int(logs.size),
@@ -111,12 +124,9 @@ def paired_speedups(
             for side in (base, cand):
                 note_subsample(side.run, logs.size)
             lo, hi = bootstrap_mean_ci(logs, resamples, seed)
-            row.update(
-                speedup=float(np.exp(logs.mean())),
-                ci_low=float(np.exp(lo)),
-                ci_high=float(np.exp(hi)),
-                median_ratio=float(np.exp(np.median(logs))),
-            )
+            row["speedup"] = float(np.exp(logs.mean()))
+            row["ci_low"], row["ci_high"] = float(np.exp(lo)), float(np.exp(hi))
+            row["median_ratio"] = float(np.exp(np.median(logs)))
         rows.append(row)
     return rows
 
@@ -199,7 +209,7 @@ def config_label(s: Side) -> str:
 
 def best_per_level(
     sides: list[Side], resamples: int = RESAMPLES, seed: int = SEED, rows: dict[str, CampaignRow] | None = None
-) -> list[dict[str, Any]]:
+) -> list[LevelBest]:
     """Per (workload, load level): the configuration with the highest aggregate tok/s and its margin (with CI).
 
     ``rows``: the campaign rows of the sides' points by point name, when the caller has them (one run's report)."""
@@ -222,7 +232,7 @@ def best_per_level(
     for (workload, mode, conc, rate), configs in levels.items():
         ranked = sorted(configs.items(), key=lambda kv: -np.mean([v for _, v in kv[1]]))
         best_cfg, best = ranked[0]
-        row: dict[str, Any] = {
+        row: LevelBest = {
             "workload": workload,
             "load_mode": mode,
             "concurrency": conc,
@@ -241,7 +251,7 @@ def best_per_level(
         if len(ranked) > 1:
             run_cfg, runner = ranked[1]
             b_mean, r_mean = row["best_aggregate_tok_s"], float(np.mean([v for _, v in runner]))
-            row.update(runner_up=run_cfg, runner_up_aggregate_tok_s=r_mean)
+            row["runner_up"], row["runner_up_aggregate_tok_s"] = run_cfg, r_mean
             if r_mean <= 0:  # every request of the runner-up failed: a margin over nothing is not a finding
                 row["incomplete"] = "; ".join(x for x in (row["incomplete"], f"{run_cfg} has 0 tok/s: no margin") if x)
                 out.append(row)
@@ -262,7 +272,7 @@ def best_per_level(
             if margins.size:
                 alpha = (1 - CONFIDENCE) / 2
                 lo, hi = np.quantile(margins, [alpha, 1 - alpha])
-                row.update(ci_low=float(lo), ci_high=float(hi), ci_method=method)
+                row["ci_low"], row["ci_high"], row["ci_method"] = float(lo), float(hi), method
         out.append(row)
     key = lambda r: (str(r["workload"]), str(r["load_mode"]), r["concurrency"] or 0, r["rate"] or 0)  # noqa: E731
     return sorted(out, key=key)
@@ -328,14 +338,14 @@ def compare(
     seed: int = SEED,
     gpu_hour_price: float | None = None,
     max_regression: list[Threshold] | None = None,
-) -> dict[str, Any]:
+) -> CompareResult:
     """Run the comparison the arguments describe; see the module docstring. ``max_regression``: the CI gate's
     thresholds (rig.analysis.gate); its verdicts are the result's ``gate``."""
     pairs, sides, mode = _pairing(a, b, baseline_steps)
     if not pairs:
         raise AnalysisInputError("no matching points to compare (same workload, load level and repeat)")
-    speedups: list[dict[str, Any]] = []
-    gate: list[dict[str, Any]] = []
+    speedups: list[SpeedupRow] = []
+    gate: list[GateRow] = []
     for base, cand in pairs:
         speedups += paired_speedups(base, cand, resamples, seed)
         if max_regression:
@@ -355,13 +365,22 @@ def compare(
         )
     from rig.analysis.energy_compare import energy_ratios
 
-    energy = [row for base, cand in pairs for row in energy_ratios(base, cand, gpu_hour_price, resamples, seed)]
-    affected = sum(1 for r in speedups + best + energy if r["incomplete"])
+    energy: list[EnergyRatioRow] = [
+        row for base, cand in pairs for row in energy_ratios(base, cand, gpu_hour_price, resamples, seed)
+    ]
+    affected = sum(1 for r in [*speedups, *best, *energy] if r["incomplete"])
     if affected:
         warnings.append(f"{affected} figure(s) rest on incomplete inputs (marked '!' below): treat them with care")
-    if any(r.get("source") and "simulated" in r["source"] for r in energy):
+    if any("simulated" in (r["source"] or "") for r in energy):
         warnings.append("energy figures are SIMULATED (the simulator's power model, not a measurement)")
-    out = {"mode": mode, "resamples": resamples, "seed": seed, "speedups": speedups, "best": best, "warnings": warnings}
+    out: CompareResult = {
+        "mode": mode,
+        "resamples": resamples,
+        "seed": seed,
+        "speedups": speedups,
+        "best": best,
+        "warnings": warnings,
+    }
     if energy:  # only where a side has GPU telemetry or a price: other comparisons read as before
         out["energy"] = energy
     if max_regression:

@@ -4,8 +4,6 @@ speculative schedule (rig.analysis.schedule)."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
 from rig.analysis import metrics as m
@@ -23,6 +21,7 @@ from rig.analysis.pairing import (
     paired_table,
 )
 from rig.analysis.points import campaign_row, load_requests
+from rig.analysis.rows import EnergyRatioRow
 from rig.contracts import CampaignRow
 
 ENERGY_METRICS = ("j_per_token", "usd_per_mtok")
@@ -77,7 +76,7 @@ def paired_multipliers(
 
 def energy_ratios(
     base: Side, cand: Side, price: float | None = None, resamples: int = RESAMPLES, seed: int = SEED
-) -> list[dict[str, Any]]:
+) -> list[EnergyRatioRow]:
     """J/token and $/Mtok of the candidate over the baseline (< 1: the candidate spends less per token), each with a
     paired bootstrap interval: the same request ids are resampled on both sides and each side's value moves with
     1 / its resampled throughput (its energy over the window and its GPUs fixed, as measured). Empty when neither
@@ -92,7 +91,7 @@ def energy_ratios(
     rows = []
     for metric in metrics:
         vb, vc = float(rb[metric]), float(rc[metric])
-        row: dict[str, Any] = {
+        row: EnergyRatioRow = {
             **pair_identity(base, cand),
             "metric": metric,
             "baseline_value": vb,
@@ -109,6 +108,6 @@ def energy_ratios(
             ratios = ratios[np.isfinite(ratios)]
             if ratios.size:
                 lo, hi = np.quantile(ratios, [(1 - CONFIDENCE) / 2, 1 - (1 - CONFIDENCE) / 2])
-                row.update(ci_low=float(lo), ci_high=float(hi))
+                row["ci_low"], row["ci_high"] = float(lo), float(hi)
         rows.append(row)
     return rows

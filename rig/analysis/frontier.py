@@ -16,11 +16,12 @@ configuration per load level and per SLO, each with its margin over the runner-u
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any, TypedDict
 
 from rig.analysis import compare as cmp
 from rig.analysis.points import INVALIDATING
+from rig.analysis.rows import FrontierRow, ReportLevelBest
 from rig.analysis.runs import Run
 from rig.contracts import CampaignRow
 
@@ -51,21 +52,24 @@ def mark_frontier(run: Run, rows: list[CampaignRow]) -> None:
             r.on_frontier = not any((ox >= x and oy >= y) and (ox > x or oy > y) for o, ox, oy in pts if o is not r)
 
 
-def frontier_rows(rows: list[CampaignRow]) -> list[dict[str, Any]]:
+def frontier_rows(rows: list[CampaignRow]) -> list[FrontierRow]:
     """The frontier's points per workload, by per-GPU throughput."""
-    keep = (
-        "workload",
-        "point",
-        "steps",
-        "server_config",
-        "load_mode",
-        "concurrency",
-        "rate",
-        "tok_s_per_gpu",
-        "decode_tok_s",
-        "aggregate_tok_s",
-    )
-    front = [{k: r.get(k) for k in keep} for r in rows if r.on_frontier]
+    front = [
+        FrontierRow(
+            workload=r.workload,
+            point=r.point,
+            steps=r.steps,
+            server_config=r.server_config,
+            load_mode=r.load_mode,
+            concurrency=r.concurrency,
+            rate=r.rate,
+            tok_s_per_gpu=r.tok_s_per_gpu,
+            decode_tok_s=r.decode_tok_s,
+            aggregate_tok_s=r.aggregate_tok_s,
+        )
+        for r in rows
+        if r.on_frontier
+    ]
     return sorted(front, key=lambda r: (str(r["workload"]), r["tok_s_per_gpu"]))
 
 
@@ -124,7 +128,7 @@ def _paired_decode(best: cmp.Side | None, runner: cmp.Side | None, resamples: in
 
 def best_per_level(
     run: Run, rows: list[CampaignRow], meets: dict[str, bool] | None, resamples: int = RESAMPLES
-) -> list[dict[str, Any]]:
+) -> list[ReportLevelBest]:
     """compare.best_per_level over the valid points that meet the SLOs, with the paired decode-speed ratio."""
     eligible = [r for r in rows if valid(r) and (meets is None or meets.get(r.point))]
     sides = _top_two(run, eligible)
@@ -132,16 +136,20 @@ def best_per_level(
     for s in sides:
         p = s.point
         by_label[(p.workload, p.load_mode, p.concurrency, p.rate, cmp.config_label(s))] = s
-    out = []
+    out: list[ReportLevelBest] = []
     for b in cmp.best_per_level(sides, resamples, rows={r.point: r for r in rows}):
         key = (b["workload"], b["load_mode"], b["concurrency"], b["rate"])
         best, runner = by_label.get((*key, b["best"])), by_label.get((*key, b["runner_up"]))
+        paired = _paired_decode(best, runner, resamples)
         out.append(
             {
                 **b,
                 "level": b["rate"] if b["load_mode"] not in (None, "closed") else b["concurrency"],
                 "best_point": best.point.point if best else None,
-                **asdict(_paired_decode(best, runner, resamples)),
+                "paired_decode_speedup": paired.paired_decode_speedup,
+                "paired_ci_low": paired.paired_ci_low,
+                "paired_ci_high": paired.paired_ci_high,
+                "pairs": paired.pairs,
             }
         )
     return out

@@ -12,13 +12,12 @@ from typing import Any
 
 from rig.analysis import columns
 from rig.analysis.adaptive import search_rows, tune_rows
-from rig.analysis.columns import Column
+from rig.analysis.columns import Column, Readable
 from rig.analysis.lossless import mismatch_rows
 from rig.analysis.plots import write_plots
 from rig.analysis.render import seeds_line
 from rig.analysis.report import Report
 from rig.analysis.tables import group_rows, group_title
-from rig.contracts import Row
 
 Col = tuple[str | None, str, Callable[[Any], str]]  # key (None: the function reads the row), header, text
 
@@ -38,7 +37,7 @@ def _text(v: Any) -> str:
     return "" if v is None else str(v)
 
 
-def table_html(rows: Sequence[dict[str, Any] | Row], cols: list[Col], caption: str = "") -> str:
+def table_html(rows: Sequence[Readable], cols: list[Col], caption: str = "") -> str:
     """An HTML table of ``rows`` with (key, header, formatter) columns."""
     head = "".join(f'<th class="{"l" if f is _text else ""}">{html.escape(h)}</th>' for _, h, f in cols)
     body = []

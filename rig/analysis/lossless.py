@@ -9,6 +9,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from rig.analysis.rows import MismatchRow
 from rig.analysis.runs import PointInfo, Run, read_point_requests
 from rig.contracts import LosslessResult
 
@@ -97,7 +98,7 @@ def check_lossless(run: Run) -> LosslessResult:
     )
 
 
-def mismatch_rows(result: LosslessResult) -> list[dict[str, Any]]:
+def mismatch_rows(result: LosslessResult) -> list[MismatchRow]:
     """Flat rows (one per mismatching request) for tables and CSV."""
     return [
         {

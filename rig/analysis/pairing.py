@@ -11,6 +11,7 @@ import pyarrow.compute as pc
 from rig.analysis import metrics as m
 from rig.analysis import resample as rs
 from rig.analysis.points import INCOMPLETE, load_requests, point_flags
+from rig.analysis.rows import PairIdentity
 from rig.analysis.runs import PointInfo, Run, generator_offsets, read_point_requests
 
 RESAMPLES = 2000
@@ -28,7 +29,7 @@ class Side:
     label: str
 
 
-def pair_identity(base: Side, cand: Side) -> dict[str, object]:
+def pair_identity(base: Side, cand: Side) -> PairIdentity:
     """The columns that say which two points a comparison row pairs (the load level is the candidate's)."""
     return {
         "baseline": base.label,

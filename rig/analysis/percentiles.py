@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
 from rig.analysis import metrics as m
+from rig.analysis.rows import LatencyRow
 from rig.analysis.runs import PointInfo, Run, point_files, read_request_files
 
 # The rows of the latency table, in order; values in milliseconds.
 LATENCY_METRICS = ("ttft", "tpot", "itl", "e2e")
 OPEN_LOOP_METRICS = ("ttft_from_intended", "e2e_from_intended", "slip")
-STAT_KEYS = ("n", "mean", "p50", "p90", "p95", "p99")
 
 
 def read_itl(run: Run, p: PointInfo) -> tuple[np.ndarray, np.ndarray]:
@@ -31,7 +29,11 @@ def read_itl(run: Run, p: PointInfo) -> tuple[np.ndarray, np.ndarray]:
     return np.concatenate(values), np.concatenate(weights)
 
 
-def latency_rows(p: PointInfo, r: m.Requests, itl: tuple[np.ndarray, np.ndarray] | None) -> list[dict[str, Any]]:
+def _ms(seconds: float | None) -> float | None:
+    return seconds * 1e3 if seconds is not None else None
+
+
+def latency_rows(p: PointInfo, r: m.Requests, itl: tuple[np.ndarray, np.ndarray] | None) -> list[LatencyRow]:
     """One row per latency metric of a point: n, mean and p50/p90/p95/p99, in milliseconds (n in requests or tokens)."""
     ok = r.ok
     values: dict[str, tuple[np.ndarray, np.ndarray | None]] = {
@@ -50,11 +52,18 @@ def latency_rows(p: PointInfo, r: m.Requests, itl: tuple[np.ndarray, np.ndarray]
         if name not in values:
             continue
         s = m.summarize(*values[name])
-        row: dict[str, Any] = {"point": p.point, "metric": name, "n": s.n}
-        for k in STAT_KEYS[1:]:
-            v = s.stat(k)
-            row[f"{k}_ms"] = v * 1e3 if v is not None else None
-        rows.append(row)
+        rows.append(
+            LatencyRow(
+                point=p.point,
+                metric=name,
+                n=s.n,
+                mean_ms=_ms(s.mean),
+                p50_ms=_ms(s.p50),
+                p90_ms=_ms(s.p90),
+                p95_ms=_ms(s.p95),
+                p99_ms=_ms(s.p99),
+            )
+        )
     return rows
 
 

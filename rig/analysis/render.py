@@ -11,6 +11,7 @@ from rich.text import Text
 from rig.analysis import columns, declared
 from rig.analysis.lossless import mismatch_rows
 from rig.analysis.report import Report
+from rig.analysis.rows import LatencyRow
 from rig.analysis.tables import render_campaign_table, render_problems
 from rig.contracts import CampaignRow, GoodputRow, LosslessResult, ServerRow
 
@@ -20,7 +21,7 @@ if TYPE_CHECKING:
 MAX_MISMATCH_ROWS = 50  # the terminal shows this many; CSV and JSON carry all
 
 
-def render_latency(rows: list[dict[str, Any]]) -> Table:
+def render_latency(rows: list[LatencyRow]) -> Table:
     """TTFT/TPOT/ITL/E2E (and open-loop) percentiles per point, in ms."""
     t = Table(title="Latency (ms; ITL percentiles are over tokens)", title_justify="left", header_style="bold")
     declared.add_columns(t, columns.LATENCY, fold=True, units=False)

@@ -6,7 +6,7 @@ import csv
 import json
 import os
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,6 +19,7 @@ from rig.analysis import metrics as m
 from rig.analysis.lossless import check_lossless, mismatch_rows
 from rig.analysis.percentiles import cdf_points, latency_rows, read_itl
 from rig.analysis.points import INVALIDATING, campaign_row, load_requests, sort_key
+from rig.analysis.rows import FrontierRow, FullReport, LatencyRow, ReportLevelBest
 from rig.analysis.runs import PointInfo, Run, load_run, point_files
 from rig.analysis.server_series import Series, counter_window_acceptance, point_series, summarize_point
 from rig.contracts import CampaignRow, GoodputRow, LosslessResult, Manifest, Row, SearchSection, ServerRow, TuneSection
@@ -30,15 +31,15 @@ class Report:
 
     run: Run
     campaign: list[CampaignRow]
-    latency: list[dict[str, Any]]
+    latency: list[LatencyRow]
     acceptance: list[dict[str, Any]]
     server: list[ServerRow]
     goodput: list[GoodputRow]
     lossless: LosslessResult
     slos: list[m.Slo] = field(default_factory=list)
     slo_percentile: float = 99.0
-    frontier: list[dict[str, Any]] = field(default_factory=list)  # Pareto points (rows also carry on_frontier)
-    best_per_level: list[dict[str, Any]] = field(default_factory=list)
+    frontier: list[FrontierRow] = field(default_factory=list)  # Pareto points (rows also carry on_frontier)
+    best_per_level: list[ReportLevelBest] = field(default_factory=list)
     best_per_slo: list[dict[str, Any]] = field(default_factory=list)
     search: SearchSection | None = None  # the manifest's SLO search section (rig sweep --search)
     tune: TuneSection | None = None  # the manifest's tune section (rig tune)
@@ -314,7 +315,7 @@ def _cell(v: Any) -> Any:
     return "" if v is None else v
 
 
-def write_csv(rows: Sequence[dict[str, Any] | Row], path: Path) -> None:
+def write_csv(rows: Sequence[Mapping[str, Any] | Row], path: Path) -> None:
     """Rows as CSV with the union of their keys as header (lists joined by ';')."""
     dicts = [r.to_dict() if isinstance(r, Row) else r for r in rows]
     keys: list[str] = []
@@ -330,7 +331,7 @@ def write_csv(rows: Sequence[dict[str, Any] | Row], path: Path) -> None:
 def export_csv(report: Report, out_dir: Path) -> list[Path]:
     """campaign, latency, acceptance, server, goodput (with SLOs) and lossless mismatches as CSV files."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    tables: dict[str, Sequence[dict[str, Any] | Row]] = {
+    tables: dict[str, Sequence[Mapping[str, Any] | Row]] = {
         "campaign": report.campaign,
         "latency": report.latency,
         "acceptance": report.acceptance,
@@ -354,9 +355,9 @@ def export_csv(report: Report, out_dir: Path) -> list[Path]:
     return paths
 
 
-def full_json(report: Report) -> dict[str, Any]:
+def full_json(report: Report) -> FullReport:
     """Every decision-level section of a report (``rig report --json-full``)."""
-    return {
+    out: FullReport = {
         "run_id": report.run.run_id,
         "status": report.run.status,
         "warnings": report.warnings,
@@ -371,8 +372,10 @@ def full_json(report: Report) -> dict[str, Any]:
         "tune": report.tune.model_dump(mode="json") if report.tune else None,
         "objective": report.objective,
         "schedule": report.schedule,
-        **({"telemetry": report.telemetry} if report.telemetry else {}),
     }
+    if report.telemetry:
+        out["telemetry"] = report.telemetry
+    return out
 
 
 def to_json(obj: Any) -> str:

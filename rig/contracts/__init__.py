@@ -2,7 +2,7 @@
 and the report's rows.
 
 The runner writes them, the load generator fills them, analysis reads them: each shape is declared here once, one
-module per seam (``point``, ``records``, ``generator``, ``validity``, ``manifest``, ``search``, ``server``,
+module per seam (``point``, ``dialect``, ``records``, ``generator``, ``validity``, ``manifest``, ``search``, ``server``,
 ``report``), and re-exported here.
 The request record's Parquet schema is generated from ``RequestRecord``; the manifest is versioned and validated on
 read (older versions are migrated); a point's validity is judged by ``judge_point`` and nowhere else.
@@ -13,8 +13,10 @@ from __future__ import annotations
 from typing import Any
 
 from rig.contracts import records as _records
+from rig.contracts.dialect import ENGINE_DIALECTS, DialectName, probe_paths
 from rig.contracts.errors import ContractError
 from rig.contracts.generator import (
+    GeneratorEntry,
     GeneratorInfo,
     GeneratorReport,
     GeneratorStatus,
@@ -23,6 +25,7 @@ from rig.contracts.generator import (
     TreeFingerprint,
     WindowAcceptance,
     achieved_rate,
+    generator_entry,
 )
 from rig.contracts.manifest import (
     MANIFEST_VERSION,
@@ -55,6 +58,7 @@ from rig.contracts.report import (
     GoodputRow,
     LosslessResult,
     Probe,
+    ProbeSummary,
     Row,
     ServerRow,
     SloCheck,
@@ -116,6 +120,7 @@ __all__ = [
     "ErrorCount",
     "GateVerdict",
     "GeneratorHost",
+    "GeneratorEntry",
     "GeneratorInfo",
     "GeneratorReport",
     "GeneratorStatus",
@@ -126,6 +131,8 @@ __all__ = [
     "Int32",
     "Int64",
     "DISTURBED_FLAGS",
+    "DialectName",
+    "ENGINE_DIALECTS",
     "JUDGED_FLAGS",
     "LosslessResult",
     "Manifest",
@@ -135,6 +142,7 @@ __all__ = [
     "PointStatus",
     "PROBE_SUMMARY_FIELDS",
     "Probe",
+    "ProbeSummary",
     "RECORD_FIELDS",
     "RecordCounts",
     "RequestRecord",
@@ -160,10 +168,12 @@ __all__ = [
     "achieved_rate",
     "check_record",
     "empty_record",
+    "generator_entry",
     "judge_point",
     "migrate",
     "parse_manifest",
     "point_name",
+    "probe_paths",
     "record_schema",
     "repair_record",
     "thresholds_of_spec",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, NotRequired, TypedDict
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -70,6 +70,35 @@ class GeneratorInfo(BaseModel):
     node_id: str | None = None  # None outside Ray (tests)
     pid: int
     spool_root: str
+
+
+class GeneratorEntry(TypedDict):
+    """The driver's record of one started generator: what it said of itself (GeneratorInfo's fields, in its
+    order), then its clock against the driver's and where its part files go (rig.placement.gather.set_outputs).
+    The manifest records it under ``cluster.generators``."""
+
+    generator: int
+    host: str
+    node_ip: str
+    node_id: str | None
+    pid: int
+    spool_root: str
+    output_mode: NotRequired[str]  # direct | shared | ship | spool
+    ship_uri: NotRequired[str | None]
+    clock_offset_s: NotRequired[float]
+    clock_rtt_s: NotRequired[float]
+
+
+def generator_entry(info: GeneratorInfo) -> GeneratorEntry:
+    """A started generator's entry, before its clock and output are known."""
+    return GeneratorEntry(
+        generator=info.generator,
+        host=info.host,
+        node_ip=info.node_ip,
+        node_id=info.node_id,
+        pid=info.pid,
+        spool_root=info.spool_root,
+    )
 
 
 class TreeFingerprint(BaseModel):

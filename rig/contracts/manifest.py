@@ -7,13 +7,13 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from rig.contracts.dialect import DialectName
 from rig.contracts.errors import ContractError
 from rig.contracts.generator import GeneratorReport, RecordCounts, WindowAcceptance
 from rig.contracts.point import IDENTITY_FIELDS, PointIdentity
 from rig.contracts.search import SearchSection, TuneSection
 from rig.contracts.server import EffectiveConfig, GpuTelemetry, StartupFacts
 from rig.contracts.validity import Thresholds, judge_point, thresholds_of_spec
-from rig.loadgen.dialects import DialectName
 
 MANIFEST_VERSION = 2
 

@@ -10,7 +10,7 @@ report's column declarations name fields, and older callers read rows so.
 
 from __future__ import annotations
 
-from typing import Any, Self, cast
+from typing import Any, Self, TypedDict, cast
 
 from pydantic import BaseModel, ConfigDict
 
@@ -154,6 +154,18 @@ class SloVerdict(Row):
 PROBE_SUMMARY_FIELDS = ("point", "level", "margin", "per_slo", "aggregate_tok_s", "decode_tok_s", "flags")
 
 
+class ProbeSummary(TypedDict):
+    """A bound's probe as the manifest keeps it (PROBE_SUMMARY_FIELDS, JSON: each SLO check a plain dict)."""
+
+    point: str
+    level: float | None
+    margin: float | None
+    per_slo: list[dict[str, Any]]
+    aggregate_tok_s: float | None
+    decode_tok_s: float | None
+    flags: list[str]
+
+
 class Probe(Row):
     """One measured point read back by an SLO search or tune: its verdict and the figures they report."""
 
@@ -171,9 +183,17 @@ class Probe(Row):
     valid: bool  # no invalidating flag
     mean_ttft_s: float | None
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> ProbeSummary:
         """The fields a search records for a bound, as JSON."""
-        return {k: _plain(getattr(self, k)) for k in PROBE_SUMMARY_FIELDS}
+        return ProbeSummary(
+            point=self.point,
+            level=self.level,
+            margin=self.margin,
+            per_slo=_plain(self.per_slo),
+            aggregate_tok_s=self.aggregate_tok_s,
+            decode_tok_s=self.decode_tok_s,
+            flags=list(self.flags),
+        )
 
 
 class GoodputRow(Row):

@@ -11,6 +11,7 @@ every field a default (or accepts what older runs wrote), so they load.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
@@ -135,8 +136,8 @@ class SearchResult(_Record):
     probes: int = 0
     probe_points: list[SearchProbe] = Field(default_factory=list)
     # the probes at the bracket's ends, summarised (rig.tune.slo_search.summary_probe)
-    max_passing: dict[str, Any] | None = None
-    min_failing: dict[str, Any] | None = None
+    max_passing: Mapping[str, Any] | None = None  # a ProbeSummary (rig.contracts.report) as written
+    min_failing: Mapping[str, Any] | None = None
     error: str | None = None
 
 

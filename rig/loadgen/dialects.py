@@ -15,11 +15,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypedDict, TypeVar, cast
+from typing import Any, TypedDict, TypeVar, cast
 
+from rig.contracts.dialect import ENGINE_DIALECTS, DialectName
 from rig.loadgen.bodies import NativeBody, OpenAIBody
 
-DialectName = Literal["plain", "sglang", "vllm"]
 _Body = TypeVar("_Body", NativeBody, OpenAIBody)
 
 
@@ -101,10 +101,6 @@ OPENAI_FIELDS: dict[str, frozenset[str]] = {
     ),
 }
 OPENAI_STREAM_OPTIONS = frozenset({"include_usage", "include_obfuscation"})
-
-# What the engines rig models speak. Any other engine (external, a launched command) is probed, and speaks plain
-# OpenAI when no probe identifies it.
-ENGINE_DIALECTS: dict[str, DialectName] = {"sim": "sglang", "sglang": "sglang", "vllm": "vllm"}
 
 
 @dataclass(frozen=True)
@@ -195,19 +191,6 @@ def limits(dialect: Dialect, sampling: Iterable[tuple[str, dict[str, Any]]]) -> 
                 f"server samples with its own top_k (the records keep the workload's value)"
             )
     return out
-
-
-PROBE_PATHS: tuple[str, ...] = ("/model_info", "/version")
-# What an SGLang server runs (its resolved arguments): read from a server rig did not launch that is, or may be, SGLang.
-SGLANG_INFO = "/server_info"
-
-
-def probe_paths(engine: str, asked: DialectName | None) -> tuple[str, ...]:
-    """The GET paths the server actor's describe() adds for a server of no engine rig models: those that identify
-    it, and SGLang's /server_info unless another dialect was asked for."""
-    if engine in ENGINE_DIALECTS or asked not in (None, "sglang"):
-        return ()
-    return (SGLANG_INFO,) if asked == "sglang" else (*PROBE_PATHS, SGLANG_INFO)
 
 
 def resolve(engine: str, asked: DialectName | None, extra_body: dict[str, Any], info: dict[str, Any]) -> Dialect:

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 import ray
+
+from rig.contracts import GeneratorEntry
 
 
 def best_offset(samples: Iterable[tuple[float, float, float]]) -> tuple[float, float]:
@@ -35,14 +37,26 @@ def measure_clock_offset(actor: Any, pings: int = 15) -> tuple[float, float]:
     return best_offset(samples)
 
 
-def host_clocks(gen_info: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+class HostClock(TypedDict):
+    """One client host's clock against the driver's (its lowest-RTT generator's) and its generators."""
+
+    host: str
+    node_id: str | None
+    generators: list[int]
+    clock_offset_s: NotRequired[float]
+    clock_rtt_s: NotRequired[float]
+    clock_uncertainty_s: NotRequired[float]  # half the RTT: how far the offset can be off
+
+
+def host_clocks(gen_info: list[GeneratorEntry]) -> dict[str, HostClock]:
     """Per client host (node IP): its clock offset and RTT (from its lowest-RTT generator) and its generators."""
-    hosts: dict[str, dict[str, Any]] = {}
+    hosts: dict[str, HostClock] = {}
     for g in gen_info:
         key = g.get("node_ip") or g.get("host") or "?"
         h = hosts.setdefault(key, {"host": g.get("host"), "node_id": g.get("node_id"), "generators": []})
         h["generators"].append(g["generator"])
-        if g.get("clock_rtt_s") is not None and (h.get("clock_rtt_s") is None or g["clock_rtt_s"] < h["clock_rtt_s"]):
-            h["clock_offset_s"], h["clock_rtt_s"] = g["clock_offset_s"], g["clock_rtt_s"]
-            h["clock_uncertainty_s"] = g["clock_rtt_s"] / 2
+        rtt, offset = g.get("clock_rtt_s"), g.get("clock_offset_s")
+        if rtt is not None and offset is not None and (h.get("clock_rtt_s") is None or rtt < h["clock_rtt_s"]):
+            h["clock_offset_s"], h["clock_rtt_s"] = offset, rtt
+            h["clock_uncertainty_s"] = rtt / 2
     return hosts

@@ -8,7 +8,7 @@ from typing import Any
 import ray
 
 from rig.config import ClusterSpec
-from rig.contracts import GeneratorInfo
+from rig.contracts import GeneratorEntry, GeneratorInfo
 from rig.loadgen import spool
 from rig.placement.errors import ClusterError
 from rig.placement.node_files import list_node_files, read_node_files, remove_node_files
@@ -16,7 +16,7 @@ from rig.results import PART_GLOB, atomic_write
 
 
 def set_outputs(
-    spec: ClusterSpec, run_dir: Path, run_id: str, generators: list[Any], gen_info: list[dict[str, Any]]
+    spec: ClusterSpec, run_dir: Path, run_id: str, generators: list[Any], gen_info: list[GeneratorEntry]
 ) -> None:
     """Decide where each generator writes its part files, tell it, and record it in ``gen_info``.
 
@@ -53,7 +53,7 @@ def set_outputs(
 
 
 def output_for(
-    spec: ClusterSpec, run_id: str, out_root: str, seen: bool, info: dict[str, Any]
+    spec: ClusterSpec, run_id: str, out_root: str, seen: bool, info: GeneratorEntry
 ) -> tuple[str, str | None, str]:
     """(root template, ship URI, mode) for one generator; see ``set_outputs``."""
     spool_root = f"{spec.spool_dir.rstrip('/')}/{run_id}"
@@ -74,7 +74,7 @@ def output_for(
 
 
 def gather_parts(
-    run_dir: Path, rel_dir: str, info: dict[str, Any], results_uri: str | None = None, run_id: str | None = None
+    run_dir: Path, rel_dir: str, info: GeneratorEntry, results_uri: str | None = None, run_id: str | None = None
 ) -> dict[str, int]:
     """Bring one generator's part files under ``rel_dir`` into ``run_dir``; returns counts.
 

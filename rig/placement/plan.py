@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 import ray
 from ray.util.placement_group import placement_group, remove_placement_group
@@ -26,12 +26,22 @@ from rig.placement.errors import PlacementError
 NODE_ID_LABEL = "ray.io/node-id"
 
 
+class ActorOptions(TypedDict, total=False):
+    """What an actor is created with (``Actor.options(**opts)``, ray.actor.ActorClass.options): the keys rig sets."""
+
+    num_cpus: float
+    num_gpus: float
+    resources: dict[str, float]
+    label_selector: dict[str, str]
+    scheduling_strategy: PlacementGroupSchedulingStrategy
+
+
 @dataclass
 class Placement:
     """How to create the server actor and each generator actor."""
 
-    server_options: dict[str, Any]
-    generator_options: list[dict[str, Any]]
+    server_options: ActorOptions
+    generator_options: list[ActorOptions]
     server_node: str | None
     client_nodes: list[str]
     local: bool
@@ -100,7 +110,7 @@ def _plan_local(spec: ClusterSpec, nodes: list[RayNode], n_gpus: int, n_generato
     )
 
 
-def _plan_server(spec: ClusterSpec, nodes: list[RayNode], n_gpus: int) -> tuple[dict[str, Any], list[str]]:
+def _plan_server(spec: ClusterSpec, nodes: list[RayNode], n_gpus: int) -> tuple[ActorOptions, list[str]]:
     """The server actor's options and the nodes that can host it."""
     servers = [n for n in nodes if _matches(n, spec.server_label, spec.server_resource)]
     if n_gpus and not (spec.server_label or spec.server_resource):
@@ -116,7 +126,7 @@ def _plan_server(spec: ClusterSpec, nodes: list[RayNode], n_gpus: int) -> tuple[
     if n_gpus:
         servers = [n for n in servers if n.gpus >= n_gpus]
     server_cpus = 1 if any(n.cpus >= 1 for n in servers) else 0
-    server_opts: dict[str, Any] = {"num_cpus": server_cpus, "num_gpus": n_gpus}
+    server_opts: ActorOptions = {"num_cpus": server_cpus, "num_gpus": n_gpus}
     if spec.server_label:
         server_opts["label_selector"] = dict(spec.server_label)
     if spec.server_resource:
@@ -155,16 +165,16 @@ def _client_hosts(spec: ClusterSpec, nodes: list[RayNode], avoid: list[str], n_g
 
 def _generator_options(
     spec: ClusterSpec, avoid: list[str], n_generators: int, timeout_s: float
-) -> tuple[list[dict[str, Any]], Any]:
+) -> tuple[list[ActorOptions], Any]:
     """Each generator actor's options, and the placement group they are spread over (None with a count
     resource)."""
     per_host = spec.per_host
     selector = {**dict(spec.client_label), **_exclude(avoid)}
     if spec.client_resource:
-        opts: dict[str, Any] = {"num_cpus": 0, "resources": {spec.client_resource: 1.0 / per_host}}
+        opts: ActorOptions = {"num_cpus": 0, "resources": {spec.client_resource: 1.0 / per_host}}
         if selector:
             opts["label_selector"] = selector
-        return [dict(opts) for _ in range(n_generators)], None
+        return [opts.copy() for _ in range(n_generators)], None
     hosts = -(-n_generators // per_host)
     kwargs: dict[str, Any] = {"strategy": "STRICT_SPREAD"}
     if selector:
@@ -179,7 +189,7 @@ def _generator_options(
             f"client hosts with {_where(spec)} within {timeout_s:g}s (STRICT_SPREAD); "
             f"are their CPUs in use?"
         ) from None
-    gen_opts: list[dict[str, Any]] = [
+    gen_opts: list[ActorOptions] = [
         {"num_cpus": 1, "scheduling_strategy": PlacementGroupSchedulingStrategy(pg, i // per_host)}
         for i in range(n_generators)
     ]

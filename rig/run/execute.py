@@ -271,8 +271,8 @@ class PointExecutor:
         # of generators is minutes per point.
         by_node: dict[Any, list[int]] = {}
         for g, _ in self.ctx.fleet.active:
-            info = self.ctx.fleet.info(g) or {}
-            by_node.setdefault(info.get("node_id"), []).append(g)
+            info = self.ctx.fleet.info(g)
+            by_node.setdefault(info["node_id"] if info else None, []).append(g)
         with ThreadPoolExecutor(max_workers=GATHER_THREADS) as pool:
             for done in pool.map(host, list(by_node.values())):
                 for g, counts, why in done:

@@ -11,7 +11,7 @@ from typing import Any
 import ray
 
 from rig.config import RunSpec
-from rig.contracts import ClusterInfo, GeneratorInfo, HostCorpus
+from rig.contracts import ClusterInfo, GeneratorEntry, GeneratorInfo, HostCorpus, generator_entry
 from rig.loadgen.actor import remote_class as generator_class
 from rig.placement import (
     ClusterError,
@@ -60,7 +60,7 @@ class Fleet:
     def __init__(self) -> None:
         self.generators: list[Any] = []
         self.active: list[tuple[int, Any]] = []  # (generator id, handle) of generators still alive
-        self.gen_info: list[dict[str, Any]] = []
+        self.gen_info: list[GeneratorEntry] = []
         self.placement: Placement | None = None
         self.started_ray = False
         self.session_dir: Path | None = None  # the local Ray this run started keeps its logs here (~230 KB a run)
@@ -97,7 +97,7 @@ class Fleet:
             started = wait_started(self.generators, spec.cluster.placement_timeout_s, stop=stop)
             infos = [GeneratorInfo.model_validate(i) for i in started]
             verify_generators(self.placement, infos)
-            self.gen_info = [i.model_dump() for i in infos]
+            self.gen_info = [generator_entry(i) for i in infos]
             set_outputs(spec.cluster, run_dir, spec.run_id, self.generators, self.gen_info)
             if stop is not None and stop():
                 raise KeyboardInterrupt
@@ -137,7 +137,7 @@ class Fleet:
             self.gen_info, ray.get([g.corpus.remote(spec.workloads) for g in self.generators]), strict=False
         ):
             there = HostCorpus.model_validate(fp)
-            seen[f"generator {info['generator']} ({info.get('host')})"] = (
+            seen[f"generator {info['generator']} ({info['host']})"] = (
                 {"error": there.error} if there.error is not None else there.model_dump()["fingerprints"]
             )
         why = corpus_mismatch(seen)
@@ -145,13 +145,13 @@ class Fleet:
             raise RunInputError(why)
         return seen
 
-    def info(self, gid: int) -> dict[str, Any] | None:
+    def info(self, gid: int) -> GeneratorEntry | None:
         return next((i for i in self.gen_info if i["generator"] == gid), None)
 
     def start_lead_s(self) -> float:
         """How far ahead a level's common start is set: time for every active generator to get its start call,
         ten of the slowest one's ping round trips plus a few ms per generator, within START_LEAD_S."""
-        rtts = [(self.info(g) or {}).get("clock_rtt_s") or 0.0 for g, _ in self.active]
+        rtts = [(info.get("clock_rtt_s") if (info := self.info(g)) else None) or 0.0 for g, _ in self.active]
         lo, hi = START_LEAD_S
         return min(hi, max(lo, 10 * max(rtts, default=0.0) + 0.005 * len(rtts)))
 

@@ -20,6 +20,7 @@ import aiohttp
 import psutil
 import ray
 
+from rig.contracts.dialect import probe_paths
 from rig.contracts.server import (
     FlushAnswer,
     GpuSamplerStats,
@@ -29,7 +30,6 @@ from rig.contracts.server import (
     ServerStarted,
     WaitProgress,
 )
-from rig.loadgen.dialects import probe_paths
 from rig.results import (
     GPU_METRICS_SCHEMA,
     SERVER_METRICS_SCHEMA,

@@ -27,7 +27,7 @@ import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
-from typing import Any, Protocol
+from typing import Any, Protocol, TypedDict
 
 from pydantic import BaseModel
 
@@ -40,19 +40,25 @@ SOURCE_NVML = "nvml"
 SOURCE_SIMULATED = "simulated"
 SIM_PATH = "/sim/gpu"
 
-# The measured fields of a row (GPU_METRICS_SCHEMA adds the keys: run, point, node, ts, source, gpu).
-FIELDS = (
-    "power_mw",
-    "energy_mj",
-    "util_gpu_pct",
-    "util_mem_pct",
-    "mem_used_bytes",
-    "mem_total_bytes",
-    "sm_clock_mhz",
-    "temperature_c",
-    "throttle_reasons",
-    "power_limit_mw",
-)
+
+class GpuSample(TypedDict):
+    """One GPU in one sampling round, in NVML's units (a field the GPU does not report is None, the reason in
+    ``errors``); the sampler adds the row's keys (run, point, node, ts, source, sample_s)."""
+
+    gpu_index: int
+    gpu_uuid: str
+    gpu_name: str
+    power_limit_mw: int | None
+    power_mw: int | None
+    energy_mj: int | None
+    util_gpu_pct: int | None
+    util_mem_pct: int | None
+    mem_used_bytes: int | None
+    mem_total_bytes: int | None
+    sm_clock_mhz: int | None
+    temperature_c: int | None
+    throttle_reasons: int | None
+    errors: str | None
 
 
 class TelemetryAbsent(Exception):
@@ -63,7 +69,7 @@ class Source(Protocol):
     source: str
     gpus: list[dict[str, Any]]
 
-    def sample(self) -> list[dict[str, Any]]: ...
+    def sample(self) -> list[GpuSample]: ...
 
     def close(self) -> None: ...
 
@@ -159,35 +165,39 @@ class NvmlSource:
             raise TelemetryAbsent(f"NVML cannot open device(s) {', '.join(devices)}: {_nvml_error(e)}") from None
         return cls(nvml, handles, gpus)
 
-    def sample(self) -> list[dict[str, Any]]:
+    def sample(self) -> list[GpuSample]:
         nvml = self.nvml
         rows = []
         for h, info in zip(self.handles, self.gpus, strict=True):
-            row: dict[str, Any] = {
-                "gpu_index": info["index"],
-                "gpu_uuid": info["uuid"],
-                "gpu_name": info["name"],
-                "power_limit_mw": info.get("power_limit_mw"),
-            }
             errors: list[str] = []
-            row["power_mw"] = self._read(errors, "power_mw", nvml.nvmlDeviceGetPowerUsage, h)
-            row["energy_mj"] = self._read(errors, "energy_mj", nvml.nvmlDeviceGetTotalEnergyConsumption, h)
+            power = self._read(errors, "power_mw", nvml.nvmlDeviceGetPowerUsage, h)
+            energy = self._read(errors, "energy_mj", nvml.nvmlDeviceGetTotalEnergyConsumption, h)
             util = self._read(errors, "utilization", nvml.nvmlDeviceGetUtilizationRates, h)
-            row["util_gpu_pct"] = util.gpu if util is not None else None
-            row["util_mem_pct"] = util.memory if util is not None else None
             mem = self._read(errors, "memory", nvml.nvmlDeviceGetMemoryInfo, h)
-            row["mem_used_bytes"] = mem.used if mem is not None else None
-            row["mem_total_bytes"] = mem.total if mem is not None else None
-            row["sm_clock_mhz"] = self._read(errors, "sm_clock_mhz", nvml.nvmlDeviceGetClockInfo, h, nvml.NVML_CLOCK_SM)
-            row["temperature_c"] = self._read(
+            clock = self._read(errors, "sm_clock_mhz", nvml.nvmlDeviceGetClockInfo, h, nvml.NVML_CLOCK_SM)
+            temperature = self._read(
                 errors, "temperature_c", nvml.nvmlDeviceGetTemperature, h, nvml.NVML_TEMPERATURE_GPU
             )
             reasons = self._reasons
-            row["throttle_reasons"] = (
-                self._read(errors, "throttle_reasons", reasons, h) if reasons is not None else None
+            throttle = self._read(errors, "throttle_reasons", reasons, h) if reasons is not None else None
+            rows.append(
+                GpuSample(
+                    gpu_index=info["index"],
+                    gpu_uuid=info["uuid"],
+                    gpu_name=info["name"],
+                    power_limit_mw=info.get("power_limit_mw"),
+                    power_mw=power,
+                    energy_mj=energy,
+                    util_gpu_pct=util.gpu if util is not None else None,
+                    util_mem_pct=util.memory if util is not None else None,
+                    mem_used_bytes=mem.used if mem is not None else None,
+                    mem_total_bytes=mem.total if mem is not None else None,
+                    sm_clock_mhz=clock,
+                    temperature_c=temperature,
+                    throttle_reasons=throttle,
+                    errors="; ".join(errors) or None,
+                )
             )
-            row["errors"] = "; ".join(errors) or None
-            rows.append(row)
         return rows
 
     def _read(self, errors: list[str], name: str, query: Callable[..., Any], *args: Any) -> Any:
@@ -223,21 +233,41 @@ class SimulatedSource:
         self.url = base_url.rstrip("/") + SIM_PATH
         self.headers = dict(headers or {})
         self.timeout_s = timeout_s
-        self.gpus = [{k: g.get(k) for k in ("index", "uuid", "name", "power_limit_mw")} for g in self._get()]
+        self.gpus = [
+            {
+                "index": s["gpu_index"],
+                "uuid": s["gpu_uuid"],
+                "name": s["gpu_name"],
+                "power_limit_mw": s["power_limit_mw"],
+            }
+            for s in self.sample()
+        ]
 
-    def _get(self) -> list[dict[str, Any]]:
-        """The simulator's GPUs, one JSON object each (a malformed answer is a ValueError)."""
+    def sample(self) -> list[GpuSample]:
+        """The simulator's GPUs now, one JSON object each read into a row (a malformed answer is a ValueError, one
+        without index, uuid or name a KeyError)."""
         req = urllib.request.Request(self.url, headers=self.headers)
         with urllib.request.urlopen(req, timeout=self.timeout_s) as r:  # noqa: S310 (the engine's own URL)
-            return _SimGpus.model_validate_json(r.read()).gpus
-
-    def sample(self) -> list[dict[str, Any]]:
-        rows = []
-        for g in self._get():
-            row = {k: g.get(k) for k in FIELDS}
-            row.update(gpu_index=g["index"], gpu_uuid=g["uuid"], gpu_name=g["name"], errors=None)
-            rows.append(row)
-        return rows
+            gpus = _SimGpus.model_validate_json(r.read()).gpus
+        return [
+            GpuSample(
+                gpu_index=g["index"],
+                gpu_uuid=g["uuid"],
+                gpu_name=g["name"],
+                power_limit_mw=g.get("power_limit_mw"),
+                power_mw=g.get("power_mw"),
+                energy_mj=g.get("energy_mj"),
+                util_gpu_pct=g.get("util_gpu_pct"),
+                util_mem_pct=g.get("util_mem_pct"),
+                mem_used_bytes=g.get("mem_used_bytes"),
+                mem_total_bytes=g.get("mem_total_bytes"),
+                sm_clock_mhz=g.get("sm_clock_mhz"),
+                temperature_c=g.get("temperature_c"),
+                throttle_reasons=g.get("throttle_reasons"),
+                errors=None,
+            )
+            for g in gpus
+        ]
 
     def close(self) -> None:
         pass

@@ -9,8 +9,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator, model_validator
 
-from rig.loadgen.bodies import rig_field_reason
-from rig.loadgen.dialects import DialectName
+from rig.contracts.dialect import DialectName
+from rig.contracts.request_fields import rig_field_reason
 from rig.server.redaction import plain_secret, plain_secret_in_command
 
 EngineName = Literal["sim", "sglang", "vllm", "external", "command"]
@@ -132,7 +132,7 @@ class ServerConfig(BaseModel):
     @classmethod
     def _extra_body(cls, v: dict[str, JsonValue]) -> dict[str, JsonValue]:
         # Refused rather than sent and flagged: every figure rig derives reads the record's own fields, so a body that
-        # contradicts them measures something else under their name (rig.loadgen.bodies.rig_field_reason).
+        # contradicts them measures something else under their name (rig.contracts.request_fields.rig_field_reason).
         for key, value in v.items():
             why = rig_field_reason(key)
             if why is not None:

@@ -4,12 +4,11 @@ point meets every SLO, found by bracketing and bisection; each probe is an ordin
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import Any
 
 from rig.analysis.metrics import parse_slo
 from rig.analysis.slo import describe
 from rig.config import RunSpec
-from rig.contracts import Probe, SearchProbe, SearchResult, SearchSection, SearchSettings
+from rig.contracts import Probe, ProbeSummary, SearchProbe, SearchResult, SearchSection, SearchSettings
 from rig.run.points import Point, point_id
 from rig.run.runner import Runner
 from rig.server.spec import ServerConfig
@@ -39,7 +38,7 @@ def _probe_at(probes: dict[float, Probe], value: float | None) -> Probe | None:
     return probes.get(value) if value is not None else None
 
 
-def summary_probe(probe: Probe | None) -> dict[str, Any] | None:
+def summary_probe(probe: Probe | None) -> ProbeSummary | None:
     """What the manifest keeps of a bound's probe (JSON)."""
     return probe.summary() if probe is not None else None
 

@@ -410,3 +410,14 @@ def test_the_manifest_store_keeps_typed_entries_and_resumes_an_old_manifest(tmp_
     again.resume(points)  # its records are not on disk: the point is run again
     assert again.data.version == MANIFEST_VERSION and again.data.status == "running"
     assert again.entry(pid).status == "pending" and "0 of 4 records" in (again.entry(pid).rerun or "")
+
+
+def test_a_generators_entry_starts_as_what_it_said_of_itself():
+    """GeneratorEntry (the driver's typed record of a generator) holds every GeneratorInfo field, in its order, so
+    the manifest's cluster.generators keeps all of them when GeneratorInfo grows a field."""
+    from rig.contracts import GeneratorEntry, GeneratorInfo, generator_entry
+
+    info = GeneratorInfo(generator=2, host="h", node_ip="10.0.0.2", node_id="n", pid=7, spool_root="/s")
+    assert generator_entry(info) == info.model_dump()
+    assert list(generator_entry(info)) == list(GeneratorInfo.model_fields)
+    assert set(GeneratorInfo.model_fields) <= set(GeneratorEntry.__annotations__)

@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 from click.testing import CliRunner
 
+from rig.contracts.dialect import probe_paths
 from rig.loadgen.apis import api_for
-from rig.loadgen.dialects import OPENAI_FIELDS, OPENAI_STREAM_OPTIONS, Dialect, identify, probe_paths, resolve
+from rig.loadgen.dialects import OPENAI_FIELDS, OPENAI_STREAM_OPTIONS, Dialect, identify, resolve
 from rig.server.spec import ServerConfig
 from rig.workloads.base import Turn
 

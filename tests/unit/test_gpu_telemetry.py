@@ -11,11 +11,26 @@ import pytest
 from doubles.fake_pynvml import FakeGpu, FakeNvml
 
 from rig.results import GPU_METRICS_SCHEMA, PartWriter, read_gpu_metrics
-from rig.server.gpu_telemetry import GpuSampler, NvmlSource, TelemetryAbsent, assigned_devices, import_nvml, open_source
+from rig.server.gpu_telemetry import (
+    GpuSample,
+    GpuSampler,
+    NvmlSource,
+    TelemetryAbsent,
+    assigned_devices,
+    import_nvml,
+    open_source,
+)
 
 
 def node(n: int = 4, **kw) -> FakeNvml:
     return FakeNvml([FakeGpu(uuid=f"GPU-{i:04d}-aaaa", **kw) for i in range(n)])
+
+
+def test_a_sample_row_and_the_samplers_keys_are_the_parquet_schema():
+    """The typed row (GpuSample) plus what the sampler adds are every column of gpu_metrics, none more."""
+    added = {"run_id", "point", "node", "ts", "source", "sample_s"}
+    assert set(GpuSample.__annotations__) | added == set(GPU_METRICS_SCHEMA.names)
+    assert not set(GpuSample.__annotations__) & added
 
 
 def test_assigned_devices_follow_cuda_visible_devices_then_ray():
@@ -89,6 +104,50 @@ def test_no_gpu_assigned_and_mig_and_unknown_uuid_are_absent():
     with pytest.raises(TelemetryAbsent, match="NVMLError_NotFound"):
         NvmlSource.open(["GPU-nope"], fake.module())
     assert fake.initialized == 0
+
+
+def test_the_simulators_gpus_are_read_into_rows_and_a_malformed_answer_is_absent(monkeypatch):
+    """SimulatedSource reads GET /sim/gpu (rig/sim/server.py sim_gpu) into the same rows NVML gives; an answer
+    without a GPU's uuid is no telemetry, with the reason."""
+    import io
+    import json
+    import urllib.request
+
+    gpu = {
+        "index": 0,
+        "uuid": "GPU-SIM-00000000",
+        "name": "sim",
+        "power_mw": 412_000,
+        "energy_mj": 7,
+        "util_gpu_pct": 50,
+    }
+    gpu |= {"util_mem_pct": 10, "mem_used_bytes": 5, "mem_total_bytes": 9, "power_limit_mw": 600_000}
+    gpu |= {"sm_clock_mhz": None, "temperature_c": None, "throttle_reasons": None}
+    answer = {"source": "simulated", "gpus": [gpu, {**gpu, "index": 1, "uuid": "GPU-SIM-00000001"}]}
+    monkeypatch.setattr(urllib.request, "urlopen", lambda req, timeout: io.BytesIO(json.dumps(answer).encode()))
+    src = open_source("sim", "http://127.0.0.1:1", [])
+    assert src.source == "simulated"
+    assert src.gpus[1] == {"index": 1, "uuid": "GPU-SIM-00000001", "name": "sim", "power_limit_mw": 600_000}
+    row = src.sample()[0]
+    assert row == {
+        "gpu_index": 0,
+        "gpu_uuid": "GPU-SIM-00000000",
+        "gpu_name": "sim",
+        "power_limit_mw": 600_000,
+        "power_mw": 412_000,
+        "energy_mj": 7,
+        "util_gpu_pct": 50,
+        "util_mem_pct": 10,
+        "mem_used_bytes": 5,
+        "mem_total_bytes": 9,
+        "sm_clock_mhz": None,
+        "temperature_c": None,
+        "throttle_reasons": None,
+        "errors": None,
+    }
+    del answer["gpus"][0]["uuid"]
+    with pytest.raises(TelemetryAbsent, match="did not answer: KeyError"):
+        open_source("sim", "http://127.0.0.1:1", [])
 
 
 def test_missing_pynvml_is_absent(monkeypatch):

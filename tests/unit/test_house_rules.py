@@ -9,8 +9,11 @@ import rig
 
 RIG = Path(rig.__file__).parent
 MAX_MODULE_LINES = 500
-# Functions outside the simulator that return an untyped ``dict[str, Any]``: JSON readers and serializers at true
-# boundaries (a manifest's raw JSON, a YAML file, the per-request record on the hot path) and nothing else.
+# Functions outside the simulator whose return type holds an untyped ``dict[str, Any]`` (bare, in a list, a tuple, an
+# Optional...): JSON readers and serializers at true boundaries (a manifest's raw JSON, a YAML file and its merge, a
+# typed row's JSON form, the per-request record and the part writer's rows on the hot path) and the speculative
+# schedule's sections, which their owners are splitting. Issue 31 took them from 38 to 15; return a TypedDict, a
+# dataclass or a model (rig.contracts, rig.analysis.rows) instead of raising this.
 MAX_UNTYPED_DICT_RETURNS = 15
 
 
@@ -30,7 +33,7 @@ def untyped_dict_returns(root: Path = RIG) -> list[str]:
             continue
         for node in ast.walk(ast.parse(path.read_text())):
             function = isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
-            if function and node.returns is not None and ast.unparse(node.returns).replace(" ", "") == "dict[str,Any]":
+            if function and node.returns is not None and "dict[str,Any]" in ast.unparse(node.returns).replace(" ", ""):
                 found.append(f"{path.relative_to(root)}:{node.lineno} {node.name}")
     return found
 
@@ -41,13 +44,16 @@ def test_few_functions_return_untyped_dicts():
 
 
 def test_the_counter_sees_an_untyped_return(tmp_path):
-    """The count above is not vacuous: such a function is counted, except in the simulator."""
+    """The count above is not vacuous: such a function is counted, a list or an Optional of them too, except in the
+    simulator; a typed row is not."""
     for sub, name in (("x", "f"), ("sim", "g")):
         (tmp_path / sub).mkdir()
         (tmp_path / sub / "m.py").write_text(
             f"from typing import Any\n\ndef {name}() -> dict[str, Any]:\n    return {{}}\n"
+            f"\n\ndef {name}_rows() -> list[dict[str, Any]] | None:\n    return None\n"
+            f"\n\ndef {name}_typed() -> list[Row]:\n    return []\n"
         )
-    assert untyped_dict_returns(tmp_path) == ["x/m.py:3 f"]
+    assert untyped_dict_returns(tmp_path) == ["x/m.py:3 f", "x/m.py:7 f_rows"]
 
 
 def test_no_module_beside_a_script_run_by_path_shadows_the_standard_library():

@@ -112,6 +112,29 @@ def test_rig_has_no_import_cycles():
     )
 
 
+def _reaches(graph: dict[str, set[str]], start: str) -> set[str]:
+    """Every module ``start`` imports, directly or through others."""
+    seen: set[str] = set()
+    todo = [start]
+    while todo:
+        for w in graph[todo.pop()] - seen:
+            seen.add(w)
+            todo.append(w)
+    return seen
+
+
+def test_contracts_and_server_import_nothing_from_loadgen():
+    """The flow runs spec -> placement -> server -> load: the shared bottom (rig.contracts) and the server package
+    import nothing of the load generators, directly or through another module (issue 31)."""
+    graph = import_graph(RIG_ROOT)
+    upward = {
+        m: sorted(w for w in _reaches(graph, m) if w == "rig.loadgen" or w.startswith("rig.loadgen."))
+        for m in graph
+        if m.split(".")[:2] in (["rig", "contracts"], ["rig", "server"])
+    }
+    assert {m: ws for m, ws in upward.items() if ws} == {}
+
+
 def test_the_cli_starts_without_the_heavy_stack():
     """`rig --version`, `--help` and a bad flag answer without importing Ray, pyarrow or the analysis stack (they
     cost ~1.5 s of start-up): subcommands and the record schema are loaded when used."""

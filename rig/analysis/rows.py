@@ -1,0 +1,189 @@
+"""The rows of `rig compare` and of the report's decision tables, typed: each stays the JSON object it was (a
+TypedDict is a dict at run time, keys in the order they are written), so JSON, CSV and the golden outputs keep their
+bytes, while mypy checks every key a builder writes and a reader reads.
+
+Rows read by column name (rig.analysis.columns.Readable) go to the terminal and HTML tables as they are.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
+
+if TYPE_CHECKING:
+    from rig.contracts import CampaignRow, GoodputRow
+
+
+class PairIdentity(TypedDict):
+    """Which two points a comparison row pairs (the load level is the candidate's; rig.analysis.pairing)."""
+
+    baseline: str
+    candidate: str
+    baseline_point: str
+    candidate_point: str
+    workload: str | None
+    load_mode: str | None
+    concurrency: int | None
+    rate: float | None
+    repeat: int | None
+    baseline_steps: int | None
+    candidate_steps: int | None
+
+
+class SpeedupRow(PairIdentity):
+    """One metric of one pair: geometric-mean speedup over the paired requests, its CI, the median ratio."""
+
+    metric: str
+    pairs: int
+    speedup: float | None
+    ci_low: float | None
+    ci_high: float | None
+    median_ratio: float | None
+    incomplete: str | None
+
+
+class EnergyRatioRow(PairIdentity):
+    """J/token or $/Mtok of the candidate over the baseline, with its paired interval (rig.analysis.energy_compare)."""
+
+    metric: str
+    baseline_value: float
+    candidate_value: float
+    ratio: float | None
+    ci_low: float | None
+    ci_high: float | None
+    pairs: int
+    source: str | None
+    incomplete: str | None
+
+
+class GateRow(TypedDict):
+    """One regression threshold judged on one pair of points (rig.contracts.GateVerdict without ``subsampled``)."""
+
+    baseline: str
+    candidate: str
+    metric: str
+    threshold: float
+    pairs: int
+    regression: float | None
+    ci_low: float | None
+    ci_high: float | None
+    verdict: str
+    why: str
+    incomplete: str | None
+
+
+class LevelBest(TypedDict):
+    """The best configuration at one (workload, load level) and its margin over the runner-up (rig compare)."""
+
+    workload: str | None
+    load_mode: str | None
+    concurrency: int | None
+    rate: float | None
+    best: str
+    best_aggregate_tok_s: float
+    runner_up: str | None
+    runner_up_aggregate_tok_s: float | None
+    margin: float | None
+    ci_low: float | None
+    ci_high: float | None
+    ci_method: str | None
+    incomplete: str | None
+
+
+class ReportLevelBest(LevelBest):
+    """The report's best per load level: compare's row, the level, the best point and the paired decode ratio."""
+
+    level: float | int | None
+    best_point: str | None
+    paired_decode_speedup: float | None
+    paired_ci_low: float | None
+    paired_ci_high: float | None
+    pairs: int
+
+
+class CompareResult(TypedDict):
+    """What `rig compare` computes (its --json)."""
+
+    mode: str
+    resamples: int
+    seed: int
+    speedups: list[SpeedupRow]
+    best: list[LevelBest]
+    warnings: list[str]
+    energy: NotRequired[list[EnergyRatioRow]]  # only where a side has GPU telemetry or a price
+    gate: NotRequired[list[GateRow]]  # only with --max-regression
+
+
+class FrontierRow(TypedDict):
+    """A point on the Pareto frontier of per-GPU throughput against per-request decode speed."""
+
+    workload: str | None
+    point: str
+    steps: int | None
+    server_config: str | None
+    load_mode: str | None
+    concurrency: int | None
+    rate: float | None
+    tok_s_per_gpu: float | None
+    decode_tok_s: float | None
+    aggregate_tok_s: float | None
+
+
+class MismatchRow(TypedDict):
+    """One greedy request whose output differs between speculative settings, flat for tables and CSV."""
+
+    request_id: Any
+    workload: Any
+    concurrency: Any
+    rate: Any
+    repeat: Any
+    steps: str
+    hashes: str
+
+
+class LatencyRow(TypedDict):
+    """One latency metric of one point: n, mean and percentiles in milliseconds (rig.analysis.percentiles)."""
+
+    point: str
+    metric: str
+    n: int
+    mean_ms: float | None
+    p50_ms: float | None
+    p90_ms: float | None
+    p95_ms: float | None
+    p99_ms: float | None
+
+
+class SearchRow(TypedDict):
+    """One configuration and workload of an SLO search: its bounds, their margins, the probes it took."""
+
+    server_config: str
+    steps: int | None
+    workload: str
+    status: str
+    outcome: str
+    max_passing: Any
+    mp_margin: Any
+    mp_aggregate_tok_s: Any
+    min_failing: Any
+    mf_margin: Any
+    probes: int
+
+
+class FullReport(TypedDict):
+    """Every decision-level section of a report (`rig report --json-full`), in its order."""
+
+    run_id: str
+    status: str | None
+    warnings: list[str]
+    slos: list[str]
+    slo_percentile: float | None
+    campaign: list[CampaignRow]
+    frontier: list[FrontierRow]
+    best_per_level: list[ReportLevelBest]
+    best_per_slo: list[dict[str, Any]]
+    goodput: list[GoodputRow]
+    search: dict[str, Any] | None  # the manifest's sections as JSON
+    tune: dict[str, Any] | None
+    objective: str
+    schedule: list[dict[str, Any]]
+    telemetry: NotRequired[list[str]]  # only where the run has GPU figures or says why not
