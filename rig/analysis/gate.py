@@ -8,8 +8,12 @@ bootstrap: every resample draws the same request ids on both sides (m-out-of-n b
 BOOTSTRAP_DRAWS). The verdict:
 
 - **fail** when the whole interval lies above the threshold: the regression is beyond it with 95 % confidence;
-- **pass** otherwise: within the threshold with confidence (interval at or below it), not shown to exceed it
-  (interval holds it), or nothing to judge (no request served ok by both).
+- **pass** otherwise: within the threshold with confidence (interval at or below it), or not shown to exceed it
+  (interval holds it);
+- **fail** too when there is nothing to judge (no request served ok by both): the gate cannot vouch for it.
+
+The thresholds see only the requests both points served; what they cannot see (failed or missing requests, points
+flagged invalid or incomplete, levels one side lacks) are checks of their own: rig.analysis.gate_inputs.
 
 Statistics: ``mean``, ``p50``, ``p90``, ``p95``, ``p99`` (numpy's linear percentiles, as the report's) and ``gm``,
 the geometric mean of the per-request ratios (what ``rig compare`` prints as the speedup). ``tpot=3%`` is the mean.
@@ -95,7 +99,9 @@ def judge(t: Threshold, base: np.ndarray, cand: np.ndarray, resamples: int, seed
         "ci_high": None,
     }
     if n == 0:
-        return GateVerdict.make(**out, verdict="pass", why="no request served ok by both points: nothing to judge")
+        return GateVerdict.make(
+            **out, verdict="fail", why="no request served ok by both points: nothing to judge, so nothing vouched for"
+        )
     observed = float(regression(t, base, cand))
     rng = np.random.default_rng(seed)
     k = rs.draws(n)
