@@ -309,14 +309,16 @@ def _gate_line(g: dict[str, Any]) -> Text:
     help="CI gate: exit 1 only when the candidate is worse than this with 95% confidence (paired "
     "bootstrap interval entirely beyond it), e.g. --max-regression tpot_p99=3% (metrics: ttft, tpot, "
     "e2e, decode_tok_s; stats: mean (default), p50, p90, p95, p99, gm). One line per metric says why. The gate "
-    "also fails what it cannot vouch for: requests the baseline served ok that the candidate failed or lacks, "
-    "points flagged invalid or incomplete, levels or configurations either side lacks.",
+    "also fails what it cannot vouch for: requests the baseline served ok that the candidate failed or lacks "
+    "(failed=PCT% tolerates a share of failed ones; 0 by default), points flagged invalid or incomplete, levels "
+    "or configurations either side lacks.",
 )
 @click.option(
     "--allow-incomplete",
     is_flag=True,
-    help="With --max-regression: judge only what is there; failed, missing or flagged inputs and absent levels "
-    "are shown as waived instead of failing the gate.",
+    help="With --max-regression: judge only what is there; missing requests, flagged or incomplete points, absent "
+    "levels and pairs with nothing to judge are shown as waived instead of failing the gate (failed requests "
+    "still fail it: see failed=PCT%).",
 )
 def compare(
     a: str,
@@ -345,6 +347,10 @@ def compare(
     failed = any(g["verdict"] == "fail" for g in result.get("gate", []))
     if as_json:
         click.echo(to_json(result))
+        if failed:  # stdout is the JSON's: the reasons go to stderr, one line each
+            for g in result["gate"]:
+                if g["verdict"] == "fail":
+                    err.print(_gate_line(g), highlight=False, soft_wrap=True)
     else:
         out = Console(width=max(Console().width, 160) if not sys.stdout.isatty() else None)
         out.print(f"[bold]Compare: {result['mode']}[/bold]  ({result['resamples']} resamples, seed {result['seed']})")

@@ -25,7 +25,7 @@ import numpy as np
 from rig.analysis import gate_inputs as gi
 from rig.analysis import metrics as m
 from rig.analysis import resample as rs
-from rig.analysis.gate import Threshold, judge
+from rig.analysis.gate import FAILED, Threshold, judge
 from rig.analysis.pairing import (
     _BATCH_CELLS,
     CONFIDENCE,
@@ -352,9 +352,11 @@ def compare(
     for base, cand in pairs:
         speedups += paired_speedups(base, cand, resamples, seed)
         if max_regression:
-            gate.append(gi.served_row(base, cand))
+            tolerance = max((t.limit for t in max_regression if t.metric == FAILED), default=0.0)
+            gate.append(gi.served_row(base, cand, tolerance))
             gate += [row for row in [gi.inputs_row(base, cand)] if row is not None]
-            gate += gate_rows(base, cand, max_regression, resamples, seed)
+            stats = [t for t in max_regression if t.metric != FAILED]
+            gate += gate_rows(base, cand, stats, resamples, seed)
     if max_regression:
         gate = gi.waive(gate + _coverage_rows(pairs, sides, a, b), allow_incomplete)
     best = best_per_level(sides, resamples, seed)

@@ -32,6 +32,7 @@ from rig.contracts import GateVerdict
 
 TIMES = ("ttft", "tpot", "e2e")
 RATES = ("decode_tok_s",)
+FAILED = "failed"  # no statistic: the share of the baseline's served requests that failed on the candidate
 STATS = ("mean", "p50", "p90", "p95", "p99", "gm")
 CONFIDENCE = 0.95
 
@@ -46,15 +47,19 @@ class Threshold:
 
     @property
     def name(self) -> str:
-        return f"{self.metric}_{self.stat}"
+        return self.metric if self.metric == FAILED else f"{self.metric}_{self.stat}"
 
 
 def parse_threshold(text: str) -> Threshold:
-    """``tpot_p99=3%``, ``ttft=5%`` (mean), ``decode_tok_s_p50=2.5%``; ValueError with the accepted forms."""
+    """``tpot_p99=3%``, ``ttft=5%`` (mean), ``decode_tok_s_p50=2.5%``, ``failed=0.5%`` (the share of the requests the
+    baseline served ok that may fail on the candidate: rig.analysis.gate_inputs); ValueError with the accepted
+    forms."""
     m = re.fullmatch(r"\s*([a-z_0-9]+)\s*=\s*([0-9]*\.?[0-9]+)\s*%\s*", text)
     if not m:
         raise ValueError(f"bad --max-regression {text!r}: expected METRIC[_STAT]=PCT%, e.g. tpot_p99=3%")
     name, pct = m.group(1), float(m.group(2))
+    if name == FAILED:
+        return Threshold(FAILED, "share", pct / 100.0)
     metric, stat = name, "mean"
     for s in STATS:
         if name.endswith("_" + s) and name[: -len(s) - 1] in TIMES + RATES:
@@ -62,7 +67,7 @@ def parse_threshold(text: str) -> Threshold:
     if metric not in TIMES + RATES:
         raise ValueError(
             f"bad --max-regression {text!r}: metric must be one of {', '.join(TIMES + RATES)}, "
-            f"optionally with _{'/_'.join(STATS)}"
+            f"optionally with _{'/_'.join(STATS)}; or {FAILED}=PCT%"
         )
     return Threshold(metric, stat, pct / 100.0)
 

@@ -12,7 +12,9 @@ beside the thresholds, one line each:
   was not measured at, or one the baseline lacks); within one run, a configuration with no point at a level;
 - a threshold with no request served ok by both points has nothing to judge.
 
-``--allow-incomplete`` waives these (verdict ``waived``): the gate then judges only what is there.
+``--allow-incomplete`` waives these (verdict ``waived``): the gate then judges only what is there. Failed requests
+are not waived: they are evidence that the candidate is worse, not a gap in it (a candidate whose every request got
+HTTP 500 fails with or without the flag). ``--max-regression failed=PCT%`` tolerates a share of them (0 by default).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from rig.analysis.runs import PointInfo, read_point_requests
 
 REJECTED_FLAGS = INVALIDATING | INCOMPLETE
 INPUT_CHECKS = ("served", "inputs", "coverage")
+NOT_WAIVED = " (failed requests are not waived: --max-regression failed=PCT% tolerates a share of them)"
 
 
 def _row(base: str | None, cand: str | None, metric: str, verdict: str, why: str, **figures: Any) -> dict[str, Any]:
@@ -45,6 +48,7 @@ def _row(base: str | None, cand: str | None, metric: str, verdict: str, why: str
         "verdict": verdict,
         "why": why,
         "incomplete": None,
+        **({"failed": figures["failed"]} if "failed" in figures else {}),
     }
 
 
@@ -70,8 +74,9 @@ def _ids(t: pa.Table, status: str) -> pa.Array:
     return t["request_id"].filter(pc.equal(t["status"], status)).combine_chunks()
 
 
-def served_row(base: Side, cand: Side) -> dict[str, Any]:
-    """Fail when the candidate did not serve ok a request the baseline served ok (see the module docstring)."""
+def served_row(base: Side, cand: Side, tolerance: float = 0.0) -> dict[str, Any]:
+    """Fail when the candidate did not serve ok a request the baseline served ok (see the module docstring);
+    ``tolerance``: the share of them that may have failed (``--max-regression failed=PCT%``)."""
     served = _per_request(base)[0]["request_id"].combine_chunks()
     rec = _statuses(cand)
     lost = pc.invert(pc.is_in(served, value_set=_ids(rec, "ok")))
@@ -82,17 +87,22 @@ def served_row(base: Side, cand: Side) -> dict[str, Any]:
     by_duration = bound_by_duration(base) or bound_by_duration(cand)
     counted = failed if by_duration else len(not_ok)
     n = len(served)
-    figures = {"threshold": 0.0, "pairs": n, "regression": counted / n if n else None}
+    figures = {"threshold": tolerance, "pairs": n, "regression": counted / n if n else None, "failed": failed}
     note = " (levels bound by duration: only failed requests count)" if by_duration else ""
-    if not counted:
+    if tolerance:
+        note += f" (failed={tolerance:.1%} tolerated)"
+    if not n:
+        return _row(base.label, cand.label, "served", "pass", f"{base.label} served no request ok", **figures)
+    too_many = failed / n > tolerance
+    if counted == failed and not too_many:  # nothing lost but failures within the tolerance, if any
         why = (
             f"every one of the {n:,} requests {base.label} served ok was served ok{note}"
-            if not by_duration
-            else f"none of the {n:,} requests {base.label} served ok failed{note}"
+            if not counted
+            else f"{failed:,} of the {n:,} requests {base.label} served ok failed ({failed / n:.1%}){note}"
         )
-        return _row(
-            base.label, cand.label, "served", "pass", why if n else f"{base.label} served no request ok", **figures
-        )
+        if not counted and by_duration:
+            why = f"none of the {n:,} requests {base.label} served ok failed{note}"
+        return _row(base.label, cand.label, "served", "pass", why, **figures)
     parts = [f"{failed:,} failed{_top_error(cand)}"] if failed else []
     if not by_duration:
         parts += [f"{cancelled:,} cancelled"] if cancelled else []
@@ -113,8 +123,8 @@ def inputs_row(base: Side, cand: Side) -> dict[str, Any] | None:
     """Fail when either point is flagged invalid or incomplete; None when neither is."""
     parts = []
     for side in (base, cand):
-        why = flag_reasons(side.point, load_requests(side.run, side.point))
-        bad = [f"{f} ({why[f]})" for f in why if f in REJECTED_FLAGS]
+        reasons = flag_reasons(side.point, load_requests(side.run, side.point))
+        bad = [f"{f} ({reasons[f]})" for f in reasons if f in REJECTED_FLAGS]
         if bad:
             parts.append(f"{side.label}: {'; '.join(bad)}")
     if not parts:
@@ -168,13 +178,21 @@ def grid_rows(sides: list[Side]) -> list[dict[str, Any]]:
     return out
 
 
+def _evidence(r: dict[str, Any]) -> bool:
+    """The check failed on evidence, not for want of it: more of the candidate's requests failed than tolerated."""
+    return r["metric"] == "served" and bool(r["pairs"]) and r.get("failed", 0) / r["pairs"] > (r["threshold"] or 0)
+
+
 def waive(rows: list[dict[str, Any]], allow_incomplete: bool) -> list[dict[str, Any]]:
-    """With --allow-incomplete, the failed input checks become ``waived`` (thresholds judged on evidence stand)."""
+    """With --allow-incomplete, the failed input checks become ``waived`` (thresholds judged on evidence stand, and so
+    do failed requests: a candidate that answers errors is not incomplete, it is worse)."""
     if not allow_incomplete:
         return rows
     out = []
     for r in rows:
-        if r["verdict"] == "fail" and (r["metric"] in INPUT_CHECKS or not r["pairs"]):
+        if r["verdict"] == "fail" and _evidence(r):
+            r = {**r, "why": r["why"] + NOT_WAIVED}
+        elif r["verdict"] == "fail" and (r["metric"] in INPUT_CHECKS or not r["pairs"]):
             r = {**r, "verdict": "waived", "why": r["why"] + " (waived: --allow-incomplete)"}
         out.append(r)
     return out

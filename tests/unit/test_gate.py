@@ -37,6 +37,8 @@ def test_parse_threshold():
     assert parse_threshold("tpot_p99=3%") == Threshold("tpot", "p99", 0.03)
     assert parse_threshold("ttft=5%") == Threshold("ttft", "mean", 0.05)
     assert parse_threshold("decode_tok_s_gm=2.5%") == Threshold("decode_tok_s", "gm", 0.025)
+    assert parse_threshold("failed=0.5%") == Threshold("failed", "share", 0.005)
+    assert parse_threshold("failed=0.5%").name == "failed"
     for bad in ("tpot_p99=3", "itl_p99=3%", "tpot_p42=3%", "tpot=-1%", "=3%"):
         with pytest.raises(ValueError, match="max-regression"):
             parse_threshold(bad)

@@ -88,11 +88,37 @@ def test_a_candidate_that_failed_what_the_baseline_served_fails_the_gate(tmp_pat
     rows = compare(base, cand, max_regression=_thresholds(), allow_incomplete=False)["gate"]
     row = next(r for r in rows if r["metric"] == "served")
     assert (row["pairs"], row["regression"], row["verdict"]) == (N, pytest.approx(lost / N), "fail")
-    # --allow-incomplete judges only what is there: the lost requests are waived, shown, and exit 0
+    # failed requests are evidence, not a gap: --allow-incomplete does not waive them
     code, lines = gate(base, cand, "--allow-incomplete")
+    assert code == 1, lines
+    assert any(ln.startswith("FAIL  served") and "failed requests are not waived" in ln for ln in lines)
+
+
+def test_failed_share_tolerates_some_failures_and_only_those(tmp_path):
+    """--max-regression failed=PCT% tolerates that share of the baseline's served requests failing; missing ones are
+    a gap (waived only by --allow-incomplete)."""
+    base = make_run(tmp_path / "base")
+    one = make_run(tmp_path / "one", change=lambda rows: _fail(rows[:1]))  # 1 of 60 failed: 1.7 %
+    assert gate(base, one)[0] == 1
+    code, lines = gate(base, one, "--max-regression", "failed=2%")
     assert code == 0, lines
-    assert any(ln.startswith("waived  served") and "(waived: --allow-incomplete)" in ln for ln in lines)
-    assert not any(ln.startswith("FAIL") for ln in lines)
+    [served] = [ln for ln in lines if ln.startswith("pass  served") and "s2c4" in ln]
+    assert "1 of the 60 requests base:s2c4 served ok failed (1.7%) (failed=2.0% tolerated)" in served
+    assert gate(base, one, "--max-regression", "failed=1%")[0] == 1
+
+    # one failed and ten missing: the failure is tolerated, the gap is not, unless --allow-incomplete
+    def one_failed_ten_missing(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        _fail(rows[:1])
+        return rows[: N - 10]
+
+    gap = make_run(tmp_path / "gap", change=one_failed_ten_missing, requests_scheduled=N)
+    code, lines = gate(base, gap, "--max-regression", "failed=2%")
+    assert code == 1 and any(ln.startswith("FAIL  served") and "10 not in its records" in ln for ln in lines)
+    code, lines = gate(base, gap, "--max-regression", "failed=2%", "--allow-incomplete")
+    assert code == 0, lines
+    assert any(ln.startswith("waived  served") for ln in lines)
+    row = next(r for r in compare(base, gap, max_regression=_thresholds())["gate"] if r["metric"] == "served")
+    assert (row["failed"], row["pairs"], row["threshold"]) == (1, N, 0.0)
 
 
 def _thresholds() -> list:
