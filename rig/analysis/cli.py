@@ -277,7 +277,7 @@ def _gate_line(g: dict[str, Any]) -> Text:
 
     label, style = _VERDICT_STYLE.get(g["verdict"], ("pass", "green"))
     line = Text(label, style=style)
-    bound = f" <= +{g['threshold']:.1%}" if g["metric"] not in INPUT_CHECKS else ""
+    bound = f" <= +{g['threshold']:.1%}" if g["metric"] not in INPUT_CHECKS and g["threshold"] is not None else ""
     pair = f"{g['baseline'] or '(none)'} -> {g['candidate'] or '(none)'}: " if g["baseline"] or g["candidate"] else ""
     line.append(f"  {g['metric']}{bound}  {pair}{g['why']}")
     if g.get("incomplete"):

@@ -12,7 +12,8 @@ beside the thresholds, one line each:
   was not measured at, or one the baseline lacks); within one run, a configuration with no point at a level;
 - a threshold with no request served ok by both points has nothing to judge.
 
-``--allow-incomplete`` waives these (verdict ``waived``): the gate then judges only what is there. Failed requests
+``--allow-incomplete`` waives these (verdict ``waived``): the gate then judges only what is there (and fails when
+nothing is: every check waived, no request judged). Failed requests
 are not waived: they are evidence that the candidate is worse, not a gap in it (a candidate whose every request got
 HTTP 500 fails with or without the flag). ``--max-regression failed=PCT%`` tolerates a share of them (0 by default).
 """
@@ -195,6 +196,10 @@ def waive(rows: list[dict[str, Any]], allow_incomplete: bool) -> list[dict[str, 
         elif r["verdict"] == "fail" and (r["metric"] in INPUT_CHECKS or not r["pairs"]):
             r = {**r, "verdict": "waived", "why": r["why"] + " (waived: --allow-incomplete)"}
         out.append(r)
+    judged = [r for r in out if r["verdict"] != "waived" and r["metric"] not in ("inputs", "coverage") and r["pairs"]]
+    if not judged:  # judging only what is there, when nothing is, vouches for nothing
+        why = "every check was waived: no request was judged, so --allow-incomplete has nothing to pass"
+        out.append(_row(None, None, "evidence", "fail", why))
     return out
 
 

@@ -218,6 +218,11 @@ def test_nothing_to_judge_fails_and_allow_incomplete_needs_the_gate(tmp_path):
     assert any(ln.startswith("pass  served") and "base:s2c4 served no request ok" in ln for ln in lines)
     r = CliRunner().invoke(compare_cmd, [base, cand, "--allow-incomplete"])
     assert r.exit_code == 2 and "give --max-regression too" in r.output
+    # judging only what is there, when nothing is: every check waived still fails
+    code, lines = gate(base, cand, "--allow-incomplete")
+    assert code == 1, lines
+    assert "FAIL  evidence  every check was waived: no request was judged" in lines[-2]
+    assert lines[-1].startswith("gate: FAIL, 1 of")
 
 
 def test_a_complete_candidate_passes_with_every_check_shown(tmp_path):
