@@ -270,11 +270,19 @@ def _thresholds(ctx: click.Context, param: click.Parameter, values: tuple[str, .
         raise click.BadParameter(str(e)) from None
 
 
+_VERDICT_STYLE = {"fail": ("FAIL", "bold red"), "waived": ("waived", "yellow"), "pass": ("pass", "green")}
+
+
 def _gate_line(g: GateRow) -> Text:
-    """'FAIL tpot_p99 <= +3.0%  A:p -> B:p: +5.2% (95% CI ...): why' (one per pair of points and metric)."""
-    fail = g["verdict"] == "fail"
-    line = Text("FAIL" if fail else "pass", style="bold red" if fail else "green")
-    line.append(f"  {g['metric']} <= +{g['threshold']:.1%}  {g['baseline']} -> {g['candidate']}: {g['why']}")
+    """'FAIL  tpot_p99 <= +3.0%  A:p -> B:p: +5.2% (95% CI ...): why' (one per check: pair and metric, inputs,
+    coverage)."""
+    from rig.analysis.gate_inputs import INPUT_CHECKS
+
+    label, style = _VERDICT_STYLE.get(g["verdict"], ("pass", "green"))
+    line = Text(label, style=style)
+    bound = f" <= +{g['threshold']:.1%}" if g["metric"] not in INPUT_CHECKS and g["threshold"] is not None else ""
+    pair = f"{g['baseline'] or '(none)'} -> {g['candidate'] or '(none)'}: " if g["baseline"] or g["candidate"] else ""
+    line.append(f"  {g['metric']}{bound}  {pair}{g['why']}")
     if g.get("incomplete"):
         line.append(f"  ! incomplete: {g['incomplete']}", style="bold red")
     return line
@@ -303,7 +311,17 @@ def _gate_line(g: GateRow) -> Text:
     metavar="METRIC[_STAT]=PCT%",
     help="CI gate: exit 1 only when the candidate is worse than this with 95% confidence (paired "
     "bootstrap interval entirely beyond it), e.g. --max-regression tpot_p99=3% (metrics: ttft, tpot, "
-    "e2e, decode_tok_s; stats: mean (default), p50, p90, p95, p99, gm). One line per metric says why.",
+    "e2e, decode_tok_s; stats: mean (default), p50, p90, p95, p99, gm). One line per metric says why. The gate "
+    "also fails what it cannot vouch for: requests the baseline served ok that the candidate failed or lacks "
+    "(failed=PCT% tolerates a share of failed ones; 0 by default), points flagged invalid or incomplete, levels "
+    "or configurations either side lacks.",
+)
+@click.option(
+    "--allow-incomplete",
+    is_flag=True,
+    help="With --max-regression: judge only what is there; missing requests, flagged or incomplete points, absent "
+    "levels and pairs with nothing to judge are shown as waived instead of failing the gate (failed requests "
+    "still fail it: see failed=PCT%).",
 )
 def compare(
     a: str,
@@ -314,13 +332,16 @@ def compare(
     as_json: bool,
     gpu_hour_price: float | None,
     max_regression: list[Threshold],
+    allow_incomplete: bool = False,
 ) -> None:
     """Paired speedups of B over baseline A (runs, or RUN_DIR:POINT), or of one run's points over --baseline-steps."""
     from rig.analysis.compare import compare as run_compare
     from rig.analysis.report import to_json
 
+    if allow_incomplete and not max_regression:
+        raise InputError("--allow-incomplete waives the gate's input checks: give --max-regression too")
     try:
-        result = run_compare(a, b, baseline_steps, resamples, seed, gpu_hour_price, max_regression)
+        result = run_compare(a, b, baseline_steps, resamples, seed, gpu_hour_price, max_regression, allow_incomplete)
     except (AnalysisInputError, OSError, ValueError) as e:
         raise _fail(e) from None
     err = Console(stderr=True)
@@ -329,6 +350,10 @@ def compare(
     failed = any(g["verdict"] == "fail" for g in result.get("gate", []))
     if as_json:
         click.echo(to_json(result))
+        if failed:  # stdout is the JSON's: the reasons go to stderr, one line each
+            for g in result["gate"]:
+                if g["verdict"] == "fail":
+                    err.print(_gate_line(g), highlight=False, soft_wrap=True)
     else:
         out = Console(width=max(Console().width, 160) if not sys.stdout.isatty() else None)
         out.print(f"[bold]Compare: {result['mode']}[/bold]  ({result['resamples']} resamples, seed {result['seed']})")
@@ -338,6 +363,10 @@ def compare(
             out.print(_energy_table(result["energy"]))
         for g in result.get("gate", []):
             out.print(_gate_line(g), highlight=False, soft_wrap=True)
+        if result.get("gate"):
+            from rig.analysis.gate_inputs import summary
+
+            out.print(summary(result["gate"]), style="bold red" if failed else None, highlight=False)
     if failed:
         raise SystemExit(1)
 

@@ -21,9 +21,10 @@ from pathlib import Path
 
 import numpy as np
 
+from rig.analysis import gate_inputs as gi
 from rig.analysis import metrics as m
 from rig.analysis import resample as rs
-from rig.analysis.gate import Threshold, judge
+from rig.analysis.gate import FAILED, Threshold, judge
 from rig.analysis.pairing import (
     _BATCH_CELLS,
     CONFIDENCE,
@@ -330,6 +331,16 @@ def _pairing(a: str, b: str | None, baseline_steps: int | None) -> tuple[list[tu
     return pairs, sides, mode
 
 
+def _coverage_rows(pairs: list[tuple[Side, Side]], sides: list[Side], a: str, b: str | None) -> list[GateRow]:
+    """The gate's coverage checks: within one run its configurations x levels, between two runs each point's
+    counterpart (two points named: none)."""
+    if b is None:
+        return gi.grid_rows(sides)
+    if parse_target(a)[1] is not None:
+        return []
+    return gi.unpaired_rows(pairs, sides, pairs[0][0].run)
+
+
 def compare(
     a: str,
     b: str | None = None,
@@ -338,9 +349,11 @@ def compare(
     seed: int = SEED,
     gpu_hour_price: float | None = None,
     max_regression: list[Threshold] | None = None,
+    allow_incomplete: bool = False,
 ) -> CompareResult:
     """Run the comparison the arguments describe; see the module docstring. ``max_regression``: the CI gate's
-    thresholds (rig.analysis.gate); its verdicts are the result's ``gate``."""
+    thresholds (rig.analysis.gate) and the checks of what they cannot see (rig.analysis.gate_inputs; waived with
+    ``allow_incomplete``); its verdicts are the result's ``gate``."""
     pairs, sides, mode = _pairing(a, b, baseline_steps)
     if not pairs:
         raise AnalysisInputError("no matching points to compare (same workload, load level and repeat)")
@@ -349,7 +362,13 @@ def compare(
     for base, cand in pairs:
         speedups += paired_speedups(base, cand, resamples, seed)
         if max_regression:
-            gate += gate_rows(base, cand, max_regression, resamples, seed)
+            tolerance = max((t.limit for t in max_regression if t.metric == FAILED), default=0.0)
+            gate.append(gi.served_row(base, cand, tolerance))
+            gate += [row for row in [gi.inputs_row(base, cand)] if row is not None]
+            stats = [t for t in max_regression if t.metric != FAILED]
+            gate += gate_rows(base, cand, stats, resamples, seed)
+    if max_regression:
+        gate = gi.waive(gate + _coverage_rows(pairs, sides, a, b), allow_incomplete)
     best = best_per_level(sides, resamples, seed)
     warnings: list[str] = []
     runs = list({id(s.run): s.run for s in sides}.values())  # each run once, in order

@@ -8,8 +8,12 @@ bootstrap: every resample draws the same request ids on both sides (m-out-of-n b
 BOOTSTRAP_DRAWS). The verdict:
 
 - **fail** when the whole interval lies above the threshold: the regression is beyond it with 95 % confidence;
-- **pass** otherwise: within the threshold with confidence (interval at or below it), not shown to exceed it
-  (interval holds it), or nothing to judge (no request served ok by both).
+- **pass** otherwise: within the threshold with confidence (interval at or below it), or not shown to exceed it
+  (interval holds it);
+- **fail** too when there is nothing to judge (no request served ok by both): the gate cannot vouch for it.
+
+The thresholds see only the requests both points served; what they cannot see (failed or missing requests, points
+flagged invalid or incomplete, levels one side lacks) are checks of their own: rig.analysis.gate_inputs.
 
 Statistics: ``mean``, ``p50``, ``p90``, ``p95``, ``p99`` (numpy's linear percentiles, as the report's) and ``gm``,
 the geometric mean of the per-request ratios (what ``rig compare`` prints as the speedup). ``tpot=3%`` is the mean.
@@ -28,6 +32,7 @@ from rig.contracts import GateVerdict
 
 TIMES = ("ttft", "tpot", "e2e")
 RATES = ("decode_tok_s",)
+FAILED = "failed"  # no statistic: the share of the baseline's served requests that failed on the candidate
 STATS = ("mean", "p50", "p90", "p95", "p99", "gm")
 CONFIDENCE = 0.95
 
@@ -42,15 +47,19 @@ class Threshold:
 
     @property
     def name(self) -> str:
-        return f"{self.metric}_{self.stat}"
+        return self.metric if self.metric == FAILED else f"{self.metric}_{self.stat}"
 
 
 def parse_threshold(text: str) -> Threshold:
-    """``tpot_p99=3%``, ``ttft=5%`` (mean), ``decode_tok_s_p50=2.5%``; ValueError with the accepted forms."""
+    """``tpot_p99=3%``, ``ttft=5%`` (mean), ``decode_tok_s_p50=2.5%``, ``failed=0.5%`` (the share of the requests the
+    baseline served ok that may fail on the candidate: rig.analysis.gate_inputs); ValueError with the accepted
+    forms."""
     m = re.fullmatch(r"\s*([a-z_0-9]+)\s*=\s*([0-9]*\.?[0-9]+)\s*%\s*", text)
     if not m:
         raise ValueError(f"bad --max-regression {text!r}: expected METRIC[_STAT]=PCT%, e.g. tpot_p99=3%")
     name, pct = m.group(1), float(m.group(2))
+    if name == FAILED:
+        return Threshold(FAILED, "share", pct / 100.0)
     metric, stat = name, "mean"
     for s in STATS:
         if name.endswith("_" + s) and name[: -len(s) - 1] in TIMES + RATES:
@@ -58,7 +67,7 @@ def parse_threshold(text: str) -> Threshold:
     if metric not in TIMES + RATES:
         raise ValueError(
             f"bad --max-regression {text!r}: metric must be one of {', '.join(TIMES + RATES)}, "
-            f"optionally with _{'/_'.join(STATS)}"
+            f"optionally with _{'/_'.join(STATS)}; or {FAILED}=PCT%"
         )
     return Threshold(metric, stat, pct / 100.0)
 
@@ -95,7 +104,9 @@ def judge(t: Threshold, base: np.ndarray, cand: np.ndarray, resamples: int, seed
         "ci_high": None,
     }
     if n == 0:
-        return GateVerdict.make(**out, verdict="pass", why="no request served ok by both points: nothing to judge")
+        return GateVerdict.make(
+            **out, verdict="fail", why="no request served ok by both points: nothing to judge, so nothing vouched for"
+        )
     observed = float(regression(t, base, cand))
     rng = np.random.default_rng(seed)
     k = rs.draws(n)

@@ -56,19 +56,21 @@ class EnergyRatioRow(PairIdentity):
 
 
 class GateRow(TypedDict):
-    """One regression threshold judged on one pair of points (rig.contracts.GateVerdict without ``subsampled``)."""
+    """One check of the gate: a regression threshold judged on one pair of points (rig.contracts.GateVerdict
+    without ``subsampled``), or what the thresholds cannot see (rig.analysis.gate_inputs: no pair, no threshold)."""
 
-    baseline: str
-    candidate: str
+    baseline: str | None
+    candidate: str | None
     metric: str
-    threshold: float
-    pairs: int
+    threshold: float | None
+    pairs: int | None
     regression: float | None
     ci_low: float | None
     ci_high: float | None
     verdict: str
     why: str
     incomplete: str | None
+    failed: NotRequired[int]  # the served check: requests the candidate failed
 
 
 class LevelBest(TypedDict):

@@ -37,6 +37,8 @@ def test_parse_threshold():
     assert parse_threshold("tpot_p99=3%") == Threshold("tpot", "p99", 0.03)
     assert parse_threshold("ttft=5%") == Threshold("ttft", "mean", 0.05)
     assert parse_threshold("decode_tok_s_gm=2.5%") == Threshold("decode_tok_s", "gm", 0.025)
+    assert parse_threshold("failed=0.5%") == Threshold("failed", "share", 0.005)
+    assert parse_threshold("failed=0.5%").name == "failed"
     for bad in ("tpot_p99=3", "itl_p99=3%", "tpot_p42=3%", "tpot=-1%", "=3%"):
         with pytest.raises(ValueError, match="max-regression"):
             parse_threshold(bad)
@@ -62,7 +64,8 @@ def test_judge_verdicts_on_known_regressions():
     assert rate["verdict"] == "fail"
     faster = judge(t, base, base * 0.9, 1000, 0)
     assert faster["regression"] == pytest.approx(-0.1) and faster["verdict"] == "pass"
-    assert judge(t, np.empty(0), np.empty(0), 100, 0)["verdict"] == "pass"  # nothing to judge
+    nothing = judge(t, np.empty(0), np.empty(0), 100, 0)  # nothing to judge: the gate cannot vouch for it
+    assert nothing["verdict"] == "fail" and "nothing to judge" in nothing["why"]
 
 
 def test_gate_through_the_cli(tmp_path):
@@ -72,12 +75,14 @@ def test_gate_through_the_cli(tmp_path):
     )
     assert r.exit_code == 1, r.output
     lines = [ln for ln in r.output.splitlines() if ln.startswith(("FAIL", "pass"))]
-    assert len(lines) == 2
+    assert len(lines) == 3
+    assert lines.pop(0).startswith("pass  served  base -> cand: every one of the 400 requests")
     assert lines[0].startswith("FAIL  tpot_p99 <= +3.0%  base -> cand: +10.0%") and "worse than +3.0%" in lines[0]
     assert lines[1].startswith("pass  ttft_mean <= +1.0%  base -> cand: +0.0%") and "within +1.0%" in lines[1]
     r = CliRunner().invoke(compare_cmd, [f"{d}:base", f"{d}:cand", "--max-regression", "tpot_p99=20%", "--json"])
     assert r.exit_code == 0, r.output
-    [g] = json.loads(r.output)["gate"]
+    served, g = json.loads(r.output)["gate"]
+    assert (served["metric"], served["verdict"], served["pairs"], served["regression"]) == ("served", "pass", N, 0.0)
     assert (g["metric"], g["verdict"], g["pairs"]) == ("tpot_p99", "pass", N)
     assert g["regression"] == pytest.approx(0.10)
     r = CliRunner().invoke(compare_cmd, [f"{d}:base", f"{d}:cand", "--max-regression", "tpot_p99=3"])
