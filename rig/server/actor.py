@@ -20,6 +20,7 @@ import aiohttp
 import psutil
 import ray
 
+from rig.contracts.live import ServerGauges
 from rig.contracts.server import (
     FlushAnswer,
     GpuSamplerStats,
@@ -49,7 +50,7 @@ from rig.server.gpu_telemetry import (
     open_source,
 )
 from rig.server.redaction import MIN_SECRET_CHARS, mask_argv, redact, scrub_info, secret_values
-from rig.server.scrape import parse_metrics, summed_values
+from rig.server.scrape import LastGauges, parse_metrics, summed_values
 from rig.server.spec import ServerConfig
 
 
@@ -121,6 +122,7 @@ class ServerActor:
         self._gpu_sampler: GpuSampler | None = None
         self._gpu_stats: GpuSamplerStats | None = None  # the last point's sampler figures
         self._wait = WaitProgress()  # what a wait_ready in progress has seen
+        self._gauges = LastGauges()  # the last scrape's gauges, for the live view
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> ServerStarted:
@@ -387,7 +389,9 @@ class ServerActor:
             next_t = time.monotonic()
             while True:
                 ts = time.time()
-                for name, labels, value in await self._scrape() or []:
+                samples = await self._scrape() or []
+                self._gauges.seen(samples)
+                for name, labels, value in samples:
                     writer.add(
                         {"run_id": run_id, "point": point, "ts": ts, "name": name, "labels": labels, "value": value}
                     )
@@ -403,6 +407,11 @@ class ServerActor:
             )
             self._gpu_stats = None
             self._gpu_sampler.start()
+
+    async def live(self) -> ServerGauges:
+        """The last scrape's gauges and the GPUs' last power reading, for the driver's live view (nothing is
+        scraped for it)."""
+        return self._gauges.answer(self._gpu_sampler.latest_power_w if self._gpu_sampler is not None else None)
 
     async def stop_scrape(self) -> list[str]:
         if self._scrape_task is not None:
