@@ -6,20 +6,19 @@ The Python API (rig.api, imported on first use so that ``import rig`` and ``rig 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 __version__ = "0.1.0"
 
-if TYPE_CHECKING:
-    from rig.api import SECTIONS, Comparison, RunView, compare, open_run
-
+# rig.api is imported by name when first used, not by an import statement: mypy follows those (in functions and
+# under TYPE_CHECKING too) and would check the whole package under --strict with rig/contracts; its names are typed.
 _API = ("open_run", "compare", "RunView", "Comparison", "SECTIONS")
-__all__ = ["SECTIONS", "Comparison", "RunView", "__version__", "compare", "open_run"]
+__all__ = ["__version__", *_API]
 
 
 def __getattr__(name: str) -> Any:
     if name in _API:
-        from rig import api
+        import importlib
 
-        return getattr(api, name)
+        return getattr(importlib.import_module("rig.api"), name)
     raise AttributeError(f"module 'rig' has no attribute {name!r}")

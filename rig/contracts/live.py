@@ -34,7 +34,7 @@ def bucket_value(index: int) -> float:
     """A bucket's representative latency: the geometric middle of its bounds."""
     if index == 0:
         return SKETCH_MIN_S
-    return SKETCH_MIN_S * SKETCH_GROWTH ** (index - 0.5)
+    return float(SKETCH_MIN_S * SKETCH_GROWTH ** (index - 0.5))
 
 
 @dataclass
