@@ -14,13 +14,10 @@ from click.core import ParameterSource
 
 from rig.cli_options import csv_ints, resolve_spec, run_options, settings_options, slo_options, spec_field
 from rig.config import RunSpec, SpecError, build_spec, load_yaml
-from rig.contracts import PointEntry, SearchSettings, TuneSettings
+from rig.contracts import SearchSettings, TuneSettings
 
 if TYPE_CHECKING:  # imported when used: a command loads only what it needs
-    from rich.console import Console
-
     from rig.run.points import Point
-    from rig.run.progress import Progress as Callbacks
     from rig.run.runner import Runner
 
 EXIT_USAGE = 2
@@ -103,13 +100,14 @@ def execute(
     code."""
     from rich.console import Console
 
+    from rig.progress_ui import ProgressUI
     from rig.run.errors import RunError, RunInputError
     from rig.run.runner import Runner
     from rig.run.signals import install_signal_handlers
     from rig.run.statuses import EXIT_CODES
 
     console = Console(stderr=True)
-    progress_ui = _ProgressUI(console, quiet)
+    progress_ui = ProgressUI(console, quiet)
     run_dir = resume_dir or spec.run_dir
     print_notices(spec)
     try:
@@ -177,60 +175,6 @@ def _print_table(run_dir: Path) -> None:
     problems = render_problems(rows)
     if problems is not None:
         out.print(problems)
-
-
-class _ProgressUI:
-    """One rich progress bar for the current point, fed by the driver's polling of the generators."""
-
-    def __init__(self, console: Console, quiet: bool) -> None:
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
-
-        self.console = console
-        self.quiet = quiet
-        self.progress = Progress(
-            TextColumn("{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TextColumn("{task.fields[detail]}"),
-            TimeElapsedColumn(),
-            console=console,
-            disable=quiet,
-            transient=False,
-        )
-        self.task: TaskID | None = None
-
-    def __enter__(self) -> _ProgressUI:
-        self.progress.__enter__()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.progress.__exit__(*exc)
-
-    def callbacks(self) -> Callbacks:
-        from rig.results import mask_url_credentials
-        from rig.run.progress import Progress as Callbacks
-
-        def status(msg: str) -> None:
-            if not self.quiet:  # a URL's credentials are no more shown than written (rig.results)
-                self.console.log(mask_url_credentials(msg))
-
-        def point_start(point: str, total: int | None) -> None:
-            self.task = self.progress.add_task(point, total=total, detail="")
-
-        def point_update(done: int, counts: dict[str, int]) -> None:
-            if self.task is not None:
-                detail = (
-                    f"ok {counts.get('ok', 0)} failed {counts.get('failed', 0)} in flight {counts.get('in_flight', 0)}"
-                )
-                self.progress.update(self.task, completed=done, detail=detail)
-
-        def point_end(point: str, entry: PointEntry) -> None:
-            if self.task is not None:
-                flags = ",".join(entry.flags)
-                self.progress.update(self.task, detail=f"{entry.status}" + (f" [{flags}]" if flags else ""))
-            self.task = None
-
-        return Callbacks(status=status, point_start=point_start, point_update=point_update, point_end=point_end)
 
 
 class LazyGroup(click.Group):

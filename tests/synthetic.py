@@ -103,3 +103,85 @@ def write_run(run_dir: Path, manifest: Manifest | dict[str, Any]) -> Path:
     run_dir.mkdir(parents=True, exist_ok=True)
     write_manifest(run_dir, manifest if isinstance(manifest, Manifest) else Manifest.from_data(manifest))
     return run_dir
+
+
+# The reference campaign's shape (docs: shared/reference/campaign.md), per (steps, concurrency): the TPOT each
+# request decodes at, in seconds. steps=4 is best up to C=32; at C=64 steps=3 beats it (the campaign's regression).
+CAMPAIGN_TPOT = {
+    1: {1: 0.0081, 4: 0.0095, 16: 0.0140, 32: 0.0200, 64: 0.0330},
+    2: {1: 0.0054, 4: 0.0070, 16: 0.0115, 32: 0.0180, 64: 0.0300},
+    3: {1: 0.0043, 4: 0.0058, 16: 0.0105, 32: 0.0170, 64: 0.0290},
+    4: {1: 0.0036, 4: 0.0052, 16: 0.0100, 32: 0.0165, 64: 0.0310},
+}
+CAMPAIGN_TOKENS = 200
+CAMPAIGN_TTFT = 0.05
+
+
+def campaign_run(run_dir: Path, spread: float = 0.03, jitter: float = 0.02, seed: int = 1) -> Path:
+    """A closed-loop greedy sweep shaped like the reference campaign: steps 1-4 x C=1..64, 2C requests a level (4
+    at C=1) that run back to back in C slots, each at its level's TPOT times a seeded factor within ±``spread``
+    (the same per request id at every point: the request's own length, as a sweep's points pair up) and one
+    within ±``jitter`` of its own (the point's noise)."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    factors = 1 + rng.uniform(-spread, spread, 128)
+    configs: dict[str, Any] = {}
+    points, rows_of = [], {}
+    for steps, by_level in CAMPAIGN_TPOT.items():
+        cfg = f"cfg{steps}"
+        configs[cfg] = {"engine": "sim", "knobs": {"engine": "sim", "tp": 4, "steps": steps}}
+        for c, tpot in by_level.items():
+            n, point = (4 if c == 1 else 2 * c), f"s{steps}-c{c}"
+            points.append(
+                point_entry(
+                    point,
+                    steps,
+                    c,
+                    requests_scheduled=n,
+                    records={"ok": n, "failed": 0, "cancelled": 0},
+                    generators=[{"generator": 0, "status": "complete"}],
+                )
+            )
+            rows, free = [], [100.0] * c  # each slot's next free time
+            for i in range(n):
+                own = 1 + rng.uniform(-jitter, jitter)
+                e2e = CAMPAIGN_TTFT + tpot * factors[i] * own * (CAMPAIGN_TOKENS - 1)
+                slot = min(range(c), key=lambda s: free[s])
+                send = free[slot]
+                free[slot] = send + e2e
+                common = dict(point=point, steps=steps, server_config=cfg, engine="sim", workload="greedy")
+                rows.append(
+                    record(
+                        **common,
+                        load_mode="closed",
+                        concurrency=c,
+                        repeat=0,
+                        generator=0,
+                        clock_offset_s=0.0,
+                        request_id=f"r{i}",
+                        send_ts=send,
+                        first_token_ts=send + CAMPAIGN_TTFT,
+                        end_ts=send + e2e,
+                        ttft_s=CAMPAIGN_TTFT,
+                        e2e_s=e2e,
+                        completion_tokens=CAMPAIGN_TOKENS,
+                        status="ok",
+                        ok=True,
+                        temperature=0.0,
+                        ignore_eos=True,
+                        output_hash=f"h{i}",
+                    )
+                )
+            rows_of[point] = rows
+    manifest = {
+        "run_id": "campaign",
+        "status": "complete",
+        "server_configs": configs,
+        "points": points,
+        "cluster": {"generators": [{"generator": 0, "clock_offset_s": 0.0}]},
+    }
+    write_run(run_dir, manifest)
+    for point, rows in rows_of.items():
+        write_requests(run_dir, point, 0, rows)
+    return run_dir

@@ -60,7 +60,9 @@ def _fail(e: Exception) -> click.ClickException:
 @click.argument("run_dir", type=click.Path(path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="Print the campaign table as a JSON list (one object per point).")
 @click.option("--csv", "csv_dir", type=click.Path(path_type=Path), help="Write every table as CSV into DIR.")
-@click.option("--plots", "plots_dir", type=click.Path(path_type=Path), help="Write PNG plots into DIR.")
+@click.option(
+    "--plots", "plots_dir", type=click.Path(path_type=Path), help="Write the plots into DIR (PNG at 2x and SVG)."
+)
 @click.option("--html", "html_file", type=click.Path(path_type=Path), help="Write one self-contained HTML page.")
 @settings_option(SloSettings, "slos", callback=_slos)
 @settings_option(
@@ -166,17 +168,18 @@ def report(
     try:
         if csv_dir:
             written += export_csv(rep, csv_dir)
-        pngs = None
+        svgs = None
         if plots_dir:
             from rig.analysis.plots import write_plots
 
-            pngs = write_plots(rep, plots_dir)
-            written += pngs
+            drawn = write_plots(rep, plots_dir, formats=("png", "svg"))
+            written += drawn
+            svgs = [p for p in drawn if p.suffix == ".svg"]
         if html_file:
             from rig.analysis.html import render_html
 
             html_file.parent.mkdir(parents=True, exist_ok=True)
-            html_file.write_text(render_html(rep, pngs))  # the same PNGs, not drawn twice
+            html_file.write_text(render_html(rep, svgs))  # the same figures, not drawn twice
             written.append(html_file)
     except OSError as e:
         raise _fail(e) from None

@@ -1,10 +1,10 @@
-"""PNG plots of a report: throughput and per-request speed against load, latency CDFs, acceptance, server queues."""
+"""Plots of a report (PNG at 2x, or SVG): the verdict figure, throughput and per-request speed against load, latency
+CDFs, acceptance, server queues."""
 
 from __future__ import annotations
 
 import multiprocessing as mp
 import os
-import re
 import threading
 from collections import defaultdict
 from collections.abc import Callable
@@ -21,14 +21,10 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from rig.analysis.report import Report  # noqa: E402
+from rig.analysis.verdict import safe_name  # noqa: E402
 from rig.contracts import CampaignRow  # noqa: E402
 
-DPI = 110
-
-
-def safe_name(text: str) -> str:
-    """A string usable as a file name."""
-    return re.sub(r"[^A-Za-z0-9._=-]+", "_", text).strip("_") or "x"
+DPI = 220  # 2x the 110 dpi the figures are laid out for: crisp on high-density screens
 
 
 def _level(row: CampaignRow) -> float | None:
@@ -70,14 +66,20 @@ def _xlabel(rows: list[CampaignRow]) -> str:
     return "concurrency" if all(r.get("load_mode") in (None, "closed") for r in rows) else "concurrency / rate (req/s)"
 
 
-def _save(fig: plt.Figure, path: Path) -> Path:
+def _save(fig: plt.Figure, stem: Path, formats: tuple[str, ...]) -> list[Path]:
+    """The figure written as ``stem.<format>`` for each format (SVG keeps its text as text), then closed."""
     fig.tight_layout()
-    fig.savefig(path, dpi=DPI)
+    paths = []
+    for fmt in formats:
+        path = stem.with_name(f"{stem.name}.{fmt}")
+        with matplotlib.rc_context({"svg.fonttype": "none"}):
+            fig.savefig(path, dpi=DPI, metadata={"Date": None} if fmt == "svg" else None)
+        paths.append(path)
     plt.close(fig)
-    return path
+    return paths
 
 
-def plot_throughput(report: Report, path: Path) -> Path:
+def plot_throughput(report: Report) -> plt.Figure:
     """Aggregate tok/s against concurrency (or rate), one line per steps, one panel per workload."""
     lines = _lines(report.campaign, "aggregate_tok_s")
     workloads = sorted({w for w, _ in lines}) or ["(no data)"]
@@ -91,10 +93,10 @@ def plot_throughput(report: Report, path: Path) -> Path:
         ax.grid(alpha=0.3)
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=8)
-    return _save(fig, path)
+    return fig
 
 
-def plot_energy(report: Report, path: Path) -> Path:
+def plot_energy(report: Report) -> plt.Figure:
     """J/token and mean power against load, one line per (workload, steps); titled SIMULATED for the sim's model."""
     sim = any("simulated" in str(r.get("energy_source") or "") for r in report.campaign)
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
@@ -109,10 +111,10 @@ def plot_energy(report: Report, path: Path) -> Path:
         ax.grid(alpha=0.3)
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=7)
-    return _save(fig, path)
+    return fig
 
 
-def plot_request_speed(report: Report, path: Path) -> Path:
+def plot_request_speed(report: Report) -> plt.Figure:
     """Per-request tok/s (from send) and decode tok/s against load, one line per (workload, steps)."""
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     for ax, key, title in (
@@ -126,10 +128,10 @@ def plot_request_speed(report: Report, path: Path) -> Path:
         ax.grid(alpha=0.3)
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=7)
-    return _save(fig, path)
+    return fig
 
 
-def plot_latency_cdfs(report: Report, rows: list[CampaignRow], title: str, path: Path) -> Path:
+def plot_latency_cdfs(report: Report, rows: list[CampaignRow], title: str) -> plt.Figure:
     """CDFs of TTFT, TPOT, ITL and E2E, one line per point of ``rows`` (one workload and load level)."""
     fig, axes = plt.subplots(2, 2, figsize=(11, 7.5))
     labels = _config_labels(report.campaign)
@@ -147,15 +149,16 @@ def plot_latency_cdfs(report: Report, rows: list[CampaignRow], title: str, path:
         ax.grid(alpha=0.3)
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=7)
-    return _save(fig, path)
+    return fig
 
 
-def plot_acceptance(report: Report, path: Path) -> Path:
+def plot_acceptance(report: Report) -> plt.Figure:
     """Acceptance length against steps, one line per (workload, load level)."""
     acc: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
     for r in report.acceptance:
-        if r.get("accept_length") is not None and r.get("steps") is not None:
-            acc[f"{r.get('workload')} @ {r.get('level')}"][int(r["steps"])].append(float(r["accept_length"]))
+        steps, length = r["steps"], r["accept_length"]
+        if length is not None and steps is not None:
+            acc[f"{r['workload']} @ {r['level']}"][int(steps)].append(float(length))
     fig, ax = plt.subplots(figsize=(6.5, 4))
     for label, pts in sorted(acc.items()):
         xs = sorted(pts)
@@ -164,7 +167,7 @@ def plot_acceptance(report: Report, path: Path) -> Path:
     ax.grid(alpha=0.3)
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=7)
-    return _save(fig, path)
+    return fig
 
 
 def _server_panel(ax: plt.Axes, report: Report, point: str) -> bool:
@@ -196,7 +199,7 @@ def _server_panel(ax: plt.Axes, report: Report, point: str) -> bool:
     return True
 
 
-def plot_server(report: Report, rows: list[CampaignRow], path: Path) -> Path | None:
+def plot_server(report: Report, rows: list[CampaignRow]) -> plt.Figure | None:
     """Server running/queued requests over time, one panel per point of a (configuration, workload) group."""
     points = [
         r["point"] for r in rows if report.series.get(r["point"]) and not report.series[r["point"]]["running"].empty
@@ -212,10 +215,10 @@ def plot_server(report: Report, rows: list[CampaignRow], path: Path) -> Path | N
         _server_panel(ax, report, point)
     r0 = rows[0]
     fig.suptitle(f"server during {r0.get('workload')} · {r0.get('server_config')} (steps={r0.get('steps')})")
-    return _save(fig, path)
+    return fig
 
 
-def plot_frontier(report: Report, workload: str, path: Path) -> Path:
+def plot_frontier(report: Report, workload: str) -> plt.Figure:
     """Decode tok/s per request against aggregate tok/s per GPU: one curve per configuration (labelled by load
     level), the Pareto frontier drawn through the points no other point beats on both axes."""
     rows = [
@@ -271,22 +274,22 @@ def plot_frontier(report: Report, workload: str, path: Path) -> Path:
     )
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    return _save(fig, path)
+    return fig
 
 
-# A plot job: a module-level plot function and its arguments after the report (workers get the report by fork).
-Job = tuple[Callable[..., Path | None], tuple[Any, ...]]
+# A plot job: a module-level function and its arguments after the report (workers get the report by fork).
+Job = tuple[Callable[..., Any], tuple[Any, ...]]
 _FORKED_REPORT: Report | None = None
 MAX_WORKERS = 4
 
 
-def _run_job(job: Job) -> Path | None:
+def _run_job(job: Job) -> Any:
     fn, args = job
     assert _FORKED_REPORT is not None
     return fn(_FORKED_REPORT, *args)
 
 
-def render_jobs(report: Report, jobs: list[Job]) -> list[Path | None]:
+def render_jobs(report: Report, jobs: list[Job]) -> list[Any]:
     """Each job's result in order. Matplotlib holds the GIL while it draws, so on several CPUs the plots are drawn in
     forked worker processes (they inherit the report; nothing is pickled but the paths); one by one otherwise.
 
@@ -309,18 +312,31 @@ def render_jobs(report: Report, jobs: list[Job]) -> list[Path | None]:
         _FORKED_REPORT = None
 
 
-def write_plots(report: Report, out_dir: Path) -> list[Path]:
-    """Every plot of the report as PNG files in ``out_dir``; returns the paths written."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    jobs: list[Job] = [
-        (plot_throughput, (out_dir / "throughput_vs_concurrency.png",)),
-        (plot_request_speed, (out_dir / "request_speed_vs_concurrency.png",)),
-        (plot_acceptance, (out_dir / "acceptance_vs_steps.png",)),
+def _draw(
+    report: Report, plot: Callable[..., plt.Figure | None], args: tuple[Any, ...], stem: Path, formats: tuple[str, ...]
+) -> list[Path]:
+    """One plot drawn and written in each format (nothing when the plot has nothing to show)."""
+    fig = plot(report, *args)
+    return [] if fig is None else _save(fig, stem, formats)
+
+
+def plot_jobs(report: Report, out_dir: Path) -> list[tuple[Callable[..., plt.Figure | None], tuple[Any, ...], Path]]:
+    """Every plot of the report: (plot function, its arguments after the report, file stem), the verdict's first."""
+    from rig.analysis.verdict import figure_name
+    from rig.analysis.verdict_plot import plot_verdict, verdict_groups
+
+    jobs: list[tuple[Callable[..., plt.Figure | None], tuple[Any, ...], Path]] = [
+        (plot_verdict, (wl, mode), out_dir / figure_name(wl, mode)) for wl, mode in verdict_groups(report)
+    ]
+    jobs += [
+        (plot_throughput, (), out_dir / "throughput_vs_concurrency"),
+        (plot_request_speed, (), out_dir / "request_speed_vs_concurrency"),
+        (plot_acceptance, (), out_dir / "acceptance_vs_steps"),
     ]
     if report.energy:
-        jobs.append((plot_energy, (out_dir / "energy_vs_load.png",)))
+        jobs.append((plot_energy, (), out_dir / "energy_vs_load"))
     for wl in sorted({str(r.get("workload")) for r in report.campaign if r.get("tok_s_per_gpu") is not None}):
-        jobs.append((plot_frontier, (wl, out_dir / f"frontier_{safe_name(wl)}.png")))
+        jobs.append((plot_frontier, (wl,), out_dir / f"frontier_{safe_name(wl)}"))
     by_level: dict[tuple[str, float | None], list[CampaignRow]] = defaultdict(list)
     for r in report.campaign:
         by_level[(str(r.get("workload")), _level(r))].append(r)
@@ -328,10 +344,18 @@ def write_plots(report: Report, out_dir: Path) -> list[Path]:
         closed = all(r.get("load_mode") in (None, "closed") for r in rows)
         tag = ("c" if closed else "rate") + (f"{level:g}" if level is not None else "none")
         title = f"{wl} @ {'C=' if closed else 'rate='}{level:g}" if level is not None else wl
-        jobs.append((plot_latency_cdfs, (rows, title, out_dir / f"latency_cdf_{safe_name(wl)}_{tag}.png")))
+        jobs.append((plot_latency_cdfs, (rows, title), out_dir / f"latency_cdf_{safe_name(wl)}_{tag}"))
     groups: dict[tuple[Any, Any], list[CampaignRow]] = defaultdict(list)
     for r in report.campaign:
         groups[(r.get("server_config"), r.get("workload"))].append(r)
     for (config, workload), rows in groups.items():
-        jobs.append((plot_server, (rows, out_dir / f"server_{safe_name(str(config))}_{safe_name(str(workload))}.png")))
-    return [p for p in render_jobs(report, jobs) if p]
+        jobs.append((plot_server, (rows,), out_dir / f"server_{safe_name(str(config))}_{safe_name(str(workload))}"))
+    return jobs
+
+
+def write_plots(report: Report, out_dir: Path, formats: tuple[str, ...] = ("png",)) -> list[Path]:
+    """Every plot of the report in ``out_dir``, one file per format (png: at 2x; svg: vector, its text as text);
+    returns the paths written."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    jobs: list[Job] = [(_draw, (plot, args, stem, formats)) for plot, args, stem in plot_jobs(report, out_dir)]
+    return [p for paths in render_jobs(report, jobs) for p in paths]

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Group, RenderableType
+from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
@@ -37,7 +39,7 @@ def render_latency(rows: list[LatencyRow]) -> Table:
     return t
 
 
-def render_acceptance(rows: list[dict[str, Any]]) -> Table:
+def render_acceptance(rows: Sequence[Mapping[str, Any]]) -> Table:
     """Acceptance length per point, with every source side by side."""
     t = Table(
         title="Acceptance length (tokens per verify step)",
@@ -200,13 +202,37 @@ def seeds_line(points: list[PointInfo]) -> str:
     return "honoured by some server configurations only"
 
 
+def render_verdict(report: Report) -> RenderableType:
+    """The answer first: the run's health, then per workload the best setting in each load band and the crossovers,
+    and the figure behind them."""
+    from rig.analysis.verdict import figure_name, health_text, verdict, workload_lines
+
+    v = verdict(report)
+    grid = Table.grid(padding=(0, 1))
+    grid.add_column(style="bold", no_wrap=True)
+    grid.add_column()
+    style = "green" if v.health.good else "yellow"
+    for i, line in enumerate(health_text(v.health)):
+        grid.add_row("health" if i == 0 else "", Text(line, style=style))
+    for w in v.workloads:
+        head, lines = workload_lines(w)
+        grid.add_row(w.workload, Text(head, style="bold"))
+        for line in lines:
+            grid.add_row("", Text("  " + line))
+        grid.add_row(
+            "", Text(f"  figure: {figure_name(w.workload, w.load_mode)}.png (--plots DIR), or --html FILE", style="dim")
+        )
+    return Panel(grid, title="Verdict", title_align="left", expand=False)
+
+
 def render_report(report: Report) -> Group:
-    """Every section of the report for the terminal."""
+    """Every section of the report for the terminal: the verdict first."""
     parts: list[RenderableType] = [
         Text(
             f"Run {report.run.run_id}  ·  status {report.run.status or 'unknown'}  ·  {len(report.campaign)} point(s)",
             style="bold",
         ),
+        render_verdict(report),
     ]
     for w in report.warnings:
         parts.append(Text(f"! {w}", style="yellow"))

@@ -4,24 +4,21 @@ from __future__ import annotations
 
 import csv
 import json
-import os
-from collections import deque
-from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pyarrow as pa
 
 from rig.analysis import metrics as m
-from rig.analysis.lossless import check_lossless, mismatch_rows
-from rig.analysis.percentiles import cdf_points, latency_rows, read_itl
-from rig.analysis.points import INVALIDATING, campaign_row, load_requests, sort_key
-from rig.analysis.rows import FrontierRow, FullReport, LatencyRow, ReportLevelBest
-from rig.analysis.runs import PointInfo, Run, load_run, point_files
-from rig.analysis.server_series import Series, counter_window_acceptance, point_series, summarize_point
+from rig.analysis.lossless import mismatch_rows
+from rig.analysis.percentiles import cdf_points, latency_rows
+from rig.analysis.points import INVALIDATING, campaign_row, sort_key
+from rig.analysis.reader import Reader
+from rig.analysis.rows import AcceptanceRow, FrontierRow, FullReport, LatencyRow, ReportLevelBest
+from rig.analysis.runs import PointInfo, Run, load_run
+from rig.analysis.server_series import Series, counter_window_acceptance, summarize_point
 from rig.contracts import CampaignRow, GoodputRow, LosslessResult, Manifest, Row, SearchSection, ServerRow, TuneSection
 
 
@@ -32,7 +29,7 @@ class Report:
     run: Run
     campaign: list[CampaignRow]
     latency: list[LatencyRow]
-    acceptance: list[dict[str, Any]]
+    acceptance: list[AcceptanceRow]
     server: list[ServerRow]
     goodput: list[GoodputRow]
     lossless: LosslessResult
@@ -78,111 +75,27 @@ def adaptive_slos(manifest: Manifest) -> tuple[list[m.Slo], float | None]:
     return [], None
 
 
-def _hand_back_large_frees() -> None:
-    """glibc keeps a freed block below its mmap threshold in the arena of the thread that freed it, and raises the
-    threshold to the size of every large block freed (up to 32 MB): a large point's 16 MB arrays, made by two
-    threads, would then hold two arenas' high-water marks. Fixing the threshold at 1 MiB maps every such array on
-    its own and unmaps it when freed (glibc only; elsewhere nothing changes)."""
-    import ctypes
-    import ctypes.util
+@dataclass
+class _Sections:
+    """The per-point sections as they are read, in run order (sorted into report order at the end)."""
 
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        libc.mallopt(-3, 1 << 20)  # M_MMAP_THRESHOLD (malloc.h)
-    except (OSError, AttributeError):
-        pass
+    campaign: list[CampaignRow] = field(default_factory=list)
+    latency: list[LatencyRow] = field(default_factory=list)
+    acceptance: list[AcceptanceRow] = field(default_factory=list)
+    server: list[ServerRow] = field(default_factory=list)
+    goodput: list[GoodputRow] = field(default_factory=list)
+    series: dict[str, dict[str, Series]] = field(default_factory=dict)
+    cdfs: dict[str, dict[str, tuple[np.ndarray, np.ndarray]]] = field(default_factory=dict)
+    meets: dict[str, bool] = field(default_factory=dict)  # point -> meets every SLO (only with SLOs)
 
 
-class Reader:
-    """Reads the report's points one or two ahead of the one being summarised, on two more threads (a point's metric
-    columns and server series on one, its ITL lists on the other): Arrow's reads and numpy's array work release the
-    GIL, so reading the next point overlaps with the percentiles of this one and both cores work (the report's
-    arithmetic is unchanged: the same functions on the same arrays). Then the losslessness check, which needs no
-    point's figures, runs beside the last points. Each task's warnings are added in the order a single pass would
-    add them."""
+@dataclass
+class _SloTerms:
+    """What the SLO verdicts are judged by: the SLOs, their percentile, how cancelled requests count."""
 
-    # Memory bounds: reading and deriving a point takes about 5x its part files' size on disk at its peak. Small
-    # points are read two ahead and the losslessness check runs beside the last ones; large points (a 100 M-record
-    # run's are 270 MB of files, 1.2 GB at the peak) are read one at a time, when asked for, and losslessness is
-    # checked alone after them: the report's memory is that of its largest point, whatever the number of points.
-    SMALL_POINT = 64 * 2**20  # bytes on disk
-    SMALL_RUN = 2 * 2**30
-
-    def __init__(self, run: Run) -> None:
-        self.run = run
-        self.pool = ThreadPoolExecutor(2, thread_name_prefix="rig-report-reader")
-        self.todo = list(run.points)
-        self.ahead: deque[tuple[Future, Future]] = deque()
-        self.check: Future | None = None
-        sizes = [sum(os.path.getsize(f) for f in point_files(run.run_dir, p.point)) for p in run.points]
-        self.depth = 2 if max(sizes, default=0) <= self.SMALL_POINT else 0
-        if not self.depth:
-            _hand_back_large_frees()
-        self.overlap_check = sum(sizes) <= self.SMALL_RUN
-        self._fill()
-
-    def _deferred(self, fn: Callable[..., Any], *args: Any) -> tuple[Any, list[str]]:
-        with self.run.deferred_notes() as notes:
-            return fn(*args), notes
-
-    def _inputs(self, p: PointInfo) -> tuple[m.Requests, dict[str, Series]]:
-        return load_requests(self.run, p), point_series(self.run, p.point)
-
-    def _submit(self, p: PointInfo) -> tuple[Future, Future]:
-        inputs = self.pool.submit(self._deferred, self._inputs, p)
-        if not self.depth:  # a large point: its lists after its columns, on the same thread (the memory of one)
-            return inputs, self.pool.submit(self._after, inputs, read_itl, self.run, p)
-        return inputs, self.pool.submit(self._deferred, read_itl, self.run, p)
-
-    def _after(self, first: Future, fn: Callable[..., Any], *args: Any) -> tuple[Any, list[str]]:
-        first.exception()  # waits for it (its error, if any, is raised where it is taken)
-        return self._deferred(fn, *args)
-
-    def _fill(self) -> None:
-        while self.todo and len(self.ahead) < self.depth:
-            self.ahead.append(self._submit(self.todo.pop(0)))
-        if not self.todo and self.check is None and self.overlap_check:
-            self.check = self.pool.submit(self._deferred, check_lossless, self.run)
-
-    def _take(self, future: Future) -> Any:
-        try:
-            got, notes = future.result()
-        except BaseException:
-            self.pool.shutdown(wait=True, cancel_futures=True)
-            raise
-        for n in notes:
-            self.run.note(n)
-        return got
-
-    def next(self, p: PointInfo) -> tuple[m.Requests, dict[str, Series], tuple[np.ndarray, np.ndarray]]:
-        """The requests, server series and ITL of ``p`` (the next point of run.points)."""
-        if not self.ahead:  # large points: this one, now
-            self.ahead.append(self._submit(self.todo.pop(0)))
-        inputs, itl = self.ahead.popleft()
-        (r, series), lists = self._take(inputs), self._take(itl)
-        if not self.depth:  # large points: hand the last one's Arrow buffers back to the system (4 ms a call)
-            pa.default_memory_pool().release_unused()
-        self._fill()
-        return r, series, lists
-
-    def beside(self, fn: Callable[..., Any], *args: Any) -> Callable[[], Any]:
-        """``fn(*args)`` on a reader thread, now, in a small run of small points (its warnings deferred), else when
-        the returned callable is called (large points' sections one at a time: the memory of one); call it for the
-        result."""
-        if not (self.depth and self.overlap_check):
-            return lambda: fn(*args)
-        future = self.pool.submit(self._deferred, fn, *args)
-        return lambda: self._take(future)
-
-    def lossless(self) -> LosslessResult:
-        """check_lossless(run), once every point was taken."""
-        self.run.forget()  # the points' kept arrays: what follows reads again the few points it needs
-        pa.default_memory_pool().release_unused()
-        if self.check is None:  # a large run: now, with no point's arrays held
-            self.check = self.pool.submit(self._deferred, check_lossless, self.run)
-        got: LosslessResult = self._take(self.check)
-        self.pool.shutdown(wait=True)
-        return got
+    slos: list[m.Slo]
+    percentile: float
+    cancelled: str
 
 
 def build_report(
@@ -200,111 +113,189 @@ def build_report(
     GPU-hour: the given one, else the run's cluster file's; ``objective``: what the speculative schedule ranks by,
     rig.analysis.schedule.OBJECTIVES; ``cdf_resolution``: quantiles per latency CDF for the
     plots, 0 for none)."""
-    from rig.analysis.energy import add_energy, recorded_price, telemetry_lines
-    from rig.analysis.frontier import best_per_level, best_per_slo, frontier_rows, mark_frontier
-    from rig.analysis.schedule import build_schedule, check_objective
-    from rig.analysis.slo import DEFAULT_PERCENTILE, describe, evaluate_slos
+    from rig.analysis.energy import recorded_price
 
     run = run_dir if isinstance(run_dir, Run) else load_run(run_dir, thresholds)
-    slos = list(slos or [])
-    if not slos:
-        slos, recorded = adaptive_slos(run.manifest)
-        slo_percentile = slo_percentile or recorded
-    pct = slo_percentile or DEFAULT_PERCENTILE
-    meets: dict[str, bool] = {}
-    campaign, latency, accept_rows, server, good = [], [], [], [], []
-    series_by_point, cdfs = {}, {}
+    terms = _slo_terms(run, slos, slo_percentile, slo_cancelled)
     reader = Reader(run)
-    for p in run.points:
-        r, series, itl = reader.next(p)
-        series_by_point[p.point] = series
-        row = campaign_row(run, p, r, series)
-        latency += latency_rows(p, r, itl)
-        ok = r.ok
-        if cdf_resolution:  # only plots draw them (0: the terminal, JSON and CSV need none)
-            cdfs[p.point] = {
-                "ttft": cdf_points(r.ttft[ok], n=cdf_resolution),
-                "tpot": cdf_points(r.tpot[ok], n=cdf_resolution),
-                "itl": cdf_points(*itl, n=cdf_resolution),
-                "e2e": cdf_points(r.e2e[ok], n=cdf_resolution),
-            }
-        wa = p.window_acceptance.accept_length if p.window_acceptance is not None else None
-        gauge = series["accept_length_gauge"]
-        accept_rows.append(
-            {
-                "point": p.point,
-                "steps": p.steps,
-                "workload": p.workload,
-                "level": p.level,
-                "accept_length": row.accept_length,
-                "source": row.accept_source,
-                "from_requests": m.acceptance_from_requests(r),
-                "decode_only": m.acceptance_decode_only(r),
-                "from_manifest_window": float(wa) if wa is not None else None,
-                "from_server_counters": counter_window_acceptance(p.engine, series),
-                "server_gauge_mean": m.nanmean(gauge.values) if not gauge.empty else None,
-            }
-        )
-        srv = summarize_point(run, p, series)
-        srv.steps, srv.workload, srv.level = p.steps, p.workload, p.level
-        srv.aggregate_tok_s, srv.per_request_tok_s, srv.decode_tok_s = (
-            row.aggregate_tok_s,
-            row.per_request_tok_s,
-            row.decode_tok_s,
-        )
-        server.append(srv)
-        if slos:
-            g = m.goodput(r, slos, row.wall_s)
-            g.point, g.steps, g.workload, g.level = p.point, p.steps, p.workload, p.level
-            good.append(g)
-            row.goodput_fraction, row.goodput_req_s, row.goodput_tok_s = g.fraction, g.goodput_req_s, g.goodput_tok_s
-            verdict = evaluate_slos(r, slos, pct, slo_cancelled)
-            row.slo_meets, row.slo_margin, row.slo_note = verdict.meets, verdict.margin, verdict.note
-            meets[p.point] = verdict.meets
-        campaign.append(row)
-    order = {r.point: i for i, r in enumerate(sorted(campaign, key=sort_key))}
-    by_order = lambda rows: sorted(rows, key=lambda x: order.get(x["point"], 0))  # noqa: E731
-    mark_frontier(run, campaign)
+    sections = _read_points(run, reader, terms, cdf_resolution)
     price = gpu_hour_price if gpu_hour_price is not None else recorded_price(run)
-    energy = add_energy(run, campaign, price)
-    telemetry = telemetry_lines(run)
-    absent = next((line.split(": absent ", 1)[1] for line in telemetry if ": absent " in line), None)
-    check_objective(campaign, objective, absent)
-    # the intervals and the schedule are computed while a reader thread checks losslessness (beside the last
-    # points, in a small run); in a small run the best per SLO and the schedule on the other reader thread, beside
-    # the best per level (each draws from its own seeded generator: the same numbers in any order)
-
-    def per_slo_and_schedule() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-        best_slo = best_per_slo(run, campaign, meets, describe(slos, pct, slo_cancelled)) if slos else []
-        return best_slo, build_schedule(run, by_order(campaign), meets if slos else None, objective)
-
-    later = reader.beside(per_slo_and_schedule)
-    best_level = best_per_level(run, campaign, meets if slos else None)
-    best_slo, schedule = later()
-    lossless = reader.lossless()
+    energy, telemetry = _mark_frontier_and_energy(run, sections.campaign, price, objective)
+    decided = _decisions(run, reader, sections, terms, objective)
     return Report(
         run=run,
-        campaign=by_order(campaign),
-        latency=by_order(latency),
-        acceptance=by_order(accept_rows),
-        server=by_order(server),
-        goodput=by_order(good),
-        lossless=lossless,
-        slos=slos,
-        slo_percentile=pct,
-        frontier=frontier_rows(campaign),
-        best_per_level=best_level,
-        best_per_slo=best_slo,
+        campaign=_in_report_order(sections.campaign, sections.campaign),
+        latency=_in_report_order(sections.latency, sections.campaign),
+        acceptance=_in_report_order(sections.acceptance, sections.campaign),
+        server=_in_report_order(sections.server, sections.campaign),
+        goodput=_in_report_order(sections.goodput, sections.campaign),
+        lossless=reader.lossless(),
+        slos=terms.slos,
+        slo_percentile=terms.percentile,
+        frontier=_frontier_rows(sections.campaign),
+        best_per_level=decided.best_per_level,
+        best_per_slo=decided.best_per_slo,
         search=run.manifest.search,
         tune=run.manifest.tune,
-        series=series_by_point,
-        cdfs=cdfs,
+        series=sections.series,
+        cdfs=sections.cdfs,
         energy=energy,
         cost=price is not None,
         telemetry=telemetry,
         objective=objective,
-        schedule=schedule,
+        schedule=decided.schedule,
     )
+
+
+def _slo_terms(run: Run, slos: list[m.Slo] | None, percentile: float | None, cancelled: str) -> _SloTerms:
+    """The given SLOs and percentile, else those the run's SLO search or tune was made for."""
+    from rig.analysis.slo import DEFAULT_PERCENTILE
+
+    chosen = list(slos or [])
+    if not chosen:
+        chosen, recorded = adaptive_slos(run.manifest)
+        percentile = percentile or recorded
+    return _SloTerms(chosen, percentile or DEFAULT_PERCENTILE, cancelled)
+
+
+def _read_points(run: Run, reader: Reader, terms: _SloTerms, cdf_resolution: int) -> _Sections:
+    """Every per-point section, each point read once (the reader reads ahead)."""
+    out = _Sections()
+    for p in run.points:
+        r, series, itl = reader.next(p)
+        out.series[p.point] = series
+        row = campaign_row(run, p, r, series)
+        out.latency += latency_rows(p, r, itl)
+        if cdf_resolution:  # only plots draw them (0: the terminal, JSON and CSV need none)
+            out.cdfs[p.point] = _cdfs(r, itl, cdf_resolution)
+        out.acceptance.append(_acceptance_row(p, row, r, series))
+        out.server.append(_server_row(run, p, row, series))
+        if terms.slos:
+            out.goodput.append(_goodput_row(p, row, r, terms.slos))
+            out.meets[p.point] = _judge_slos(row, r, terms)
+        out.campaign.append(row)
+    return out
+
+
+def _cdfs(r: m.Requests, itl: tuple[np.ndarray, np.ndarray], n: int) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """The point's TTFT, TPOT, ITL and E2E CDFs at ``n`` quantiles (successful requests)."""
+    ok = r.ok
+    return {
+        "ttft": cdf_points(r.ttft[ok], n=n),
+        "tpot": cdf_points(r.tpot[ok], n=n),
+        "itl": cdf_points(*itl, n=n),
+        "e2e": cdf_points(r.e2e[ok], n=n),
+    }
+
+
+def _acceptance_row(p: PointInfo, row: CampaignRow, r: m.Requests, series: dict[str, Series]) -> AcceptanceRow:
+    """The point's acceptance length from every source side by side."""
+    wa = p.window_acceptance.accept_length if p.window_acceptance is not None else None
+    gauge = series["accept_length_gauge"]
+    return {
+        "point": p.point,
+        "steps": p.steps,
+        "workload": p.workload,
+        "level": p.level,
+        "accept_length": row.accept_length,
+        "source": row.accept_source,
+        "from_requests": m.acceptance_from_requests(r),
+        "decode_only": m.acceptance_decode_only(r),
+        "from_manifest_window": float(wa) if wa is not None else None,
+        "from_server_counters": counter_window_acceptance(p.engine, series),
+        "server_gauge_mean": m.nanmean(gauge.values) if not gauge.empty else None,
+    }
+
+
+def _server_row(run: Run, p: PointInfo, row: CampaignRow, series: dict[str, Series]) -> ServerRow:
+    """The server's series summarised, next to the client's throughput of the same point."""
+    srv = summarize_point(run, p, series)
+    srv.steps, srv.workload, srv.level = p.steps, p.workload, p.level
+    srv.aggregate_tok_s, srv.per_request_tok_s, srv.decode_tok_s = (
+        row.aggregate_tok_s,
+        row.per_request_tok_s,
+        row.decode_tok_s,
+    )
+    return srv
+
+
+def _goodput_row(p: PointInfo, row: CampaignRow, r: m.Requests, slos: list[m.Slo]) -> GoodputRow:
+    """The point's goodput under the SLOs, also written onto its campaign row."""
+    g = m.goodput(r, slos, row.wall_s)
+    g.point, g.steps, g.workload, g.level = p.point, p.steps, p.workload, p.level
+    row.goodput_fraction, row.goodput_req_s, row.goodput_tok_s = g.fraction, g.goodput_req_s, g.goodput_tok_s
+    return g
+
+
+def _judge_slos(row: CampaignRow, r: m.Requests, terms: _SloTerms) -> bool:
+    """Whether the point meets every SLO at the percentile; the verdict is written onto its campaign row."""
+    from rig.analysis.slo import evaluate_slos
+
+    verdict = evaluate_slos(r, terms.slos, terms.percentile, terms.cancelled)
+    row.slo_meets, row.slo_margin, row.slo_note = verdict.meets, verdict.margin, verdict.note
+    return verdict.meets
+
+
+def _mark_frontier_and_energy(
+    run: Run, campaign: list[CampaignRow], price: float | None, objective: str
+) -> tuple[bool, list[str]]:
+    """Mark the Pareto points and add energy and cost to the campaign rows (in place); refuse an objective no point
+    has a figure for. Returns whether energy was added and the telemetry lines."""
+    from rig.analysis.energy import add_energy, telemetry_lines
+    from rig.analysis.frontier import mark_frontier
+    from rig.analysis.schedule import check_objective
+
+    mark_frontier(run, campaign)
+    energy = add_energy(run, campaign, price)
+    telemetry = telemetry_lines(run)
+    absent = next((line.split(": absent ", 1)[1] for line in telemetry if ": absent " in line), None)
+    check_objective(campaign, objective, absent)
+    return energy, telemetry
+
+
+@dataclass
+class _Decisions:
+    """What the report decides: the best per level, per SLO (with SLOs), and the speculative schedule."""
+
+    best_per_level: list[ReportLevelBest] = field(default_factory=list)
+    best_per_slo: list[dict[str, Any]] = field(default_factory=list)  # rig.analysis.frontier.best_per_slo
+    schedule: list[dict[str, Any]] = field(default_factory=list)  # rig.analysis.schedule.build_schedule
+
+
+def _decisions(run: Run, reader: Reader, sections: _Sections, terms: _SloTerms, objective: str) -> _Decisions:
+    """The best per level, the best per SLO and the speculative schedule. In a small run the last two are computed
+    on a reader thread beside the first, while the other checks losslessness (each draws from its own seeded
+    generator: the same numbers in any order)."""
+    from rig.analysis.frontier import best_per_level, best_per_slo
+    from rig.analysis.schedule import build_schedule
+    from rig.analysis.slo import describe
+
+    campaign, meets = sections.campaign, sections.meets if terms.slos else None
+
+    def per_slo_and_schedule() -> _Decisions:
+        slo_text = describe(terms.slos, terms.percentile, terms.cancelled)
+        best_slo = best_per_slo(run, campaign, sections.meets, slo_text) if terms.slos else []
+        return _Decisions(
+            best_per_slo=best_slo, schedule=build_schedule(run, _in_report_order(campaign, campaign), meets, objective)
+        )
+
+    later = reader.beside(per_slo_and_schedule)
+    best_level = best_per_level(run, campaign, meets)
+    decided = later()
+    decided.best_per_level = best_level
+    return decided
+
+
+def _in_report_order(rows: list[Any], campaign: list[CampaignRow]) -> list[Any]:
+    """``rows`` (each with a point) in the campaign's sorted order (points the campaign lacks first)."""
+    order = {r.point: i for i, r in enumerate(sorted(campaign, key=sort_key))}
+    return sorted(rows, key=lambda x: order.get(x["point"], 0))
+
+
+def _frontier_rows(campaign: list[CampaignRow]) -> list[FrontierRow]:
+    from rig.analysis.frontier import frontier_rows
+
+    return frontier_rows(campaign)
 
 
 def _cell(v: Any) -> Any:

@@ -189,3 +189,19 @@ class FullReport(TypedDict):
     objective: str
     schedule: list[dict[str, Any]]
     telemetry: NotRequired[list[str]]  # only where the run has GPU figures or says why not
+
+
+class AcceptanceRow(TypedDict):
+    """A point's acceptance length from every source side by side (the report's acceptance table)."""
+
+    point: str
+    steps: int | None
+    workload: str | None
+    level: float | None
+    accept_length: float | None
+    source: str | None
+    from_requests: float | None
+    decode_only: float | None
+    from_manifest_window: float | None
+    from_server_counters: float | None
+    server_gauge_mean: float | None

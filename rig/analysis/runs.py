@@ -432,6 +432,17 @@ def _read(
     return empty.select(cols) if cols else empty
 
 
+def read_parts(
+    files: list[str],
+    schema: pa.Schema,
+    columns: Iterable[str] | None = None,
+    filter: pc.Expression | None = None,
+    on_skip: Callable[[str], None] | None = None,
+) -> pa.Table:
+    """Part files of any kind as one table, unreadable ones skipped and reported through ``on_skip``."""
+    return _read(files, schema, list(columns) if columns is not None else None, filter, on_skip)
+
+
 def read_point_requests(
     run_dir: Path | str,
     point: str,

@@ -3,7 +3,7 @@ and the report's rows.
 
 The runner writes them, the load generator fills them, analysis reads them: each shape is declared here once, one
 module per seam (``point``, ``dialect``, ``records``, ``generator``, ``validity``, ``manifest``, ``search``, ``server``,
-``report``), and re-exported here.
+``report``, ``live``), and re-exported here.
 The request record's Parquet schema is generated from ``RequestRecord``; the manifest is versioned and validated on
 read (older versions are migrated); a point's validity is judged by ``judge_point`` and nowhere else.
 """
@@ -27,6 +27,7 @@ from rig.contracts.generator import (
     achieved_rate,
     generator_entry,
 )
+from rig.contracts.live import GeneratorProgress, LatencySketch, ServerGauges
 from rig.contracts.manifest import (
     MANIFEST_VERSION,
     ClusterInfo,
@@ -122,6 +123,9 @@ __all__ = [
     "GeneratorHost",
     "GeneratorEntry",
     "GeneratorInfo",
+    "GeneratorProgress",
+    "LatencySketch",
+    "ServerGauges",
     "GeneratorReport",
     "GeneratorStatus",
     "GoodputRow",

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import ray
 
-from rig.contracts import GeneratorInfo, GeneratorReport, HostCorpus
+from rig.contracts import GeneratorInfo, GeneratorProgress, GeneratorReport, HostCorpus
 from rig.loadgen import spool
 from rig.loadgen.drive import PointRun, make_session
 from rig.loadgen.open_loop import Http
@@ -163,10 +163,13 @@ class LoadGenerator:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
 
-    async def progress(self) -> dict[str, int]:
+    async def progress(self) -> GeneratorProgress:
+        """The running level's counters and latency sketches (the driver polls them for its progress and live view)."""
         if self._current is None:
-            return {"scheduled": 0, "ok": 0, "failed": 0, "cancelled": 0, "in_flight": 0, "tokens": 0}
-        return dict(self._current.counts)
+            return GeneratorProgress(
+                {"scheduled": 0, "ok": 0, "failed": 0, "cancelled": 0, "in_flight": 0, "tokens": 0}
+            )
+        return self._current.progress()
 
     async def close(self) -> None:
         if self._http is not None:

@@ -20,7 +20,16 @@ from typing import Any
 import aiohttp
 import numpy as np
 
-from rig.contracts import GeneratorReport, GeneratorStatus, RecordCounts, achieved_rate, check_record, repair_record
+from rig.contracts import (
+    GeneratorProgress,
+    GeneratorReport,
+    GeneratorStatus,
+    RecordCounts,
+    achieved_rate,
+    check_record,
+    repair_record,
+)
+from rig.contracts.live import RequestLatencies
 from rig.loadgen import http1
 from rig.loadgen.apis import api_for
 from rig.loadgen.client import LeanRequest, Outcome, request_fields, reuse_trace, stream_request, unexpected_error
@@ -96,6 +105,7 @@ class PointRun:
             "ended_early": 0,
             "tokens_estimated": 0,
         }
+        self.latencies = RequestLatencies()  # the live view's sketches of successful requests' TTFT and TPOT
         self.slips: list[float] = []
         self._refused = 0  # consecutive connection failures
         self.unreachable = False
@@ -156,6 +166,7 @@ class PointRun:
                 self.counts["ended_early"] += 1
             if out.state.tokens_source == "chunks":
                 self.counts["tokens_estimated"] += 1
+            self.latencies.add(rec["ttft_s"], rec["e2e_s"], tokens)
         self.counts["tokens"] += tokens
         if not sent:
             return
@@ -167,6 +178,10 @@ class PointRun:
             span[1] = out.send_mono
         if j == 0:
             self.first_sends.append((intended, out.send_mono))
+
+    def progress(self) -> GeneratorProgress:
+        """The live view's snapshot: the counters and a copy of the latency sketches."""
+        return self.latencies.snapshot(self.counts)
 
     def _repaired(self, row: dict[str, Any]) -> None:
         """A record the part writer could not convert: written as a failed one (``repair_record``), counted so."""

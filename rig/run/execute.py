@@ -12,12 +12,21 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import ray
 
-from rig.contracts import FlushAnswer, GeneratorReport, GpuSamplerStats, RecordCounts, ServerConfigEntry, Thresholds
+from rig.contracts import (
+    FlushAnswer,
+    GeneratorReport,
+    GpuSamplerStats,
+    RecordCounts,
+    ServerConfigEntry,
+    ServerGauges,
+    Thresholds,
+)
 from rig.loadgen.plan import GeneratorPlan
 from rig.placement import gather_parts
 from rig.results import PART_GLOB, atomic_write, requests_dir
 from rig.run.context import RunContext
 from rig.run.lifecycle import ServerLifecycle, entry_dialect, served_model
+from rig.run.live import LiveTracker
 from rig.run.plans import build_plans
 from rig.run.points import Point
 from rig.run.rundir import log_traceback, supersede
@@ -119,6 +128,7 @@ class PointExecutor:
         server_died: int | None = None
         pending = list(refs)
         stop_since: float | None = None
+        live = LiveTracker(time.monotonic()) if self.ctx.progress.live else None
         while pending:
             done, pending = ray.wait(pending, num_returns=len(pending), timeout=0.5)
             for ref in done:
@@ -142,9 +152,23 @@ class PointExecutor:
                     break
             if stop_since is not None:
                 continue  # stopping: no progress polls (each waits on a maybe swamped generator)
-            counts = self.ctx.fleet.poll_progress()
-            self.ctx.progress.point_update(sum(counts.get(k, 0) for k in ("ok", "failed", "cancelled")), counts)
+            self._poll(live)
         return results, server_died
+
+    def _poll(self, live: LiveTracker | None) -> None:
+        """One progress beat: the generators' counters to the progress bar; with the live view, also their latency
+        sketches and the server's last gauges (asked for before the generators, so the two waits overlap)."""
+        gauges_ref = self.server.handle.live.remote() if live is not None else None
+        progress = self.ctx.fleet.poll_progress()
+        counts = progress.counts
+        self.ctx.progress.point_update(sum(counts.get(k, 0) for k in ("ok", "failed", "cancelled")), counts)
+        if live is None or gauges_ref is None:
+            return
+        got: Any = None
+        with contextlib.suppress(Exception):  # a busy or dead server: no gauges this beat
+            got = ray.get(gauges_ref, timeout=1)
+        gauges = got if isinstance(got, ServerGauges) else None
+        self.ctx.progress.point_live(live.update(time.monotonic(), progress, gauges))
 
     def _kill(self, pid: str, gids: list[int], results: dict[int, GeneratorReport]) -> None:
         """Generators too busy to stop in time (an overloaded event loop): kill them, then count what reached the

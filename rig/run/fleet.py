@@ -11,7 +11,7 @@ from typing import Any
 import ray
 
 from rig.config import RunSpec
-from rig.contracts import ClusterInfo, GeneratorEntry, GeneratorInfo, HostCorpus, generator_entry
+from rig.contracts import ClusterInfo, GeneratorEntry, GeneratorInfo, GeneratorProgress, HostCorpus, generator_entry
 from rig.loadgen.actor import remote_class as generator_class
 from rig.placement import (
     ClusterError,
@@ -168,16 +168,14 @@ class Fleet:
             with contextlib.suppress(Exception):
                 g.stop.remote()
 
-    def poll_progress(self) -> dict[str, int]:
-        """Summed progress counters of the live generators (a busy one is skipped this beat)."""
-        total: dict[str, int] = {}
+    def poll_progress(self) -> GeneratorProgress:
+        """The live generators' progress merged: counters summed, latency sketches merged (a busy generator is
+        skipped this beat)."""
+        total = GeneratorProgress()
         refs = [g.progress.remote() for _, g in self.active]
         for ref in refs:
-            try:
-                for k, v in ray.get(ref, timeout=1).items():  # a busy generator: skip a beat
-                    total[k] = total.get(k, 0) + v
-            except Exception:
-                pass
+            with contextlib.suppress(Exception):  # a busy generator: skip a beat
+                total.merge(ray.get(ref, timeout=1))
         return total
 
     def close(self) -> None:

@@ -21,6 +21,7 @@ import psutil
 import ray
 
 from rig.contracts.dialect import probe_paths
+from rig.contracts.live import ServerGauges
 from rig.contracts.server import (
     FlushAnswer,
     GpuSamplerStats,
@@ -49,36 +50,15 @@ from rig.server.gpu_telemetry import (
     open_source,
 )
 from rig.server.log_sink import LogSink
+from rig.server.ports import ServerError, free_port
 from rig.server.redaction import MIN_SECRET_CHARS, mask_argv, redact, scrub_info, secret_values
-from rig.server.scrape import parse_metrics, summed_values
+from rig.server.scrape import LastGauges, parse_metrics, summed_values
 from rig.server.spec import ServerConfig
-
-
-def free_port(preferred: int, host: str = "0.0.0.0") -> int:
-    """The asked-for port if it can be bound now (else ServerError: the manifest must record the port used), or
-    with 0 one the kernel picks."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind((host, preferred))
-        except OSError as e:
-            if preferred:
-                raise ServerError(
-                    f"port {preferred} on {host} is in use ({e.strerror}); choose another --port, or "
-                    f"--port 0 for any free port"
-                ) from None
-            raise
-        return s.getsockname()[1]
-
 
 FLUSH_TIMEOUT_S = 60.0  # what SGLang's bench_serving passes (benchmark/serving.py)
 # Asked when the health path answers 404: most OpenAI-compatible services, proxies and gateways have no /health,
 # and every one lists its models (OpenAI's API reference: GET /v1/models).
 READY_FALLBACK = "/v1/models"
-
-
-class ServerError(RuntimeError):
-    """The engine failed to start or died; the message is one line plus the log's tail."""
 
 
 class ServerActor:
@@ -123,6 +103,7 @@ class ServerActor:
         self._gpu_stats: GpuSamplerStats | None = None  # the last point's sampler figures
         self._wait = WaitProgress()  # what a wait_ready in progress has seen
         self._sink: LogSink | None = None  # the engine's output into its capped log
+        self._gauges = LastGauges()  # the last scrape's gauges, for the live view
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> ServerStarted:
@@ -396,7 +377,9 @@ class ServerActor:
             next_t = time.monotonic()
             while True:
                 ts = time.time()
-                for name, labels, value in await self._scrape() or []:
+                samples = await self._scrape() or []
+                self._gauges.seen(samples)
+                for name, labels, value in samples:
                     writer.add(
                         {"run_id": run_id, "point": point, "ts": ts, "name": name, "labels": labels, "value": value}
                     )
@@ -412,6 +395,11 @@ class ServerActor:
             )
             self._gpu_stats = None
             self._gpu_sampler.start()
+
+    async def live(self) -> ServerGauges:
+        """The last scrape's gauges and the GPUs' last power reading, for the driver's live view (nothing is
+        scraped for it)."""
+        return self._gauges.answer(self._gpu_sampler.latest_power_w if self._gpu_sampler is not None else None)
 
     async def stop_scrape(self) -> list[str]:
         if self._scrape_task is not None:

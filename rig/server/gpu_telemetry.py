@@ -327,6 +327,7 @@ class GpuSampler:
         self.keys = keys  # run_id, point, node
         self.interval_s = interval_s
         self.stats = SamplerStats()
+        self.latest_power_w: float | None = None  # the last round's power summed over the GPUs (the live view)
         self._stopping = False
         self._wake = threading.Event()
         self._extra: list[float] = []  # monotonic times of extra rounds (sample_at)
@@ -346,6 +347,9 @@ class GpuSampler:
             self.stats.last_error = f"{type(e).__name__}: {e}"[:200]
             rows = []
         took = time.perf_counter() - w0
+        power = [p for p in (r.get("power_mw") for r in rows) if isinstance(p, (int, float))]
+        if rows and len(power) == len(rows):
+            self.latest_power_w = sum(power) / 1e3
         for r in rows:
             self.writer.add({**self.keys, "ts": ts, "source": self.source.source, "sample_s": took, **r})
         if rows:

@@ -4,8 +4,19 @@ from __future__ import annotations
 
 import json
 import math
+import time
 
 from prometheus_client.parser import text_string_to_metric_families
+
+from rig.contracts.live import (
+    GEN_THROUGHPUT_GAUGES,
+    LIVE_GAUGES,
+    QUEUED_GAUGES,
+    RUNNING_GAUGES,
+    SPEC_STEPS_GAUGES,
+    ServerGauges,
+    first_present,
+)
 
 
 def parse_metrics(text: str) -> list[tuple[str, str, float]]:
@@ -29,3 +40,42 @@ def summed_values(samples: list[tuple[str, str, float]]) -> dict[str, float]:
     for name, _labels, value in samples:
         total[name] = total.get(name, 0.0) + value
     return total
+
+
+def live_gauges(samples: list[tuple[str, str, float]]) -> dict[str, float]:
+    """The live view's gauges of one scrape: requests and throughput summed over label sets (DP ranks), the
+    speculative steps the largest any rank reports (every rank runs the same)."""
+    out: dict[str, float] = {}
+    for name, _labels, value in samples:
+        if name not in LIVE_GAUGES:
+            continue
+        if name in SPEC_STEPS_GAUGES:
+            out[name] = max(out.get(name, value), value)
+        else:
+            out[name] = out.get(name, 0.0) + value
+    return out
+
+
+class LastGauges:
+    """The live view's gauges of the last scrape that answered, and when it was taken."""
+
+    def __init__(self) -> None:
+        self.at: float | None = None
+        self.values: dict[str, float] = {}
+
+    def seen(self, samples: list[tuple[str, str, float]]) -> None:
+        if samples:
+            self.at, self.values = time.monotonic(), live_gauges(samples)
+
+    def answer(self, power_w: float | None) -> ServerGauges:
+        if self.at is None:
+            return ServerGauges(power_w=power_w)
+        g = self.values
+        return ServerGauges(
+            running=first_present(g, RUNNING_GAUGES),
+            queued=first_present(g, QUEUED_GAUGES),
+            spec_steps=first_present(g, SPEC_STEPS_GAUGES),
+            gen_throughput=first_present(g, GEN_THROUGHPUT_GAUGES),
+            power_w=power_w,
+            age_s=time.monotonic() - self.at,
+        )

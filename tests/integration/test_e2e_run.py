@@ -37,7 +37,8 @@ def run(tmp_path_factory):
 
 
 def test_one_ok_row_per_request_with_server_token_counts(run):
-    run_dir, _ = run
+    run_dir, proc = run
+    assert "live ·" not in proc.stderr  # not a terminal: the progress bars as before, no live panel
     t = read_requests(run_dir).to_pandas()
     m = read_manifest(run_dir)
     assert m["status"] == "complete"

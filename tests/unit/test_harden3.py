@@ -675,7 +675,7 @@ def test_a_server_metrics_write_error_never_erases_a_points_accounting(tmp_path,
     import rig.run.execute as execute
     import rig.run.fleet as fleet_mod
     from rig.config import build_spec
-    from rig.contracts import GeneratorReport, RecordCounts, ServerConfigEntry
+    from rig.contracts import GeneratorProgress, GeneratorReport, RecordCounts, ServerConfigEntry
     from rig.run.context import RunContext
     from rig.run.execute import PointExecutor
     from rig.run.fleet import Fleet
@@ -720,7 +720,7 @@ def test_a_server_metrics_write_error_never_erases_a_points_accounting(tmp_path,
         prepare=Call(lambda pl: 1),
         run_point=Call(lambda t: report),
         stop=Call(lambda: None),
-        progress=Call(lambda: {"ok": 5}),
+        progress=Call(lambda: GeneratorProgress({"ok": 5})),
     )
     disk_full = OSError(28, "No space left on device")
     server = types.SimpleNamespace(

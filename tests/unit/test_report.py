@@ -108,10 +108,16 @@ def test_csv_plots_html(run_dir, tmp_path):
     } <= set(pngs)
     for p in (tmp_path / "plots").glob("*.png"):
         assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert {p.with_suffix(".svg").name for p in (tmp_path / "plots").glob("*.png")} == {
+        p.name for p in (tmp_path / "plots").glob("*.svg")
+    }  # every figure in both formats
     page = html_file.read_text()
+    # self-contained: the plots are inline SVG, whose only references are to their own definitions
     refs = re.findall(r'(?:src|href)\s*=\s*["\']([^"\']*)', page)
-    assert refs and all(ref.startswith("data:image/png;base64,") for ref in refs)
-    assert "<link" not in page and "<script" not in page and "@import" not in page and "url(" not in page
+    assert refs and all(ref.startswith("#") for ref in refs)
+    assert page.count("<svg") == len(pngs)
+    assert "<link" not in page and "<script" not in page and "@import" not in page
+    assert all(u.startswith("#") for u in re.findall(r"url\(([^)]*)\)", page))  # clip paths of the SVGs
     assert "hb-DIFFERENT" in page
 
 
