@@ -124,6 +124,7 @@ HAND_WRITTEN = {
     "load.concurrency": ("--concurrency",),
     "load.max_concurrency": ("--concurrency",),
     "load.rates": ("--rate",),
+    "load.profile": ("--load-profile", "--rate-profile"),
     "server_grid": ("--grid",),
     "server.extra_body": ("--extra-body",),
     "server.command": ("--command",),
@@ -348,6 +349,18 @@ def run_options(f: _Command) -> _Command:
         by_flag["--mode"],
         click.option("--concurrency", help=spec_field("load.concurrency").description),
         click.option("--rate", help=spec_field("load.rates").description),
+        click.option(
+            "--load-profile",
+            "load_profile",
+            metavar="C:SECs,...",
+            help="Closed loop, one point: concurrency steps over time, e.g. 1:60s,64:60s,1:60s.",
+        ),
+        click.option(
+            "--rate-profile",
+            "rate_profile",
+            metavar="R:SECs,...",
+            help="Open loop, one point: rate steps or ramps over time, e.g. 2:30s,ramp(2,16,120s).",
+        ),
         *[by_flag[s.flag] for s in SPEC_FLAGS[SPEC_FLAGS.index(_flag("--mode")) + 1 :]],
         click.option(
             "--dry-run", is_flag=True, help="Print the resolved spec, server commands and placement; start nothing."
@@ -387,14 +400,36 @@ def overrides_from_flags(kw: dict[str, Any], steps: list[int] | None, workloads:
             o.workload_opts = opts
     conc = csv_ints("--concurrency", kw["concurrency"])
     if conc is not None:
-        if kw["mode"] in ("poisson", "gamma", "trace") or kw["rate"]:
+        if kw["mode"] in ("poisson", "gamma", "trace") or kw["rate"] or kw.get("rate_profile"):
             o.set("load.max_concurrency", conc[0])
         else:
             o.set("load.concurrency", conc)
     o.set("load.rates", csv_floats("--rate", kw["rate"]))
     if kw["rate"] and not kw["mode"]:
         o.set("load.mode", "poisson")
+    _profile_flags(o, kw)
     return o
+
+
+def _profile_flags(o: SpecPatch, kw: dict[str, Any]) -> None:
+    """--load-profile / --rate-profile as the spec's load.profile (--rate-profile alone means --mode poisson)."""
+    from rig.contracts.errors import ContractError
+    from rig.contracts.profile import parse_profile
+
+    closed, rated = kw.get("load_profile"), kw.get("rate_profile")
+    if closed and rated:
+        raise SpecError("--load-profile (closed loop) and --rate-profile (open loop): give one")
+    if (closed or rated) and (kw["concurrency"] if closed else kw["rate"]):
+        flag = "--concurrency" if closed else "--rate"
+        raise SpecError(f"{flag} and a load profile: the profile sets the level of each phase; drop {flag}")
+    try:
+        phases = parse_profile(closed, "concurrency") if closed else parse_profile(rated, "rate") if rated else None
+    except ContractError as e:
+        raise SpecError(str(e)) from None
+    if phases is not None:
+        o.set("load.profile", [p.model_dump(exclude_none=True) for p in phases])
+    if rated and not kw["mode"]:
+        o.set("load.mode", "poisson")
 
 
 def refuse_ignored(kw: dict[str, Any], spec: RunSpec) -> None:
@@ -402,6 +437,8 @@ def refuse_ignored(kw: dict[str, Any], spec: RunSpec) -> None:
     load = spec.load
     mode = f"--mode {load.mode}"
     conc = csv_ints("--concurrency", kw["concurrency"])
+    if conc is not None and load.mode == "closed" and load.profile:
+        raise SpecError("--concurrency and load.profile: the profile sets each phase's concurrency; drop one")
     if conc is not None and load.mode != "closed" and (len(conc) > 1 or load.max_concurrency != conc[0]):
         why = "--rate" if kw["rate"] else mode
         raise SpecError(

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 
 from rig.cluster_spec import ClusterSpec
 from rig.contracts import Thresholds
+from rig.contracts.profile import LoadPhase, ProfileKind, fit_profile, parse_profile, peak_of
 from rig.server.spec import ServerConfig
 from rig.workloads.spec import WorkloadSpec
 
@@ -87,6 +88,8 @@ class LoadSpec(BaseModel):
     api: ApiName | None = None  # default: the engine's (sglang-native for sim and sglang)
     seed: int = Field(0, ge=0, lt=2**63, description="Workload seed (same seed, same requests on every point).")
     timeouts: Timeouts = Field(default_factory=Timeouts)
+    # one point whose load changes over time (rig.contracts.profile); its duration is the phases' sum
+    profile: list[LoadPhase] | None = Field(None, description="Load phases of one point, e.g. 1:60s,64:60s.")
     # the validity limits (rig.contracts.Thresholds) a run may set; its defaults are the contract's
     slip_threshold_s: float = Field(_LIMITS.slip_p99_ms / 1e3, gt=0)  # p99 schedule slip above this flags the point
     loop_lag_threshold_s: float = Field(_LIMITS.loop_lag_p99_ms / 1e3, gt=0)  # generator loop lag p99 above this
@@ -109,8 +112,24 @@ class LoadSpec(BaseModel):
         _no_duplicates(v, "rate")
         return v
 
+    @field_validator("profile", mode="before")
+    @classmethod
+    def _profile_text(cls, v: Any, info: ValidationInfo) -> Any:
+        if not isinstance(v, str):
+            return v
+        kind: ProfileKind = "concurrency" if info.data.get("mode", "closed") == "closed" else "rate"
+        from rig.contracts.errors import ContractError
+
+        try:
+            return parse_profile(v, kind)
+        except ContractError as e:
+            raise ValueError(str(e)) from None
+
     @model_validator(mode="after")
     def _levels_exist(self) -> LoadSpec:
+        if self.profile:
+            self.duration_s = fit_profile(self.profile, self.mode, self.requests, self.duration_s, self.rates)
+            return self
         if self.mode in ("poisson", "gamma") and not self.rates:
             raise ValueError(f"mode {self.mode} needs at least one rate (--rate)")
         if self.mode == "closed" and not self.concurrency:
@@ -122,7 +141,10 @@ class LoadSpec(BaseModel):
         return self
 
     def levels(self) -> list[tuple[int | None, float | None]]:
-        """(concurrency, rate) per level in order."""
+        """(concurrency, rate) per level in order; a profile is one level at its peak."""
+        if self.profile:
+            peak = max(peak_of(p) for p in self.profile)
+            return [(int(peak), None)] if self.mode == "closed" else [(self.max_concurrency, peak)]
         if self.mode == "closed":
             return [(c, None) for c in self.concurrency]
         if self.mode == "trace":

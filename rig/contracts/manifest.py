@@ -11,6 +11,7 @@ from rig.contracts.dialect import DialectName
 from rig.contracts.errors import ContractError
 from rig.contracts.generator import GeneratorReport, RecordCounts, WindowAcceptance
 from rig.contracts.point import IDENTITY_FIELDS, PointIdentity
+from rig.contracts.profile import LoadPhase
 from rig.contracts.search import SearchSection, TuneSection
 from rig.contracts.server import EffectiveConfig, GpuTelemetry, StartupFacts
 from rig.contracts.validity import Thresholds, judge_point, thresholds_of_spec
@@ -57,6 +58,8 @@ class PointEntry(BaseModel):
     flags: list[str] = Field(default_factory=list)  # judge_point's verdict (sorted)
     flag_reasons: dict[str, str] = Field(default_factory=dict)  # each flag with the figure that tripped it
     generators: list[GeneratorReport] = Field(default_factory=list)
+    # a load profile's phases, each with its start_s from start_wall (records carry the phase index)
+    phases: list[LoadPhase] | None = None
 
     @classmethod
     def new(cls, identity: PointIdentity) -> PointEntry:

@@ -45,6 +45,7 @@ class RequestRecord:
     wire_request_id: str | None = None  # the id sent to the server (SGLang's rid): request_id@tag, unique per attempt
     session_id: str | None = None
     turn: Int32 | None = None
+    phase: Int32 | None = None  # a load profile's phase the request was due in (manifest: the point's phases)
     category: str | None = None  # chat | code | greedy | agent | dataset
     # timing
     intended_send_ts: float | None = None

@@ -227,3 +227,27 @@ def stats(offsets: np.ndarray) -> dict[str, float]:
         "mean_gap": mean,
         "cv": float(gaps.std() / mean) if mean > 0 else float("nan"),
     }
+
+
+def profile_offsets(
+    mode: str, phases: Sequence[tuple[float, float, float]], *, seed: int | np.random.Generator = 0, cv: float = 1.0
+) -> np.ndarray:
+    """Arrivals over a load profile of (rate at start, rate at end, duration) phases: a unit-rate process of the
+    pattern (the same gaps ``schedule`` scales) mapped through the inverse of the cumulative intensity (time
+    rescaling), so a constant phase is ``schedule`` at its rate and a linear ramp's rate grows along it."""
+    if not phases:
+        return np.zeros(0)
+    ends = np.cumsum([0.0] + [(r0 + r1) / 2 * d for r0, r1, d in phases])  # expected arrivals by each phase's end
+    if ends[-1] <= 0:
+        return np.zeros(0)
+    unit = schedule(mode, 1.0, cv=cv, duration_s=float(ends[-1]), seed=seed)  # type: ignore[arg-type]
+    starts = np.cumsum([0.0] + [d for _, _, d in phases])
+    out = np.empty_like(unit)
+    which = np.clip(np.searchsorted(ends, unit, side="right") - 1, 0, len(phases) - 1)
+    for i, (r0, r1, d) in enumerate(phases):
+        mask = which == i
+        u = unit[mask] - ends[i]  # arrivals into phase i, in its own intensity
+        a = (r1 - r0) / (2 * d)  # Lambda(t) = r0 t + a t^2 on [0, d]; its inverse, written to stay finite at a = 0
+        den = r0 + np.sqrt(np.maximum(r0 * r0 + 4 * a * u, 0.0))
+        out[mask] = starts[i] + np.divide(2 * u, den, out=np.zeros_like(u), where=den > 0)
+    return out[out < starts[-1]]

@@ -13,7 +13,7 @@ import gc
 import logging
 import os
 import time
-from collections.abc import Awaitable, Iterator
+from collections.abc import Awaitable
 from pathlib import Path
 from typing import Any
 
@@ -33,10 +33,12 @@ from rig.contracts.live import RequestLatencies
 from rig.loadgen import http1
 from rig.loadgen.apis import api_for
 from rig.loadgen.client import LeanRequest, Outcome, request_fields, reuse_trace, stream_request, unexpected_error
+from rig.loadgen.closed_loop import closed_loop
 from rig.loadgen.flush import Flusher
 from rig.loadgen.health import LoopMonitor
 from rig.loadgen.open_loop import LEVEL_FAILED, Due, Http, OpenLoop, host_port
 from rig.loadgen.pacer import Pacer
+from rig.loadgen.phases import PhaseGate
 from rig.loadgen.plan import GeneratorPlan
 from rig.loadgen.wire_ids import new_rid_tag
 from rig.results import REQUEST_SCHEMA, PartWriter, empty_record, requests_dir
@@ -126,6 +128,7 @@ class PointRun:
         self.warm_ok = 0  # warm-up requests that succeeded so far
         self.flusher = Flusher(self.writer)  # part files written while the level runs
         self._pacer: Pacer | None = None  # the open loop's sender while it runs: other work lets due sends go first
+        self.gate: PhaseGate | None = None  # a load profile's phases, from the level's start (run)
 
     def wall(self, mono: float) -> float:
         """Wall-clock time derived from the monotonic clock and one anchor (no NTP steps mid-run)."""
@@ -143,6 +146,8 @@ class PointRun:
         rec["wire_request_id"] = self.api.wire_id(turn)
         rec["session_id"] = session.session_id
         rec["turn"] = j
+        if self.gate is not None:
+            rec["phase"] = self.gate.phase_at(intended)  # the phase it was due in (sent then, or skipped then)
         if sent:
             rec["intended_send_ts"] = self.wall(intended)
             rec["send_ts"] = self.wall(out.send_mono)
@@ -225,24 +230,23 @@ class PointRun:
 
     # ---------------------------------------------------------------- sending
     async def _run_session(
-        self, http: Http, session: Session, intended: float, deadline: float | None, first: LeanRequest | None = None
+        self,
+        http: Http,
+        session: Session,
+        intended: float,
+        deadline: float | None,
+        first: LeanRequest | None = None,
+        *,
+        slot: int | None = None,
     ) -> None:
-        """Every turn of one session, each a record; ``first``: the first turn, built ahead (and maybe sent)."""
+        """Every turn of one session, each a record; ``first``: the first turn, built ahead (and maybe sent);
+        ``slot``: the closed loop's slot, whose later turns wait while a load profile's phase has no room for it."""
         history: list[dict[str, str]] = []
         self.counts["scheduled"] += session.n_requests
         for j, turn in enumerate(session.turns):
             if j > 0:
-                if deadline is not None and time.perf_counter() + turn.think_time_s >= deadline:
-                    for k in range(j, session.n_requests):
-                        self._skip(session, k, session.turns[k], "not sent: the level's duration ended")
+                if not await self._next_turn(session, j, deadline, slot):
                     return
-                if turn.think_time_s > 0:
-                    try:
-                        await asyncio.sleep(turn.think_time_s)
-                    except asyncio.CancelledError:  # its remaining turns were scheduled: record them
-                        for k in range(j, session.n_requests):
-                            self._skip(session, k, session.turns[k], f"not sent: {self.cancel_reason}")
-                        raise
                 intended = time.perf_counter()
             self.counts["in_flight"] += 1
             try:
@@ -277,31 +281,31 @@ class PointRun:
                 return
             history = [*history, *turn.messages, {"role": "assistant", "content": out.state.reply}]
 
-    async def _closed_loop(self, http: Http, start: float) -> None:
-        todo = self.plan.session_iter()
-        deadline = start + self.plan.duration_s if self.plan.duration_s else None
-        slots = [asyncio.ensure_future(self._slot(http, todo, deadline)) for _ in range(max(1, self.plan.slots or 1))]
-        try:
-            await asyncio.gather(*slots)
-        except BaseException as e:  # stopped, or one slot failed: the others' requests are cancelled and recorded
-            if not isinstance(e, asyncio.CancelledError):
-                self.cancel_reason = LEVEL_FAILED
-            for t in slots:
-                t.cancel()
-            await asyncio.gather(*slots, return_exceptions=True)
-            raise
+    async def _next_turn(self, session: Session, j: int, deadline: float | None, slot: int | None) -> bool:
+        """Think time before turn ``j`` (and, under a load profile, room for the slot); False: turns from ``j`` on
+        are recorded as not sent."""
+        turn = session.turns[j]
+        why = None
+        if deadline is not None and time.perf_counter() + turn.think_time_s >= deadline:
+            why = "not sent: the level's duration ended"
+        else:
+            try:
+                if turn.think_time_s > 0:
+                    await asyncio.sleep(turn.think_time_s)
+                if slot is not None and self.gate is not None and not await self.gate.admit(slot, deadline):
+                    why = "not sent: the load profile left its slot no room before the level ended"
+            except asyncio.CancelledError:  # its remaining turns were scheduled: record them
+                for k in range(j, session.n_requests):
+                    self._skip(session, k, session.turns[k], f"not sent: {self.cancel_reason}")
+                raise
+        if why is not None:
+            for k in range(j, session.n_requests):
+                self._skip(session, k, session.turns[k], why)
+        return why is None
 
-    async def _slot(self, http: Http, todo: Iterator[Session], deadline: float | None) -> None:
-        """One slot of the closed loop: the next session of the shared iterator as soon as the last one ended."""
-        for session in todo:
-            await asyncio.sleep(0)  # building sessions is synchronous: let a stop (or the flusher) in between
-            now = time.perf_counter()
-            if (deadline is not None and now >= deadline) or self.unreachable:
-                return
-            await self._run_session(http, session, now, deadline)
-        now = time.perf_counter()
-        if deadline is not None and now < deadline and self.ran_out_s is None and self.plan.duration_s:
-            self.ran_out_s = now - (deadline - self.plan.duration_s)  # the first slot that found no session left
+    async def _closed_loop(self, http: Http, start: float) -> None:
+        """Slots that each send the next session when their last one ended (rig.loadgen.closed_loop)."""
+        await closed_loop(self, http, start)
 
     async def _open_loop(self, http: Http, start: float) -> None:
         """Each session's first turn sent at its arrival time (rig.loadgen.open_loop)."""
@@ -428,6 +432,8 @@ class PointRun:
                 await asyncio.sleep(delay)
             monitor.start()
             self.started_mono = max(time.perf_counter(), start_mono)
+            if self.plan.phase_starts:
+                self.gate = PhaseGate(self.plan.phase_starts, self.plan.phase_slots, origin=start_mono)
             level = (
                 self._closed_loop(http, start_mono) if self.plan.arrivals is None else self._open_loop(http, start_mono)
             )

@@ -61,6 +61,10 @@ class GeneratorPlan:
     # open loop by duration: the due offset of the first arrival the workload had no session for (a dataset smaller
     # than rate x duration), reported back as the generator's ran_out_s
     supply_ends_s: float | None = None
+    # a load profile: each phase's start (seconds from the level's start) and, closed loop, this generator's slots
+    # in each phase (``slots`` is their peak); records carry the phase they were due in
+    phase_starts: tuple[float, ...] = ()
+    phase_slots: tuple[int, ...] = ()
 
     def session_iter(self) -> Iterator[Session]:
         return iter(self.lazy) if self.lazy is not None else iter(self.sessions)

@@ -21,6 +21,7 @@ from rig.contracts import (
     ServerConfigEntry,
     thresholds_of_spec,
 )
+from rig.contracts.profile import LoadPhase, schedule
 from rig.results import load_manifest, write_manifest
 from rig.run.parts_on_disk import count_rows_on_disk, rows_by_status
 from rig.run.points import Point
@@ -40,17 +41,21 @@ def versions() -> dict[str, str]:
     }
 
 
-def point_entry(p: Point, load_mode: str) -> PointEntry:
-    """A pending point's manifest entry."""
-    return PointEntry.new(p.identity(load_mode))
+def point_entry(p: Point, load_mode: str, profile: list[LoadPhase] | None = None) -> PointEntry:
+    """A pending point's manifest entry (with a load profile: its phases, each with its start)."""
+    entry = PointEntry.new(p.identity(load_mode))
+    if profile:
+        entry.phases = schedule(profile)
+    return entry
 
 
 class ManifestStore:
     """Holds the manifest of one run directory; every change to it goes through a method here, then save()."""
 
-    def __init__(self, run_dir: Path, load_mode: str):
+    def __init__(self, run_dir: Path, load_mode: str, profile: list[LoadPhase] | None = None):
         self.run_dir = run_dir
         self.load_mode = load_mode
+        self.profile = profile
         self.data = Manifest()
 
     def save(self) -> None:
@@ -66,7 +71,7 @@ class ManifestStore:
             spec=spec_json,
             versions=versions(),
             thresholds=thresholds_of_spec(spec_json),  # what judge_point holds every point to
-            points=[point_entry(p, self.load_mode) for p in points],
+            points=[point_entry(p, self.load_mode, self.profile) for p in points],
         )
 
     def resume(self, points: list[Point], redo: frozenset[str] = frozenset()) -> None:
@@ -84,7 +89,7 @@ class ManifestStore:
         known = {p.point for p in self.data.points}
         for p in points:
             if p.point not in known:
-                self.data.points.append(point_entry(p, self.load_mode))
+                self.data.points.append(point_entry(p, self.load_mode, self.profile))
 
     def _recheck_complete_points(self) -> None:
         """A point marked complete whose records are no longer all on disk (a part file deleted or cut short) is
@@ -131,7 +136,7 @@ class ManifestStore:
         return any(e.point == pid for e in self.data.points)
 
     def add_point(self, p: Point) -> None:
-        self.data.points.append(point_entry(p, self.load_mode))
+        self.data.points.append(point_entry(p, self.load_mode, self.profile))
 
     def update_point(self, pid: str, **fields: Any) -> None:
         """Set fields of a point's entry (each validated: a misspelled name or a wrong type raises)."""

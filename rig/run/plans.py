@@ -8,6 +8,7 @@ from typing import TypedDict
 
 from rig.config import LoadSpec, RunSpec, Timeouts
 from rig.contracts import PointColumns
+from rig.contracts.profile import generator_share, schedule
 from rig.loadgen.dialects import Dialect
 from rig.loadgen.plan import GeneratorPlan, LazySessions
 from rig.run.errors import RunError
@@ -80,6 +81,13 @@ def point_sessions(load: LoadSpec, p: Point) -> tuple[list[Session], list[float]
             raise RunError("trace replay needs a dataset whose records carry 'timestamp'")
         offsets = list(arrivals.trace_offsets(stamps, speed=load.trace_speed))
         return sessions, offsets
+    if load.profile:
+        phases = [
+            (ph.rate or 0.0, ph.rate_end if ph.rate_end is not None else ph.rate or 0.0, ph.duration_s)
+            for ph in load.profile
+        ]
+        offs = arrivals.profile_offsets(load.mode, phases, seed=load.seed, cv=load.burstiness).tolist()
+        return build_sessions(p.workload, seed=load.seed, n_sessions=len(offs)), offs
     if n is None:
         n = max(1, int((p.rate or 1) * (load.duration_s or 60) * 1.5) + 16)
     if p.rate is None:  # LoadSpec requires rates for the open-loop modes
@@ -160,7 +168,24 @@ def build_plans(
             )
             for i, (mine, offs, cap) in enumerate(split_open(sessions, offsets, n_gen, p.concurrency))
         ]
-    return [replace(plan, warmup=own_warmup(plan.warmup, plan.generator)) for plan in plans]
+    plans = [replace(plan, warmup=own_warmup(plan.warmup, plan.generator)) for plan in plans]
+    return with_phases(plans, load) if load.profile else plans
+
+
+def with_phases(plans: list[GeneratorPlan], load: LoadSpec) -> list[GeneratorPlan]:
+    """A load profile on each generator: the phases' starts and, closed loop, its share of each phase's
+    concurrency (as split_closed shares a fixed level: the shares sum to the phase's concurrency)."""
+    assert load.profile is not None
+    starts = tuple(ph.start_s or 0.0 for ph in schedule(load.profile))
+    n_gen = len(plans)
+    out = []
+    for i, plan in enumerate(plans):
+        if load.mode != "closed":
+            out.append(replace(plan, phase_starts=starts))
+            continue
+        caps = tuple(generator_share(ph.concurrency or 0, n_gen, i) for ph in load.profile)
+        out.append(replace(plan, phase_starts=starts, phase_slots=caps, slots=max(1, *caps)))
+    return out
 
 
 def own_warmup(warm: tuple[Session, ...], generator: int) -> tuple[Session, ...]:

@@ -52,5 +52,7 @@ def expand_points(spec: RunSpec) -> list[Point]:
             for concurrency, rate in spec.load.levels():
                 for rep in range(spec.repeat):
                     pid = point_id(cfg, wl, concurrency, rate, spec.load.mode, rep)
+                    if spec.load.profile:  # one point whose load changes: named apart from a fixed level's point
+                        pid = pid.replace(f"-{wl.name}-", f"-{wl.name}-profile-", 1)
                     points.append(Point(pid, cfg, wl, concurrency, rate, rep))
     return points

@@ -54,7 +54,7 @@ class Runner:
         self.points = [] if self.planner is not None else expand_points(self.spec)
         self.stop = StopControl(self.progress.status)
         self.lock = RunDirLock(self.run_dir, self.spec.run_id, self.resume)
-        self.store = ManifestStore(self.run_dir, self.spec.load.mode)
+        self.store = ManifestStore(self.run_dir, self.spec.load.mode, self.spec.load.profile)
         self.fleet = Fleet()
         self.api_key = read_api_key(self.spec)
         server_env = read_server_env(self.spec, [p.server for p in self.points])

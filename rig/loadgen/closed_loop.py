@@ -1,0 +1,62 @@
+"""The closed loop: slots that each send the next session as soon as their last one ended, under a profile's cap."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+from typing import Protocol
+
+from rig.loadgen.open_loop import LEVEL_FAILED, Http
+from rig.loadgen.phases import PhaseGate
+from rig.loadgen.plan import GeneratorPlan
+from rig.workloads.base import Session
+
+
+class ClosedRun(Protocol):
+    """What the closed loop uses of its point's run (rig.loadgen.drive.PointRun)."""
+
+    plan: GeneratorPlan
+    unreachable: bool
+    ran_out_s: float | None
+    cancel_reason: str
+    gate: PhaseGate | None
+
+    async def _run_session(
+        self, http: Http, session: Session, intended: float, deadline: float | None, *, slot: int | None = None
+    ) -> None: ...
+
+
+async def closed_loop(run: ClosedRun, http: Http, start: float) -> None:
+    """Every slot of the generator until its sessions or the level's duration end."""
+    todo = run.plan.session_iter()
+    deadline = start + run.plan.duration_s if run.plan.duration_s else None
+    n = max(1, run.plan.slots or 1)
+    slots = [asyncio.ensure_future(_slot(run, http, todo, deadline, k)) for k in range(n)]
+    try:
+        await asyncio.gather(*slots)
+    except BaseException as e:  # stopped, or one slot failed: the others' requests are cancelled and recorded
+        if not isinstance(e, asyncio.CancelledError):
+            run.cancel_reason = LEVEL_FAILED
+        for t in slots:
+            t.cancel()
+        await asyncio.gather(*slots, return_exceptions=True)
+        raise
+
+
+async def _slot(run: ClosedRun, http: Http, todo: Iterator[Session], deadline: float | None, k: int) -> None:
+    """Slot ``k``: the next session of the shared iterator as soon as the last one ended (and the phase has room)."""
+    while True:
+        if run.gate is not None and not await run.gate.admit(k, deadline):
+            return  # no phase left that gives this slot room
+        session = next(todo, None)
+        if session is None:
+            break
+        await asyncio.sleep(0)  # building sessions is synchronous: let a stop (or the flusher) in between
+        now = time.perf_counter()
+        if (deadline is not None and now >= deadline) or run.unreachable:
+            return
+        await run._run_session(http, session, now, deadline, slot=k)
+    now = time.perf_counter()
+    if deadline is not None and now < deadline and run.ran_out_s is None and run.plan.duration_s:
+        run.ran_out_s = now - (deadline - run.plan.duration_s)  # the first slot that found no session left
