@@ -57,6 +57,8 @@ SECTIONS = (
     "lossless_mismatches",
     "verdict",
     "health",
+    "timeline",  # a load profile's windows (one row per point and window)
+    "timeline_phases",  # its phases: steady state and time to adapt
 )
 
 
@@ -235,6 +237,14 @@ def _section_rows(rep: Report, name: str) -> list[Any]:
         ]
     if name == "health":
         return [verdict(rep).health.to_dict()]
+    if name in ("timeline", "timeline_phases"):
+        from dataclasses import asdict
+
+        return [
+            {"point": tl.point, **asdict(x)}
+            for tl in rep.timelines
+            for x in (tl.windows if name == "timeline" else tl.phases)
+        ]
     rows: list[Any] = getattr(rep, name)
     return rows
 

@@ -107,6 +107,14 @@ def _fail(e: Exception) -> click.ClickException:
     show_default=True,
     help="What the speculative schedule by load ranks settings by (each under the SLOs).",
 )
+@click.option(
+    "--timeline-window",
+    "timeline_window_s",
+    type=click.FloatRange(min=0.1, max=3600),
+    default=5.0,
+    show_default=True,
+    help="Seconds per window of a load profile's timeline (points run with --load-profile / --rate-profile).",
+)
 def report(
     run_dir: Path,
     as_json: bool,
@@ -120,6 +128,7 @@ def report(
     gpu_hour_price: float | None,
     objective: str,
     slo_cancelled: str = "excluded",
+    timeline_window_s: float = 5.0,
 ) -> None:
     """Tables, percentiles, acceptance, server state, goodput and losslessness of RUN_DIR, from Parquet alone."""
     from rig.analysis.report import build_report, export_csv, full_json, to_json
@@ -152,6 +161,7 @@ def report(
             objective=objective,
             slo_cancelled=slo_cancelled,
             cdf_resolution=200 if plots_dir or html_file else 0,
+            timeline_window_s=timeline_window_s,
         )  # CDFs are drawn, never printed
 
     except (AnalysisInputError, OSError, ValueError) as e:

@@ -350,6 +350,10 @@ def plot_jobs(report: Report, out_dir: Path) -> list[tuple[Callable[..., plt.Fig
         groups[(r.get("server_config"), r.get("workload"))].append(r)
     for (config, workload), rows in groups.items():
         jobs.append((plot_server, (rows,), out_dir / f"server_{safe_name(str(config))}_{safe_name(str(workload))}"))
+    if report.timelines:
+        from rig.analysis.timeline_plot import plot_timeline
+
+        jobs += [(plot_timeline, (tl.point,), out_dir / f"timeline_{safe_name(tl.point)}") for tl in report.timelines]
     return jobs
 
 

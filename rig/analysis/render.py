@@ -250,5 +250,9 @@ def render_report(report: Report) -> Group:
         parts.append(render_goodput(report.goodput))
     parts += decision_tables(report)
     parts += render_schedule(report)
+    if report.timelines:
+        from rig.analysis.timeline_render import render_timelines
+
+        parts += render_timelines(report.timelines)
     parts.append(render_lossless(report.lossless))
     return Group(*parts)

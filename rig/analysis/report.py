@@ -5,7 +5,7 @@ from __future__ import annotations
 import csv
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +19,7 @@ from rig.analysis.reader import Reader
 from rig.analysis.rows import AcceptanceRow, FrontierRow, FullReport, LatencyRow, ReportLevelBest
 from rig.analysis.runs import PointInfo, Run, load_run
 from rig.analysis.server_series import Series, counter_window_acceptance, summarize_point
+from rig.analysis.timeline import DEFAULT_WINDOW_S, Timeline
 from rig.contracts import CampaignRow, GoodputRow, LosslessResult, Manifest, Row, SearchSection, ServerRow, TuneSection
 
 
@@ -47,6 +48,7 @@ class Report:
     telemetry: list[str] = field(default_factory=list)  # per server configuration: GPU figures' source or absence
     objective: str = "throughput"
     schedule: list[dict[str, Any]] = field(default_factory=list)  # rig.analysis.schedule
+    timelines: list[Timeline] = field(default_factory=list)  # points that ran a load profile (rig.analysis.timeline)
 
     @property
     def warnings(self) -> list[str]:
@@ -107,13 +109,15 @@ def build_report(
     gpu_hour_price: float | None = None,
     objective: str = "throughput",
     slo_cancelled: str = "excluded",
+    timeline_window_s: float = DEFAULT_WINDOW_S,
 ) -> Report:
     """Read each point once and compute every section of the report (SLOs: the given ones, else those of the
     run's SLO search or tune; ``thresholds``: judge validity again, see rig.analysis.runs.load_run; the price per
     GPU-hour: the given one, else the run's cluster file's; ``objective``: what the speculative schedule ranks by,
     rig.analysis.schedule.OBJECTIVES; ``cdf_resolution``: quantiles per latency CDF for the
-    plots, 0 for none)."""
+    plots, 0 for none; ``timeline_window_s``: the windows of a load profile's timeline)."""
     from rig.analysis.energy import recorded_price
+    from rig.analysis.timeline_data import run_timelines
 
     run = run_dir if isinstance(run_dir, Run) else load_run(run_dir, thresholds)
     terms = _slo_terms(run, slos, slo_percentile, slo_cancelled)
@@ -144,6 +148,7 @@ def build_report(
         telemetry=telemetry,
         objective=objective,
         schedule=decided.schedule,
+        timelines=run_timelines(run, timeline_window_s),
     )
 
 
@@ -366,6 +371,8 @@ def full_json(report: Report) -> FullReport:
     }
     if report.telemetry:
         out["telemetry"] = report.telemetry
+    if report.timelines:
+        out["timeline"] = [asdict(tl) for tl in report.timelines]
     return out
 
 

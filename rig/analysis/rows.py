@@ -189,6 +189,7 @@ class FullReport(TypedDict):
     objective: str
     schedule: list[dict[str, Any]]
     telemetry: NotRequired[list[str]]  # only where the run has GPU figures or says why not
+    timeline: NotRequired[list[dict[str, Any]]]  # only where points ran a load profile (rig.analysis.timeline)
 
 
 class AcceptanceRow(TypedDict):
