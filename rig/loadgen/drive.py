@@ -35,6 +35,7 @@ from rig.loadgen.apis import api_for
 from rig.loadgen.client import LeanRequest, Outcome, request_fields, reuse_trace, stream_request, unexpected_error
 from rig.loadgen.closed_loop import closed_loop
 from rig.loadgen.flush import Flusher
+from rig.loadgen.gc_gaps import freeze_heap
 from rig.loadgen.health import LoopMonitor
 from rig.loadgen.open_loop import LEVEL_FAILED, Due, Http, OpenLoop, host_port
 from rig.loadgen.pacer import Pacer
@@ -48,7 +49,6 @@ _log = logging.getLogger(__name__)
 __all__ = ["LEVEL_FAILED", "PointRun", "make_session"]
 _Due = Due  # the name tests and older callers use
 UNREACHABLE_AFTER = 3  # consecutive refused connections after which a generator stops starting sessions
-GC_BEFORE_START_S = 0.5  # a full collection before the level if at least this long remains before its start
 OPEN_LOOP_EARLY_S = 0.010  # the open loop's sender starts this long before the level (nothing is sent early)
 WARM_MAX = 32  # open loop, lean client: idle connections opened before the level starts (open_loop: WARM_LOW)
 
@@ -70,18 +70,6 @@ def make_session(kind: str | None = None) -> http1.Pool | aiohttp.ClientSession:
     # A large read buffer: a 64 KiB buffer throttles long streamed responses (vLLM #39963). The trace marks a request
     # sent on a reused keep-alive connection, which the client may send once more (client.py::_post).
     return aiohttp.ClientSession(connector=connector, read_bufsize=2**20, trace_configs=[reuse_trace()])
-
-
-def _freeze_heap(start_mono: float) -> None:
-    """Move every object alive before the level out of the GC's reach until it ends (``gc.unfreeze``).
-
-    A full collection walks every tracked object: with the imports and the point's sessions that took 50-80 ms
-    (650 ms in a backlog), a stall of the loop that every send due meanwhile shows as slip. Frozen, a collection
-    during the level walks only what the level made. Garbage is collected first if there is time before the start.
-    """
-    if start_mono - time.perf_counter() > GC_BEFORE_START_S:
-        gc.collect()
-    gc.freeze()
 
 
 class PointRun:
@@ -274,6 +262,8 @@ class PointRun:
                 _log.warning("request %s failed on an unexpected exception", turn.request_id, exc_info=e)
             finally:
                 self.counts["in_flight"] -= 1
+                if self.gate is not None:
+                    self.gate.freed()  # a slot waiting for in-flight requests to fall below a lowered cap may go
             out = self._record_or_fail(session, j, turn, intended, out)
             if out.status != "ok":
                 for k in range(j + 1, session.n_requests):
@@ -423,7 +413,7 @@ class PointRun:
         try:
             if self.plan.arrivals is not None and isinstance(http, http1.Pool):
                 await self._warm(http, start_mono)
-            _freeze_heap(start_mono)
+            freeze_heap(start_mono)
             # The open loop starts a little early: its sender builds the first requests and arms the timer for the
             # first due time (a sleep's wake-up can be a millisecond late; nothing is sent before it is due).
             early = OPEN_LOOP_EARLY_S if self.plan.arrivals is not None else 0.0
@@ -433,7 +423,9 @@ class PointRun:
             monitor.start()
             self.started_mono = max(time.perf_counter(), start_mono)
             if self.plan.phase_starts:
-                self.gate = PhaseGate(self.plan.phase_starts, self.plan.phase_slots, origin=start_mono)
+                self.gate = PhaseGate(
+                    self.plan.phase_starts, self.plan.phase_slots, start_mono, lambda: self.counts["in_flight"]
+                )
             level = (
                 self._closed_loop(http, start_mono) if self.plan.arrivals is None else self._open_loop(http, start_mono)
             )
