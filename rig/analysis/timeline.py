@@ -10,9 +10,10 @@ clock by their ``clock_offset_s``, server and GPU samples by the server node's o
   running requests, active speculative steps (``sglang:spec_num_steps``) and power are the means of the samples in
   the window (power summed over GPUs).
 - **Steady state** of a phase: from the first running-requests sample after which the gauge stays within
-  ``SETTLE_REL`` (or ``SETTLE_ABS`` requests) of its value over the phase's second half, until the phase ends or the
-  last send, whichever is first (the drain after the last send is never steady). Without the gauge the first window
-  after the change is dropped instead. A ramp has no steady state: its figures span the whole phase and say so.
+  ``SETTLE_REL`` (or ``SETTLE_ABS`` requests) of its value over the phase's second half -- or, if later, from when
+  the active steps settled (time to adapt, below) -- until the phase ends or the last send, whichever is first (the
+  drain after the last send is never steady). Without the running gauge the first window after the change is
+  dropped instead. A ramp has no steady state: its figures span the whole phase and say so.
 - **Time to adapt** after a change: until the active-steps gauge reaches its new steady value (the median of the
   phase's second half, within 0.5 of a step) and stays there; and until the window tok/s does (within
   ``SETTLE_REL``). None when it never settles inside the phase.
@@ -190,7 +191,7 @@ def settle_time(
 
 
 def _steady_span(
-    phase: LoadPhase, end: float, last_send: float, running: Samples, window_s: float
+    phase: LoadPhase, end: float, last_send: float, running: Samples, steps: Samples, window_s: float
 ) -> tuple[float | None, float | None, str]:
     """[from, to) of the phase's steady state and how it was found."""
     start = phase.start_s or 0.0
@@ -202,6 +203,11 @@ def _steady_span(
         if settled is None:
             return None, None, "running requests never settled"
         how = f"ramp-up {settled:.1f}s (running settled)"
+        adapted = settle_time(steps.t, steps.v, start, end, STEPS_TOL, 0.0, carry=True) if steps.t.size else 0.0
+        if adapted is None:
+            return None, None, "active steps never settled"
+        if adapted > settled:
+            settled, how = adapted, f"ramp-up {adapted:.1f}s (active steps settled)"
         frm = start + settled
     else:
         frm, how = start + window_s, f"first {window_s:g}s (no running gauge)"
@@ -226,7 +232,7 @@ def summarize_phases(
     for i, ph in enumerate(phases):
         start = ph.start_s or 0.0
         end = start + ph.duration_s
-        frm, to, how = _steady_span(ph, end, last_send, gauges["running"], window_s)
+        frm, to, how = _steady_span(ph, end, last_send, gauges["running"], gauges["spec_steps"], window_s)
         steps, tok = gauges["spec_steps"], _tok_s_series(ev, start, end, window_s)
         changed = i > 0
         figures: dict[str, float | None] = dict.fromkeys(
