@@ -294,6 +294,12 @@ def page_html(report: Report, plots: list[Path]) -> str:
         parts.append(_details(f"Goodput ({report.goodput[0]['slos']})", [table_html(report.goodput, GOODPUT_COLS)]))
     if report.energy or report.cost:
         parts.append(_details("Energy and cost per point", [*energy_html(report), _figures(plots, "energy_vs")]))
+    if report.timelines:
+        from rig.analysis.timeline_render import timeline_html
+        from rig.analysis.verdict import safe_name
+
+        shown = [timeline_html(tl, _figures(plots, f"timeline_{safe_name(tl.point)}")) for tl in report.timelines]
+        parts.append(_details("Load profile: steady state per phase, time to adapt, timeline", shown))
     parts.append(_details("Greedy losslessness", lossless_html(report), opened=not report.lossless.ok))
     return (
         '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'

@@ -14,6 +14,50 @@ def _f(x: float | None, fmt: str = ".1f", scale: float = 1.0) -> str:
     return "-" if x is None else format(x * scale, fmt)
 
 
+PHASE_HEADERS = (
+    "Phase",
+    "Load",
+    "Span (s)",
+    "Steady (s)",
+    "Output tok/s",
+    "TTFT p50 ms",
+    "TPOT p50 ms",
+    "Accept len",
+    "Running",
+    "Active steps",
+    "Power W",
+    "Steps adapt s",
+    "Tok/s adapt s",
+    "Excluded",
+)
+
+
+def phase_cells(tl: Timeline) -> list[list[str]]:
+    """The phase table's cells, one list per phase (terminal and HTML alike)."""
+    rows = []
+    for p in tl.phases:
+        steady = f"{p.steady_from_s:.1f}-{p.steady_to_s:.1f}" if p.steady_from_s is not None else "none"
+        rows.append(
+            [
+                str(p.phase),
+                p.label,
+                f"{p.start_s:g}-{p.end_s:g}",
+                steady,
+                _f(p.output_tok_s),
+                _f(p.ttft_p50_s, ".0f", 1e3),
+                _f(p.tpot_p50_s, ".1f", 1e3),
+                _f(p.accept_length, ".2f"),
+                _f(p.running),
+                _f(p.spec_steps, ".2f"),
+                _f(p.power_w, ".0f"),
+                _f(p.steps_adapt_s),
+                _f(p.tok_s_adapt_s),
+                p.excluded,
+            ]
+        )
+    return rows
+
+
 def phase_table(tl: Timeline) -> Table:
     """One row per phase: its steady-state figures (ramp-up and drain excluded) and the time to adapt."""
     t = Table(
@@ -21,30 +65,23 @@ def phase_table(tl: Timeline) -> Table:
         title_justify="left",
         header_style="bold",
     )
-    for name in ("Phase", "Load", "Span (s)", "Steady (s)", "Output tok/s", "TTFT p50 ms", "TPOT p50 ms"):
-        t.add_column(name, justify="right")
-    for name in ("Accept len", "Running", "Active steps", "Power W", "Steps adapt s", "Tok/s adapt s"):
-        t.add_column(name, justify="right")
-    t.add_column("Excluded")
-    for p in tl.phases:
-        steady = f"{p.steady_from_s:.1f}-{p.steady_to_s:.1f}" if p.steady_from_s is not None else "none"
-        t.add_row(
-            str(p.phase),
-            p.label,
-            f"{p.start_s:g}-{p.end_s:g}",
-            steady,
-            _f(p.output_tok_s),
-            _f(p.ttft_p50_s, ".0f", 1e3),
-            _f(p.tpot_p50_s, ".1f", 1e3),
-            _f(p.accept_length, ".2f"),
-            _f(p.running),
-            _f(p.spec_steps, ".2f"),
-            _f(p.power_w, ".0f"),
-            _f(p.steps_adapt_s),
-            _f(p.tok_s_adapt_s),
-            p.excluded,
+    for name in PHASE_HEADERS:
+        t.add_column(
+            name, justify="left" if name == "Excluded" else "right", min_width=26 if name == "Excluded" else None
         )
+    for cells in phase_cells(tl):
+        t.add_row(*cells)
     return t
+
+
+def timeline_html(tl: Timeline, figure: str) -> str:
+    """The phase table as HTML, then the point's figure (``figure``: its markup, or empty)."""
+    import html
+
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in PHASE_HEADERS)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in phase_cells(tl))
+    title = f"<h3>{html.escape(tl.point)} <small>({tl.window_s:g} s windows)</small></h3>"
+    return f'{title}<div class="scroll"><table><tr>{head}</tr>{body}</table></div>{figure}'
 
 
 def window_table(tl: Timeline) -> Table:

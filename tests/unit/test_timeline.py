@@ -5,8 +5,11 @@ import json
 
 import numpy as np
 import pytest
+from rich.console import Console
 from synthetic import point_entry, record, write_requests, write_run, write_server_metrics
 
+from rig.analysis.html import page_html
+from rig.analysis.render import render_report
 from rig.analysis.report import build_report, full_json
 from rig.analysis.runs import load_run
 from rig.analysis.timeline import Events, Samples, settle_time, summarize_phases, timeline
@@ -102,6 +105,11 @@ def test_the_report_shows_the_timeline_in_json_full_and_the_api(run_dir):
     assert out[0]["point"] == "p" and len(out[0]["windows"]) == 2 and len(out[0]["phases"]) == 2
     phases = open_run(run_dir).section("timeline_phases")
     assert list(phases.phase) == [0, 1] and phases.steps_adapt_s.iloc[1] == pytest.approx(2.0)
+    assert "Load profile: steady state per phase" in page_html(rep, [])
+    console = Console(width=250, record=True)
+    console.print(render_report(rep))
+    shown = console.export_text()
+    assert "Load profile · p" in shown and "Timeline · p (10 s windows)" in shown and "drain from 19.0s" in shown
 
 
 def test_a_point_without_a_profile_has_no_timeline(tmp_path):
