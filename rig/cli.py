@@ -295,6 +295,8 @@ def sweep(
         g[key.strip().replace("-", "_")] = [yaml.safe_load(v) for v in values.split(",")]
     # with the rest of the spec: a command template's placeholders are checked against the grid's knobs
     spec = resolve_spec(kw, steps, workloads, {"server_grid": g} if g else None)
+    if settings is not None and spec.load.profile:
+        raise click.UsageError("--search varies one fixed level per probe; a load profile is one point: drop one")
     if kw["dry_run"]:
         print_dry_run(spec)
         return
@@ -399,6 +401,8 @@ def tune(steps_csv: str | None, **kw: Any) -> None:
     if kw["workload"] and "," in kw["workload"]:
         raise click.BadParameter("rig tune answers for one workload", param_hint="--workload")
     spec = resolve_spec(kw, csv_ints("--steps", steps_csv), workloads)
+    if spec.load.profile:
+        raise click.UsageError("rig tune measures fixed levels; a load profile is one point (run it with rig run)")
     try:
         from rig.tune.predict import Replay
 

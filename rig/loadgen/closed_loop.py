@@ -48,12 +48,13 @@ async def _slot(run: ClosedRun, http: Http, todo: Iterator[Session], deadline: f
     """Slot ``k``: the next session of the shared iterator as soon as the last one ended (and the phase has room)."""
     while True:
         await asyncio.sleep(0)  # building sessions is synchronous: let a stop (or the flusher) in between
-        # (before the gate: from its admission to the send nothing awaits, so two slots never take one free place)
-        if run.gate is not None and not await run.gate.admit(k, deadline):
-            return  # no phase left that gives this slot room
+        # Taken before the gate's wait, so a slot that gets room at a phase change sends at once rather than after
+        # building a chunk of sessions; from the admission to the send nothing awaits (two slots never take one place).
         session = next(todo, None)
         if session is None:
             break
+        if run.gate is not None and not await run.gate.admit(k, deadline):
+            return  # no phase left that gives this slot room
         now = time.perf_counter()
         if (deadline is not None and now >= deadline) or run.unreachable:
             return

@@ -231,3 +231,17 @@ def test_every_record_carries_its_phase_and_no_send_exceeds_the_phases_cap(tmp_p
         assert others < caps[r.phase], (r.request_id, r.phase, others)
     unsent = t[t.send_ts.isna()]
     assert unsent.error.str.startswith("not sent").all() and unsent.phase.notna().all()
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["sweep", "--search", "concurrency", "--slo", "ttft=500ms"], "--search varies one fixed level"),
+        (["tune", "--slo", "ttft=500ms"], "rig tune measures fixed levels"),
+    ],
+)
+def test_search_and_tune_refuse_a_profile(argv, said):
+    from rig.cli import cli
+
+    result = CliRunner().invoke(cli, [*argv, "--load-profile", "1:2s,4:2s", "--dry-run"])
+    assert result.exit_code == 2 and said in result.output, result.output
