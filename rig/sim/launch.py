@@ -11,6 +11,7 @@ import sys
 
 from aiohttp import web
 
+from rig.sim.adaptive import AdaptiveConfigError, AdaptiveSpec, build_runtime_states, cuda_graph_bs, load_config
 from rig.sim.app import create_app
 from rig.sim.args import SGLANG_VERSION, ServerArgs, context_length_allowed, main_error, resolve
 from rig.sim.capacity import Capacity, CapacityError, compute_capacity
@@ -114,7 +115,44 @@ def _startup_lines(args: ServerArgs, cap: Capacity, profile: Profile) -> None:
         )
 
 
-def build_server(args: ServerArgs, profile: Profile, cap: Capacity, context_len: int, profile_path: str) -> SimServer:
+def graph_batch_sizes(args: ServerArgs, cap: Capacity) -> list[int]:
+    """The decode CUDA-graph batch sizes, up to --cuda-graph-max-bs-decode and the running-request limit."""
+    limit = cap.max_running_requests
+    if args.cuda_graph_max_bs_decode is not None:
+        limit = min(limit, args.cuda_graph_max_bs_decode)
+    return cuda_graph_bs(limit)
+
+
+def adaptive_spec(args: ServerArgs, cap: Capacity) -> AdaptiveSpec | None:
+    """The adaptive controller's configuration (the file was checked at resolution: args.py _resolve_adaptive)."""
+    if not (args.speculative and args.speculative_adaptive):
+        return None
+    try:
+        slots = load_config(args.speculative_adaptive_config, args.sim_sglang_version)
+    except AdaptiveConfigError as e:  # the file changed since the flags were resolved
+        main_error(str(e))
+    return AdaptiveSpec(slots, tuple(graph_batch_sizes(args, cap)))
+
+
+def _adaptive_startup(args: ServerArgs, spec: AdaptiveSpec) -> None:
+    """The controller's startup lines; on emulated 0.5.17 a tier wider than the startup one fails the launch."""
+    log.info(spec.controller(args.steps).startup_line())
+    lines, failure = build_runtime_states(spec, args.steps, args.sim_sglang_version)
+    for line in lines:
+        log.info(line)
+    if failure is not None:
+        log.error("Scheduler hit an exception: %s", failure)
+        main_error(f"SGLang {args.sim_sglang_version} fails at startup: {failure}")
+
+
+def build_server(
+    args: ServerArgs,
+    profile: Profile,
+    cap: Capacity,
+    context_len: int,
+    profile_path: str,
+    adaptive: AdaptiveSpec | None = None,
+) -> SimServer:
     """Metrics, engine (started) and handler state; must be called inside the event loop."""
     metrics = SimMetrics(
         args.served_model_name,
@@ -129,6 +167,7 @@ def build_server(args: ServerArgs, profile: Profile, cap: Capacity, context_len:
         chunked_prefill_size=args.chunked_prefill_size,
         max_prefill_tokens=args.max_prefill_tokens,
         new_token_ratio=profile.new_token_ratio,
+        adaptive=adaptive,
     )
     engine = Engine(
         profile,
@@ -197,7 +236,10 @@ def prepare(argv: list[str] | None = None) -> tuple[ServerArgs, Profile, Capacit
 
 async def serve(args: ServerArgs, profile: Profile, cap: Capacity, context_len: int, profile_path: str) -> None:
     _startup_lines(args, cap, profile)
-    srv = build_server(args, profile, cap, context_len, profile_path)
+    spec = adaptive_spec(args, cap)
+    if spec is not None:
+        _adaptive_startup(args, spec)
+    srv = build_server(args, profile, cap, context_len, profile_path, spec)
     if srv.chat_defaults:  # serving_chat.py logs this once
         log.info("Using default chat sampling params from model generation config: %s", srv.chat_defaults)
     engine = srv.engine

@@ -249,6 +249,10 @@ def server_info_dict(srv: SimServer) -> dict[str, Any]:
             "startup_time": srv.started,
         }
     )
+    if eng.sched.adaptive is not None:
+        # the scheduler's view carries the worker's active tier (eagle_worker_v2.py overrides it into the internal
+        # state); the top-level fields keep the startup value
+        state["speculative_num_steps"] = eng.sched.active_steps
     if srv.args.speculative and eng.avg_spec_accept_length is not None:
         state["avg_spec_accept_length"] = eng.avg_spec_accept_length
     info = dict(args)

@@ -107,7 +107,7 @@ def run_closed_loop(profile: Profile, sc: Scenario) -> LevelResult:
             ignore_eos=sc.ignore_eos,
             seed=None if sc.temperature == 0 else sc.seed * 100003 + i,
         )
-        plan = plan_request(profile, sc.steps, prompt_toks[j], keys[j], s)
+        plan = plan_request(profile, cfg.chain_steps, prompt_toks[j], keys[j], s)
         req = build_req(f"r{i}", plan, len(prompt_toks[j]), s, stable_hash("acc", sc.seed, i))
         sched.submit(req, now)
         sent += 1
