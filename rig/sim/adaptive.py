@@ -215,9 +215,7 @@ class AdaptiveController:
 
     def startup_line(self) -> str:
         first = self.slots[self.keys[0]]
-        return (
-            f"AdaptiveSpeculativeParams initialized: steps={first.current_steps}, candidate_steps={first.candidates}"
-        )
+        return f"AdaptiveSpeculativeParams initialized: steps={first.current_steps}, candidate_steps={first.candidates}"
 
 
 @dataclass(frozen=True)

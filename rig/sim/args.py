@@ -331,18 +331,19 @@ def resolve(argv: list[str] | None = None, parser: argparse.ArgumentParser | Non
     return args
 
 
+def _no_algorithm(ns: argparse.Namespace, warnings: list[str], fail: Any) -> None:
+    """Speculative flags without --speculative-algorithm: adaptive is switched off, the others refused."""
+    if ns.speculative_adaptive:
+        _resolve_adaptive(ns, warnings, fail)  # switches it off: no algorithm
+    for flag in ("speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens"):
+        if getattr(ns, flag) is not None:
+            fail(f"--{flag.replace('_', '-')} needs --speculative-algorithm")
+
+
 def _resolve_speculative(ns: argparse.Namespace, warnings: list[str], fail: Any) -> None:
     algo = ns.speculative_algorithm
     if algo is None:
-        if ns.speculative_adaptive:
-            warnings.append(
-                "speculative_adaptive disabled: speculative_algorithm=None (only EAGLE/EAGLE3 are supported). "
-                "Falling back to static speculative params."
-            )
-            ns.speculative_adaptive = False
-        for flag in ("speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens"):
-            if getattr(ns, flag) is not None:
-                fail(f"--{flag.replace('_', '-')} needs --speculative-algorithm")
+        _no_algorithm(ns, warnings, fail)
         return
     algo = algo.upper()
     if algo not in KNOWN_ALGORITHMS:
@@ -381,9 +382,7 @@ def adaptive_unsupported_reason(ns: argparse.Namespace) -> str | None:
     if ns.enable_dp_attention:
         return "attention DP is not supported (adaptive tier decisions are not synchronized across DP ranks)"
     if ns.enable_multi_layer_eagle:
-        return (
-            "enable_multi_layer_eagle=True is not supported (MultiLayerEagleWorkerV2 does not implement adaptive)"
-        )
+        return "enable_multi_layer_eagle=True is not supported (MultiLayerEagleWorkerV2 does not implement adaptive)"
     if ns.enable_two_batch_overlap:
         return (
             "enable_two_batch_overlap=True is not supported (adaptive state swap would discard the TboAttnBackend "

@@ -33,8 +33,7 @@ CAMPAIGN_FREE = (
     "d_fixed_ms",
     "acc_logit_loop",
     "greedy_repeat_onset_tokens",
-    "state_mb_base",
-    "state_mb_per_draft_token",
+    "mamba_state_mb_per_req",
 )
 # Real runs constrain timing and acceptance (they carry per-request acceptance); capacity comes from the server log.
 RUN_DIR_FREE = (

@@ -14,7 +14,7 @@ from aiohttp import web
 from rig.sim.adaptive import AdaptiveConfigError, AdaptiveSpec, build_runtime_states, cuda_graph_bs, load_config
 from rig.sim.app import create_app
 from rig.sim.args import SGLANG_VERSION, ServerArgs, context_length_allowed, main_error, resolve
-from rig.sim.capacity import Capacity, CapacityError, compute_capacity
+from rig.sim.capacity import Capacity, CapacityError, StateFlags, compute_capacity
 from rig.sim.engine import Engine
 from rig.sim.generation import GenerationConfigError, chat_defaults
 from rig.sim.profile import REFERENCE_PROFILE, Profile, ProfileError, load_profile
@@ -79,7 +79,9 @@ def _startup_lines(args: ServerArgs, cap: Capacity, profile: Profile) -> None:
         cap.kv_pool_gb / 2,
     )
     log.info(
-        "Mamba Cache is allocated. max_mamba_cache_size: %d, state size: %.2f GB", cap.state_limit, cap.state_pool_gb
+        "Mamba Cache is allocated. max_mamba_cache_size: %d, state size: %.2f GB",
+        cap.max_mamba_cache_size,
+        cap.state_pool_gb,
     )
     log.info("Memory pool end. avail mem=%.2f GB", cap.available_gpu_mem_gb + profile.graph_reserve_gb)
     phases = ["target verify", "draft decode"] if args.speculative else ["target decode"]
@@ -106,12 +108,14 @@ def _startup_lines(args: ServerArgs, cap: Capacity, profile: Profile) -> None:
         args.context_length,
         cap.available_gpu_mem_gb,
     )
-    if cap.state_limit < cap.configured_max_running:
+    requested = args.max_running_requests  # the flag, or the 48 speculation sets (args.py)
+    if requested is not None and cap.max_running_requests < requested:
+        # kv_cache_configurator.py resolve_max_num_reqs
         log.warning(
-            "max_running_requests is capped to %d by the mamba state cache (%.0f MB per request with %d draft tokens).",
-            cap.state_limit,
-            cap.state_mb_per_request,
-            args.speculative_num_draft_tokens or 0,
+            "max_running_requests was reduced from the requested %d to %d (per dp worker) due to the available KV "
+            "cache capacity.",
+            requested,
+            cap.max_running_requests,
         )
 
 
@@ -145,14 +149,7 @@ def _adaptive_startup(args: ServerArgs, spec: AdaptiveSpec) -> None:
         main_error(f"SGLang {args.sim_sglang_version} fails at startup: {failure}")
 
 
-def build_server(
-    args: ServerArgs,
-    profile: Profile,
-    cap: Capacity,
-    context_len: int,
-    profile_path: str,
-    adaptive: AdaptiveSpec | None = None,
-) -> SimServer:
+def build_server(args: ServerArgs, profile: Profile, cap: Capacity, context_len: int, profile_path: str) -> SimServer:
     """Metrics, engine (started) and handler state; must be called inside the event loop."""
     metrics = SimMetrics(
         args.served_model_name,
@@ -167,7 +164,7 @@ def build_server(
         chunked_prefill_size=args.chunked_prefill_size,
         max_prefill_tokens=args.max_prefill_tokens,
         new_token_ratio=profile.new_token_ratio,
-        adaptive=adaptive,
+        adaptive=adaptive_spec(args, cap),
     )
     engine = Engine(
         profile,
@@ -194,6 +191,18 @@ def build_server(
     return srv
 
 
+def state_flags(args: ServerArgs) -> StateFlags:
+    """The resolved flags that size the recurrent-state pool (after --enable-deterministic-inference's changes)."""
+    return StateFlags(
+        disable_radix_cache=bool(args.disable_radix_cache),
+        disable_overlap_schedule=bool(args.disable_overlap_schedule),
+        mamba_radix_cache_strategy=args.mamba_radix_cache_strategy,
+        max_mamba_cache_size=args.max_mamba_cache_size,
+        mamba_full_memory_ratio=args.mamba_full_memory_ratio,
+        page_size=int(args.page_size or 1),
+    )
+
+
 def prepare(argv: list[str] | None = None) -> tuple[ServerArgs, Profile, Capacity, int, str]:
     """Resolve flags, load the profile, size memory: (args, profile, capacity, context_len, profile_path)."""
     args = resolve(argv)
@@ -218,6 +227,7 @@ def prepare(argv: list[str] | None = None) -> tuple[ServerArgs, Profile, Capacit
             max_running_requests=args.max_running_requests,
             max_total_tokens=args.max_total_tokens,
             context_length=context_len,
+            flags=state_flags(args),
         )
     except CapacityError as e:
         main_error(str(e))
@@ -239,7 +249,7 @@ async def serve(args: ServerArgs, profile: Profile, cap: Capacity, context_len: 
     spec = adaptive_spec(args, cap)
     if spec is not None:
         _adaptive_startup(args, spec)
-    srv = build_server(args, profile, cap, context_len, profile_path, spec)
+    srv = build_server(args, profile, cap, context_len, profile_path)
     if srv.chat_defaults:  # serving_chat.py logs this once
         log.info("Using default chat sampling params from model generation config: %s", srv.chat_defaults)
     engine = srv.engine

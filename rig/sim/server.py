@@ -246,6 +246,8 @@ def server_info_dict(srv: SimServer) -> dict[str, Any]:
                 "mamba_state": cap.state_pool_gb,
             },
             "world_size": srv.args.tp_size,
+            # the scheduler's server_args carry the resolved state-pool size (kv_cache_configurator.py overrides it)
+            "max_mamba_cache_size": cap.max_mamba_cache_size,
             "startup_time": srv.started,
         }
     )
@@ -271,6 +273,7 @@ def server_info_dict(srv: SimServer) -> dict[str, Any]:
                 "profile_path": srv.profile_path,
                 "state_limit_max_running_requests": cap.state_limit,
                 "state_mb_per_request": cap.state_mb_per_request,
+                "mamba_ratio": cap.mamba_ratio,
             },
         }
     )
