@@ -20,6 +20,7 @@ from rig.sim.adaptive import (
     load_config,
 )
 from rig.sim.args import ArgsError, _CheckingParser, build_parser, check_argv, resolve
+from rig.sim.launch import _adaptive_startup
 
 SLOT_1 = SlotConfig(candidate_steps=(1, 3, 5, 7), down_hysteresis=-0.25)  # 0.5.23's slot "1"
 
@@ -221,11 +222,94 @@ def test_runtime_states_and_the_0_5_17_logits_buffer_failure():
 
 
 def test_0_5_17_launch_fails_with_one_line(capsys):
-    from rig.sim.launch import _adaptive_startup, adaptive_spec, prepare
-
-    args, _, cap, _, _ = prepare(_argv("--sim-sglang-version", "0.5.17", "--tp-size", "4"))
+    args = resolve(_argv("--sim-sglang-version", "0.5.17"))
     with pytest.raises(SystemExit) as e:
-        _adaptive_startup(args, adaptive_spec(args, cap))
+        _adaptive_startup(args, AdaptiveSpec(load_config(None, "0.5.17"), tuple(cuda_graph_bs(48))))
     assert e.value.code == 1
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "SGLang 0.5.17 fails at startup: AssertionError: shared logits buffer holds" in err[0]
+    assert err == [
+        "rig.sim: error: SGLang 0.5.17 fails at startup: AssertionError: shared logits buffer holds 192 rows but "
+        "caller needs 384 (vocab_size=248320)"
+    ]
+
+
+def _scenario(concurrency: int, n: int, **kw):
+    from rig.sim.virtual import Scenario
+
+    prompt = "Tell me about the history of the city, its people and the rivers that shaped its trade."
+    return Scenario(steps=3, concurrency=concurrency, n_requests=n, output_tokens=(400,), prompts=(prompt,), **kw)
+
+
+def test_each_decode_costs_and_commits_at_the_active_tier():
+    """On the virtual clock every decode's duration is the cost of the tier the controller routed it to, and a
+    steps-0 decode still pays the one-token verify plus the draft extend."""
+    from rig.sim.cost import ForwardCost
+    from rig.sim.profile import load_profile
+    from rig.sim.requests import Sampling, build_req, plan_request, prompt_key
+    from rig.sim.scheduler import Scheduler
+    from rig.sim.virtual import engine_config
+
+    prof = load_profile()
+    cfg = engine_config(prof, 3, adaptive=True)
+    cost = ForwardCost(prof, 4)
+    sched = Scheduler(cfg, cost)
+    assert cfg.chain_steps == 7
+    for i in range(12):
+        s = Sampling(max_new_tokens=300, temperature=0.0, ignore_eos=True)
+        plan = plan_request(prof, cfg.chain_steps, ["a", "b"], prompt_key([i]), s)
+        sched.submit(build_req(f"r{i}", plan, 2, s, i), 0.0)
+    t, seen = 0.0, set()
+    while sched.busy:
+        it = sched.plan(t)
+        assert it is not None
+        if it.kind == "decode":
+            b = len(it.reqs)
+            assert it.steps == sched.adaptive.active if sched.adaptive else False
+            assert it.duration == cost.decode(b, it.steps, it.ctx, True) and it.tokens == b * (it.steps + 1)
+            seen.add((sched.adaptive.slot_key(b), it.steps))
+        sched.complete(it, t + it.duration, t)
+        t += it.duration
+    assert {steps for key, steps in seen if key == 8} <= {0, 1, 3} and any(k == 8 for k, _ in seen)
+    assert cost.decode(8, 0, 1000, True) == cost.target(8, 1000) + cost.draft(8) > cost.decode(8, 0, 1000)
+
+
+def test_the_tier_follows_the_load_on_the_virtual_clock():
+    """One request at a time: slot "1" climbs past 3 once greedy output repeats (acceptance near 1); 16 at once
+    route to slot "8" ([0, 1, 3]): never above 3 while they run."""
+    from rig.sim.profile import load_profile
+    from rig.sim.virtual import run_closed_loop
+
+    prof = load_profile()
+    alone = run_closed_loop(prof, _scenario(1, 3, adaptive=True)).extra
+    crowd = run_closed_loop(prof, _scenario(16, 32, adaptive=True)).extra
+    assert alone["mean_active_steps"] > 3 and alone["switches"] >= 1
+    assert crowd["mean_active_steps"] <= 3 + 1e-9
+    assert run_closed_loop(prof, _scenario(1, 3)).extra == {}  # static: no controller
+
+
+def test_gauges_and_internal_states_show_the_active_tier_and_the_top_level_the_startup():
+    """The decode log sets sglang:spec_num_steps / spec_num_draft_tokens from the active tier (metrics_reporter.py
+    _active_spec_config_snapshot); /server_info's internal state carries it, the top level keeps the startup 3."""
+    import asyncio
+
+    from rig.sim.launch import build_server, prepare
+    from rig.sim.scheduler import Iteration
+    from rig.sim.server import server_info_dict
+
+    async def go():
+        srv = build_server(*prepare(_argv("--tp-size", "4", "--decode-log-interval", "1")))
+        await srv.engine.stop()  # no real-time loop: drive the bookkeeping by hand
+        eng = srv.engine
+        m = eng.metrics
+        startup = (m.spec_num_steps._value.get(), server_info_dict(srv)["internal_states"][0]["speculative_num_steps"])
+        eng.sched.adaptive._activate(1)  # the controller switched (as on_verify_complete does)
+        eng.sched.counters.verify_calls = 1
+        eng._account(Iteration("decode", 0.01, [], steps=1), eng.loop.time())
+        info = server_info_dict(srv)
+        return startup, m.spec_num_steps._value.get(), m.spec_num_draft_tokens._value.get(), info
+
+    startup, steps, draft, info = asyncio.run(go())
+    assert startup == (3, 3)
+    assert (steps, draft) == (1, 2)
+    assert info["internal_states"][0]["speculative_num_steps"] == 1
+    assert info["speculative_num_steps"] == 3 and info["speculative_num_draft_tokens"] == 4

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from rig.sim.capacity import CapacityError, StateFlags, compute_capacity, mamba_ratio
+from rig.sim.launch import prepare
 from rig.sim.profile import load_profile
 
 
@@ -96,8 +97,6 @@ def test_a_state_pool_too_small_fails_in_sglangs_words(ref):
 def test_launch_honours_the_flags_and_deterministic_inference_turns_radix_off():
     """--enable-deterministic-inference on the simulated Blackwell picks flashinfer attention, which turns the radix
     cache off (resolution.py): the state pool then holds the 48 running requests."""
-    from rig.sim.launch import prepare
-
     base = [
         "--model-path",
         "m",
