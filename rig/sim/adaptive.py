@@ -1,10 +1,11 @@
 """SGLang's adaptive speculative decoding: per batch-size slot, an EMA of accepted drafts picks the draft steps.
 
-Modelled on srt/speculative/adaptive_spec_params.py (AdaptiveStepSlot, AdaptiveSpeculativeParams,
-_load_adaptive_config), adaptive_step_router.py (AdaptiveStepRouter.batch_size_key_for_batch) and
-adaptive_runtime_state.py (AdaptiveController) of SGLang 0.5.23; rig/sim/scheduler.py drives it once per decode
-batch, as eagle_worker_v2.py does: the routed slot's steps are activated before the draft (activate_step_by_batch),
-and the verify's accepted drafts per request are fed back after it (on_verify_complete).
+Modelled on SGLang 0.5.23's srt/speculative/adaptive_spec_params.py (DEFAULT_ADAPTIVE_CONFIG: lines 28-53,
+_load_adaptive_config: 103-140, AdaptiveStepSlot: 153-272, AdaptiveSpeculativeParams._route: 342-358) and
+adaptive_runtime_state.py (AdaptiveController); 0.5.17's file is the same but for slot "1"'s [1, 3, 7] (lines 22-47).
+rig/sim/scheduler.py drives it once per decode batch, as eagle_worker_v2.py does: the routed slot's steps are
+activated before the draft (activate_step_by_batch, line 1445), and the verify's accepted drafts per request are fed
+back after it (on_verify_complete_cpu, line 1763).
 """
 
 from __future__ import annotations
@@ -74,18 +75,12 @@ def _read_json(path: str) -> Any:
 
 
 def load_config(path: str | None, version: str = "0.5.23") -> dict[int, SlotConfig]:
-    """The slots of a config file, or of the version's default table (adaptive_spec_params.py _load_adaptive_config
-    and resolve_adaptive_strategy, with SGLang's error wording)."""
+    """The slots of a config file, or of the version's default table (0.5.23 adaptive_spec_params.py:103-140
+    _load_adaptive_config, with SGLang's error wording; a top-level key that is not a batch size, like a later
+    release's "strategy", is ignored as 0.5.23 ignores it). SGLang itself crashes on a file that is not an object."""
     cfg = DEFAULT_CONFIGS[version] if path is None else _read_json(path)
     if not isinstance(cfg, dict):
         raise AdaptiveConfigError(f"speculative adaptive config must be a JSON object, got {type(cfg).__name__}")
-    strategy = cfg.get("strategy", "ema")
-    if strategy not in ("ema", "throughput_aware"):
-        raise AdaptiveConfigError(
-            f"speculative adaptive config 'strategy' must be 'ema' or 'throughput_aware', got {strategy!r}"
-        )
-    if strategy == "throughput_aware":
-        raise AdaptiveConfigError("adaptive strategy 'throughput_aware' is not modelled by the simulator (use 'ema')")
     slots: dict[int, SlotConfig] = {}
     for key, entry in cfg.items():
         if not key.isdigit():
@@ -208,8 +203,14 @@ class AdaptiveController:
             self._activate(slot.current_steps)
 
     def _activate(self, steps: int) -> None:
-        if steps != self.active:
-            log.info("Switch adaptive runtime state: steps %d -> %d", self.active, steps)
+        if steps != self.active:  # eagle_worker_v2.py:1861-1872 apply_runtime_state
+            log.info(
+                "Switch adaptive runtime state: steps %d -> %d, draft_tokens %d -> %d",
+                self.active,
+                steps,
+                self.active + 1,
+                steps + 1,
+            )
             self.active = steps
             self.switches += 1
 

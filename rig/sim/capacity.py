@@ -2,7 +2,8 @@
 
 Qwen3.5 is a hybrid model: most layers are linear attention (GDN) with a fixed-size recurrent (Mamba) state per
 request slot, and speculative verification keeps one more state per draft token for rollback. SGLang sizes this as
-mem_cache/kv_cache_configurator.py does (_handle_max_mamba_cache, _calculate_mamba_ratio, resolve_max_num_reqs):
+mem_cache/kv_cache_configurator.py of 0.5.23 does (_handle_max_mamba_cache: lines 3229-3400, _calculate_mamba_ratio:
+3062-3088, resolve_max_num_reqs; the same in 0.5.17):
 the state pool takes r/(1+r) of the memory left after weights (r: --mamba-full-memory-ratio, 0.9), each running
 request holds `ratio` state slots (the radix cache's copies) plus D draft-token states, so a running request costs
 (ratio + D) * p and the limit is max_mamba_cache_size // ratio. The KV pool gets what the states leave.
@@ -84,7 +85,8 @@ def _state_slots(rest_gb: float, p_gb: float, d: int, ratio: int, configured: in
         return configured
     r = f.mamba_full_memory_ratio if f.mamba_full_memory_ratio is not None else MAMBA_FULL_MEMORY_RATIO
     budget = rest_gb * r / (1 + r)
-    return int(budget // (p_gb * (1 + d / ratio))) if d else int(budget // p_gb)
+    # 0.5.23 keeps one padding slot in each buffer (memory_pool.py): the (1 + D) term
+    return int((budget - p_gb * (1 + d)) // (p_gb * (1 + d / ratio))) if d else int((budget - p_gb) // p_gb)
 
 
 def compute_capacity(
@@ -126,7 +128,7 @@ def compute_capacity(
     intermediate_reqs = slots if (f.disable_radix_cache and f.max_mamba_cache_size is None) else state_limit
     if configured_flag is not None:
         intermediate_reqs = min(intermediate_reqs, configured_flag)
-    state_gb = slots * p_gb + intermediate_reqs * d * p_gb
+    state_gb = (slots + 1) * p_gb + (intermediate_reqs + 1) * d * p_gb  # +1: each buffer's padding slot
     kv_gb = rest - state_gb
     if kv_gb <= 0:
         raise CapacityError(

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from rig.sim.adaptive import AdaptiveSpec, cuda_graph_bs, load_config
-from rig.sim.capacity import compute_capacity
+from rig.sim.capacity import StateFlags, compute_capacity
 from rig.sim.cost import ForwardCost
 from rig.sim.profile import Profile
 from rig.sim.requests import Sampling, build_req, plan_request, prompt_key
@@ -37,6 +37,7 @@ class Scenario:
     adaptive: bool = False  # --speculative-adaptive (steps: the startup tier)
     adaptive_config: str | None = None  # --speculative-adaptive-config; None: the version's default table
     sglang_version: str = "0.5.23"
+    state_flags: StateFlags | None = None  # launch flags that size the state pool (None: SGLang's defaults)
 
 
 @dataclass
@@ -73,6 +74,7 @@ def engine_config(
     adaptive: bool = False,
     adaptive_config: str | None = None,
     sglang_version: str = "0.5.23",
+    state_flags: StateFlags | None = None,
 ) -> EngineConfig:
     """The limits a server with default flags would use (and its adaptive controller, if asked for)."""
     cap = compute_capacity(
@@ -84,6 +86,7 @@ def engine_config(
         max_running_requests=None,
         max_total_tokens=None,
         context_length=int(profile.context_length),
+        flags=state_flags,
     )
     spec = None
     if adaptive and steps > 0:
@@ -103,7 +106,7 @@ def engine_config(
 
 def run_closed_loop(profile: Profile, sc: Scenario) -> LevelResult:
     """Simulate one level in virtual time; deterministic for a given profile and scenario."""
-    cfg = engine_config(profile, sc.steps, sc.tp, sc.adaptive, sc.adaptive_config, sc.sglang_version)
+    cfg = engine_config(profile, sc.steps, sc.tp, sc.adaptive, sc.adaptive_config, sc.sglang_version, sc.state_flags)
     if sc.max_running is not None or sc.kv_pool_tokens is not None:
         cfg = replace(
             cfg, max_running=sc.max_running or cfg.max_running, kv_pool_tokens=sc.kv_pool_tokens or cfg.kv_pool_tokens
