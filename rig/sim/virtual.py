@@ -138,6 +138,7 @@ def run_closed_loop(profile: Profile, sc: Scenario) -> LevelResult:
     peak = 0
     area = 0.0
     steps_area = decode_time = 0.0  # time-weighted active tier over the decodes
+    by_slot: dict[int, tuple[float, float]] = {}  # adaptive: per batch-size slot, (steps x time, time)
     while sched.busy:
         it = sched.plan(t)
         if it is None:  # cannot happen while busy (something can always be admitted when nothing runs)
@@ -148,6 +149,10 @@ def run_closed_loop(profile: Profile, sc: Scenario) -> LevelResult:
         if it.kind == "decode":
             steps_area += it.steps * it.duration
             decode_time += it.duration
+            if sched.adaptive is not None:
+                key = sched.adaptive.slot_key(len(it.reqs))
+                a, d = by_slot.get(key, (0.0, 0.0))
+                by_slot[key] = (a + it.steps * it.duration, d + it.duration)
         for r in sched.complete(it, t_end, t):
             if r.done:
                 results.append(_result(r))
@@ -160,6 +165,7 @@ def run_closed_loop(profile: Profile, sc: Scenario) -> LevelResult:
             "mean_active_steps": steps_area / decode_time if decode_time > 0 else float(cfg.steps),
             "switches": sched.adaptive.switches,
             "final_steps": sched.active_steps,
+            "mean_steps_by_slot": {k: a / d for k, (a, d) in sorted(by_slot.items()) if d > 0},
         }
     return LevelResult(results, cfg.max_running, peak, area / t if t > 0 else 0.0, extra)
 
