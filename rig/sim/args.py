@@ -20,6 +20,9 @@ if TYPE_CHECKING:
 
 PROG = "rig.sim"
 SGLANG_VERSION = "0.5.23"  # the release whose parser the flag table was generated from
+# Releases whose behaviour differs where the simulator models it (--sim-sglang-version; the flag table stays 0.5.23's):
+# 0.5.17's adaptive default table and its startup crash (rig/sim/adaptive.py, rig/sim/launch.py).
+SGLANG_VERSIONS = ("0.5.17", "0.5.23")
 ARGS_TABLE = Path(__file__).parent / "data" / f"sglang_args_{SGLANG_VERSION.replace('.', '_')}.json"
 # Options whose value changes what the simulator does; every other SGLang option is accepted and ignored.
 MODELLED = frozenset(
@@ -59,6 +62,13 @@ MODELLED = frozenset(
         "speculative_num_draft_tokens",
         "enable_deterministic_inference",
         "sampling_defaults",
+        "speculative_adaptive",
+        "speculative_adaptive_config",
+        "disable_overlap_schedule",
+        "mamba_radix_cache_strategy",
+        "max_mamba_cache_size",
+        "mamba_full_memory_ratio",
+        "cuda_graph_max_bs_decode",
     }
 )
 MODELLED_ALGORITHMS = {"EAGLE", "EAGLE3", "NEXTN"}  # chain drafts from an MTP head / EAGLE draft
@@ -202,6 +212,12 @@ def build_parser(cls: type[argparse.ArgumentParser] = _Parser) -> argparse.Argum
     )
     a("--sim-no-access-log", action="store_true", help="do not log one line per HTTP request")
     a(
+        "--sim-sglang-version",
+        choices=SGLANG_VERSIONS,
+        default=SGLANG_VERSIONS[-1],
+        help="the SGLang release to emulate where releases differ (adaptive speculation's defaults and failures)",
+    )
+    a(
         "--sim-fault",
         action="append",
         default=[],
@@ -315,12 +331,19 @@ def resolve(argv: list[str] | None = None, parser: argparse.ArgumentParser | Non
     return args
 
 
+def _no_algorithm(ns: argparse.Namespace, warnings: list[str], fail: Any) -> None:
+    """Speculative flags without --speculative-algorithm: adaptive is switched off, the others refused."""
+    if ns.speculative_adaptive:
+        _resolve_adaptive(ns, warnings, fail)  # switches it off: no algorithm
+    for flag in ("speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens"):
+        if getattr(ns, flag) is not None:
+            fail(f"--{flag.replace('_', '-')} needs --speculative-algorithm")
+
+
 def _resolve_speculative(ns: argparse.Namespace, warnings: list[str], fail: Any) -> None:
     algo = ns.speculative_algorithm
     if algo is None:
-        for flag in ("speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens"):
-            if getattr(ns, flag) is not None:
-                fail(f"--{flag.replace('_', '-')} needs --speculative-algorithm")
+        _no_algorithm(ns, warnings, fail)
         return
     algo = algo.upper()
     if algo not in KNOWN_ALGORITHMS:
@@ -328,6 +351,8 @@ def _resolve_speculative(ns: argparse.Namespace, warnings: list[str], fail: Any)
     if algo not in MODELLED_ALGORITHMS:
         fail(f"speculative algorithm {algo} is not modelled by the simulator (it models EAGLE/EAGLE3/NEXTN chains)")
     ns.speculative_algorithm = "EAGLE" if algo == "NEXTN" else algo  # NEXTN is an alias of EAGLE
+    if ns.speculative_adaptive:
+        _resolve_adaptive(ns, warnings, fail)
     if ns.max_running_requests is None:
         ns.max_running_requests = 48
         warnings.append(MAX_RUNNING_WARNING)
@@ -346,6 +371,53 @@ def _resolve_speculative(ns: argparse.Namespace, warnings: list[str], fail: Any)
         warnings.append(DRAFT_TOKENS_WARNING)
     if ns.speculative_draft_model_path is not None and ns.speculative_draft_model_revision is None:
         ns.speculative_draft_model_revision = "main"
+
+
+def adaptive_unsupported_reason(ns: argparse.Namespace) -> str | None:
+    """Why SGLang switches adaptive speculation off (adaptive_spec_params.py adaptive_unsupported_reason)."""
+    if ns.speculative_algorithm not in ("EAGLE", "EAGLE3"):
+        return f"speculative_algorithm={ns.speculative_algorithm} (only EAGLE/EAGLE3 are supported)"
+    if ns.speculative_eagle_topk is not None and ns.speculative_eagle_topk != 1:
+        return f"speculative_eagle_topk={ns.speculative_eagle_topk} (only topk=1 is supported)"
+    if ns.enable_dp_attention:
+        return "attention DP is not supported (adaptive tier decisions are not synchronized across DP ranks)"
+    if ns.enable_multi_layer_eagle:
+        return "enable_multi_layer_eagle=True is not supported (MultiLayerEagleWorkerV2 does not implement adaptive)"
+    if ns.enable_two_batch_overlap:
+        return (
+            "enable_two_batch_overlap=True is not supported (adaptive state swap would discard the TboAttnBackend "
+            "wrapper)"
+        )
+    if ns.enable_pdmux:
+        return "enable_pdmux=True is not supported (adaptive state swap does not update decode_attn_backend_group)"
+    return None
+
+
+def _resolve_adaptive(ns: argparse.Namespace, warnings: list[str], fail: Any) -> None:
+    """speculative_hook.py _maybe_disable_adaptive and _init_adaptive_speculative_params: switch adaptive off with a
+    warning where unsupported; else read the config (a bad file fails the launch), default topk to 1 and the steps to
+    the candidate union's median, refuse steps outside the union, and set draft tokens to steps + 1."""
+    from rig.sim.adaptive import AdaptiveConfigError, candidate_union, load_config
+
+    reason = adaptive_unsupported_reason(ns)
+    if reason is not None:
+        warnings.append(f"speculative_adaptive disabled: {reason}. Falling back to static speculative params.")
+        ns.speculative_adaptive = False
+        return
+    try:
+        union = candidate_union(load_config(ns.speculative_adaptive_config, ns.sim_sglang_version))
+    except AdaptiveConfigError as e:
+        fail(str(e))
+    if ns.speculative_eagle_topk is None:
+        ns.speculative_eagle_topk = 1
+    if ns.speculative_num_steps is None:
+        ns.speculative_num_steps = union[len(union) // 2]
+    if ns.speculative_num_steps not in union:
+        fail(
+            f"--speculative-num-steps={ns.speculative_num_steps} is not in the adaptive config candidate_steps "
+            f"{union}. Pass one of those values."
+        )
+    ns.speculative_num_draft_tokens = ns.speculative_num_steps + 1
 
 
 def context_length_allowed(requested: int, model_max: int) -> bool:

@@ -37,11 +37,13 @@ class ForwardCost:
         """One draft-head forward over n_tokens tokens."""
         return self.d_fixed + self.d_tok * n_tokens
 
-    def decode(self, batch: int, steps: int, ctx_tokens: int) -> float:
+    def decode(self, batch: int, steps: int, ctx_tokens: int, speculative: bool | None = None) -> float:
         """One decode iteration: without speculation a plain forward; with it, k draft steps, a verify of
-        batch * (k + 1) tokens and one draft extend over the verified tokens."""
+        batch * (k + 1) tokens and one draft extend over the verified tokens. An adaptive server at steps 0 still
+        verifies the one bonus token and runs the draft extend over it (eagle_worker_v2.py, the zero-step branch)."""
         if steps <= 0:
-            return self.target(batch, ctx_tokens)
+            zero_step = self.target(batch, ctx_tokens)
+            return zero_step + self.draft(batch) if speculative else zero_step
         q = steps + 1
         return self.target(batch * q, ctx_tokens) + steps * self.draft(batch) + self.draft(batch * q)
 

@@ -155,7 +155,7 @@ class Engine:
                 stable_hash("seed", self.seed, self._n) % (2**31),
             )
         key = prompt_key(ids)
-        plan = plan_request(self.profile, self.cfg.steps, toks, key, s)
+        plan = plan_request(self.profile, self.cfg.chain_steps, toks, key, s)
         cached = self.cache.match(ids) if self.cache is not None else 0
         req = build_req(rid, plan, len(ids), s, stable_hash("acc", self.seed, self._n), cached=cached)
         now = self.loop.time()
@@ -338,12 +338,17 @@ class Engine:
         ]
         if self.cfg.steps > 0 and verify:
             al = (c.decode_tokens - self._iv_dec_tokens) / verify
+            # metrics_reporter.py report_decode_stats divides by the startup draft count (server_args
+            # speculative_num_draft_tokens - 1), not the active tier's: under adaptive the rate is off the same way
             rate = accepted / (verify * self.cfg.steps)
             m.spec_accept_length.set(al)
             m.spec_accept_rate.set(rate)
             parts.append(f"accept len: {al:.2f}, accept rate: {rate:.2f}, ")
             if c.verify_calls:
                 self.avg_spec_accept_length = c.decode_tokens / c.verify_calls
+            # the gauges read the worker's active tier at each decode log (_active_spec_config_snapshot)
+            m.spec_num_steps.set(self.sched.active_steps)
+            m.spec_num_draft_tokens.set(self.sched.active_steps + 1)
         parts.append(
             f"cuda graph: True, gen throughput (token/s): {self.last_gen_throughput:.2f}, "
             f"#queue-req: {len(self.sched.waiting)}"

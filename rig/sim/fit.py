@@ -14,12 +14,13 @@ import os
 import shlex
 from collections.abc import Callable, Iterable
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
 import yaml
 
+from rig.sim.capacity import StateFlags
 from rig.sim.profile import SPEC_BY_NAME, Profile
 from rig.sim.virtual import Scenario, engine_config, run_closed_loop, summarize
 
@@ -33,8 +34,7 @@ CAMPAIGN_FREE = (
     "d_fixed_ms",
     "acc_logit_loop",
     "greedy_repeat_onset_tokens",
-    "state_mb_base",
-    "state_mb_per_draft_token",
+    "mamba_state_mb_per_req",
 )
 # Real runs constrain timing and acceptance (they carry per-request acceptance); capacity comes from the server log.
 RUN_DIR_FREE = (
@@ -60,6 +60,7 @@ class Target:
     scenario: Scenario | None = None  # None for max_running (no simulation needed)
     steps: int = 0  # for max_running
     weight: float = 1.0
+    state_flags: StateFlags | None = None  # for max_running: the launch flags that size the state pool
     ratio_of: tuple[str, str] | None = None  # metric = ratio: label_a / label_b of two other targets
 
 
@@ -91,10 +92,21 @@ def campaign_workload(d: dict) -> tuple[tuple[str, ...], tuple[int, ...] | None]
     return prompts, tuple(int(n) for _, n in TEMPLATES)
 
 
+def campaign_flags(path: Path = CAMPAIGN_DATA) -> StateFlags:
+    """The launch flags the campaign is assumed to have run with (campaign.yaml launch_flags)."""
+    d = yaml.safe_load(Path(path).read_text())
+    return StateFlags(**(d.get("launch_flags") or {}))
+
+
 def campaign_targets(path: Path = CAMPAIGN_DATA) -> list[Target]:
-    """The campaign's figures as targets, with the campaign client's behaviour as scenarios."""
+    """The campaign's figures as targets, with the campaign client's behaviour (and launch flags) as scenarios."""
     d = yaml.safe_load(Path(path).read_text())
     prompts, lengths = campaign_workload(d)
+    return [replace(t, scenario=replace(t.scenario, state_flags=campaign_flags(path)) if t.scenario else None,
+                    state_flags=campaign_flags(path)) for t in _campaign_targets(d, prompts, lengths)]  # fmt: skip
+
+
+def _campaign_targets(d: dict, prompts: tuple[str, ...], lengths: tuple[int, ...] | None) -> list[Target]:
     out: list[Target] = []
     rows = d["steps4_table"]
     for r in rows:
@@ -218,7 +230,7 @@ def evaluate(
         if t.metric == "ratio":
             continue
         if t.metric == "max_running":
-            sim = float(engine_config(profile, t.steps).max_running)
+            sim = float(engine_config(profile, t.steps, state_flags=t.state_flags).max_running)
         else:
             assert t.scenario is not None
             sim = cache[t.scenario][t.metric]

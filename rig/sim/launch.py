@@ -11,9 +11,10 @@ import sys
 
 from aiohttp import web
 
+from rig.sim.adaptive import AdaptiveConfigError, AdaptiveSpec, build_runtime_states, cuda_graph_bs, load_config
 from rig.sim.app import create_app
 from rig.sim.args import SGLANG_VERSION, ServerArgs, context_length_allowed, main_error, resolve
-from rig.sim.capacity import Capacity, CapacityError, compute_capacity
+from rig.sim.capacity import Capacity, CapacityError, StateFlags, compute_capacity
 from rig.sim.engine import Engine
 from rig.sim.generation import GenerationConfigError, chat_defaults
 from rig.sim.profile import REFERENCE_PROFILE, Profile, ProfileError, load_profile
@@ -78,7 +79,9 @@ def _startup_lines(args: ServerArgs, cap: Capacity, profile: Profile) -> None:
         cap.kv_pool_gb / 2,
     )
     log.info(
-        "Mamba Cache is allocated. max_mamba_cache_size: %d, state size: %.2f GB", cap.state_limit, cap.state_pool_gb
+        "Mamba Cache is allocated. max_mamba_cache_size: %d, state size: %.2f GB",
+        cap.max_mamba_cache_size,
+        cap.state_pool_gb,
     )
     log.info("Memory pool end. avail mem=%.2f GB", cap.available_gpu_mem_gb + profile.graph_reserve_gb)
     phases = ["target verify", "draft decode"] if args.speculative else ["target decode"]
@@ -105,13 +108,45 @@ def _startup_lines(args: ServerArgs, cap: Capacity, profile: Profile) -> None:
         args.context_length,
         cap.available_gpu_mem_gb,
     )
-    if cap.state_limit < cap.configured_max_running:
+    requested = args.max_running_requests  # the flag, or the 48 speculation sets (args.py)
+    if requested is not None and cap.max_running_requests < requested:
+        # kv_cache_configurator.py resolve_max_num_reqs
         log.warning(
-            "max_running_requests is capped to %d by the mamba state cache (%.0f MB per request with %d draft tokens).",
-            cap.state_limit,
-            cap.state_mb_per_request,
-            args.speculative_num_draft_tokens or 0,
+            "max_running_requests was reduced from the requested %d to %d (per dp worker) due to the available KV "
+            "cache capacity.",
+            requested,
+            cap.max_running_requests,
         )
+
+
+def graph_batch_sizes(args: ServerArgs, cap: Capacity) -> list[int]:
+    """The decode CUDA-graph batch sizes, up to --cuda-graph-max-bs-decode and the running-request limit."""
+    limit = cap.max_running_requests
+    if args.cuda_graph_max_bs_decode is not None:
+        limit = min(limit, args.cuda_graph_max_bs_decode)
+    return cuda_graph_bs(limit)
+
+
+def adaptive_spec(args: ServerArgs, cap: Capacity) -> AdaptiveSpec | None:
+    """The adaptive controller's configuration (the file was checked at resolution: args.py _resolve_adaptive)."""
+    if not (args.speculative and args.speculative_adaptive):
+        return None
+    try:
+        slots = load_config(args.speculative_adaptive_config, args.sim_sglang_version)
+    except AdaptiveConfigError as e:  # the file changed since the flags were resolved
+        main_error(str(e))
+    return AdaptiveSpec(slots, tuple(graph_batch_sizes(args, cap)))
+
+
+def _adaptive_startup(args: ServerArgs, spec: AdaptiveSpec) -> None:
+    """The controller's startup lines; on emulated 0.5.17 a tier wider than the startup one fails the launch."""
+    log.info(spec.controller(args.steps).startup_line())
+    lines, failure = build_runtime_states(spec, args.steps, args.sim_sglang_version)
+    for line in lines:
+        log.info(line)
+    if failure is not None:
+        log.error("Scheduler hit an exception: %s", failure)
+        main_error(f"SGLang {args.sim_sglang_version} fails at startup: {failure}")
 
 
 def build_server(args: ServerArgs, profile: Profile, cap: Capacity, context_len: int, profile_path: str) -> SimServer:
@@ -129,6 +164,7 @@ def build_server(args: ServerArgs, profile: Profile, cap: Capacity, context_len:
         chunked_prefill_size=args.chunked_prefill_size,
         max_prefill_tokens=args.max_prefill_tokens,
         new_token_ratio=profile.new_token_ratio,
+        adaptive=adaptive_spec(args, cap),
     )
     engine = Engine(
         profile,
@@ -155,6 +191,18 @@ def build_server(args: ServerArgs, profile: Profile, cap: Capacity, context_len:
     return srv
 
 
+def state_flags(args: ServerArgs) -> StateFlags:
+    """The resolved flags that size the recurrent-state pool (after --enable-deterministic-inference's changes)."""
+    return StateFlags(
+        disable_radix_cache=bool(args.disable_radix_cache),
+        disable_overlap_schedule=bool(args.disable_overlap_schedule),
+        mamba_radix_cache_strategy=args.mamba_radix_cache_strategy,
+        max_mamba_cache_size=args.max_mamba_cache_size,
+        mamba_full_memory_ratio=args.mamba_full_memory_ratio,
+        page_size=int(args.page_size or 1),
+    )
+
+
 def prepare(argv: list[str] | None = None) -> tuple[ServerArgs, Profile, Capacity, int, str]:
     """Resolve flags, load the profile, size memory: (args, profile, capacity, context_len, profile_path)."""
     args = resolve(argv)
@@ -179,6 +227,7 @@ def prepare(argv: list[str] | None = None) -> tuple[ServerArgs, Profile, Capacit
             max_running_requests=args.max_running_requests,
             max_total_tokens=args.max_total_tokens,
             context_length=context_len,
+            flags=state_flags(args),
         )
     except CapacityError as e:
         main_error(str(e))
@@ -197,6 +246,9 @@ def prepare(argv: list[str] | None = None) -> tuple[ServerArgs, Profile, Capacit
 
 async def serve(args: ServerArgs, profile: Profile, cap: Capacity, context_len: int, profile_path: str) -> None:
     _startup_lines(args, cap, profile)
+    spec = adaptive_spec(args, cap)
+    if spec is not None:
+        _adaptive_startup(args, spec)
     srv = build_server(args, profile, cap, context_len, profile_path)
     if srv.chat_defaults:  # serving_chat.py logs this once
         log.info("Using default chat sampling params from model generation config: %s", srv.chat_defaults)

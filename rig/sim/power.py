@@ -72,13 +72,14 @@ class PowerModel:
 
     def terms(self, it: Iteration) -> Terms:
         """The split of ``it``'s duration, mirroring ForwardCost.decode / ForwardCost.prefill term by term."""
-        k = self.steps
+        spec = self.steps > 0  # the startup steps: speculation on or off
         if it.kind == "prefill":
-            parts = [self._target(it.tokens, it.ctx)] + ([self._draft(it.tokens)] if k > 0 else [])
+            parts = [self._target(it.tokens, it.ctx)] + ([self._draft(it.tokens)] if spec else [])
         else:
             b = len(it.reqs)
+            k = it.steps  # the tier this decode ran (adaptive: it varies)
             if k <= 0:
-                parts = [self._target(b, it.ctx)]
+                parts = [self._target(b, it.ctx)] + ([self._draft(b)] if spec else [])
             else:
                 q = k + 1
                 parts = [self._target(b * q, it.ctx), self._draft(b, times=k), self._draft(b * q)]

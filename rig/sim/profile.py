@@ -44,15 +44,6 @@ SPECS: tuple[ParamSpec, ...] = (
     ),
     _p("graph_reserve_gb", "GB", 1.5, 0, 50, "Memory kept back per GPU for CUDA graphs and activations."),
     _p(
-        "state_pool_share",
-        "fraction",
-        0.5,
-        0.01,
-        0.99,
-        "Share of the memory left after weights that holds per-request recurrent (GDN/Mamba) state; "
-        "the rest is the KV pool.",
-    ),
-    _p(
         "kv_bytes_per_token",
         "bytes/token/GPU",
         12288,
@@ -71,22 +62,15 @@ SPECS: tuple[ParamSpec, ...] = (
         1.0,
         "Share of a request's max_new_tokens the scheduler reserves in the KV pool at admission.",
     ),
-    # --- per-request state reservation (fitted: this is what lowers max running requests as steps rise) ---
+    # --- per-request state (fitted: with the draft tokens it sets max running requests; rig/sim/capacity.py) ---
     _p(
-        "state_mb_base",
-        "MB/request/GPU",
-        70.0,
-        10,
+        "mamba_state_mb_per_req",
+        "MB/state slot/GPU",
+        50.0,
+        1,
         5000,
-        "Recurrent state one running request holds per GPU (conv + SSM state of the linear-attention layers).",
-    ),
-    _p(
-        "state_mb_per_draft_token",
-        "MB/request/draft token/GPU",
-        140.0,
-        0,
-        5000,
-        "Extra state one running request reserves per draft token verified (intermediate states kept for rollback).",
+        "One recurrent-state slot per GPU (conv + SSM state of the linear-attention layers: SGLang's "
+        "mamba_cache_per_req); a running request holds (ratio + draft tokens) of them.",
     ),
     # --- forward cost (fitted) ---
     _p(

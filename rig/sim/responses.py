@@ -16,6 +16,8 @@ def speculative_fields(st: Stream, steps: int) -> dict[str, Any]:
     r = st.req
     if steps <= 0 or r.verify_ct <= 0:
         return {}
+    # tokenizer_manager.py:3155-3164 (0.5.23) counts proposed drafts with the launch's speculative_num_draft_tokens:
+    # under --speculative-adaptive the tiers the scheduler switched to do not reach it, so the rate is off the same way
     proposed = r.verify_ct * steps
     hist = list(r.hist)
     return {

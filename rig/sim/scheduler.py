@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rig.sim.acceptance import RequestAcceptance, draw_accepted
+from rig.sim.adaptive import AdaptiveController, AdaptiveSpec
 from rig.sim.cost import ForwardCost
 
 
@@ -28,6 +29,16 @@ class EngineConfig:
     chunked_prefill_size: int  # -1: off (whole prompts, up to max_prefill_tokens)
     max_prefill_tokens: int
     new_token_ratio: float = 0.7
+    adaptive: AdaptiveSpec | None = None  # --speculative-adaptive: the steps follow the batch (rig/sim/adaptive.py)
+
+    @property
+    def speculative(self) -> bool:
+        return self.steps > 0
+
+    @property
+    def chain_steps(self) -> int:
+        """Draft positions a request's acceptance chain needs: the largest tier the server can switch to."""
+        return self.adaptive.max_steps if self.adaptive is not None else self.steps
 
 
 class Req:
@@ -108,6 +119,7 @@ class Iteration:
     chunks: list[int] = field(default_factory=list)  # prefill: tokens of each request in this batch
     tokens: int = 0  # tokens the forward processed
     ctx: int = 0  # context tokens the target forward read (the power model splits the cost by term: sim/power.py)
+    steps: int = 0  # decode: the draft steps this iteration ran (the active tier under adaptive speculation)
 
 
 @dataclass
@@ -137,6 +149,12 @@ class Scheduler:
         self.ctx_sum = 0  # sum of prompt + generated over running requests
         self.reserved = 0.0  # KV reservation of admitted requests (tokens)
         self.counters = Counters()
+        self.adaptive: AdaptiveController | None = cfg.adaptive.controller(cfg.steps) if cfg.adaptive else None
+
+    @property
+    def active_steps(self) -> int:
+        """The draft steps the worker runs now (the startup value unless adaptive)."""
+        return self.adaptive.active if self.adaptive is not None else self.cfg.steps
 
     # ---- queue operations ----
     def submit(self, req: Req, now: float) -> None:
@@ -188,12 +206,15 @@ class Scheduler:
             return it
         if self.running:
             b = len(self.running)
+            # eagle_worker_v2.py: the routed slot's tier is activated before each decode (activate_step_by_batch)
+            steps = self.adaptive.steps_for_batch(b) if self.adaptive is not None else self.cfg.steps
             return Iteration(
                 "decode",
-                self.cost.decode(b, self.cfg.steps, self.ctx_sum),
+                self.cost.decode(b, steps, self.ctx_sum, self.cfg.speculative),
                 self.running[:],
-                tokens=b * (self.cfg.steps + 1),
+                tokens=b * (steps + 1),
                 ctx=self.ctx_sum,
+                steps=steps,
             )
         return None
 
@@ -239,7 +260,7 @@ class Scheduler:
             ctx += r.cached + take
         if not reqs:
             return None
-        dur = self.cost.prefill(used, ctx, cfg.steps > 0)
+        dur = self.cost.prefill(used, ctx, cfg.speculative)
         return Iteration("prefill", dur, reqs, chunks, tokens=used, ctx=ctx)
 
     # ---- committing ----
@@ -282,16 +303,20 @@ class Scheduler:
     def _complete_decode(self, it: Iteration, t_end: float) -> list[Req]:
         c = self.counters
         c.decode_iterations += 1
-        steps = self.cfg.steps
+        steps = it.steps
+        spec = self.cfg.speculative
         out: list[Req] = []
+        accepted: list[int] = []
         finished: list[tuple[Req, str]] = []
         committed = 0
         for r in it.reqs:
             if r.done:
                 continue
-            if steps > 0:
+            if spec:
+                # steps 0 under adaptive still runs a one-token verify (eagle_worker_v2.py): it counts as a verify
                 chain = r.acc.loop if (r.loop_from is not None and r.generated >= r.loop_from) else r.acc.normal
-                acc = draw_accepted(chain, r.rng.random())
+                acc = draw_accepted(chain[:steps], r.rng.random()) if steps > 0 else 0
+                accepted.append(acc)
                 n = acc + 1
                 r.verify_ct += 1
                 r.hist[acc] += 1
@@ -306,7 +331,7 @@ class Scheduler:
                 stop = True
             if n >= limit:
                 n = limit
-            if steps > 0:
+            if spec:
                 r.accepted_drafts += n - 1
                 c.accepted_drafts += n - 1
                 c.decode_tokens += n
@@ -319,6 +344,8 @@ class Scheduler:
                 finished.append((r, r.finish_reason))
         self.ctx_sum += committed
         c.generated_tokens += committed
+        if self.adaptive is not None:  # batch_result_processor.py feeds the verify's accepted drafts back
+            self.adaptive.on_verify_complete(accepted, len(it.reqs))
         for r, reason in finished:
             self._leave(r)
             self._finish(r, reason, t_end)

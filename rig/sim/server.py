@@ -246,9 +246,15 @@ def server_info_dict(srv: SimServer) -> dict[str, Any]:
                 "mamba_state": cap.state_pool_gb,
             },
             "world_size": srv.args.tp_size,
+            # the scheduler's server_args carry the resolved state-pool size (kv_cache_configurator.py overrides it)
+            "max_mamba_cache_size": cap.max_mamba_cache_size,
             "startup_time": srv.started,
         }
     )
+    if eng.sched.adaptive is not None:
+        # the scheduler's view carries the worker's active tier (eagle_worker_v2.py overrides it into the internal
+        # state); the top-level fields keep the startup value
+        state["speculative_num_steps"] = eng.sched.active_steps
     if srv.args.speculative and eng.avg_spec_accept_length is not None:
         state["avg_spec_accept_length"] = eng.avg_spec_accept_length
     info = dict(args)
@@ -267,6 +273,7 @@ def server_info_dict(srv: SimServer) -> dict[str, Any]:
                 "profile_path": srv.profile_path,
                 "state_limit_max_running_requests": cap.state_limit,
                 "state_mb_per_request": cap.state_mb_per_request,
+                "mamba_ratio": cap.mamba_ratio,
             },
         }
     )

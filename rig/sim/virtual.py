@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from rig.sim.capacity import compute_capacity
+from rig.sim.adaptive import AdaptiveSpec, cuda_graph_bs, load_config
+from rig.sim.capacity import StateFlags, compute_capacity
 from rig.sim.cost import ForwardCost
 from rig.sim.profile import Profile
 from rig.sim.requests import Sampling, build_req, plan_request, prompt_key
@@ -33,6 +34,10 @@ class Scenario:
     # Limits a real server reported at startup (max_running_requests, max_total_num_tokens); None: from the profile.
     max_running: int | None = None
     kv_pool_tokens: int | None = None
+    adaptive: bool = False  # --speculative-adaptive (steps: the startup tier)
+    adaptive_config: str | None = None  # --speculative-adaptive-config; None: the version's default table
+    sglang_version: str = "0.5.23"
+    state_flags: StateFlags | None = None  # launch flags that size the state pool (None: SGLang's defaults)
 
 
 @dataclass
@@ -62,8 +67,16 @@ class LevelResult:
     extra: dict = field(default_factory=dict)
 
 
-def engine_config(profile: Profile, steps: int, tp: int = 4) -> EngineConfig:
-    """The limits a server with default flags would use."""
+def engine_config(
+    profile: Profile,
+    steps: int,
+    tp: int = 4,
+    adaptive: bool = False,
+    adaptive_config: str | None = None,
+    sglang_version: str = "0.5.23",
+    state_flags: StateFlags | None = None,
+) -> EngineConfig:
+    """The limits a server with default flags would use (and its adaptive controller, if asked for)."""
     cap = compute_capacity(
         profile,
         tp=tp,
@@ -73,9 +86,16 @@ def engine_config(profile: Profile, steps: int, tp: int = 4) -> EngineConfig:
         max_running_requests=None,
         max_total_tokens=None,
         context_length=int(profile.context_length),
+        flags=state_flags,
     )
+    spec = None
+    if adaptive and steps > 0:
+        spec = AdaptiveSpec(
+            load_config(adaptive_config, sglang_version), tuple(cuda_graph_bs(cap.max_running_requests))
+        )
     return EngineConfig(
         steps=steps,
+        adaptive=spec,
         max_running=cap.max_running_requests,
         kv_pool_tokens=cap.max_total_num_tokens,
         chunked_prefill_size=int(profile.default_chunked_prefill_size),
@@ -86,7 +106,7 @@ def engine_config(profile: Profile, steps: int, tp: int = 4) -> EngineConfig:
 
 def run_closed_loop(profile: Profile, sc: Scenario) -> LevelResult:
     """Simulate one level in virtual time; deterministic for a given profile and scenario."""
-    cfg = engine_config(profile, sc.steps, sc.tp)
+    cfg = engine_config(profile, sc.steps, sc.tp, sc.adaptive, sc.adaptive_config, sc.sglang_version, sc.state_flags)
     if sc.max_running is not None or sc.kv_pool_tokens is not None:
         cfg = replace(
             cfg, max_running=sc.max_running or cfg.max_running, kv_pool_tokens=sc.kv_pool_tokens or cfg.kv_pool_tokens
@@ -107,7 +127,7 @@ def run_closed_loop(profile: Profile, sc: Scenario) -> LevelResult:
             ignore_eos=sc.ignore_eos,
             seed=None if sc.temperature == 0 else sc.seed * 100003 + i,
         )
-        plan = plan_request(profile, sc.steps, prompt_toks[j], keys[j], s)
+        plan = plan_request(profile, cfg.chain_steps, prompt_toks[j], keys[j], s)
         req = build_req(f"r{i}", plan, len(prompt_toks[j]), s, stable_hash("acc", sc.seed, i))
         sched.submit(req, now)
         sent += 1
@@ -117,6 +137,8 @@ def run_closed_loop(profile: Profile, sc: Scenario) -> LevelResult:
         send(t)
     peak = 0
     area = 0.0
+    steps_area = decode_time = 0.0  # time-weighted active tier over the decodes
+    by_slot: dict[int, tuple[float, float]] = {}  # adaptive: per batch-size slot, (steps x time, time)
     while sched.busy:
         it = sched.plan(t)
         if it is None:  # cannot happen while busy (something can always be admitted when nothing runs)
@@ -124,13 +146,28 @@ def run_closed_loop(profile: Profile, sc: Scenario) -> LevelResult:
         t_end = t + it.duration
         peak = max(peak, sched.num_running)
         area += sched.num_running * it.duration
+        if it.kind == "decode":
+            steps_area += it.steps * it.duration
+            decode_time += it.duration
+            if sched.adaptive is not None:
+                key = sched.adaptive.slot_key(len(it.reqs))
+                a, d = by_slot.get(key, (0.0, 0.0))
+                by_slot[key] = (a + it.steps * it.duration, d + it.duration)
         for r in sched.complete(it, t_end, t):
             if r.done:
                 results.append(_result(r))
                 if sent < sc.n_requests:
                     send(t_end)
         t = t_end
-    return LevelResult(results, cfg.max_running, peak, area / t if t > 0 else 0.0)
+    extra: dict = {}
+    if sched.adaptive is not None:
+        extra = {
+            "mean_active_steps": steps_area / decode_time if decode_time > 0 else float(cfg.steps),
+            "switches": sched.adaptive.switches,
+            "final_steps": sched.active_steps,
+            "mean_steps_by_slot": {k: a / d for k, (a, d) in sorted(by_slot.items()) if d > 0},
+        }
+    return LevelResult(results, cfg.max_running, peak, area / t if t > 0 else 0.0, extra)
 
 
 def _result(r: Req) -> RequestResult:

@@ -206,7 +206,8 @@ def test_qwen35_node_flags_accepted_and_logged_as_ignored():
         ]
     )
     assert a.enable_deterministic_inference and a.enable_cache_report  # modelled
-    assert sorted(a.ignored) == ["--disable-overlap-schedule", "--mamba-radix-cache-strategy", "--reasoning-parser"]
+    # the mamba strategy and the overlap schedule change the state-cache ratio (rig/sim/capacity.py)
+    assert sorted(a.ignored) == ["--reasoning-parser"]
 
 
 @pytest.mark.parametrize(

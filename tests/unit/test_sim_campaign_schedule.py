@@ -13,7 +13,7 @@ from synthetic import point_entry, record, write_requests, write_run
 from rig.analysis.runs import load_run
 from rig.analysis.schedule import build_schedule
 from rig.analysis.tables import campaign_table
-from rig.sim.fit import campaign_targets
+from rig.sim.fit import campaign_flags, campaign_targets
 from rig.sim.profile import load_profile
 from rig.sim.virtual import Scenario, engine_config, run_closed_loop, summarize
 
@@ -24,7 +24,15 @@ def _scenario(steps: int, conc: int) -> Scenario:
     """The campaign client's level: the scenario its fit target uses (steps 4's table, same prompts and lengths)."""
     table = {t.scenario.concurrency: t.scenario for t in campaign_targets() if t.scenario and t.scenario.steps == 4}
     base = table[conc]
-    return Scenario(steps, conc, base.n_requests, base.output_tokens, base.prompts, label=f"steps{steps} C={conc}")
+    return Scenario(
+        steps,
+        conc,
+        base.n_requests,
+        base.output_tokens,
+        base.prompts,
+        label=f"steps{steps} C={conc}",
+        state_flags=base.state_flags,  # the campaign's assumed launch flags (rig/sim/data/campaign.yaml)
+    )
 
 
 def _virtual_run(tmp: Path) -> tuple[Path, dict[tuple[int, int], dict]]:
@@ -32,7 +40,7 @@ def _virtual_run(tmp: Path) -> tuple[Path, dict[tuple[int, int], dict]]:
     points, figures = [], {}
     configs = {}
     for steps in (3, 4):
-        cfg = engine_config(prof, steps)
+        cfg = engine_config(prof, steps, state_flags=campaign_flags())
         configs[f"cfg{steps}"] = {
             "engine": "sim",
             "knobs": {"engine": "sim", "model": "m", "tp": 4, "steps": steps, "num_draft_tokens": steps + 1},

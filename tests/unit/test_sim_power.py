@@ -19,7 +19,9 @@ def profile():
 
 
 def decode(cost: ForwardCost, batch: int, steps: int, ctx: int = 4000) -> Iteration:
-    return Iteration("decode", cost.decode(batch, steps, ctx), [object()] * batch, tokens=batch * (steps + 1), ctx=ctx)
+    return Iteration(
+        "decode", cost.decode(batch, steps, ctx), [object()] * batch, tokens=batch * (steps + 1), ctx=ctx, steps=steps
+    )
 
 
 def test_power_parameters_are_stated_with_unit_and_source():
