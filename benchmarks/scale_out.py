@@ -1,7 +1,7 @@
 """Scale-out, measured: rig itself with 1, 2, 4, 8 generators, one per fake host, each on a core of its own.
 
-    python benchmarks/scale_out.py [--n 1,2,4,8] [--modes closed,open] [--itl-ms 4 --max-tokens 64] \
-        [--per-gen-concurrency 32 --per-gen-rate 120 --level-s 4] [--server-cpus 0-5 --driver-cpus 6-7 \
+    python benchmarks/scale_out.py [--n 1,2,4,8] [--modes closed,open] [--itl-ms 2 --max-tokens 64] \
+        [--per-gen-concurrency 64 --per-gen-rate 400 --level-s 4] [--server-cpus 0-5 --driver-cpus 6-7 \
         --gen-cpus 8-15] [--capacity-s 2] [--json OUT.json]
 
 One Ray cluster of fake nodes on this machine (ray.cluster_utils.Cluster: a head with no CPUs, a server node, one
@@ -176,7 +176,7 @@ def spec_for(args: argparse.Namespace, c: Cluster, url: str, out: Path, run_id: 
     )
 
 
-def measure_point(run_dir: Path, truth: dict, cpu: dict[str, float], wall_s: float) -> dict[str, Any]:
+def measure_point(run_dir: Path, truth: dict, cpu: dict[str, float], wall_s: float, workers: int) -> dict[str, Any]:
     """One run's figures (see the module docstring)."""
     m = load_manifest(run_dir)
     (point,) = m.points
@@ -209,6 +209,9 @@ def measure_point(run_dir: Path, truth: dict, cpu: dict[str, float], wall_s: flo
         "flag_reasons": dict(point.flag_reasons),
         "cpu_s": cpu,
         "run_wall_s": wall_s,
+        # the server's own CPU over the level window (its warm-up requests are a few): near 100 % = server-bound
+        "server_cpu_pct": 100 * truth["cpu_s"] / (window * workers),
+        "server_tokens": truth["tokens"],
     }
 
 
@@ -237,7 +240,8 @@ def print_row(n: int, mode: str, r: dict[str, Any], single: dict[str, Any] | Non
         + (f"; open-loop rate kept {min(kept):.3f}-{max(kept):.3f}" if kept else "")
         + "; CPU % of a core over the whole run (setup, level, gather): "
         + ", ".join(f"{k} {v:.0f}" for k, v in sorted(ray_cpu.items()))
-        + f"; whole run {r['run_wall_s']:.1f} s",
+        + f"; whole run {r['run_wall_s']:.1f} s; truth server CPU {r['server_cpu_pct']:.0f} % of its cores over "
+        "the level" + (" (SERVER-BOUND: these figures are the server's)" if r["server_cpu_pct"] > 80 else ""),
         flush=True,
     )
 
@@ -268,10 +272,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--n", default="1,2,4,8", help="generator counts")
     ap.add_argument("--modes", default="closed,open")
-    ap.add_argument("--itl-ms", type=float, default=4.0, help="the server's pace per stream")
+    ap.add_argument("--itl-ms", type=float, default=2.0, help="the server's pace per stream")
     ap.add_argument("--max-tokens", type=int, default=64)
-    ap.add_argument("--per-gen-concurrency", type=int, default=32)
-    ap.add_argument("--per-gen-rate", type=float, default=120.0, help="open loop: requests/s per generator")
+    ap.add_argument("--per-gen-concurrency", type=int, default=64)
+    ap.add_argument("--per-gen-rate", type=float, default=400.0, help="open loop: requests/s per generator")
     ap.add_argument("--level-s", type=float, default=4.0)
     ap.add_argument("--server-cpus")
     ap.add_argument("--driver-cpus")
@@ -322,7 +326,7 @@ def main() -> None:
                 t_run = time.time()
                 Runner(spec_for(args, c, truth.url, tmp / "out", run_id, n, mode)).run()
                 wall = time.time() - t_run
-                r = measure_point(tmp / "out" / run_id, truth.collect(), cpu.since(), wall)
+                r = measure_point(tmp / "out" / run_id, truth.collect(), cpu.since(), wall, len(server_cores))
                 r["pinned"] = dict(pinned)
                 base = single.setdefault(mode, {**r, "n": n})  # the smallest N: per generator, the baseline
                 print_row(n, mode, r, base)

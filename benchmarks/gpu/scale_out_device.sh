@@ -5,7 +5,9 @@
 #
 #   run (repo root, carry .cache/device-payload):  bash benchmarks/gpu/scale_out_device.sh
 #   env: OUT (default /tmp/scale-out), WH (default .cache/device-payload/wh), PY (default python3),
-#        BUDGET_S (default 235), SCALE_ARGS (extra arguments for scale_out.py), SITE (default /tmp/rig-site)
+#        BUDGET_S (default 235), SITE (default /tmp/rig-site), SCALE_ARGS (scale_out.py's arguments instead of the
+#        16-core ones below), CP_ARGS (control_plane.py's), CP_NEEDS_S (seconds the control plane needs, 100),
+#        CP_CPUS (its cores, 2-15)
 set -u
 T0=$(date +%s)
 OUT=${OUT:-/tmp/scale-out}; WH=${WH:-.cache/device-payload/wh}; PY=${PY:-python3}; BUDGET_S=${BUDGET_S:-235}
@@ -44,20 +46,24 @@ fi
 log "installed: $(tail -1 "$OUT/install.txt")"
 
 # 16 cores: server 0-5 (six truth-server processes), driver + Ray 6-7, generators 8-15 (one each)
-log "scale_out.py (cap $(( $(left) - 100 < 150 ? $(left) - 100 : 150 ))s)"
-run_capped $(( $(left) - 100 < 150 ? $(left) - 100 : 150 )) "$OUT/scale_out.txt" \
-  $PY benchmarks/scale_out.py --n 1,2,4,8 --level-s 3 --server-cpus 0-5 --driver-cpus 6-7 --gen-cpus 8-15 \
-  --capacity-s 1.5 --json "$OUT/scale_out.json" ${SCALE_ARGS:-}
+SCALE_ARGS=${SCALE_ARGS:---n 1,2,4,8 --level-s 3 --server-cpus 0-5 --driver-cpus 6-7 --gen-cpus 8-15 --capacity-s 1.5}
+CP_ARGS=${CP_ARGS:---nodes 16 --per-host 16 --requests 2560 --concurrency 256}; CP_NEEDS_S=${CP_NEEDS_S:-100}
+CP_CPUS=${CP_CPUS:-2-15}  # as in the 256-generator figures of tests/data/h200-2026-12-02/control_plane_256.txt
+cap=$(( $(left) - CP_NEEDS_S < 150 ? $(left) - CP_NEEDS_S : 150 ))
+log "scale_out.py $SCALE_ARGS (cap ${cap}s)"
+# shellcheck disable=SC2086
+run_capped $cap "$OUT/scale_out.txt" $PY benchmarks/scale_out.py $SCALE_ARGS --json "$OUT/scale_out.json"
 log "scale_out.py exit $?"
 cat "$OUT/scale_out.txt"
 
-if [ "$(left)" -ge 100 ]; then
-  log "control_plane.py 256 generators / 16 fake nodes (cap $(( $(left) - 3 ))s)"
-  run_capped $(( $(left) - 3 )) "$OUT/control_plane_256.txt" taskset -c 2-15 \
-    $PY benchmarks/control_plane.py --nodes 16 --per-host 16 --requests 2560 --concurrency 256
+if [ "$(left)" -ge "$CP_NEEDS_S" ]; then
+  log "control_plane.py $CP_ARGS (cap $(( $(left) - 3 ))s)"
+  # shellcheck disable=SC2086
+  run_capped $(( $(left) - 3 )) "$OUT/control_plane_256.txt" taskset -c "$CP_CPUS" \
+    $PY benchmarks/control_plane.py $CP_ARGS
   log "control_plane.py exit $?"
   cat "$OUT/control_plane_256.txt"
 else
-  log "control plane skipped: $(left)s left (it needs ~100 s)"
+  log "control plane skipped: $(left)s left (it needs ~${CP_NEEDS_S} s)"
 fi
 log "done"
