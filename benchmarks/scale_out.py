@@ -318,6 +318,9 @@ def main() -> None:
             c.add_node(num_cpus=1, labels={"role": "client"}, resources={"client": 1}, object_store_memory=MB100)
         c.wait_for_nodes()
         print(f"fake cluster: head + server node + {max(ns)} client nodes up in {time.time() - t0:.1f} s", flush=True)
+        # One driver connection for every run (the runner joins it and leaves it up): its task workers, which
+        # gather the part files on each node, are reused from run to run instead of started each time.
+        ray.init(address=c.address, log_to_driver=False, logging_level="ERROR")
         single: dict[str, dict[str, Any]] = {}
         for n in ns:
             for mode in modes:

@@ -6,7 +6,7 @@
 #   run (repo root, carry .cache/device-payload):  bash benchmarks/gpu/scale_out_device.sh
 #   env: OUT (default /tmp/scale-out), WH (default .cache/device-payload/wh), PY (default python3),
 #        BUDGET_S (default 235), SITE (default /tmp/rig-site), SCALE_ARGS (scale_out.py's arguments instead of the
-#        16-core ones below), CP_ARGS (control_plane.py's), CP_NEEDS_S (seconds the control plane needs, 100),
+#        16-core ones below), CP_ARGS (control_plane.py's), CP_NEEDS_S (seconds the control plane needs, 105),
 #        CP_CPUS (its cores, 2-15)
 set -u
 T0=$(date +%s)
@@ -46,8 +46,9 @@ fi
 log "installed: $(tail -1 "$OUT/install.txt")"
 
 # 16 cores: server 0-5 (six truth-server processes), driver + Ray 6-7, generators 8-15 (one each)
-SCALE_ARGS=${SCALE_ARGS:---n 1,2,4,8 --level-s 3 --server-cpus 0-5 --driver-cpus 6-7 --gen-cpus 8-15 --capacity-s 1.5}
-CP_ARGS=${CP_ARGS:---nodes 16 --per-host 16 --requests 2560 --concurrency 256}; CP_NEEDS_S=${CP_NEEDS_S:-100}
+# N=8 right after N=1 (its baseline): were the cap to cut the step short, the figure that matters is in
+SCALE_ARGS=${SCALE_ARGS:---n 1,8,4,2 --level-s 3 --server-cpus 0-5 --driver-cpus 6-7 --gen-cpus 8-15 --capacity-s 1.5}
+CP_ARGS=${CP_ARGS:---nodes 16 --per-host 16 --requests 2560 --concurrency 256}; CP_NEEDS_S=${CP_NEEDS_S:-105}
 CP_CPUS=${CP_CPUS:-2-15}  # as in the 256-generator figures of tests/data/h200-2026-12-02/control_plane_256.txt
 cap=$(( $(left) - CP_NEEDS_S < 150 ? $(left) - CP_NEEDS_S : 150 ))
 log "scale_out.py $SCALE_ARGS (cap ${cap}s)"
