@@ -69,11 +69,14 @@ def layout(args: argparse.Namespace, max_n: int) -> tuple[list[int], list[int], 
     return cores[:1], cores, cores[1:] or cores
 
 
-def pin_process(pid: int, core: int) -> None:
-    """Every thread of ``pid`` onto ``core`` (sched_setaffinity is per thread; threads made later inherit it)."""
+def pin_process(pid: int, cores: set[int]) -> None:
+    """Every thread of ``pid`` onto ``cores`` (sched_setaffinity is per thread; threads made later inherit it)."""
     for tid in os.listdir(f"/proc/{pid}/task"):
         with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.sched_setaffinity(int(tid), {core})
+            os.sched_setaffinity(int(tid), cores)
+
+
+GEN_PIDS: set[int] = set()  # every generator process pinned so far (their CPU is counted under "generators")
 
 
 def pin_generators(gen_cores: list[int], pinned: dict[int, int]) -> None:
@@ -87,8 +90,9 @@ def pin_generators(gen_cores: list[int], pinned: dict[int, int]) -> None:
         for info in started:
             d = info if isinstance(info, dict) else info.model_dump()
             core = gen_cores[d["generator"] % len(gen_cores)]
-            pin_process(d["pid"], core)
+            pin_process(d["pid"], {core})
             pinned[d["generator"]] = core
+            GEN_PIDS.add(d["pid"])
         return started
 
     fleet.wait_started = wait_and_pin
@@ -104,6 +108,8 @@ class CpuByRole:
 
     @classmethod
     def _role(cls, p: psutil.Process) -> str:
+        if p.pid in GEN_PIDS:  # by the end of its run a generator is gone (a zombie has no command line)
+            return "generators"
         try:
             text = p.name() + " " + " ".join(p.cmdline()[:3])
         except psutil.Error:
@@ -305,7 +311,9 @@ def main() -> None:
         print(f"  offered at N={max(ns)} closed loop: at most {offered:,.0f} tok/s ({offered / cap.tok_s:.0%} of it)")
     tmp = Path(tempfile.mkdtemp(prefix="rig-scale-"))
     truth = TruthServer(tmp / "truth", itl_ms=args.itl_ms, workers=len(server_cores), cpus=span, one_per_core=True)
-    os.sched_setaffinity(0, set(driver_cores))  # the head, raylets and GCS started below inherit it
+    # Ray's processes start on every core but the server's (faster: ten raylets on two cores take half a minute),
+    # then move to the driver's cores with the driver before any generator starts (its workers inherit them).
+    os.sched_setaffinity(0, set(driver_cores) | set(gen_cores))
     t0 = time.time()
     c = Cluster(
         initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False, "object_store_memory": MB100}
@@ -317,6 +325,12 @@ def main() -> None:
         for _ in range(max(ns)):
             c.add_node(num_cpus=1, labels={"role": "client"}, resources={"client": 1}, object_store_memory=MB100)
         c.wait_for_nodes()
+        server_pids = {pr.pid for pr in truth.procs}
+        for proc in psutil.Process().children(recursive=True):
+            if proc.pid not in server_pids:
+                with contextlib.suppress(psutil.Error, OSError):
+                    pin_process(proc.pid, set(driver_cores))
+        os.sched_setaffinity(0, set(driver_cores))
         print(f"fake cluster: head + server node + {max(ns)} client nodes up in {time.time() - t0:.1f} s", flush=True)
         # One driver connection for every run (the runner joins it and leaves it up): its task workers, which
         # gather the part files on each node, are reused from run to run instead of started each time.
