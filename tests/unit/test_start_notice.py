@@ -97,3 +97,33 @@ def test_the_progress_beat_waits_once_for_all_generators_not_once_each(monkeypat
     total = f.poll_progress()
     assert total.counts["ok"] == 2
     assert waits == [1]
+
+
+def test_clock_probes_run_hosts_in_parallel_and_each_hosts_generators_in_turn(monkeypatch):
+    """Two hosts' first probes meet at a barrier (a serial walk over generators never gets there: it breaks);
+    generators of one host are probed one after another, and every offset lands on its own generator."""
+    import threading
+
+    meet = threading.Barrier(2, timeout=10)
+    probing: dict[str, int] = {}
+    lock = threading.Lock()
+
+    def probe(g):
+        host, gid = g
+        with lock:
+            probing[host] = probing.get(host, 0) + 1
+            assert probing[host] == 1, "two probes of one host at once"
+        if gid in (0, 2):  # the first generator of each host
+            meet.wait()
+        with lock:
+            probing[host] -= 1
+        return 0.1 * gid, 0.001 * (gid + 1)
+
+    monkeypatch.setattr(fleet_mod, "measure_clock_offset", probe)
+    f = Fleet()
+    f.generators = [("a", 0), ("a", 1), ("b", 2), ("b", 3)]
+    f.gen_info = [{"generator": g, "node_id": h} for h, g in f.generators]  # type: ignore[typeddict-item]
+    f._measure_clocks()
+    assert [(i["clock_offset_s"], i["clock_rtt_s"]) for i in f.gen_info] == [
+        (0.1 * g, 0.001 * (g + 1)) for g in range(4)
+    ]
