@@ -307,6 +307,8 @@ def main() -> None:
     if args.capacity_s > 0:
         cap = print_capacity(args.capacity_s, len(server_cores), span, ",".join(map(str, gen_cores)), 32, 256, 1)
         results["capacity"] = cap.__dict__
+        if args.json:
+            args.json.write_text(json.dumps(results, indent=1, default=str))
         offered = max(ns) * args.per_gen_concurrency * 1e3 / args.itl_ms
         print(f"  offered at N={max(ns)} closed loop: at most {offered:,.0f} tok/s ({offered / cap.tok_s:.0%} of it)")
     tmp = Path(tempfile.mkdtemp(prefix="rig-scale-"))
@@ -349,6 +351,8 @@ def main() -> None:
                 base = single.setdefault(mode, {**r, "n": n})  # the smallest N: per generator, the baseline
                 print_row(n, mode, r, base)
                 results[run_id] = r
+                if args.json:  # after every run: a benchmark cut short keeps what it measured
+                    args.json.write_text(json.dumps(results, indent=1, default=str))
                 if n == max(ns) and n > 1 and (r.get("efficiency") or 1.0) < 0.9:
                     where_the_time_goes(n, mode, r)
     finally:
@@ -356,7 +360,6 @@ def main() -> None:
         c.shutdown()
         truth.stop()
     if args.json:
-        args.json.write_text(json.dumps(results, indent=1, default=str))
         print(f"figures in {args.json}")
 
 
