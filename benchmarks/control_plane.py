@@ -67,6 +67,12 @@ def timed_fn(module, name: str, sink: dict) -> None:
     setattr(module, name, wrapper)
 
 
+def marks_broadcast(marks: dict) -> float:
+    """Fleet.broadcast_s as setup measured it (one call to every generator at once), from the Fleet kept."""
+    fleets = marks.get("fleet") or []
+    return fleets[-1].broadcast_s if fleets else float("nan")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--nodes", type=int, default=8, help="fake client hosts")
@@ -81,7 +87,7 @@ def main() -> None:
     c = Cluster(
         initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False, "object_store_memory": MB100}
     )
-    marks: dict[str, list[tuple[float, float]]] = {}
+    marks: dict[str, list] = {}
     try:
         c.add_node(num_cpus=1, labels={"role": "server"}, object_store_memory=MB100)
         for _ in range(args.nodes):
@@ -103,6 +109,13 @@ def main() -> None:
             timed_fn(fleet, name, marks)
         timed_fn(lifecycle, "measure_clock_offset", marks)
         timed(Runner, "_setup_cluster", marks)
+        orig_setup = fleet.Fleet.setup
+
+        def keep_fleet(self, *a, **kw):
+            marks.setdefault("fleet", []).append(self)
+            return orig_setup(self, *a, **kw)
+
+        fleet.Fleet.setup = keep_fleet
         timed(PointExecutor, "gather", marks)
         timed(PointExecutor, "run_point", marks)
         spec = build_spec(
@@ -163,11 +176,17 @@ def main() -> None:
             )
             + "; the rest: creating the actor handles, corpus check"
         )
+        notices = [g.start_notice_s for g in point.generators if g.start_notice_s is not None]
         if start_wall is not None:
             print(
                 f"  common start: the last generator's first send {first.max() - start_wall:+.3f} s after the "
-                f"agreed start (the driver gives 1.0 s of notice); first sends spread {first.max() - first.min():.3f}"
-                f" s over generators"
+                f"agreed start; first sends spread {first.max() - first.min():.3f} s over generators"
+            )
+        if notices:
+            late = sum(1 for x in notices if x < 0)
+            print(
+                f"  start calls came {min(notices):+.3f} to {max(notices):+.3f} s before the agreed start "
+                f"({late} of {len(notices)} after it); the broadcast at setup took {marks_broadcast(marks):.3f} s"
             )
         else:
             print(f"  first sends spread {first.max() - first.min():.3f} s over generators")

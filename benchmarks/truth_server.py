@@ -1,6 +1,12 @@
 """The truth server: an OpenAI-style streaming server that paces tokens and records when it wrote each one.
 
     python benchmarks/truth_server.py --port 8100 [--itl-ms 10 | --itl-ms 0 [--burst 32]] [--stats-dir DIR]
+    python benchmarks/truth_server.py --capacity 3 --workers 4 --cpus 0-3 --client-cpus 4-7   # its ceiling
+
+``--capacity S`` starts ``--workers`` unpaced processes on one port, each pinned to its own core of ``--cpus``,
+saturates them for S seconds from cheap raw-socket clients on ``--client-cpus`` (benchmarks/truth_capacity.py)
+and prints the streamed tok/s the server sustained (its own count of token writes) and its CPU: the ceiling a
+benchmark's offered load must stay well under, so that what it measures is the client.
 
 POST /v1/completions (and /v1/chat/completions) with ``"stream": true`` answers with one SSE event per token, each
 event its own HTTP chunk (chunked transfer encoding, keep-alive), then a usage chunk and ``data: [DONE]`` -- the
@@ -343,12 +349,25 @@ async def serve(port: int, itl_s: float, ttft_s: float, stats_dir: Path, burst: 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--port", type=int, required=True)
+    ap.add_argument("--port", type=int, default=None, help="serve on this port (required unless --capacity)")
+    ap.add_argument("--capacity", type=float, default=None, metavar="S", help="measure the ceiling for S seconds")
+    ap.add_argument("--workers", type=int, default=1, help="--capacity: server processes (one per core of --cpus)")
+    ap.add_argument("--cpus", default=None, help="--capacity: the server's cores, e.g. 0-3")
+    ap.add_argument("--client-cpus", default=None, help="--capacity: the load clients' cores, e.g. 4-7")
+    ap.add_argument("--streams", type=int, default=32, help="--capacity: streams per client process")
+    ap.add_argument("--max-tokens", type=int, default=256, help="--capacity: tokens per request")
     ap.add_argument("--itl-ms", type=float, default=0.0, help="gap between a stream's tokens; 0 = unpaced")
     ap.add_argument("--ttft-ms", type=float, default=None, help="time to the first token (default: one ITL)")
     ap.add_argument("--burst", type=int, default=1, help="unpaced: tokens (events) per write; default 1")
     ap.add_argument("--stats-dir", type=Path, default=Path("."))
     a = ap.parse_args()
+    if a.capacity is not None:
+        from truth_capacity import print_capacity
+
+        print_capacity(a.capacity, a.workers, a.cpus, a.client_cpus, a.streams, a.max_tokens, a.burst)
+        return
+    if a.port is None:
+        ap.error("--port is required (or --capacity S)")
     if a.burst < 1 or (a.burst > 1 and a.itl_ms > 0):
         ap.error("--burst must be >= 1, and > 1 only unpaced (--itl-ms 0)")
     import uvloop
@@ -367,8 +386,18 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def cpu_list(spec: str) -> list[int]:
+    """'0-3,8' -> [0, 1, 2, 3, 8] (taskset's list syntax)."""
+    out: list[int] = []
+    for part in spec.split(","):
+        lo, _, hi = part.partition("-")
+        out += list(range(int(lo), int(hi or lo) + 1))
+    return out
+
+
 class TruthServer:
-    """Start ``workers`` truth-server processes on one port (optionally pinned to ``cpus``), dump, stop."""
+    """Start ``workers`` truth-server processes on one port (optionally pinned to ``cpus``: with
+    ``one_per_core``, worker i on the i-th core of the list alone), dump, stop."""
 
     def __init__(
         self,
@@ -378,6 +407,7 @@ class TruthServer:
         cpus: str | None = None,
         ttft_ms: float | None = None,
         burst: int = 1,
+        one_per_core: bool = False,
     ) -> None:
         self.port = free_port()
         self.dir = Path(stats_dir)
@@ -396,9 +426,13 @@ class TruthServer:
         ]
         if ttft_ms is not None:
             cmd += ["--ttft-ms", str(ttft_ms)]
-        if cpus:
-            cmd = ["taskset", "-c", cpus, *cmd]
-        self.procs = [subprocess.Popen(cmd) for _ in range(workers)]
+        cores = cpu_list(cpus) if cpus else []
+        if one_per_core and cores:  # the kernel spreads SO_REUSEPORT connections over the workers by hash
+            pins = [str(cores[i % len(cores)]) for i in range(workers)]
+        else:
+            pins = [cpus] * workers if cpus else [None] * workers
+        self.procs = [subprocess.Popen(["taskset", "-c", pin, *cmd] if pin else cmd) for pin in pins]
+        self.cpus = cpus
         self.dumps = 0
         self.url = f"http://127.0.0.1:{self.port}"
         self._wait_ready()

@@ -53,6 +53,8 @@ class GeneratorReport(BaseModel):
     loop_lag_p99_ms: float | None = None
     loop_lag_max_ms: float | None = None
     cpu_pct: float | None = None
+    # seconds from this generator getting its start call to the common start (driver clock; < 0: it came late)
+    start_notice_s: float | None = None
     shipped_parts: int | None = None  # with results_uri: parts copied to the shared store
     ship_errors: list[str] | None = None
     gathered: dict[str, int] | None = None  # the driver: part files brought into the run directory

@@ -122,7 +122,8 @@ class LoadGenerator:
     async def run_point(self, start_wall: float) -> GeneratorReport:
         """Start at the common wall-clock time ``start_wall`` (driver clock) and drive the prepared point."""
         assert self._current is not None and self._http is not None, "prepare() first"
-        start_mono = time.perf_counter() + (start_wall + self.clock_offset_s - time.time())
+        notice = start_wall + self.clock_offset_s - time.time()  # how long before the start the call came
+        start_mono = time.perf_counter() + notice
         self._task = asyncio.get_running_loop().create_task(self._current.run(self._http, start_mono))
         shipping = asyncio.get_running_loop().create_task(self._ship_loop()) if self.shipper else None
         try:
@@ -135,7 +136,7 @@ class LoadGenerator:
         if self.shipper is not None:
             await asyncio.to_thread(self.shipper.ship, self._rel_dir())  # the last parts, closed by run()
             result = result.model_copy(update=self.shipper.summary())
-        return result
+        return result.model_copy(update={"start_notice_s": notice})
 
     def _rel_dir(self) -> str:
         assert self._current is not None

@@ -88,7 +88,8 @@ class PointExecutor:
             store.update_point(pid, flush_cache=flushed.model_dump())
         before = ray.get(server.metrics_snapshot.remote())
         ray.get(server.start_scrape.remote(self.ctx.spec.run_id, pid, self.ctx.spec.metrics_interval_s))
-        start_wall = time.time() + self.ctx.fleet.start_lead_s()  # common start for every generator (driver clock)
+        lead = self.ctx.fleet.start_lead_s()
+        start_wall = time.time() + lead  # common start for every generator (driver clock)
         store.update_point(pid, start_wall=start_wall)
         tel = server_entry.telemetry
         if tel is not None and tel.source:  # a GPU sample at the first send: the energy window's start is bracketed
@@ -97,6 +98,7 @@ class PointExecutor:
         exit_ref = server.wait_exit.remote()
         self.ctx.progress.point_start(pid, total)
         results, server_died = self._watch(pid, plans, refs, exit_ref)
+        self._learn_start(pid, lead, results)
         if server_died is None and not ray.get(server.alive.remote()):  # it may have died as the last requests failed
             server_died = ray.get(exit_ref, timeout=5)
         after, metric_parts = self._close_metrics(pid, server_entry, server_died)
@@ -154,6 +156,18 @@ class PointExecutor:
                 continue  # stopping: no progress polls (each waits on a maybe swamped generator)
             self._poll(live)
         return results, server_died
+
+    def _learn_start(self, pid: str, lead: float, results: dict[int, GeneratorReport]) -> None:
+        """A start call that came after the common start started its generator late: say so, and lengthen the
+        next levels' notice to cover the time the calls took (Fleet.observe_start)."""
+        notices = [r.start_notice_s for r in results.values()]
+        shortest = self.ctx.fleet.observe_start(lead, notices)
+        if shortest is not None and shortest < 0:
+            late = sum(1 for n in notices if n is not None and n < 0)
+            self.ctx.progress.status(
+                f"{pid}: {late} generator(s) got the start call up to {-shortest * 1e3:.0f} ms after the common "
+                f"start ({lead:.2f} s of notice); later levels get {self.ctx.fleet.start_lead_s():.2f} s"
+            )
 
     def _poll(self, live: LiveTracker | None) -> None:
         """One progress beat: the generators' counters to the progress bar; with the live view, also their latency

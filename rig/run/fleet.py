@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import shutil
+import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -30,9 +32,17 @@ from rig.run.errors import RunError, RunInputError
 from rig.run.progress import Progress
 from rig.server.engines import engine_for
 
-# A level's common start, seconds ahead of the call that starts it (Fleet.start_lead_s): the start calls of many
-# generators on a busy driver fit in the lower bound; a slow network stretches it up to the upper one.
+# A level's common start, seconds ahead of the call that starts it (Fleet.start_lead_s): the start calls of a few
+# generators on a busy driver fit in the lower bound; a slow network stretches it up to the upper one, which grows
+# by LEAD_CEILING_PER_GENERATOR_S per generator (the start calls go out one after another: on 16 CPU cores, 256
+# generators' last first send came 0.25 s after a start set at the old 2.0 s ceiling's formula).
 START_LEAD_S = (0.5, 2.0)
+LEAD_CEILING_PER_GENERATOR_S = 0.01
+# Hosts whose generators' clocks are probed at once (each probe is a few Ray round trips from the driver; more
+# threads would inflate the round trips the offsets are judged by).
+CLOCK_THREADS = 8
+# The lead covers this many times the measured broadcast (every generator getting one call from the driver).
+BROADCAST_MARGIN = 2.0
 
 
 def corpus_mismatch(seen: dict[str, dict[str, Any]]) -> str | None:
@@ -64,6 +74,8 @@ class Fleet:
         self.placement: Placement | None = None
         self.started_ray = False
         self.session_dir: Path | None = None  # the local Ray this run started keeps its logs here (~230 KB a run)
+        # the longest a call took to reach every generator: timed at setup, then from each level's start notices
+        self.broadcast_s = 0.0
 
     def setup(
         self,
@@ -104,11 +116,12 @@ class Fleet:
         except ClusterError as e:
             raise RunError(str(e)) from None
         corpus = self._check_corpus(spec)
-        for g, info in zip(self.generators, self.gen_info, strict=True):
-            # offset = generator clock - driver clock; every record carries it (driver time = ts - offset)
-            offset, rtt = measure_clock_offset(g)
-            info["clock_offset_s"], info["clock_rtt_s"] = offset, rtt
-            ray.get(g.set_clock_offset.remote(offset))
+        self._measure_clocks()
+        # One call to every generator at once, timed: what a level's start calls take before the first level.
+        t0 = time.monotonic()
+        pairs = zip(self.generators, self.gen_info, strict=True)
+        ray.get([g.set_clock_offset.remote(i["clock_offset_s"]) for g, i in pairs])
+        self.broadcast_s = time.monotonic() - t0
         return ClusterInfo.model_validate(
             {
                 **layout.model_dump(),
@@ -120,6 +133,23 @@ class Fleet:
                 "corpus": corpus,
             }
         )
+
+    def _measure_clocks(self) -> None:
+        """Each generator's clock offset and RTT to the driver (offset = generator clock - driver clock; every
+        record carries it, driver time = ts - offset). One host's generators one after another, hosts in parallel:
+        16 round trips per generator, serially, were 3.5 s at 256 generators and would be ~14 s at 1,000."""
+        by_host: dict[Any, list[tuple[Any, GeneratorEntry]]] = {}
+        for g, info in zip(self.generators, self.gen_info, strict=True):
+            by_host.setdefault(info.get("node_id") or info.get("host"), []).append((g, info))
+
+        def host(pairs: list[tuple[Any, GeneratorEntry]]) -> None:
+            for g, info in pairs:
+                info["clock_offset_s"], info["clock_rtt_s"] = measure_clock_offset(g)
+
+        if not by_host:
+            return
+        with ThreadPoolExecutor(max_workers=min(CLOCK_THREADS, len(by_host))) as pool:
+            list(pool.map(host, by_host.values()))  # list(): a probe's exception is raised here
 
     def _check_corpus(self, spec: RunSpec) -> dict[str, Any] | None:
         """Record the prompt corpus each host would quote; refuse to start when they differ (the driver builds
@@ -150,10 +180,22 @@ class Fleet:
 
     def start_lead_s(self) -> float:
         """How far ahead a level's common start is set: time for every active generator to get its start call,
-        ten of the slowest one's ping round trips plus a few ms per generator, within START_LEAD_S."""
+        the larger of ten of the slowest one's ping round trips plus a few ms per generator and twice the measured
+        broadcast, within START_LEAD_S (its ceiling grows with the generators)."""
         rtts = [(info.get("clock_rtt_s") if (info := self.info(g)) else None) or 0.0 for g, _ in self.active]
         lo, hi = START_LEAD_S
-        return min(hi, max(lo, 10 * max(rtts, default=0.0) + 0.005 * len(rtts)))
+        need = max(10 * max(rtts, default=0.0) + 0.005 * len(rtts), BROADCAST_MARGIN * self.broadcast_s)
+        return min(hi + LEAD_CEILING_PER_GENERATOR_S * len(rtts), max(lo, need))
+
+    def observe_start(self, lead_s: float, notices: list[float | None]) -> float | None:
+        """Learn from a level's start: each generator's notice (seconds its start call came before the common
+        start, set ``lead_s`` ahead) says how long the calls took to reach all of them; the next levels' lead
+        covers the slowest seen. Returns the shortest notice (< 0: a generator started late), None if none."""
+        seen = [n for n in notices if n is not None]
+        if not seen:
+            return None
+        self.broadcast_s = max(self.broadcast_s, lead_s - min(seen))
+        return min(seen)
 
     def handle(self, gid: int) -> Any:
         return next((h for g, h in self.active if g == gid), None)
@@ -173,9 +215,13 @@ class Fleet:
         skipped this beat)."""
         total = GeneratorProgress()
         refs = [g.progress.remote() for _, g in self.active]
+        # One wait of at most a second for all of them: a get per generator, each with its own timeout, could hold
+        # the driver a second per busy generator (hundreds of seconds at hundreds of swamped generators).
+        with contextlib.suppress(Exception):
+            refs, _ = ray.wait(refs, num_returns=len(refs), timeout=1)
         for ref in refs:
-            with contextlib.suppress(Exception):  # a busy generator: skip a beat
-                total.merge(ray.get(ref, timeout=1))
+            with contextlib.suppress(Exception):  # a busy or dead generator: skip a beat
+                total.merge(ray.get(ref, timeout=0))
         return total
 
     def close(self) -> None:
