@@ -1,0 +1,18 @@
+"""Hardening round 4 (issue 32), items 5 and 6: each case here failed on the tree before its fix."""
+
+from __future__ import annotations
+
+import pytest
+from test_harden3 import _requests
+
+from rig.analysis import metrics as m
+
+
+# --- 5. goodput counts cancelled requests as misses
+def test_goodput_counts_requests_cancelled_once_sent_as_missing_the_slo():
+    # 26 served within 1 s; 174 cancelled at the level's end after running 4.9-5.2 s; 3 never sent (ran 0 s)
+    r = _requests([1.0] * 26, [4.9, 5.0, 5.2] * 58 + [0.0] * 3)
+    g = m.goodput(r, [m.parse_slo("e2e=2s")], wall_s=10.0)
+    assert (g["good"], g["counted"]) == (26, 200)  # it was 26 of 26 (100 %) beside '177 cancelled left out'
+    assert g["fraction"] == pytest.approx(0.13)
+    assert g["goodput_req_s"] == pytest.approx(2.6)
