@@ -14,7 +14,7 @@ from typing import Any
 from rig.analysis import columns
 from rig.analysis.adaptive import search_rows, tune_rows
 from rig.analysis.columns import Column, Readable
-from rig.analysis.lossless import mismatch_rows
+from rig.analysis.lossless import mismatch_rows, not_checked_reason
 from rig.analysis.plots import write_plots
 from rig.analysis.render import seeds_line
 from rig.analysis.report import Report
@@ -250,6 +250,8 @@ def campaign_html(report: Report) -> list[str]:
 
 def lossless_html(report: Report) -> list[str]:
     ll = report.lossless
+    if ll.requests_checked == 0:
+        return [f'<p class="warn">Not checked: {html.escape(not_checked_reason(ll))}.</p>']
     if ll.ok:
         return [
             f'<p class="ok">OK: {ll.requests_checked} temperature-0 requests compared across '

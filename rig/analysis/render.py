@@ -11,7 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from rig.analysis import columns, declared
-from rig.analysis.lossless import mismatch_rows
+from rig.analysis.lossless import mismatch_rows, not_checked_reason
 from rig.analysis.report import Report
 from rig.analysis.rows import LatencyRow
 from rig.analysis.tables import render_campaign_table, render_problems
@@ -144,6 +144,8 @@ def render_lossless(result: LosslessResult) -> RenderableType:
             "Greedy losslessness: nothing to compare (no two points share requests across speculative settings)",
             style="dim",
         )
+    if result.requests_checked == 0:  # no mismatch because nothing was compared: not an OK
+        return Text(f"Greedy losslessness: not checked ({not_checked_reason(result)})", style="yellow")
     if result.ok:
         return Text(
             f"Greedy losslessness: OK ({result.requests_checked:,} temperature-0 requests compared across "

@@ -43,7 +43,7 @@ class Health:
     ok: int
     failed: int
     cancelled: int
-    lossless: str  # "ok", "mismatch" or "nothing to compare"
+    lossless: str  # "ok", "mismatch", "nothing to compare" or "not checked" (no temperature-0 request compared)
     lossless_detail: str
 
     @property
@@ -131,7 +131,7 @@ def health(report: Report) -> Health:
     if ll.groups_checked == 0:
         lossless, detail = "nothing to compare", "no two points share requests across speculative settings"
     elif ll.requests_checked == 0:
-        lossless, detail = "nothing to compare", "no temperature-0 requests"
+        lossless, detail = "not checked", "no temperature-0 requests"
     elif ll.ok:
         lossless, detail = "ok", f"{ll.requests_checked:,} temperature-0 requests compared"
     else:
@@ -249,7 +249,7 @@ def health_text(h: Health) -> list[str]:
     if h.notes:
         points += " · notes: " + ", ".join(f"{f} ({len(ps)})" for f, ps in sorted(h.notes.items()))
     reqs = f"{h.requests:,} request(s): {h.ok:,} ok, {h.failed:,} failed, {h.cancelled:,} cancelled"
-    lossless = {"ok": "OK", "mismatch": "MISMATCH", "nothing to compare": "nothing to compare"}[h.lossless]
+    lossless = {"ok": "OK", "mismatch": "MISMATCH"}.get(h.lossless, h.lossless)
     return [points, f"{reqs} · greedy losslessness: {lossless} ({h.lossless_detail})"]
 
 
