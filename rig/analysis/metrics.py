@@ -122,6 +122,13 @@ class Requests:
         with np.errstate(divide="ignore", invalid="ignore"):
             return np.where((self.tokens > 1) & (dec > 0), (self.tokens - 1) / dec, np.nan)
 
+    def decode_left_out(self) -> tuple[int, int]:
+        """Ok requests Decode tok/s leaves out: those with E2E == TTFT (every token in the first chunk: no decode
+        time to divide by) and those with fewer than two tokens (no decode phase)."""
+        one_chunk = self.ok & (self.tokens > 1) & ~(self.e2e - self.ttft > 0)
+        few = self.ok & ~(self.tokens > 1)
+        return int(one_chunk.sum()), int(few.sum())
+
     @property
     def ttft_from_intended(self) -> np.ndarray:
         """TTFT counted from the intended send time (open loop)."""

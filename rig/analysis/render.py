@@ -14,6 +14,7 @@ from rig.analysis import columns, declared
 from rig.analysis.lossless import mismatch_rows, not_checked_reason
 from rig.analysis.report import Report
 from rig.analysis.rows import LatencyRow
+from rig.analysis.settings import grid_knobs
 from rig.analysis.tables import render_campaign_table, render_problems
 from rig.contracts import CampaignRow, GoodputRow, LosslessResult, ServerRow
 
@@ -241,7 +242,7 @@ def render_report(report: Report) -> Group:
     parts.append(Text(f"Per-request seeds: {seeds_line(report.run.points)}"))
     for line in report.telemetry:
         parts.append(Text(line, style="yellow" if "SIMULATED" in line or "absent" in line else ""))
-    parts.append(render_campaign_table(report.campaign))
+    parts.append(render_campaign_table(report.campaign, grid_knobs(report.run)))
     problems = render_problems(report.campaign)
     if problems is not None:
         parts.append(problems)

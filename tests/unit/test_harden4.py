@@ -46,3 +46,70 @@ def test_losslessness_not_checked_in_the_html_and_the_verdict(monkeypatch):
     assert "Not checked" in line and "OK" not in line
     h = verdict.health(_Report())  # type: ignore[arg-type]
     assert verdict.health_text(h)[1].endswith("greedy losslessness: not checked (no temperature-0 requests)")
+
+
+# --- 5. decode tok/s says how many requests it left out
+def test_decode_tok_s_says_how_many_ok_requests_it_left_out():
+    import numpy as np
+
+    from rig.analysis.points import flag_reasons
+    from rig.analysis.runs import PointInfo
+
+    r = _requests([2.0] * 5, [3.0])
+    r.tokens[:] = [10, 10, 10, 1, 10, np.nan]
+    r.ttft[:] = [0.5, 0.5, 2.0, 2.0, 2.0, np.nan]  # the last two with 10 tokens: every token in the first chunk
+    assert r.decode_left_out() == (2, 1)
+    assert m.nanmean(r.decode_tok_s[r.ok]) == pytest.approx(9 / 1.5)  # the two it can measure
+    p = PointInfo.model_validate({"point": "p", "status": "complete"})
+    why = flag_reasons(p, r)["decode_left_out"]
+    assert why == (
+        "Decode tok/s leaves out 3 of 5 ok requests: 2 with E2E == TTFT (every token in the first chunk), "
+        "1 with fewer than two tokens"
+    )
+
+
+# --- 5. grid knob values appear in the tables, not only configuration hashes
+def _grid_run(d):
+    from synthetic import greedy_rows, point_entry, write_requests, write_run
+
+    configs = {
+        "sim-s0-aaaa": {"engine": "sim", "knobs": {"steps": 0, "eagle_topk": 1, "tp": 4}},
+        "sim-s4-bbbb": {"engine": "sim", "knobs": {"steps": 4, "eagle_topk": 1, "tp": 4}},
+        "sim-s4-cccc": {"engine": "sim", "knobs": {"steps": 4, "eagle_topk": 4, "tp": 4}},
+    }
+    points = []
+    for cid, cfg in configs.items():
+        for c in (2, 4):
+            name = f"{cid}-c{c}"
+            points.append(point_entry(name, cfg["knobs"]["steps"], concurrency=c, server_config=cid))
+    write_run(d, {"run_id": "grid", "status": "complete", "points": points, "server_configs": configs})
+    for p in points:
+        fast = 0.5 if p["steps"] else 1.0
+        write_requests(d, p["point"], 0, greedy_rows(p["point"], p["steps"], [0.1] * 8, [fast * 2] * 8, 20))
+    return d
+
+
+def test_grid_knob_values_name_the_configurations_in_the_tables(tmp_path):
+    from rich.console import Console
+
+    from rig.analysis.report import build_report
+    from rig.analysis.settings import grid_knobs
+    from rig.analysis.tables import render_campaign_table
+    from rig.analysis.verdict import setting_labels
+
+    run_dir = _grid_run(tmp_path / "grid")
+    rep = build_report(run_dir)
+    knobs = grid_knobs(rep.run)
+    assert knobs == {"sim-s0-aaaa": "eagle_topk=1", "sim-s4-bbbb": "eagle_topk=1", "sim-s4-cccc": "eagle_topk=4"}
+    console = Console(width=200, record=True)
+    console.print(render_campaign_table(rep.campaign, knobs))
+    titles = [ln.strip() for ln in console.export_text().splitlines() if ln.startswith("greedy ·")]
+    assert titles == [
+        "greedy · sim-s0-aaaa (sim, steps=0, eagle_topk=1)",
+        "greedy · sim-s4-bbbb (sim, steps=4, eagle_topk=1)",
+        "greedy · sim-s4-cccc (sim, steps=4, eagle_topk=4)",
+    ]
+    labels = setting_labels(rep.campaign, knobs)
+    assert labels["sim-s4-cccc"] == "steps=4 (eagle_topk=4)" and labels["sim-s0-aaaa"] == "steps=0"
+    bests = {b["best"] for band in rep.schedule for b in band["bands"]}  # the verdict's bands name them so too
+    assert bests == {"steps=4 (eagle_topk=1)"}
