@@ -113,3 +113,43 @@ def test_grid_knob_values_name_the_configurations_in_the_tables(tmp_path):
     assert labels["sim-s4-cccc"] == "steps=4 (eagle_topk=4)" and labels["sim-s0-aaaa"] == "steps=0"
     bests = {b["best"] for band in rep.schedule for b in band["bands"]}  # the verdict's bands name them so too
     assert bests == {"steps=4 (eagle_topk=1)"}
+
+
+# --- 5. rig sim fit shows progress, on a terminal and in a log
+def test_sim_fit_progress_is_shown_in_place_on_a_terminal_and_every_10_s_elsewhere():
+    import io
+
+    from rich.console import Console
+
+    from rig.sim.fit_progress import FitProgress
+
+    now = [100.0]
+    log = io.StringIO()
+    console = Console(file=log, width=200)  # not a terminal: a CI log
+    progress = FitProgress(console, 1500, status=None, clock=lambda: now[0])
+    for n, t in ((1, 100.0), (2, 104.0), (3, 110.0), (4, 111.0), (5, 121.0)):
+        now[0] = t
+        progress(n, 0.5 / n)
+    assert log.getvalue().splitlines() == [
+        "fitting: 1 of at most 1,500 evaluations, objective 0.50000, 0 s",
+        "fitting: 3 of at most 1,500 evaluations, objective 0.16667, 10 s",
+        "fitting: 5 of at most 1,500 evaluations, objective 0.10000, 21 s",
+    ]
+
+    class Status:
+        lines: list[str] = []
+
+        def update(self, text: str) -> None:
+            self.lines.append(text)
+
+    term = Console(file=io.StringIO(), force_terminal=True)
+    status = Status()
+    on_term = FitProgress(term, 10, status=status, clock=lambda: now[0])
+    on_term(1, 1.0)
+    on_term(2, 0.5)
+    on_term.step("held-out fit 1/3: without C=4")
+    assert status.lines == [
+        "fitting: 1 of at most 10 evaluations, objective 1.00000, 0 s",
+        "fitting: 2 of at most 10 evaluations, objective 0.50000, 0 s",
+        "held-out fit 1/3: without C=4",
+    ]
