@@ -153,3 +153,37 @@ def test_sim_fit_progress_is_shown_in_place_on_a_terminal_and_every_10_s_elsewhe
         "fitting: 2 of at most 10 evaluations, objective 0.50000, 0 s",
         "held-out fit 1/3: without C=4",
     ]
+
+
+# --- 6. summed gauges keep one TP rank's copy and the empty priority label
+def test_summed_gauges_count_one_tp_rank_and_the_total_priority_only(tmp_path):
+    import json
+
+    from synthetic import point_entry, write_run, write_server_metrics
+
+    from rig.analysis.runs import load_run
+    from rig.analysis.server_series import point_series
+    from rig.contracts.label_sets import kept_label_sets
+    from rig.server.scrape import live_gauges, summed_values
+
+    def lab(**kw: str) -> str:
+        return json.dumps(dict(sorted({"model_name": "m", **kw}.items())))
+
+    # --enable-metrics-for-all-schedulers at TP 4: every rank reports the same 6 running; per-priority beside the total
+    scrape = [("sglang:num_running_reqs", lab(tp_rank=str(r)), 6.0) for r in range(4)]
+    scrape += [
+        ("sglang:num_queue_reqs", lab(tp_rank="0", priority=p), v) for p, v in (("", 5.0), ("1", 2.0), ("2", 3.0))
+    ]
+    assert summed_values(scrape) == {"sglang:num_running_reqs": 6.0, "sglang:num_queue_reqs": 5.0}
+    assert live_gauges(scrape) == {"sglang:num_running_reqs": 6.0, "sglang:num_queue_reqs": 5.0}
+    # DP attention: each DP rank's leader counts (its requests are its own)
+    dp = [{"tp_rank": "0", "dp_rank": "0"}, {"tp_rank": "2", "dp_rank": "1"}, {"tp_rank": "3", "dp_rank": "1"}]
+    assert kept_label_sets(dp) == [True, True, False]
+    assert kept_label_sets([{"is_streaming": "true"}, {"is_streaming": "false"}]) == [True, True]
+
+    write_run(tmp_path, {"run_id": "r", "status": "complete", "points": [point_entry("p", 2)]})
+    rows = [{"ts": 100.0 + k, "name": n, "value": v, "labels": labels} for k in range(3) for n, labels, v in scrape]
+    write_server_metrics(tmp_path, "p", rows)
+    series = point_series(load_run(tmp_path), "p")
+    assert series["running"].values.tolist() == [6.0, 6.0, 6.0]  # was 24 (4 ranks added up)
+    assert series["queued"].values.tolist() == [5.0, 5.0, 5.0]  # was 10 (the total and its parts)
