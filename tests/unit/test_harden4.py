@@ -187,3 +187,72 @@ def test_summed_gauges_count_one_tp_rank_and_the_total_priority_only(tmp_path):
     series = point_series(load_run(tmp_path), "p")
     assert series["running"].values.tolist() == [6.0, 6.0, 6.0]  # was 24 (4 ranks added up)
     assert series["queued"].values.tolist() == [5.0, 5.0, 5.0]  # was 10 (the total and its parts)
+
+
+# --- 6. the sim checks Content-Type on /v1/*, and has no sglang:max_running_requests gauge
+def test_sim_refuses_a_body_that_is_not_json_and_emits_no_max_running_requests_gauge():
+    import asyncio
+
+    import aiohttp
+    from aiohttp.test_utils import TestServer
+
+    from rig.sim.app import create_app
+    from rig.sim.launch import build_server, prepare
+
+    body = b'{"model": "m", "prompt": "hi", "max_tokens": 2}'
+
+    async def go():
+        srv = build_server(
+            *prepare(["--model-path", "m", "--tp-size", "4", "--skip-server-warmup", "--enable-metrics"])
+        )
+        srv.ready = True
+        server = TestServer(create_app(srv))
+        await server.start_server()
+        out = []
+        try:
+            async with aiohttp.ClientSession() as s:
+                for path in ("/v1/completions", "/v1/chat/completions"):
+                    for ctype in ("text/plain", "application/x-www-form-urlencoded", None):
+                        headers = {"Content-Type": ctype} if ctype else {}
+                        async with s.post(server.make_url(path), data=body, headers=headers) as r:
+                            out.append((r.status, (await r.json())["type"], (await r.json())["message"]))
+                url = server.make_url("/v1/completions")
+                ok = {"Content-Type": "application/json; charset=utf-8"}
+                async with s.post(url, data=body, headers=ok) as r:
+                    out.append((r.status, None, None))
+                async with s.get(server.make_url("/metrics")) as r:
+                    metrics = await r.text()
+        finally:
+            await server.close()
+            await srv.engine.stop()
+        return out, metrics
+
+    out, metrics = asyncio.run(go())
+    refused = (400, "Bad Request", "Unsupported Media Type: Only 'application/json' is allowed")
+    assert out == [refused] * 6 + [(200, None, None)]
+    assert "sglang:max_total_num_tokens{" in metrics and "sglang:max_running_requests{" not in metrics
+
+
+# --- 6. the sim's meta_info carries 0.5.23's speculative names, not the legacy aliases
+def test_sim_meta_info_has_the_0_5_23_speculative_names_only():
+    from types import SimpleNamespace
+
+    from rig.loadgen.apis import _speculative_fields
+    from rig.sim.responses import speculative_fields
+
+    st = SimpleNamespace(req=SimpleNamespace(verify_ct=4, accepted_drafts=6, hist=[0, 1, 2, 1]), n_tokens=10)
+    got = speculative_fields(st, steps=3)  # type: ignore[arg-type]
+    assert set(got) == {
+        "spec_verify_ct",
+        "spec_accept_length",
+        "spec_accept_rate",
+        "spec_num_correct_drafts",
+        "spec_num_proposed_drafts",
+        "spec_correct_drafts_histogram",
+    }
+    assert _speculative_fields(got) == {
+        "spec_verify_ct": 4,
+        "spec_accept_length": 2.5,
+        "spec_accepted_drafts": 6,
+        "spec_proposed_drafts": 12,
+    }
