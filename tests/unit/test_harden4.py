@@ -256,3 +256,24 @@ def test_sim_meta_info_has_the_0_5_23_speculative_names_only():
         "spec_accepted_drafts": 6,
         "spec_proposed_drafts": 12,
     }
+
+
+# --- 6. a note before the levels whose concurrency exceeds the server's effective max running requests
+def test_a_note_names_the_levels_above_what_the_server_runs_at_once():
+    from rig.contracts.server import EffectiveConfig
+    from rig.run.capacity_note import queue_note
+
+    eff = EffectiveConfig(requested={"steps": 3}, effective={"steps": 3, "max_running_requests": 48})
+    info = {"internal_states": [{"effective_max_running_requests_per_dp": 48}]}
+    assert queue_note("sglang-s3", eff, info, [16, 48, 64, 128], "closed") == (
+        "server sglang-s3: concurrency 64, 128 exceeds the server's effective max running requests 48: requests "
+        "queue in the server there (TTFT counts the wait)"
+    )
+    two = {"internal_states": [{}, {}]}
+    assert queue_note("c", eff, two, [64, 128], "closed").endswith(  # type: ignore[union-attr]
+        "concurrency 128 exceeds the server's effective max running requests 96 (48 per DP rank x 2): requests "
+        "queue in the server there (TTFT counts the wait)"
+    )
+    assert queue_note("c", eff, info, [16, 48], "closed") is None
+    assert queue_note("c", eff, info, [64], "open") is None  # open loop: no concurrency level to compare
+    assert queue_note("c", EffectiveConfig(requested={}, effective={}), info, [64], "closed") is None  # not said
