@@ -277,3 +277,36 @@ def test_a_note_names_the_levels_above_what_the_server_runs_at_once():
     assert queue_note("c", eff, info, [16, 48], "closed") is None
     assert queue_note("c", eff, info, [64], "open") is None  # open loop: no concurrency level to compare
     assert queue_note("c", EffectiveConfig(requested={}, effective={}), info, [64], "closed") is None  # not said
+
+
+# --- 6. NGRAM points are labelled by draft tokens; topk is the BFS breadth
+def test_ngram_is_launched_by_draft_tokens_and_bfs_breadth_and_read_back_so():
+    from rig.config import as_it_runs
+    from rig.server.effective import effective_config, requested
+    from rig.server.engines import SGLangAdapter
+    from rig.server.spec import ServerConfig
+
+    cfg = ServerConfig(engine="sglang", steps=8, spec_algorithm="ngram", eagle_topk=4)
+    args = SGLangAdapter().speculative_args(cfg)
+    assert args == [
+        "--speculative-algorithm",
+        "NGRAM",
+        "--speculative-num-draft-tokens",
+        "8",
+        "--speculative-ngram-max-bfs-breadth",
+        "4",
+    ]
+    assert "--speculative-eagle-topk" not in args and "--speculative-num-steps" not in args
+    assert as_it_runs(cfg.model_copy(update={"num_draft_tokens": 6})).num_draft_tokens == 6  # no steps + 1 rule
+    assert requested(cfg)["num_draft_tokens"] == 8
+    # /server_info as _handle_ngram leaves it: eagle_topk copied from the breadth, its own num_steps
+    info = {
+        "speculative_algorithm": "NGRAM",
+        "speculative_num_steps": 1,
+        "speculative_num_draft_tokens": 8,
+        "speculative_eagle_topk": 4,
+        "speculative_ngram_max_bfs_breadth": 4,
+    }
+    eff = effective_config(cfg, info, None)
+    assert eff.effective["steps"] == 8 and eff.effective["eagle_topk"] == 4
+    assert [c.knob for c in eff.changed] == []  # the label stands: steps=8 means 8 draft tokens
