@@ -311,6 +311,8 @@ def as_it_runs(cfg: ServerConfig) -> ServerConfig:
         return cfg
     if cfg.steps == 0:
         return cfg.model_copy(update={"num_draft_tokens": None})
+    if cfg.spec_algorithm.upper() == "NGRAM":  # drafts are not steps: no steps + 1 rule (_handle_ngram)
+        return cfg
     if cfg.eagle_topk == 1 and cfg.num_draft_tokens != cfg.steps + 1:
         return cfg.model_copy(update={"num_draft_tokens": cfg.steps + 1})
     return cfg

@@ -200,12 +200,15 @@ def _rescale_samples(side: Side, rng: np.random.Generator, resamples: int) -> np
 
 
 def config_label(s: Side) -> str:
-    """'steps=N' (prefixed by the run when comparing two; with the config id when two configurations share N)."""
+    """'steps=N' (prefixed by the run when comparing two; where two configurations share N, with the knob values
+    that tell them apart, else the config id)."""
+    from rig.analysis.settings import grid_knobs, setting_name
+
     p = s.point
-    config = f"steps={p.steps}" if s.label == p.point else s.label.rsplit(":", 1)[0] + f":steps={p.steps}"
-    if len({q.server_config for q in s.run.points if q.steps == p.steps}) > 1:
-        config += f" ({p.server_config})"
-    return config
+    shared = len({q.server_config for q in s.run.points if q.steps == p.steps}) > 1
+    knobs = grid_knobs(s.run).get(p.server_config or "") if shared else None
+    name = setting_name(p.steps, p.server_config, knobs, shared)
+    return name if s.label == p.point else s.label.rsplit(":", 1)[0] + ":" + name
 
 
 def best_per_level(

@@ -14,10 +14,11 @@ from typing import Any
 from rig.analysis import columns
 from rig.analysis.adaptive import search_rows, tune_rows
 from rig.analysis.columns import Column, Readable
-from rig.analysis.lossless import mismatch_rows
+from rig.analysis.lossless import mismatch_rows, not_checked_reason
 from rig.analysis.plots import write_plots
 from rig.analysis.render import seeds_line
 from rig.analysis.report import Report
+from rig.analysis.settings import grid_knobs
 from rig.analysis.tables import group_rows, group_title
 
 Col = tuple[str | None, str, Callable[[Any], str]]  # key (None: the function reads the row), header, text
@@ -236,12 +237,13 @@ def campaign_html(report: Report) -> list[str]:
     from rig.analysis.tables import render_problems
 
     parts = []
+    knobs = grid_knobs(report.run)
     for _, grp in group_rows(report.campaign):
         open_loop = any(r.get("load_mode") not in (None, "closed") for r in grp)
         repeats = len({r.get("repeat") for r in grp}) > 1
         hidden = ({"rate"} if not open_loop else set()) | ({"repeat"} if not repeats else set())
         cols = html_cols([c for c in columns.CAMPAIGN if c.key not in hidden])
-        parts.append(table_html(grp, cols, group_title(grp)))
+        parts.append(table_html(grp, cols, group_title(grp, knobs)))
     problems = render_problems(report.campaign)
     if problems is not None:  # the same text as the terminal's: errors, each flag's figure, top error messages
         parts.append(f"<h3>What went wrong</h3><pre>{html.escape(problems.plain.split(chr(10), 1)[1])}</pre>")
@@ -250,6 +252,8 @@ def campaign_html(report: Report) -> list[str]:
 
 def lossless_html(report: Report) -> list[str]:
     ll = report.lossless
+    if ll.requests_checked == 0:
+        return [f'<p class="warn">Not checked: {html.escape(not_checked_reason(ll))}.</p>']
     if ll.ok:
         return [
             f'<p class="ok">OK: {ll.requests_checked} temperature-0 requests compared across '

@@ -42,6 +42,13 @@ def _codes(col: pa.ChunkedArray) -> tuple[pa.Array, np.ndarray]:
     )
 
 
+def not_checked_reason(result: LosslessResult) -> str:
+    """Why a check that compared no request checked nothing."""
+    if result.groups_checked == 0:
+        return "no two points share requests across speculative settings"
+    return f"no temperature-0 request in the {result.groups_checked} group(s) of points that share requests"
+
+
 def check_lossless(run: Run) -> LosslessResult:
     """Every temperature-0 request whose output_hash differs between comparable points, with each point's hash."""
     mismatches: list[dict[str, Any]] = []

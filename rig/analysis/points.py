@@ -125,6 +125,13 @@ def flag_reasons(p: PointInfo, r: m.Requests) -> dict[str, str]:
     cancelled = int((r.cancelled & ~r.ok).sum()) if r.n else 0
     if cancelled:  # a note: they are left out of percentiles and SLO verdicts unless counted at their lower bound
         why["has_cancelled"] = f"{cancelled:,} of {r.n:,} requests cancelled"
+    one_chunk, few = r.decode_left_out() if r.n else (0, 0)
+    if one_chunk or few:  # a note: the Decode tok/s column is the mean of the others
+        parts = [f"{one_chunk:,} with E2E == TTFT (every token in the first chunk)"] if one_chunk else []
+        parts += [f"{few:,} with fewer than two tokens"] if few else []
+        why["decode_left_out"] = f"Decode tok/s leaves out {one_chunk + few:,} of {int(r.ok.sum()):,} ok requests: " + (
+            ", ".join(parts)
+        )
     for g in p.generators:
         if g.status and g.status != "complete":
             why[f"generator_{g.status}"] = f"{_gen_name(g)}: {g.error or g.status}"

@@ -18,9 +18,9 @@ read (cut short by a crash) are left out with a warning, as ``rig report`` does.
 
 from __future__ import annotations
 
-import json
-import tempfile
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import date, datetime, time, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +28,17 @@ import click
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from rig.analysis.query_output import OUTPUT_SUFFIXES, write_stream
+from rig.analysis.query_sandbox import (
+    QueryRefused,
+    lock_down,
+    output_clash,
+    read_only,
+    refuse_permission,
+    remove_spill_directory,
+    spill_directory,
+)
+from rig.analysis.query_tables import points_table, runs_table, server_configs_table
 from rig.analysis.runs import AnalysisInputError, Run, load_run
 from rig.results import REQUESTS_DIR, SERVER_METRICS_DIR, part_paths
 
@@ -38,11 +49,14 @@ GPU_METRICS_DIR = "gpu_metrics"  # rig.results names it once NVML telemetry land
 FILE_TABLES = {"requests": REQUESTS_DIR, "server_metrics": SERVER_METRICS_DIR, "gpu_metrics": GPU_METRICS_DIR}
 # DuckDB spills joins, sorts and grouping past this; exact quantiles of 100 M values hold them (0.8 GB) in memory
 MEMORY_LIMIT = "2GB"
-OUTPUT_SUFFIXES = (".parquet", ".csv")
 
 
 class QueryError(Exception):
     """The query itself is wrong (SQL DuckDB rejects, or a table these runs lack): one line, exit 2."""
+
+
+# Warnings of one kind past this many are summed up in one line (a run with 500 cut-off parts buries no answer)
+WARNINGS_OF_A_KIND = 3
 
 
 @dataclass
@@ -52,6 +66,14 @@ class Opened:
     con: duckdb.DuckDBPyConnection
     warnings: list[str]
     tables: list[str]
+    run_dirs: list[Path] = field(default_factory=list)
+    spill: Path | None = None
+
+    def close(self) -> None:
+        """Close the connection and remove its spill directory."""
+        self.con.close()
+        if self.spill is not None:
+            remove_spill_directory(self.spill)
 
 
 def _readable(files: list[str], warnings: list[str]) -> list[str]:
@@ -72,125 +94,29 @@ def _names(runs: list[Run]) -> list[str]:
     return [r.run_id if ids.count(r.run_id) == 1 else str(r.run_dir) for r in runs]
 
 
-def _json(x: Any) -> str | None:
-    return None if x is None else json.dumps(x, sort_keys=True, default=str)
-
-
-def points_table(runs: list[Run], names: list[str]) -> pa.Table:
-    """The ``points`` table: the manifests' points as analysis sees them (rig.analysis.runs.PointInfo)."""
-    rows = []
-    for run, name in zip(runs, names, strict=False):
-        for p in run.points:
-            wa = p.window_acceptance
-            rows.append(
-                {
-                    "run": name,
-                    "point": p.point,
-                    "server_config": p.server_config,
-                    "engine": p.engine,
-                    "workload": p.workload,
-                    "steps": p.steps,
-                    "load_mode": p.load_mode,
-                    "concurrency": p.concurrency,
-                    "rate": p.rate,
-                    "repeat": p.repeat,
-                    "status": p.status,
-                    "error": p.error,
-                    "flags": list(p.flags),
-                    "started_ts": p.started_ts,
-                    "ended_ts": p.ended_ts,
-                    "requests_planned": p.requests_planned,
-                    "requests_scheduled": p.requests_scheduled,
-                    "window_accept_length": wa.accept_length if wa is not None else None,
-                    "in_manifest": p.in_manifest,
-                    "knobs": _json(p.knobs),
-                }
-            )
-    schema = pa.schema(
-        [
-            ("run", pa.string()),
-            ("point", pa.string()),
-            ("server_config", pa.string()),
-            ("engine", pa.string()),
-            ("workload", pa.string()),
-            ("steps", pa.int64()),
-            ("load_mode", pa.string()),
-            ("concurrency", pa.int64()),
-            ("rate", pa.float64()),
-            ("repeat", pa.int64()),
-            ("status", pa.string()),
-            ("error", pa.string()),
-            ("flags", pa.list_(pa.string())),
-            ("started_ts", pa.float64()),
-            ("ended_ts", pa.float64()),
-            ("requests_planned", pa.int64()),
-            ("requests_scheduled", pa.int64()),
-            ("window_accept_length", pa.float64()),
-            ("in_manifest", pa.bool_()),
-            ("knobs", pa.string()),
-        ]
-    )
-    return pa.Table.from_pylist(rows, schema=schema)
-
-
-def server_configs_table(runs: list[Run], names: list[str]) -> pa.Table:
-    """The ``server_configs`` table: one row per configuration of each manifest."""
-    rows = []
-    for run, name in zip(runs, names, strict=False):
-        for cid, cfg in run.manifest.server_configs.items():
-            rows.append(
-                {
-                    "run": name,
-                    "server_config": cid,
-                    "engine": cfg.engine,
-                    "status": cfg.status,
-                    "error": cfg.error,
-                    "knobs": _json(cfg.knobs),
-                    "effective": _json(cfg.effective.model_dump(mode="json") if cfg.effective is not None else None),
-                    "server_info": _json(cfg.server_info),
-                    "ready_after_s": cfg.ready_after_s,
-                }
-            )
-    schema = pa.schema(
-        [
-            ("run", pa.string()),
-            ("server_config", pa.string()),
-            ("engine", pa.string()),
-            ("status", pa.string()),
-            ("error", pa.string()),
-            ("knobs", pa.string()),
-            ("effective", pa.string()),
-            ("server_info", pa.string()),
-            ("ready_after_s", pa.float64()),
-        ]
-    )
-    return pa.Table.from_pylist(rows, schema=schema)
-
-
 def _sql_str(s: str) -> str:
     return "'" + s.replace("'", "''") + "'"
 
 
 def open_runs(run_dirs: list[Path]) -> Opened:
-    """Load every run (one-line errors for a bad one) and register its tables with a fresh DuckDB connection."""
+    """Load every run (one-line errors for a bad one), register its tables with a fresh DuckDB connection, and lock
+    that connection down to reading them (rig.analysis.query_sandbox)."""
     import duckdb
 
     runs = [load_run(d) for d in run_dirs]
     names = _names(runs)
     warnings = [f"{n}: {w}" for r, n in zip(runs, names, strict=False) for w in r.warnings]
+    spill = spill_directory()
     con = duckdb.connect(
-        config={
-            "memory_limit": MEMORY_LIMIT,
-            "temp_directory": tempfile.gettempdir(),
-            "preserve_insertion_order": False,
-        }
+        config={"memory_limit": MEMORY_LIMIT, "temp_directory": str(spill), "preserve_insertion_order": False}
     )  # ORDER BY orders; scans need not buffer
     con.execute("SET enable_progress_bar = false")  # rig prints the answer, nothing else
-    tables = []
+    tables, allowed = [], []
     for table, kind in FILE_TABLES.items():
         selects = []
         for run, name in zip(runs, names, strict=False):
             files = _readable(part_paths(run.run_dir / kind), warnings)
+            allowed += files
             if files:
                 listing = "[" + ", ".join(_sql_str(f) for f in files) + "]"
                 # the run's name first; the records' own columns after (union_by_name: older runs lack newer columns)
@@ -198,22 +124,16 @@ def open_runs(run_dirs: list[Path]) -> Opened:
         if selects:
             con.execute(f"CREATE VIEW {table} AS " + " UNION ALL BY NAME ".join(selects))
             tables.append(table)
-    for table, data in (("points", points_table(runs, names)), ("server_configs", server_configs_table(runs, names))):
+    for table, data in (
+        ("points", points_table(runs, names)),
+        ("server_configs", server_configs_table(runs, names)),
+        ("runs", runs_table(runs, names)),
+    ):
         con.register(f"_{table}", data)
         con.execute(f"CREATE VIEW {table} AS SELECT * FROM _{table}")
         tables.append(table)
-    runs_t = pa.table(
-        {
-            "run": names,
-            "run_dir": [str(r.run_dir) for r in runs],
-            "status": pa.array([r.status for r in runs], pa.string()),
-            "points": pa.array([len(r.points) for r in runs], pa.int64()),
-        }
-    )
-    con.register("_runs", runs_t)
-    con.execute("CREATE VIEW runs AS SELECT * FROM _runs")
-    tables.append("runs")
-    return Opened(con, warnings, tables)
+    lock_down(con, allowed)
+    return Opened(con, warnings, tables, list(run_dirs), spill)
 
 
 def _one_line(e: Exception, opened: Opened) -> str:
@@ -229,16 +149,33 @@ def _one_line(e: Exception, opened: Opened) -> str:
     return msg
 
 
+def _query_error(e: Exception, opened: Opened) -> Exception:
+    import duckdb
+
+    if isinstance(e, duckdb.PermissionException):
+        return QueryRefused(refuse_permission(str(e)))
+    return QueryError(_one_line(e, opened))
+
+
+def _reader(opened: Opened, sql: str) -> pa.RecordBatchReader | None:
+    """The query's rows as a stream of Arrow batches (None for a statement with no result), once DuckDB's parser
+    says it only reads."""
+    read_only(opened.con, sql)
+    rel = opened.con.sql(sql)
+    if rel is None:
+        return None
+    # DuckDB 1.4 renamed fetch_record_batch (kept, deprecated) to to_arrow_reader
+    return rel.to_arrow_reader(10_000) if hasattr(rel, "to_arrow_reader") else rel.fetch_record_batch(10_000)
+
+
 def run_query(opened: Opened, sql: str, limit: int | None = None) -> tuple[pa.Table, bool]:
     """The query's first ``limit`` rows (all when None) as an Arrow table, and whether it has more."""
     import duckdb
 
     try:
-        rel = opened.con.sql(sql)
-        if rel is None:  # a statement, not a query: nothing to show
+        reader = _reader(opened, sql)
+        if reader is None:
             return pa.table({}), False
-        # DuckDB 1.4 renamed fetch_record_batch (kept, deprecated) to to_arrow_reader
-        reader = rel.to_arrow_reader(10_000) if hasattr(rel, "to_arrow_reader") else rel.fetch_record_batch(10_000)
         batches, rows = [], 0
         for batch in reader:
             batches.append(batch)
@@ -246,7 +183,7 @@ def run_query(opened: Opened, sql: str, limit: int | None = None) -> tuple[pa.Ta
             if limit is not None and rows > limit:
                 break
     except duckdb.Error as e:
-        raise QueryError(_one_line(e, opened)) from None
+        raise _query_error(e, opened) from None
     table = pa.Table.from_batches(batches, schema=reader.schema)
     if limit is not None and table.num_rows > limit:
         return table.slice(0, limit), True
@@ -254,19 +191,24 @@ def run_query(opened: Opened, sql: str, limit: int | None = None) -> tuple[pa.Ta
 
 
 def write_query(opened: Opened, sql: str, out: Path) -> int:
-    """Stream the query's result into ``out`` (.parquet or .csv) with DuckDB's COPY; returns the rows written."""
+    """Stream the query's result into ``out`` (.parquet or .csv; rig writes it, DuckDB writes nothing); returns the
+    rows written. A path inside a run directory is refused."""
     import duckdb
 
-    fmt = {".parquet": "PARQUET", ".csv": "CSV, HEADER"}.get(out.suffix.lower())
-    if fmt is None:
+    suffix = out.suffix.lower()
+    if suffix not in OUTPUT_SUFFIXES:
         raise AnalysisInputError(f"-o {out}: the output must end in {' or '.join(OUTPUT_SUFFIXES)}")
-    out.parent.mkdir(parents=True, exist_ok=True)
+    clash = output_clash(out, opened.run_dirs)
+    if clash:
+        raise QueryRefused(clash)
     try:
-        got = opened.con.execute(f"COPY ({sql.strip().rstrip(';')}) TO {_sql_str(str(out))} (FORMAT {fmt})")
-        row = got.fetchone()
+        reader = _reader(opened, sql)
+        if reader is None:
+            raise QueryError("the statement returns no rows to write")
+        rows = write_stream(reader, out)
     except duckdb.Error as e:
-        raise QueryError(_one_line(e, opened)) from None
-    return int(row[0]) if row else 0
+        raise _query_error(e, opened) from None
+    return rows
 
 
 # --- the command ----------------------------------------------------------------------------------------------------
@@ -275,11 +217,59 @@ def write_query(opened: Opened, sql: str, out: Path) -> int:
 def _cell(v: Any) -> str:
     if v is None:
         return "–"
+    if isinstance(v, bool):
+        return str(v)
     if isinstance(v, float):
         return f"{v:,.6g}"
-    if isinstance(v, int) and not isinstance(v, bool):
+    if isinstance(v, int):
         return f"{v:,}"
+    if isinstance(v, datetime):
+        return v.isoformat(sep=" ")
+    if isinstance(v, date | time):
+        return v.isoformat()
+    if isinstance(v, timedelta):
+        return str(v)
+    if isinstance(v, pa.MonthDayNano):
+        return _interval(v)
     return str(v)
+
+
+def _interval(v: pa.MonthDayNano) -> str:
+    """A DuckDB INTERVAL as DuckDB prints it (``1 month 2 days 00:00:03``)."""
+    parts = [f"{n} {unit}{'s' if n != 1 else ''}" for n, unit in ((v.months, "month"), (v.days, "day")) if n]
+    if v.nanoseconds or not parts:
+        parts.append(str(timedelta(microseconds=v.nanoseconds / 1000)))
+    return " ".join(parts)
+
+
+def summed_warnings(warnings: list[str]) -> list[str]:
+    """Each warning once; past WARNINGS_OF_A_KIND of one kind (the text before its last ': '), one line for the rest."""
+    unique = list(dict.fromkeys(warnings))
+    kinds = Counter(w.rsplit(": ", 1)[0] for w in unique)
+    shown: Counter[str] = Counter()
+    lines = []
+    for w in unique:
+        kind = w.rsplit(": ", 1)[0]
+        shown[kind] += 1
+        if shown[kind] <= WARNINGS_OF_A_KIND:
+            lines.append(w)
+        elif shown[kind] == WARNINGS_OF_A_KIND + 1:
+            lines.append(f"{kind}: {kinds[kind] - WARNINGS_OF_A_KIND:,} more")
+    return lines
+
+
+def _rich_table(table: pa.Table) -> Any:
+    """The result as a rich Table, column by column: columns that share a name keep their own values."""
+    from rich.table import Table
+
+    t = Table(header_style="bold")
+    for f in table.schema:
+        numeric = pa.types.is_integer(f.type) or pa.types.is_floating(f.type) or pa.types.is_decimal(f.type)
+        t.add_column(f.name, justify="right" if numeric else "left", overflow="fold")
+    columns = [c.to_pylist() for c in table.columns]
+    for i in range(table.num_rows):
+        t.add_row(*(_cell(col[i]) for col in columns))
+    return t
 
 
 @click.command("query")
@@ -289,7 +279,8 @@ def _cell(v: Any) -> str:
     "-o",
     "--output",
     type=click.Path(path_type=Path, dir_okay=False),
-    help="Write every row of the result to FILE.parquet or FILE.csv instead of printing a table.",
+    help="Write every row of the result to FILE.parquet or FILE.csv (outside any run directory) instead of printing "
+    "a table.",
 )
 @click.option(
     "--limit",
@@ -299,36 +290,34 @@ def _cell(v: Any) -> str:
     help="Rows the terminal table shows (-o writes all of them).",
 )
 def query(sql: str, runs: tuple[Path, ...], output: Path | None, limit: int) -> None:
-    """Answer a question in SQL over one or several runs (DuckDB). Tables: requests, server_metrics, gpu_metrics
-    (where recorded), points, server_configs, runs; each has a ``run`` column. Example:
+    """Answer a question in SQL over one or several runs (DuckDB, read-only: the runs named and nothing else).
+    Tables: requests, server_metrics, gpu_metrics (where recorded), points, server_configs, runs; each has a ``run``
+    column. Example:
 
     rig query "SELECT point, quantile_cont(ttft_s, 0.99) AS ttft_p99 FROM requests WHERE ok GROUP BY point" RUN
     """
     from rich.console import Console
-    from rich.table import Table
 
     from rig.analysis.cli import InputError
 
-    err = Console(stderr=True)
+    err = Console(stderr=True, soft_wrap=True)  # a warning stays one line, however narrow the terminal
+    opened = None
     try:
         opened = open_runs(list(runs))
-        for w in opened.warnings:
-            err.print(f"[yellow]! {w}[/yellow]")
+        for w in summed_warnings(opened.warnings):
+            err.print(f"! {w}", style="yellow", markup=False, highlight=False)
         if output is not None:
             n = write_query(opened, sql, output)
             err.print(f"wrote {n:,} row(s) to {output}")
             return
         table, more = run_query(opened, sql, limit)
-    except (AnalysisInputError, QueryError) as e:
-        raise InputError(str(e).splitlines()[0] if str(e) else type(e).__name__) from None
+    except (AnalysisInputError, QueryError, QueryRefused) as e:
+        raise InputError(" ".join(str(e).split()) or type(e).__name__) from None
     except OSError as e:
         raise click.ClickException(str(e).splitlines()[0]) from None
-    t = Table(header_style="bold")
-    for f in table.schema:
-        numeric = pa.types.is_integer(f.type) or pa.types.is_floating(f.type) or pa.types.is_decimal(f.type)
-        t.add_column(f.name, justify="right" if numeric else "left", overflow="fold")
-    for row in table.to_pylist():
-        t.add_row(*(_cell(v) for v in row.values()))
-    Console(width=None if Console().is_terminal else 200).print(t)
+    finally:
+        if opened is not None:
+            opened.close()
+    Console(width=None if Console().is_terminal else 200).print(_rich_table(table))
     if more:
         err.print(f"first {limit:,} rows shown (--limit N for more, -o FILE.parquet|FILE.csv for every row)")

@@ -11,9 +11,10 @@ from rich.table import Table
 from rich.text import Text
 
 from rig.analysis import columns, declared
-from rig.analysis.lossless import mismatch_rows
+from rig.analysis.lossless import mismatch_rows, not_checked_reason
 from rig.analysis.report import Report
 from rig.analysis.rows import LatencyRow
+from rig.analysis.settings import grid_knobs
 from rig.analysis.tables import render_campaign_table, render_problems
 from rig.contracts import CampaignRow, GoodputRow, LosslessResult, ServerRow
 
@@ -144,6 +145,8 @@ def render_lossless(result: LosslessResult) -> RenderableType:
             "Greedy losslessness: nothing to compare (no two points share requests across speculative settings)",
             style="dim",
         )
+    if result.requests_checked == 0:  # no mismatch because nothing was compared: not an OK
+        return Text(f"Greedy losslessness: not checked ({not_checked_reason(result)})", style="yellow")
     if result.ok:
         return Text(
             f"Greedy losslessness: OK ({result.requests_checked:,} temperature-0 requests compared across "
@@ -239,7 +242,7 @@ def render_report(report: Report) -> Group:
     parts.append(Text(f"Per-request seeds: {seeds_line(report.run.points)}"))
     for line in report.telemetry:
         parts.append(Text(line, style="yellow" if "SIMULATED" in line or "absent" in line else ""))
-    parts.append(render_campaign_table(report.campaign))
+    parts.append(render_campaign_table(report.campaign, grid_knobs(report.run)))
     problems = render_problems(report.campaign)
     if problems is not None:
         parts.append(problems)

@@ -12,6 +12,7 @@ import pyarrow.compute as pc
 from rig.analysis.metrics import acceptance_from_counters, as_float, nanmean
 from rig.analysis.runs import PointInfo, Run, read_point_server_metrics
 from rig.contracts import ServerRow
+from rig.contracts.label_sets import kept_label_json
 
 # Each quantity under the names engines publish it as; the first name present in a point wins.
 RUNNING = ("sglang:num_running_reqs", "vllm:num_requests_running")
@@ -46,6 +47,11 @@ def _series(table: pa.Table, names: tuple[str, ...], how: str, present: dict[str
     for name in names:
         if name in present:
             idx = present[name]
+            if "labels" in table.column_names:  # a rank's or a priority's copy of the total is not added to it
+                labels = table["labels"].take(pa.array(idx))
+                kept = kept_label_json(str(v) for v in pc.unique(labels).to_pylist() if v is not None)
+                mask = pc.fill_null(pc.is_in(labels, value_set=pa.array(sorted(kept), pa.string())), True)
+                idx = idx[np.asarray(mask.to_numpy(zero_copy_only=False), dtype=bool)]
             ts = as_float(table["ts"].take(pa.array(idx)))
             values = as_float(table["value"].take(pa.array(idx)))
             keep = np.isfinite(ts) & np.isfinite(values)

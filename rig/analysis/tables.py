@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -70,10 +70,12 @@ def group_rows(rows: Iterable[CampaignRow]) -> list[tuple[tuple[Any, Any], list[
     return list(groups.items())
 
 
-def group_title(rows: list[CampaignRow]) -> str:
-    """'workload · config (engine, steps=N)' for a group of campaign rows."""
+def group_title(rows: list[CampaignRow], knobs: Mapping[str, str] | None = None) -> str:
+    """'workload · config (engine, steps=N, knob=value...)' for a group of campaign rows (``knobs``: the values that
+    differ between the run's configurations, rig.analysis.settings.grid_knobs)."""
     r = rows[0]
-    bits = [b for b in (r.get("engine"), f"steps={r['steps']}" if r.get("steps") is not None else None) if b]
+    steps = f"steps={r['steps']}" if r.get("steps") is not None else None
+    bits = [b for b in (r.get("engine"), steps, (knobs or {}).get(r.get("server_config") or "")) if b]
     return f"{r.get('workload') or '?'} · {r.get('server_config') or '?'}" + (f" ({', '.join(bits)})" if bits else "")
 
 
@@ -97,13 +99,13 @@ def _flags_cell(flags: list[str]) -> Text:
     return Text(", ".join(flags), style="bold red" if bad else "yellow")
 
 
-def render_campaign_table(rows: list[CampaignRow]) -> Group:
-    """The campaign's table, one rich Table per (server configuration, workload)."""
+def render_campaign_table(rows: list[CampaignRow], knobs: Mapping[str, str] | None = None) -> Group:
+    """The campaign's table, one rich Table per (server configuration, workload), titled with its grid knobs."""
     tables = []
     for _, grp in group_rows(rows):
         header, level = _level_header(grp)
         show_repeat = len({r.get("repeat") for r in grp}) > 1
-        t = Table(title=group_title(grp), title_justify="left", header_style="bold")
+        t = Table(title=group_title(grp, knobs), title_justify="left", header_style="bold")
         t.add_column(header, justify="right")
         if show_repeat:
             t.add_column("Repeat", justify="right")

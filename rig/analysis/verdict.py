@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
 from rig.analysis.points import INVALIDATING
 from rig.analysis.report import Report
+from rig.analysis.settings import grid_knobs, setting_name
 from rig.contracts import CampaignRow
 
 
@@ -43,7 +45,7 @@ class Health:
     ok: int
     failed: int
     cancelled: int
-    lossless: str  # "ok", "mismatch" or "nothing to compare"
+    lossless: str  # "ok", "mismatch", "nothing to compare" or "not checked" (no temperature-0 request compared)
     lossless_detail: str
 
     @property
@@ -103,14 +105,18 @@ class Verdict:
     workloads: list[WorkloadVerdict]
 
 
-def setting_labels(rows: list[CampaignRow]) -> dict[Any, str]:
-    """'steps=N' per server configuration, with its id where two configurations share a steps value (as the
-    schedule and rig compare name them)."""
+def setting_labels(rows: list[CampaignRow], knobs: Mapping[str, str] | None = None) -> dict[Any, str]:
+    """'steps=N' per server configuration; where two configurations share a steps value, with the knob values that
+    tell them apart (``knobs``: rig.analysis.settings.grid_knobs), else its id (as the schedule and rig compare name
+    them)."""
     configs: dict[Any, set[Any]] = defaultdict(set)
     for r in rows:
         configs[r.steps].add(r.server_config)
+    knobs = knobs or {}
     return {
-        r.server_config: f"steps={r.steps}" + (f" ({r.server_config})" if len(configs[r.steps]) > 1 else "")
+        r.server_config: setting_name(
+            r.steps, r.server_config, knobs.get(r.server_config or ""), len(configs[r.steps]) > 1
+        )
         for r in rows
     }
 
@@ -131,7 +137,7 @@ def health(report: Report) -> Health:
     if ll.groups_checked == 0:
         lossless, detail = "nothing to compare", "no two points share requests across speculative settings"
     elif ll.requests_checked == 0:
-        lossless, detail = "nothing to compare", "no temperature-0 requests"
+        lossless, detail = "not checked", "no temperature-0 requests"
     elif ll.ok:
         lossless, detail = "ok", f"{ll.requests_checked:,} temperature-0 requests compared"
     else:
@@ -187,7 +193,7 @@ def verdict(report: Report) -> Verdict:
     among = _among(report)
     out = [_from_schedule(s, among) for s in report.schedule]
     ranked = {(w.workload, w.load_mode) for w in out}
-    labels = setting_labels(report.campaign)
+    labels = setting_labels(report.campaign, grid_knobs(report.run))
     alone: dict[tuple[str, str], set[str]] = defaultdict(set)
     for r in report.campaign:
         key = (str(r.workload), str(r.load_mode))
@@ -249,7 +255,7 @@ def health_text(h: Health) -> list[str]:
     if h.notes:
         points += " · notes: " + ", ".join(f"{f} ({len(ps)})" for f, ps in sorted(h.notes.items()))
     reqs = f"{h.requests:,} request(s): {h.ok:,} ok, {h.failed:,} failed, {h.cancelled:,} cancelled"
-    lossless = {"ok": "OK", "mismatch": "MISMATCH", "nothing to compare": "nothing to compare"}[h.lossless]
+    lossless = {"ok": "OK", "mismatch": "MISMATCH"}.get(h.lossless, h.lossless)
     return [points, f"{reqs} · greedy losslessness: {lossless} ({h.lossless_detail})"]
 
 

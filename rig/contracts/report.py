@@ -197,8 +197,8 @@ class Probe(Row):
 
 
 class GoodputRow(Row):
-    """Requests meeting every SLO at one point: count, fraction of ok+failed, rate and token rate over its wall time
-    (rig.analysis.metrics.goodput; the report adds the point's identity)."""
+    """Requests meeting every SLO at one point: count, fraction of ok+failed+cancelled once sent, rate and token rate
+    over its wall time (rig.analysis.metrics.goodput; the report adds the point's identity)."""
 
     slos: str
     good: int

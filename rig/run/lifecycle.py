@@ -20,6 +20,7 @@ from rig.contracts import (
 from rig.loadgen.dialects import Dialect, limits, resolve
 from rig.placement import measure_clock_offset
 from rig.results import server_log_path
+from rig.run.capacity_note import queue_note
 from rig.run.context import RunContext
 from rig.server import env_refs
 from rig.server.actor import remote_class as server_class
@@ -85,6 +86,9 @@ class ServerLifecycle:
         warnings = change_lines(cid, effective)
         asked = [(w.name, dict(w.sampling())) for w in self.ctx.spec.workloads]
         warnings += [f"server {cid}: {w}" for w in limits(dialect, asked)]  # what the dialect cannot send
+        load = self.ctx.spec.load
+        queued = queue_note(cid, effective, info.get("/server_info"), list(load.concurrency), load.mode)
+        warnings += [queued] if queued else []  # said before the points run: levels above what runs at once
         self.ctx.store.update_server_config(cid, effective=effective, warnings=warnings)
         for w in warnings:
             self.ctx.progress.status(f"warning: {w}")

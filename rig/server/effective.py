@@ -38,10 +38,11 @@ def requested(cfg: ServerConfig) -> Knobs:
     """The values the user asked for, under the knob names points are labelled with."""
     out: Knobs = {"steps": cfg.steps}
     if cfg.steps > 0 and cfg.engine in ("sglang", "sim"):
+        ngram = cfg.spec_algorithm.upper() == "NGRAM"  # labelled by draft tokens (rig.server.engines)
         out.update(
             spec_algorithm=cfg.spec_algorithm,
             eagle_topk=cfg.eagle_topk,
-            num_draft_tokens=cfg.num_draft_tokens or cfg.steps + 1,
+            num_draft_tokens=cfg.num_draft_tokens or (cfg.steps if ngram else cfg.steps + 1),
         )
     mrr = _flag_value(cfg.extra_args, "--max-running-requests")
     if mrr is not None and mrr.isdigit():
@@ -59,6 +60,10 @@ def _sglang_effective(info: dict[str, Any], startup: StartupFacts) -> Knobs:
             eagle_topk=info.get("speculative_eagle_topk"),
             num_draft_tokens=info.get("speculative_num_draft_tokens"),
         )
+    if algo and str(algo).upper() == "NGRAM":
+        # NGRAM's label is its draft tokens, its width the BFS breadth (_handle_ngram copies it over eagle_topk)
+        out["steps"] = int(info.get("speculative_num_draft_tokens") or 0)
+        out["eagle_topk"] = info.get("speculative_ngram_max_bfs_breadth", out["eagle_topk"])
     states = info.get("internal_states")
     state0 = states[0] if isinstance(states, list) and states and isinstance(states[0], dict) else {}
     mrr = (

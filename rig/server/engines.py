@@ -88,6 +88,19 @@ class SGLangAdapter(EngineAdapter):
     def speculative_args(self, cfg: ServerConfig) -> list[str]:
         if cfg.steps <= 0:
             return []
+        if cfg.spec_algorithm.upper() == "NGRAM":
+            # NGRAM drafts no steps: its points are labelled by draft tokens (--steps N drafts N unless
+            # --num-draft-tokens says otherwise), and its tree width is --speculative-ngram-max-bfs-breadth, which
+            # SGLang copies over speculative_eagle_topk whatever that was given (arg_groups/overrides.py
+            # _handle_ngram, 0.5.17 and 0.5.23): topk maps to the breadth.
+            return [
+                "--speculative-algorithm",
+                "NGRAM",
+                "--speculative-num-draft-tokens",
+                str(cfg.num_draft_tokens or cfg.steps),
+                "--speculative-ngram-max-bfs-breadth",
+                str(cfg.eagle_topk),
+            ]
         args = ["--speculative-algorithm", cfg.spec_algorithm]
         if cfg.draft_model_path:
             args += ["--speculative-draft-model-path", cfg.draft_model_path]

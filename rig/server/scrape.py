@@ -8,6 +8,7 @@ import time
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from rig.contracts.label_sets import kept_samples
 from rig.contracts.live import (
     GEN_THROUGHPUT_GAUGES,
     LIVE_GAUGES,
@@ -35,10 +36,12 @@ def parse_metrics(text: str) -> list[tuple[str, str, float]]:
 
 
 def summed_values(samples: list[tuple[str, str, float]]) -> dict[str, float]:
-    """Sum each sample name over its label sets (e.g. a counter split by tp_rank or is_streaming)."""
+    """Sum each sample name over the label sets that add up (is_streaming, DP ranks; not a TP rank's copy)."""
     total: dict[str, float] = {}
-    for name, _labels, value in samples:
-        total[name] = total.get(name, 0.0) + value
+    # a rank's or a priority's copy of the total is not added to it (rig.contracts.label_sets)
+    for (name, _labels, value), keep in zip(samples, kept_samples(samples), strict=True):
+        if keep:
+            total[name] = total.get(name, 0.0) + value
     return total
 
 
@@ -46,8 +49,9 @@ def live_gauges(samples: list[tuple[str, str, float]]) -> dict[str, float]:
     """The live view's gauges of one scrape: requests and throughput summed over label sets (DP ranks), the
     speculative steps the largest any rank reports (every rank runs the same)."""
     out: dict[str, float] = {}
-    for name, _labels, value in samples:
-        if name not in LIVE_GAUGES:
+    live = [s for s in samples if s[0] in LIVE_GAUGES]
+    for (name, _labels, value), keep in zip(live, kept_samples(live), strict=True):
+        if not keep:
             continue
         if name in SPEC_STEPS_GAUGES:
             out[name] = max(out.get(name, value), value)

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from rig.sim.fit_progress import FitProgress
 from rig.sim.profile import REFERENCE_PROFILE, Profile, ProfileError, load_profile
 
 if TYPE_CHECKING:
@@ -94,13 +95,8 @@ def fit_cmd(
     console = Console(stderr=True)
     t0 = time.monotonic()
     with console.status("fitting (virtual-time simulation of every scenario per evaluation)...") as status:
-        result = fitmod.fit(
-            targets,
-            base,
-            free=free,
-            max_evals=max_evals,
-            progress=lambda n, v: status.update(f"fitting: {n} evaluations, objective {v:.5f}"),
-        )
+        progress = FitProgress(console, max_evals, status)
+        result = fitmod.fit(targets, base, free=free, max_evals=max_evals, progress=progress)
     elapsed = time.monotonic() - t0
     _print_table(result, elapsed)
     if hold_out:
@@ -150,8 +146,9 @@ def _print_held_out(targets: list, base: Profile, free: tuple[str, ...], max_eva
 
     assert isinstance(console, Console)
     with console.status("held-out fits...") as status:
+        shown = FitProgress(console, max_evals, status)
         rows = hold_out_each_point(
-            targets, base, free, max_evals, progress=lambda p, i, n: status.update(f"held-out fit {i}/{n}: without {p}")
+            targets, base, free, max_evals, progress=lambda p, i, n: shown.step(f"held-out fit {i}/{n}: without {p}")
         )
     t = Table(title="held out: each point predicted by a fit to the others")
     for col in ("target", "measured", "predicted", "error"):

@@ -300,7 +300,7 @@ def fit(
         nonlocal n_evals
         n_evals += 1
         val = objective(evaluate(from_x(x), targets, pool, workers))
-        if progress and n_evals % 50 == 0:
+        if progress:  # every evaluation: the caller decides how often to show it (rig.sim.fit_progress)
             progress(n_evals, val)
         return val
 

@@ -179,7 +179,6 @@ def build_server(args: ServerArgs, profile: Profile, cap: Capacity, context_len:
     )
     for g, v in (
         (metrics.max_total_num_tokens, cap.max_total_num_tokens),
-        (metrics.max_running_requests_g, cap.max_running_requests),
         (metrics.context_len, context_len),
         (metrics.spec_num_steps, args.steps),
         (metrics.spec_num_draft_tokens, args.speculative_num_draft_tokens or 0),

@@ -15,7 +15,7 @@ from rig.sim.requests import Sampling
 from rig.sim.responses import finish_name, matched_stop, meta_info, speculative_fields, usage
 from rig.sim.rids import DuplicateRid
 from rig.sim.sampling import BadRequest, build, stops_of
-from rig.sim.server import DONE, SimServer, read_json, sse, start_sse
+from rig.sim.server import DONE, SimServer, read_json, sse, start_sse, validation_error
 from rig.sim.text import render_chat
 
 
@@ -102,8 +102,18 @@ def _ids(st: Stream, start: int) -> tuple[list[int], int]:
     return ([int(x) for x in tail.split(",")] if tail else []), len(st.ids_csv)
 
 
+def json_media_type(request: web.Request) -> web.Response | None:
+    """http_server.py validate_json_request (a dependency of both /v1 routes, 0.5.17 and 0.5.23): a body whose
+    Content-Type is not application/json (parameters aside) fails validation, answered 400 'Bad Request'."""
+    if request.headers.get("Content-Type", "").lower().split(";", 1)[0].strip() != "application/json":
+        return validation_error("Unsupported Media Type: Only 'application/json' is allowed")
+    return None
+
+
 async def completions(request: web.Request) -> web.StreamResponse:
     srv: SimServer = request.app["srv"]
+    if (refused := json_media_type(request)) is not None:
+        return refused
     try:
         body = await read_json(request)
         prompt = body.get("prompt")
@@ -231,6 +241,8 @@ def _parse_chat(srv: SimServer, body: dict[str, Any]) -> tuple[Any, Any, Samplin
 
 async def chat_completions(request: web.Request) -> web.StreamResponse:
     srv: SimServer = request.app["srv"]
+    if (refused := json_media_type(request)) is not None:
+        return refused
     try:
         body = await read_json(request)
         toks, tok_ids, s, stops = _parse_chat(srv, body)

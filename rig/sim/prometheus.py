@@ -108,7 +108,6 @@ class SimMetrics:
         self.spec_num_steps = g("spec_num_steps", "speculative_num_steps.")
         self.spec_num_draft_tokens = g("spec_num_draft_tokens", "speculative_num_draft_tokens.")
         self.max_total_num_tokens = g("max_total_num_tokens", "Size of the KV pool in tokens.")
-        self.max_running_requests_g = g("max_running_requests", "Effective maximum of running requests.")
         self.context_len = g("context_len", "Context length.")
         self.sim_lag = g(
             "sim_lag_seconds", "Simulator: how late (s) the latest iteration ended after its simulated deadline."

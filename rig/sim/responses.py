@@ -12,7 +12,7 @@ _dumps = json.dumps
 
 
 def speculative_fields(st: Stream, steps: int) -> dict[str, Any]:
-    """Per-request speculative statistics (finished chunk only), under every version's names."""
+    """Per-request speculative statistics (finished chunk only), under SGLang 0.5.23's names."""
     r = st.req
     if steps <= 0 or r.verify_ct <= 0:
         return {}
@@ -27,13 +27,7 @@ def speculative_fields(st: Stream, steps: int) -> dict[str, Any]:
         "spec_num_correct_drafts": r.accepted_drafts,
         "spec_num_proposed_drafts": proposed,
         "spec_correct_drafts_histogram": hist,
-        # legacy aliases (0.5.15) and 0.5.9 names
-        "spec_accepted_drafts": r.accepted_drafts,
-        "spec_proposed_drafts": proposed,
-        "spec_accept_histogram": hist,
-        "spec_accept_token_num": r.accepted_drafts,
-        "spec_draft_token_num": proposed,
-    }
+    }  # 0.5.23's names only: the legacy aliases (0.5.15's, 0.5.9's) are gone there; rig's client reads either
 
 
 def timing_fields(st: Stream, engine: Engine) -> dict[str, Any]:

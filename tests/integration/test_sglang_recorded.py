@@ -30,7 +30,6 @@ CONFIGS = MANIFEST["server_configs"]
 # /metrics names the simulator emits that SGLang 0.5.17 did not, each with its reason.
 SIM_ONLY_METRICS = {
     "sglang:request_time_per_output_token_seconds": "0.5.23's TPOT histogram (the sim imitates 0.5.23)",
-    "sglang:max_running_requests": "a gauge SGLang has in neither version (issue 32 item 6: to be dropped)",
 }
 # /server_info keys of 0.5.17 the simulator (which imitates 0.5.23's ServerArgs) does not have.
 REAL_ONLY_INFO_KEYS = {

@@ -124,7 +124,7 @@ def test_generate_stream_is_cumulative_with_consistent_spec_fields(servers):
     assert last["spec_accept_length"] == pytest.approx(last["completion_tokens"] / last["spec_verify_ct"])
     assert last["spec_num_proposed_drafts"] == 4 * last["spec_verify_ct"]
     assert last["spec_accept_rate"] == pytest.approx(last["spec_num_correct_drafts"] / last["spec_num_proposed_drafts"])
-    assert last["spec_accepted_drafts"] == last["spec_num_correct_drafts"]
+    assert "spec_accepted_drafts" not in last and "spec_accept_token_num" not in last  # 0.5.23's names only
     assert sum(last["spec_correct_drafts_histogram"]) == last["spec_verify_ct"]
     assert last["prompt_tokens"] > 10 and last["id"]
 
