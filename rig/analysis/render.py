@@ -107,7 +107,7 @@ def render_schedule(report: Report) -> list[RenderableType]:
                     + "; ".join(
                         f"{c['from']} up to {c['from_level']:g}, {c['to']} from {c['to_level']:g}"
                         + (
-                            f" (incomplete: no valid point of {', '.join(c['incomplete'])})"
+                            f" (incomplete: no valid point of {', '.join(c['incomplete'] or [])})"
                             if c.get("incomplete")
                             else ""
                             if c["decided"]

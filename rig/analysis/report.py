@@ -16,7 +16,7 @@ from rig.analysis.lossless import mismatch_rows
 from rig.analysis.percentiles import cdf_points, latency_rows
 from rig.analysis.points import INVALIDATING, campaign_row, sort_key
 from rig.analysis.reader import Reader
-from rig.analysis.rows import AcceptanceRow, FrontierRow, FullReport, LatencyRow, ReportLevelBest
+from rig.analysis.rows import AcceptanceRow, FrontierRow, FullReport, LatencyRow, ReportLevelBest, ScheduleGroup
 from rig.analysis.runs import PointInfo, Run, load_run
 from rig.analysis.server_series import Series, counter_window_acceptance, summarize_point
 from rig.contracts import CampaignRow, GoodputRow, LosslessResult, Manifest, Row, SearchSection, ServerRow, TuneSection
@@ -46,7 +46,7 @@ class Report:
     cost: bool = False  # campaign rows carry $/Mtok (a GPU-hour price was given or recorded)
     telemetry: list[str] = field(default_factory=list)  # per server configuration: GPU figures' source or absence
     objective: str = "throughput"
-    schedule: list[dict[str, Any]] = field(default_factory=list)  # rig.analysis.schedule
+    schedule: list[ScheduleGroup] = field(default_factory=list)  # rig.analysis.schedule
 
     @property
     def warnings(self) -> list[str]:
@@ -259,7 +259,7 @@ class _Decisions:
 
     best_per_level: list[ReportLevelBest] = field(default_factory=list)
     best_per_slo: list[dict[str, Any]] = field(default_factory=list)  # rig.analysis.frontier.best_per_slo
-    schedule: list[dict[str, Any]] = field(default_factory=list)  # rig.analysis.schedule.build_schedule
+    schedule: list[ScheduleGroup] = field(default_factory=list)  # rig.analysis.schedule.build_schedule
 
 
 def _decisions(run: Run, reader: Reader, sections: _Sections, terms: _SloTerms, objective: str) -> _Decisions:

@@ -187,7 +187,7 @@ class FullReport(TypedDict):
     search: dict[str, Any] | None  # the manifest's sections as JSON
     tune: dict[str, Any] | None
     objective: str
-    schedule: list[dict[str, Any]]
+    schedule: list[ScheduleGroup]
     telemetry: NotRequired[list[str]]  # only where the run has GPU figures or says why not
 
 
@@ -205,3 +205,68 @@ class AcceptanceRow(TypedDict):
     from_manifest_window: float | None
     from_server_counters: float | None
     server_gauge_mean: float | None
+
+
+class ScheduleBand(TypedDict):
+    """One load band of the schedule: the best configuration from ``level`` up to ``up_to``, its runner-up and the
+    margin's 95 % interval (rig.analysis.schedule)."""
+
+    level: float
+    up_to: float | None
+    best: str | None
+    best_steps: Any
+    value: float | None
+    runner_up: str | None
+    runner_up_value: float | None
+    margin: float | None
+    ci_low: float | None
+    ci_high: float | None
+    ci_method: str | None
+    decided: bool | None
+    candidates: int
+    missing: list[str]  # settings with no valid point at this level: the band's answer does not rank them
+
+
+# Where the best configuration changes between consecutive answered bands ("from" is a keyword: functional form).
+Crossover = TypedDict(
+    "Crossover",
+    {
+        "from_level": float,
+        "to_level": float,
+        "from": str,
+        "to": str,
+        "from_steps": Any,
+        "to_steps": Any,
+        "incomplete": list[str] | None,
+        "decided": bool,
+    },
+)
+
+
+class LimitEntry(TypedDict):
+    """One configuration at the highest level where it meets the SLOs, with its figures there."""
+
+    config: str
+    steps: Any
+    max_level: float | None
+    points: list[str]
+    aggregate_tok_s: float | None
+    tok_s_per_gpu: float | None
+    mean_power_w: float | None
+    j_per_token: float | None
+    tok_s_per_w: float | None
+    usd_per_mtok: float | None
+    energy_source: str | None
+
+
+class ScheduleGroup(TypedDict):
+    """The schedule of one (workload, load mode): its bands, crossovers and each setting at its SLO limit."""
+
+    workload: str
+    load_mode: str
+    objective: str
+    key: str
+    higher_is_better: bool
+    bands: list[ScheduleBand]
+    crossovers: list[Crossover]
+    at_slo_limit: list[LimitEntry]

@@ -10,6 +10,7 @@ from typing import Any, TypedDict
 
 from rig.analysis.points import INVALIDATING
 from rig.analysis.report import Report
+from rig.analysis.rows import ScheduleGroup
 from rig.contracts import CampaignRow
 
 
@@ -158,7 +159,7 @@ def _among(report: Report) -> str:
     return f"points meeting {describe(report.slos, report.slo_percentile)}" if report.slos else "valid points"
 
 
-def _from_schedule(s: dict[str, Any], among: str) -> WorkloadVerdict:
+def _from_schedule(s: ScheduleGroup, among: str) -> WorkloadVerdict:
     bands = [
         BandLine(
             level=b["level"],
