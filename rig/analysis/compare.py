@@ -200,9 +200,12 @@ def _rescale_samples(side: Side, rng: np.random.Generator, resamples: int) -> np
 
 
 def config_label(s: Side) -> str:
-    """'steps=N' (prefixed by the run when comparing two; with the config id when two configurations share N)."""
+    """'steps=N', or 'adaptive(start steps=N)' for an adaptive server (prefixed by the run when comparing two; with the
+    config id when two configurations share N)."""
     p = s.point
-    config = f"steps={p.steps}" if s.label == p.point else s.label.rsplit(":", 1)[0] + f":steps={p.steps}"
+    # An adaptive server switches steps itself: its steps are where it starts, not a fixed setting.
+    steps = f"adaptive(start steps={p.steps})" if s.run.server_config(p.server_config).adaptive else f"steps={p.steps}"
+    config = steps if s.label == p.point else s.label.rsplit(":", 1)[0] + f":{steps}"
     if len({q.server_config for q in s.run.points if q.steps == p.steps}) > 1:
         config += f" ({p.server_config})"
     return config
