@@ -250,5 +250,9 @@ def render_report(report: Report) -> Group:
         parts.append(render_goodput(report.goodput))
     parts += decision_tables(report)
     parts += render_schedule(report)
+    from rig.analysis.render_adaptive import active_steps_tables, engine_schedule_parts
+
+    parts += engine_schedule_parts(report)
+    parts += active_steps_tables(report)
     parts.append(render_lossless(report.lossless))
     return Group(*parts)

@@ -12,6 +12,8 @@ from typing import Any
 import numpy as np
 
 from rig.analysis import metrics as m
+from rig.analysis.active_steps import ActiveStepsRow, active_steps, worth_showing
+from rig.analysis.engine_schedule import EngineSchedule, engine_schedules
 from rig.analysis.lossless import mismatch_rows
 from rig.analysis.percentiles import cdf_points, latency_rows
 from rig.analysis.points import INVALIDATING, campaign_row, sort_key
@@ -47,6 +49,8 @@ class Report:
     telemetry: list[str] = field(default_factory=list)  # per server configuration: GPU figures' source or absence
     objective: str = "throughput"
     schedule: list[ScheduleGroup] = field(default_factory=list)  # rig.analysis.schedule
+    active_steps: list[ActiveStepsRow] = field(default_factory=list)  # points whose server published its steps
+    engine_schedule: list[EngineSchedule] = field(default_factory=list)  # rig.analysis.engine_schedule
 
     @property
     def warnings(self) -> list[str]:
@@ -87,6 +91,7 @@ class _Sections:
     series: dict[str, dict[str, Series]] = field(default_factory=dict)
     cdfs: dict[str, dict[str, tuple[np.ndarray, np.ndarray]]] = field(default_factory=dict)
     meets: dict[str, bool] = field(default_factory=dict)  # point -> meets every SLO (only with SLOs)
+    active_steps: list[ActiveStepsRow] = field(default_factory=list)
 
 
 @dataclass
@@ -122,6 +127,7 @@ def build_report(
     price = gpu_hour_price if gpu_hour_price is not None else recorded_price(run)
     energy, telemetry = _mark_frontier_and_energy(run, sections.campaign, price, objective)
     decided = _decisions(run, reader, sections, terms, objective)
+    engine = engine_schedules(run, decided.schedule, sections.campaign, sections.series)
     return Report(
         run=run,
         campaign=_in_report_order(sections.campaign, sections.campaign),
@@ -144,6 +150,8 @@ def build_report(
         telemetry=telemetry,
         objective=objective,
         schedule=decided.schedule,
+        active_steps=_in_report_order(sections.active_steps, sections.campaign),
+        engine_schedule=engine,
     )
 
 
@@ -170,6 +178,10 @@ def _read_points(run: Run, reader: Reader, terms: _SloTerms, cdf_resolution: int
             out.cdfs[p.point] = _cdfs(r, itl, cdf_resolution)
         out.acceptance.append(_acceptance_row(p, row, r, series))
         out.server.append(_server_row(run, p, row, series))
+        table = run.server_config(p.server_config).adaptive
+        steps = active_steps(p.point, p.engine, p.steps, table.describe() if table else None, series)
+        if steps is not None:
+            out.active_steps.append(steps)
         if terms.slos:
             out.goodput.append(_goodput_row(p, row, r, terms.slos))
             out.meets[p.point] = _judge_slos(row, r, terms)
@@ -363,9 +375,12 @@ def full_json(report: Report) -> FullReport:
         "tune": report.tune.model_dump(mode="json") if report.tune else None,
         "objective": report.objective,
         "schedule": report.schedule,
+        "engine_schedule": report.engine_schedule,
     }
     if report.telemetry:
         out["telemetry"] = report.telemetry
+    if worth_showing(report.active_steps):
+        out["active_steps"] = report.active_steps
     return out
 
 

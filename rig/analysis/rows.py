@@ -188,7 +188,9 @@ class FullReport(TypedDict):
     tune: dict[str, Any] | None
     objective: str
     schedule: list[ScheduleGroup]
+    engine_schedule: list[EngineSchedule]
     telemetry: NotRequired[list[str]]  # only where the run has GPU figures or says why not
+    active_steps: NotRequired[list[ActiveStepsRow]]  # only where a point is adaptive or its steps moved
 
 
 class AcceptanceRow(TypedDict):
@@ -270,3 +272,72 @@ class ScheduleGroup(TypedDict):
     bands: list[ScheduleBand]
     crossovers: list[Crossover]
     at_slo_limit: list[LimitEntry]
+
+
+class TierRow(TypedDict):
+    """One active tier of one point: its time, the scrape windows wholly in it, and what they measured."""
+
+    tier: int
+    seconds: float
+    share: float
+    windows: int
+    accept_length: float | None
+    gen_tok_s: float | None
+
+
+class ActiveStepsRow(TypedDict):
+    """The steps a point's server ran, over time (from the spec_num_steps gauge)."""
+
+    point: str
+    startup_steps: int | None
+    adaptive: str | None  # the candidate table (rig.contracts.adaptive.AdaptiveTable.describe), None: fixed steps
+    samples: int
+    span_s: float
+    mean: float | None
+    min: int | None
+    max: int | None
+    switches: int
+    mixed_windows: int
+    tiers: list[TierRow]
+
+
+class VllmSpeculativeConfig(TypedDict):
+    """vLLM's --speculative-config with a batch-size schedule."""
+
+    method: str
+    num_speculative_tokens: int
+    num_speculative_tokens_per_batch_size: list[list[int]]
+
+
+class SglangSlot(TypedDict):
+    """One batch-size slot of an SGLang adaptive config."""
+
+    candidate_steps: list[int]
+
+
+SglangAdaptiveConfig = dict[str, SglangSlot]  # slot key (a batch size, digits) -> its candidates
+
+
+class BatchBand(TypedDict):
+    """One band of the schedule with the running batch its best setting kept there."""
+
+    level: float
+    best: str
+    steps: int
+    running_batch: float | None  # time-weighted mean per DP rank over the best setting's points at this level
+    points: list[str]
+
+
+class EngineSchedule(TypedDict):
+    """The schedule of one (workload, load mode) by running batch, in vLLM's and SGLang's words."""
+
+    workload: str
+    load_mode: str
+    bands: list[BatchBand]
+    ranges: list[list[int]]  # [start, end, steps], inclusive batch sizes
+    vllm_speculative_config: VllmSpeculativeConfig | None  # None: no speculation anywhere (or no ranges)
+    vllm_command: str | None
+    sglang_adaptive_config: SglangAdaptiveConfig | None
+    sglang_command: str | None
+    files: dict[str, str]  # engine -> file name (rig report --engine-schedule DIR writes them)
+    notes: list[str]
