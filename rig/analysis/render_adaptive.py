@@ -18,7 +18,7 @@ from rig.analysis.report import Report
 
 ACTIVE_STEPS = [
     Column("point", "Point"),
-    Column("adaptive", "Candidates (slot:[steps])", missing="fixed"),
+    Column("adaptive", "Candidate steps by slot", missing="fixed"),
     Column("startup_steps", "Start steps", "d"),
     Column("mean", "Mean steps", ".2f"),
     Column("min", "Min", "d"),
