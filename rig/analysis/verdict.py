@@ -11,6 +11,7 @@ from typing import Any, TypedDict
 from rig.analysis.points import INVALIDATING
 from rig.analysis.report import Report
 from rig.analysis.rows import ScheduleGroup
+from rig.analysis.runs import Run
 from rig.contracts import CampaignRow
 
 
@@ -104,16 +105,18 @@ class Verdict:
     workloads: list[WorkloadVerdict]
 
 
-def setting_labels(rows: list[CampaignRow]) -> dict[Any, str]:
-    """'steps=N' per server configuration, with its id where two configurations share a steps value (as the
-    schedule and rig compare name them)."""
+def setting_labels(rows: list[CampaignRow], run: Run | None = None) -> dict[Any, str]:
+    """'steps=N' per server configuration ('adaptive(start steps=N)' for an adaptive server of ``run``), with its id
+    where two configurations share a steps value (as the schedule and rig compare name them)."""
     configs: dict[Any, set[Any]] = defaultdict(set)
     for r in rows:
         configs[r.steps].add(r.server_config)
-    return {
-        r.server_config: f"steps={r.steps}" + (f" ({r.server_config})" if len(configs[r.steps]) > 1 else "")
-        for r in rows
-    }
+
+    def steps(r: CampaignRow) -> str:
+        adaptive = run is not None and run.server_config(r.server_config).adaptive is not None
+        return f"adaptive(start steps={r.steps})" if adaptive else f"steps={r.steps}"
+
+    return {r.server_config: steps(r) + (f" ({r.server_config})" if len(configs[r.steps]) > 1 else "") for r in rows}
 
 
 def health(report: Report) -> Health:
@@ -188,7 +191,7 @@ def verdict(report: Report) -> Verdict:
     among = _among(report)
     out = [_from_schedule(s, among) for s in report.schedule]
     ranked = {(w.workload, w.load_mode) for w in out}
-    labels = setting_labels(report.campaign)
+    labels = setting_labels(report.campaign, report.run)
     alone: dict[tuple[str, str], set[str]] = defaultdict(set)
     for r in report.campaign:
         key = (str(r.workload), str(r.load_mode))

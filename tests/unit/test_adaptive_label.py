@@ -79,3 +79,23 @@ def test_adaptive_point_is_labelled_with_its_start_not_as_fixed(tmp_path):
     run = load_run(run_dir)
     labels = {p.point: cmp.config_label(cmp.Side(run, p, p.point)) for p in run.points}
     assert labels == {"p3": "adaptive(start steps=3)", "p1": "steps=1"}
+
+
+def test_the_verdict_names_an_adaptive_setting_as_the_schedule_does(tmp_path):
+    from rig.analysis.report import build_report
+    from rig.analysis.verdict import setting_labels
+
+    table = {"slots": {"1": [1, 3]}, "startup_steps": 3, "source": "config file a.json"}
+    manifest = {
+        "run_id": "a",
+        "status": "complete",
+        "server_configs": {"cfg3": {"engine": "sglang", "adaptive": table}, "cfg1": {"engine": "sglang"}},
+        "points": [point_entry("p3", 3), point_entry("p1", 1)],
+    }
+    run_dir = write_run(tmp_path / "run", manifest)
+    for p, s in (("p3", 3), ("p1", 1)):
+        write_requests(run_dir, p, 0, greedy_rows(p, s, [0.05] * 3, [1.0, 1.1, 1.2], 100))
+    rep = build_report(run_dir)
+    labels = setting_labels(rep.campaign, rep.run)
+    assert labels == {"cfg3": "adaptive(start steps=3)", "cfg1": "steps=1"}
+    assert {b["best"] for s in rep.schedule for b in s["bands"]} <= set(labels.values())
