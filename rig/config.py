@@ -291,6 +291,7 @@ class RunSpec(BaseModel):
                     raise SpecError(_one_line(e, prefix="server")) from None
                 _check_sim_flags(cfg)
                 _check_command(cfg, len(self.steps))
+                _check_adaptive(cfg)
                 if any(c.config_id() == cfg.config_id() for c in configs):  # e.g. values YAML reads as equal
                     raise SpecError(
                         f"server: two configurations of the grid are the same server "
@@ -344,6 +345,24 @@ def _check_sim_flags(cfg: ServerConfig) -> None:
     if why:
         shown = f" (steps={cfg.steps}, extra_args={list(cfg.extra_args)})"
         raise SpecError(f"server: the simulated server would refuse its flags: {why}{shown}")
+
+
+def _check_adaptive(cfg: ServerConfig) -> None:
+    """A --speculative-adaptive-config file is read now, as SGLang reads it at launch: a file it would refuse, or
+    startup steps outside its candidates (SGLang refuses to launch, arg_groups/speculative_hook.py), is an error
+    before anything starts."""
+    from rig.contracts.adaptive import AdaptiveTableError, steps_refusal
+    from rig.server.adaptive import asked_adaptive, config_file_slots
+
+    if not asked_adaptive(cfg) or cfg.engine == "external":  # an external server's file is on its own machine
+        return
+    try:
+        slots = config_file_slots(cfg)
+    except AdaptiveTableError as e:
+        raise SpecError(f"server: {e}") from None
+    why = steps_refusal(cfg.steps, slots) if slots is not None and cfg.steps > 0 else None
+    if why:
+        raise SpecError(f"server (steps={cfg.steps}): {why}; SGLang refuses to launch with it")
 
 
 def _check_command(cfg: ServerConfig, n_steps: int) -> None:

@@ -115,6 +115,13 @@ def _fail(e: Exception) -> click.ClickException:
     show_default=True,
     help="Seconds per window of a load profile's timeline (points run with --load-profile / --rate-profile).",
 )
+@click.option(
+    "--engine-schedule",
+    "engine_dir",
+    type=click.Path(path_type=Path),
+    help="Write the schedule by running batch as engine config files into DIR: vLLM's --speculative-config "
+    "(num_speculative_tokens_per_batch_size) and SGLang's --speculative-adaptive-config.",
+)
 def report(
     run_dir: Path,
     as_json: bool,
@@ -127,6 +134,7 @@ def report(
     thresholds: str | None,
     gpu_hour_price: float | None,
     objective: str,
+    engine_dir: Path | None = None,
     slo_cancelled: str = "excluded",
     timeline_window_s: float = 5.0,
 ) -> None:
@@ -136,12 +144,18 @@ def report(
     err = Console(stderr=True)
     from rig.results import run_file_clash
 
-    for flag, out in (("--html", html_file), ("--csv", csv_dir), ("--plots", plots_dir)):
+    for flag, out in (
+        ("--html", html_file),
+        ("--csv", csv_dir),
+        ("--plots", plots_dir),
+        ("--engine-schedule", engine_dir),
+    ):
         clash = run_file_clash(out) if out is not None else None
         if clash:  # checked before anything is read or written: the run must stay readable
             raise InputError(f"{flag} {out}: {clash}; rig never writes over a run's own files (choose another path)")
     try:
-        if as_json and not (csv_dir or plots_dir or html_file or slos or json_full) and objective == "throughput":
+        cheap = not (csv_dir or plots_dir or html_file or slos or json_full or engine_dir)
+        if as_json and cheap and objective == "throughput":
             # The campaign table alone is much cheaper than the whole report (no ITL, no losslessness).
             from rig.analysis.runs import load_run
             from rig.analysis.tables import campaign_table
@@ -178,6 +192,10 @@ def report(
     try:
         if csv_dir:
             written += export_csv(rep, csv_dir)
+        if engine_dir:
+            from rig.analysis.engine_schedule import write_engine_files
+
+            written += write_engine_files(rep.engine_schedule, engine_dir)
         svgs = None
         if plots_dir:
             from rig.analysis.plots import write_plots

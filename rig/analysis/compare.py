@@ -200,14 +200,16 @@ def _rescale_samples(side: Side, rng: np.random.Generator, resamples: int) -> np
 
 
 def config_label(s: Side) -> str:
-    """'steps=N' (prefixed by the run when comparing two; where two configurations share N, with the knob values
-    that tell them apart, else the config id)."""
+    """'steps=N', or 'adaptive(start steps=N)' for an adaptive server (prefixed by the run when comparing two;
+    where two configurations share N, with the knob values that tell them apart, else the config id)."""
     from rig.analysis.settings import grid_knobs, setting_name
 
     p = s.point
     shared = len({q.server_config for q in s.run.points if q.steps == p.steps}) > 1
     knobs = grid_knobs(s.run).get(p.server_config or "") if shared else None
-    name = setting_name(p.steps, p.server_config, knobs, shared)
+    # An adaptive server switches steps itself: its steps are where it starts, not a fixed setting.
+    adaptive = s.run.server_config(p.server_config).adaptive is not None
+    name = setting_name(p.steps, p.server_config, knobs, shared, adaptive=adaptive)
     return name if s.label == p.point else s.label.rsplit(":", 1)[0] + ":" + name
 
 

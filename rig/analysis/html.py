@@ -116,6 +116,29 @@ def energy_html(report: Report) -> list[str]:
     return [sim, table_html(report.campaign, html_cols(declared))]
 
 
+def adaptive_html(report: Report) -> list[str]:
+    """The steps each point's server actually ran (where adaptive or moved) and the schedule by running batch."""
+    from rig.analysis import render_adaptive as ra
+    from rig.analysis.active_steps import ACCEPT_RATE_NOTE, worth_showing
+
+    parts: list[str] = []
+    if worth_showing(report.active_steps):
+        parts += [
+            f"<h3>{html.escape(ra.ACTIVE_TITLE)}</h3>",
+            table_html(ra.steps_lines(report.active_steps), html_cols(ra.ACTIVE_STEPS)),
+            f"<h3>{html.escape(ra.TIER_TITLE)}</h3>",
+            table_html(ra.tier_lines(report.active_steps), html_cols(ra.TIERS)),
+            f"<p>{html.escape(ACCEPT_RATE_NOTE)}</p>",
+        ]
+    for s in report.engine_schedule:
+        parts += [
+            f"<h3>Schedule by running batch: {html.escape(s['workload'])} ({html.escape(s['load_mode'])})</h3>",
+            table_html(s["bands"], html_cols(ra.BATCH_BANDS)),
+            "<pre>" + html.escape("\n".join(ra.config_lines(s))) + "</pre>",
+        ]
+    return parts
+
+
 def schedule_html(report: Report) -> list[str]:
     """The speculative schedule by load: bands, crossovers, each setting at its SLO limit."""
     parts: list[str] = []
@@ -278,7 +301,13 @@ def page_html(report: Report, plots: list[Path]) -> str:
     parts += [f'<p class="warn">{html.escape(line)}</p>' for line in report.telemetry]
     parts.append(_details("Campaign table", campaign_html(report), opened=True))
     speed = _figures(plots, "throughput_vs") + _figures(plots, "request_speed_vs")
-    decisions = [*decision_html(report), *schedule_html(report), _figures(plots, "frontier_"), speed]
+    decisions = [
+        *decision_html(report),
+        *schedule_html(report),
+        *adaptive_html(report),
+        _figures(plots, "frontier_"),
+        speed,
+    ]
     parts.append(_details("Decisions: frontier, best per level, schedule", decisions))
     latency = ["<p>milliseconds; ITL percentiles are over tokens.</p>", table_html(report.latency, LATENCY_COLS)]
     parts.append(_details("Latency: percentiles and CDFs", [*latency, _figures(plots, "latency_cdf_")]))

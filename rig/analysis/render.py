@@ -108,7 +108,7 @@ def render_schedule(report: Report) -> list[RenderableType]:
                     + "; ".join(
                         f"{c['from']} up to {c['from_level']:g}, {c['to']} from {c['to_level']:g}"
                         + (
-                            f" (incomplete: no valid point of {', '.join(c['incomplete'])})"
+                            f" (incomplete: no valid point of {', '.join(c['incomplete'] or [])})"
                             if c.get("incomplete")
                             else ""
                             if c["decided"]
@@ -257,5 +257,9 @@ def render_report(report: Report) -> Group:
         from rig.analysis.timeline_render import render_timelines
 
         parts += render_timelines(report.timelines)
+    from rig.analysis.render_adaptive import active_steps_tables, engine_schedule_parts
+
+    parts += engine_schedule_parts(report)
+    parts += active_steps_tables(report)
     parts.append(render_lossless(report.lossless))
     return Group(*parts)

@@ -12,11 +12,13 @@ from typing import Any
 import numpy as np
 
 from rig.analysis import metrics as m
+from rig.analysis.active_steps import ActiveStepsRow, active_steps, worth_showing
+from rig.analysis.engine_schedule import EngineSchedule, engine_schedules
 from rig.analysis.lossless import mismatch_rows
 from rig.analysis.percentiles import cdf_points, latency_rows
 from rig.analysis.points import INVALIDATING, campaign_row, sort_key
 from rig.analysis.reader import Reader
-from rig.analysis.rows import AcceptanceRow, FrontierRow, FullReport, LatencyRow, ReportLevelBest
+from rig.analysis.rows import AcceptanceRow, FrontierRow, FullReport, LatencyRow, ReportLevelBest, ScheduleGroup
 from rig.analysis.runs import PointInfo, Run, load_run
 from rig.analysis.server_series import Series, counter_window_acceptance, summarize_point
 from rig.analysis.timeline import DEFAULT_WINDOW_S, Timeline
@@ -47,8 +49,10 @@ class Report:
     cost: bool = False  # campaign rows carry $/Mtok (a GPU-hour price was given or recorded)
     telemetry: list[str] = field(default_factory=list)  # per server configuration: GPU figures' source or absence
     objective: str = "throughput"
-    schedule: list[dict[str, Any]] = field(default_factory=list)  # rig.analysis.schedule
+    schedule: list[ScheduleGroup] = field(default_factory=list)  # rig.analysis.schedule
     timelines: list[Timeline] = field(default_factory=list)  # points that ran a load profile (rig.analysis.timeline)
+    active_steps: list[ActiveStepsRow] = field(default_factory=list)  # points whose server published its steps
+    engine_schedule: list[EngineSchedule] = field(default_factory=list)  # rig.analysis.engine_schedule
 
     @property
     def warnings(self) -> list[str]:
@@ -89,6 +93,7 @@ class _Sections:
     series: dict[str, dict[str, Series]] = field(default_factory=dict)
     cdfs: dict[str, dict[str, tuple[np.ndarray, np.ndarray]]] = field(default_factory=dict)
     meets: dict[str, bool] = field(default_factory=dict)  # point -> meets every SLO (only with SLOs)
+    active_steps: list[ActiveStepsRow] = field(default_factory=list)
 
 
 @dataclass
@@ -126,6 +131,7 @@ def build_report(
     price = gpu_hour_price if gpu_hour_price is not None else recorded_price(run)
     energy, telemetry = _mark_frontier_and_energy(run, sections.campaign, price, objective)
     decided = _decisions(run, reader, sections, terms, objective)
+    engine = engine_schedules(run, decided.schedule, sections.campaign, sections.series)
     return Report(
         run=run,
         campaign=_in_report_order(sections.campaign, sections.campaign),
@@ -149,6 +155,8 @@ def build_report(
         objective=objective,
         schedule=decided.schedule,
         timelines=run_timelines(run, timeline_window_s),
+        active_steps=_in_report_order(sections.active_steps, sections.campaign),
+        engine_schedule=engine,
     )
 
 
@@ -175,6 +183,10 @@ def _read_points(run: Run, reader: Reader, terms: _SloTerms, cdf_resolution: int
             out.cdfs[p.point] = _cdfs(r, itl, cdf_resolution)
         out.acceptance.append(_acceptance_row(p, row, r, series))
         out.server.append(_server_row(run, p, row, series))
+        table = run.server_config(p.server_config).adaptive
+        steps = active_steps(p.point, p.engine, p.steps, table.describe() if table else None, series)
+        if steps is not None:
+            out.active_steps.append(steps)
         if terms.slos:
             out.goodput.append(_goodput_row(p, row, r, terms.slos))
             out.meets[p.point] = _judge_slos(row, r, terms)
@@ -264,7 +276,7 @@ class _Decisions:
 
     best_per_level: list[ReportLevelBest] = field(default_factory=list)
     best_per_slo: list[dict[str, Any]] = field(default_factory=list)  # rig.analysis.frontier.best_per_slo
-    schedule: list[dict[str, Any]] = field(default_factory=list)  # rig.analysis.schedule.build_schedule
+    schedule: list[ScheduleGroup] = field(default_factory=list)  # rig.analysis.schedule.build_schedule
 
 
 def _decisions(run: Run, reader: Reader, sections: _Sections, terms: _SloTerms, objective: str) -> _Decisions:
@@ -368,11 +380,14 @@ def full_json(report: Report) -> FullReport:
         "tune": report.tune.model_dump(mode="json") if report.tune else None,
         "objective": report.objective,
         "schedule": report.schedule,
+        "engine_schedule": report.engine_schedule,
     }
     if report.telemetry:
         out["telemetry"] = report.telemetry
     if report.timelines:
         out["timeline"] = [asdict(tl) for tl in report.timelines]
+    if worth_showing(report.active_steps):
+        out["active_steps"] = report.active_steps
     return out
 
 

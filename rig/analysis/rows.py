@@ -187,9 +187,11 @@ class FullReport(TypedDict):
     search: dict[str, Any] | None  # the manifest's sections as JSON
     tune: dict[str, Any] | None
     objective: str
-    schedule: list[dict[str, Any]]
+    schedule: list[ScheduleGroup]
+    engine_schedule: list[EngineSchedule]
     telemetry: NotRequired[list[str]]  # only where the run has GPU figures or says why not
     timeline: NotRequired[list[dict[str, Any]]]  # only where points ran a load profile (rig.analysis.timeline)
+    active_steps: NotRequired[list[ActiveStepsRow]]  # only where a point is adaptive or its steps moved
 
 
 class AcceptanceRow(TypedDict):
@@ -206,3 +208,137 @@ class AcceptanceRow(TypedDict):
     from_manifest_window: float | None
     from_server_counters: float | None
     server_gauge_mean: float | None
+
+
+class ScheduleBand(TypedDict):
+    """One load band of the schedule: the best configuration from ``level`` up to ``up_to``, its runner-up and the
+    margin's 95 % interval (rig.analysis.schedule)."""
+
+    level: float
+    up_to: float | None
+    best: str | None
+    best_steps: Any
+    value: float | None
+    runner_up: str | None
+    runner_up_value: float | None
+    margin: float | None
+    ci_low: float | None
+    ci_high: float | None
+    ci_method: str | None
+    decided: bool | None
+    candidates: int
+    missing: list[str]  # settings with no valid point at this level: the band's answer does not rank them
+
+
+# Where the best configuration changes between consecutive answered bands ("from" is a keyword: functional form).
+Crossover = TypedDict(
+    "Crossover",
+    {
+        "from_level": float,
+        "to_level": float,
+        "from": str,
+        "to": str,
+        "from_steps": Any,
+        "to_steps": Any,
+        "incomplete": list[str] | None,
+        "decided": bool,
+    },
+)
+
+
+class LimitEntry(TypedDict):
+    """One configuration at the highest level where it meets the SLOs, with its figures there."""
+
+    config: str
+    steps: Any
+    max_level: float | None
+    points: list[str]
+    aggregate_tok_s: float | None
+    tok_s_per_gpu: float | None
+    mean_power_w: float | None
+    j_per_token: float | None
+    tok_s_per_w: float | None
+    usd_per_mtok: float | None
+    energy_source: str | None
+
+
+class ScheduleGroup(TypedDict):
+    """The schedule of one (workload, load mode): its bands, crossovers and each setting at its SLO limit."""
+
+    workload: str
+    load_mode: str
+    objective: str
+    key: str
+    higher_is_better: bool
+    bands: list[ScheduleBand]
+    crossovers: list[Crossover]
+    at_slo_limit: list[LimitEntry]
+
+
+class TierRow(TypedDict):
+    """One active tier of one point: its time, the scrape windows wholly in it, and what they measured."""
+
+    tier: int
+    seconds: float
+    share: float
+    windows: int
+    accept_length: float | None
+    gen_tok_s: float | None
+
+
+class ActiveStepsRow(TypedDict):
+    """The steps a point's server ran, over time (from the spec_num_steps gauge)."""
+
+    point: str
+    startup_steps: int | None
+    adaptive: str | None  # the candidate table (rig.contracts.adaptive.AdaptiveTable.describe), None: fixed steps
+    samples: int
+    span_s: float
+    mean: float | None
+    min: int | None
+    max: int | None
+    switches: int
+    mixed_windows: int
+    tiers: list[TierRow]
+
+
+class VllmSpeculativeConfig(TypedDict):
+    """vLLM's --speculative-config with a batch-size schedule."""
+
+    method: str
+    num_speculative_tokens: int
+    num_speculative_tokens_per_batch_size: list[list[int]]
+
+
+class SglangSlot(TypedDict):
+    """One batch-size slot of an SGLang adaptive config."""
+
+    candidate_steps: list[int]
+
+
+SglangAdaptiveConfig = dict[str, SglangSlot]  # slot key (a batch size, digits) -> its candidates
+
+
+class BatchBand(TypedDict):
+    """One band of the schedule with the running batch its best setting kept there."""
+
+    level: float
+    best: str
+    steps: int
+    running_batch: float | None  # time-weighted mean per DP rank over the best setting's points at this level
+    points: list[str]
+
+
+class EngineSchedule(TypedDict):
+    """The schedule of one (workload, load mode) by running batch, in vLLM's and SGLang's words."""
+
+    workload: str
+    load_mode: str
+    bands: list[BatchBand]
+    ranges: list[list[int]]  # [start, end, steps], inclusive batch sizes
+    vllm_speculative_config: VllmSpeculativeConfig | None  # None: no speculation anywhere (or no ranges)
+    vllm_command: str | None
+    sglang_adaptive_config: SglangAdaptiveConfig | None
+    sglang_command: str | None
+    files: dict[str, str]  # engine -> file name (rig report --engine-schedule DIR writes them)
+    notes: list[str]

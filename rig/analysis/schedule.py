@@ -23,6 +23,7 @@ mode:
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -30,6 +31,7 @@ import numpy as np
 from rig.analysis import compare as cmp
 from rig.analysis.energy_compare import paired_multipliers
 from rig.analysis.frontier import valid
+from rig.analysis.rows import Crossover, LimitEntry, ScheduleBand, ScheduleGroup
 from rig.analysis.runs import AnalysisInputError, Run
 from rig.contracts import CampaignRow
 
@@ -133,6 +135,152 @@ def check_objective(rows: list[CampaignRow], objective: str, why_absent: str | N
         )
 
 
+# Configurations of one (workload, load mode), by level: level -> configuration label -> its campaign rows
+Levels = dict[float, dict[str, list[CampaignRow]]]
+
+
+@dataclass
+class _Groups:
+    """The valid points of a run grouped by (workload, load mode) and level, with each configuration's steps."""
+
+    levels: dict[tuple[str, str], Levels]
+    steps_of: dict[str, Any]
+
+
+def _group_points(run: Run, rows: list[CampaignRow]) -> _Groups:
+    """Valid points with a level, grouped by (workload, load mode), level and configuration label."""
+    groups: dict[tuple[str, str], Levels] = defaultdict(lambda: defaultdict(lambda: defaultdict(list)))
+    steps_of: dict[str, Any] = {}
+    for r in rows:
+        level = r.level
+        if not valid(r) or level is None:
+            continue
+        label = cmp.config_label(cmp.Side(run, run.point(r.point), r.point))
+        steps_of[label] = r.steps
+        groups[(str(r.workload), str(r.load_mode))][level][label].append(r)
+    return _Groups(groups, steps_of)
+
+
+@dataclass
+class _Ranking:
+    """What one schedule ranks by, and how its intervals are drawn."""
+
+    run: Run
+    meets: dict[str, bool] | None
+    key: str
+    higher: bool
+    steps_of: dict[str, Any]
+    rng: np.random.Generator
+    resamples: int
+
+    def passes(self, r: CampaignRow) -> bool:
+        """The point meets the SLOs (every point does without SLOs)."""
+        return self.meets is None or bool(self.meets.get(r.point))
+
+    def mean(self, rows: list[CampaignRow]) -> float:
+        return float(np.mean([r[self.key] for r in rows]))
+
+
+def _empty_band(level: float, up_to: float | None, candidates: int, missing: list[str]) -> ScheduleBand:
+    """A band before it is ranked: its range, how many settings compete and which have no valid point."""
+    return ScheduleBand(
+        level=level,
+        up_to=up_to,
+        best=None,
+        best_steps=None,
+        value=None,
+        runner_up=None,
+        runner_up_value=None,
+        margin=None,
+        ci_low=None,
+        ci_high=None,
+        ci_method=None,
+        decided=None,
+        candidates=candidates,
+        missing=missing,
+    )
+
+
+def _band(
+    rk: _Ranking, by_label: dict[str, list[CampaignRow]], configs: list[str], level: float, up_to: float | None
+) -> ScheduleBand:
+    """One band: the best configuration at this level, its runner-up and the interval of the margin."""
+    ok = {lab: [r for r in rs if rk.passes(r) and r.get(rk.key) is not None] for lab, rs in by_label.items()}
+    ok = {lab: rs for lab, rs in ok.items() if rs}
+    band = _empty_band(level, up_to, len(ok), [lab for lab in configs if not by_label.get(lab)])
+    if not ok:
+        return band
+    ranked = sorted(ok.items(), key=lambda kv: -rk.mean(kv[1]) if rk.higher else rk.mean(kv[1]))
+    b_lab, b_rows = ranked[0]
+    b_val = rk.mean(b_rows)
+    band["best"], band["best_steps"], band["value"] = b_lab, rk.steps_of[b_lab], b_val
+    if len(ranked) > 1:
+        r_lab, r_rows = ranked[1]
+        r_val = rk.mean(r_rows)
+        lo, hi, method = _interval(rk.run, b_rows, r_rows, rk.key, rk.higher, rk.rng, rk.resamples)
+        band["runner_up"], band["runner_up_value"] = r_lab, r_val
+        band["margin"] = _margin(b_val, r_val, rk.higher)
+        band["ci_low"], band["ci_high"], band["ci_method"] = lo, hi, method
+        band["decided"] = bool(lo is not None and lo > 0)
+    return band
+
+
+def _crossovers(bands: list[ScheduleBand]) -> list[Crossover]:
+    """Consecutive answered bands whose best configuration differs."""
+    out: list[Crossover] = []
+    answered = [b for b in bands if b["best"] is not None]
+    for prev, band in zip(answered, answered[1:], strict=False):
+        if band["best"] == prev["best"]:
+            continue
+        missing = sorted(set(prev["missing"]) | set(band["missing"]))
+        out.append(
+            {
+                "from_level": prev["level"],
+                "to_level": band["level"],
+                "from": str(prev["best"]),  # answered bands: never None
+                "to": str(band["best"]),
+                "from_steps": prev["best_steps"],
+                "to_steps": band["best_steps"],
+                "incomplete": missing or None,
+                "decided": bool(band["decided"]) and not missing,
+            }
+        )
+    return out
+
+
+def _figure(rows: list[CampaignRow], key: str) -> Any:
+    """The mean of a figure over the rows that have it (the first value for a text, None when none has it)."""
+    vals: list[Any] = [r.get(key) for r in rows if r.get(key) is not None]
+    if not vals:
+        return None
+    return vals[0] if key == "energy_source" else float(np.mean(vals))
+
+
+def _at_slo_limit(rk: _Ranking, levels: Levels, configs: list[str]) -> list[LimitEntry]:
+    """Each configuration at the highest level where it meets the SLOs, with its figures there."""
+    out = []
+    for lab in configs:
+        passing = [(level, r) for level in sorted(levels) for r in levels[level].get(lab, []) if rk.passes(r)]
+        top_level = max((lv for lv, _ in passing), default=None)
+        at = [r for lv, r in passing if lv == top_level]
+        out.append(
+            LimitEntry(
+                config=lab,
+                steps=rk.steps_of[lab],
+                max_level=top_level,
+                points=[r.point for r in at],
+                aggregate_tok_s=_figure(at, "aggregate_tok_s"),
+                tok_s_per_gpu=_figure(at, "tok_s_per_gpu"),
+                mean_power_w=_figure(at, "mean_power_w"),
+                j_per_token=_figure(at, "j_per_token"),
+                tok_s_per_w=_figure(at, "tok_s_per_w"),
+                usd_per_mtok=_figure(at, "usd_per_mtok"),
+                energy_source=_figure(at, "energy_source"),
+            )
+        )
+    return out
+
+
 def build_schedule(
     run: Run,
     rows: list[CampaignRow],
@@ -140,129 +288,35 @@ def build_schedule(
     objective: str = "throughput",
     resamples: int = RESAMPLES,
     seed: int = cmp.SEED,
-) -> list[dict[str, Any]]:
+) -> list[ScheduleGroup]:
     """One entry per (workload, load mode) with two or more configurations: bands, crossovers, SLO limits."""
     key, higher = OBJECTIVES[objective]
-    rng = np.random.default_rng(seed)
-    groups: dict[tuple, dict[float, dict[str, list[CampaignRow]]]] = defaultdict(
-        lambda: defaultdict(lambda: defaultdict(list))
-    )
-    labels: dict[str, str] = {}
-    steps_of: dict[str, Any] = {}
-    for r in rows:
-        level = r.level
-        if not valid(r) or level is None:
-            continue
-        label = cmp.config_label(cmp.Side(run, run.point(r.point), r.point))
-        labels[r.point] = label
-        steps_of[label] = r.steps
-        groups[(str(r.workload), str(r.load_mode))][level][label].append(r)
+    groups = _group_points(run, rows)
+    rk = _Ranking(run, meets, key, higher, groups.steps_of, np.random.default_rng(seed), resamples)
     out = []
-    for (workload, mode), levels in sorted(groups.items()):
-        configs = sorted({lab for by in levels.values() for lab in by}, key=lambda c: (str(steps_of[c]), c))
+    for (workload, mode), levels in sorted(groups.levels.items()):
+        configs = sorted({lab for by in levels.values() for lab in by}, key=lambda c: (str(rk.steps_of[c]), c))
         if len(configs) < 2:
             continue
         order = sorted(levels)
-        bands = []
-        for i, level in enumerate(order):
-            ok = {
-                lab: [r for r in rs if (meets is None or meets.get(r.point)) and r.get(key) is not None]
-                for lab, rs in levels[level].items()
-            }
-            ok = {lab: rs for lab, rs in ok.items() if rs}
-            band: dict[str, Any] = {
-                "level": level,
-                "up_to": order[i + 1] if i + 1 < len(order) else None,
-                "best": None,
-                "best_steps": None,
-                "value": None,
-                "runner_up": None,
-                "runner_up_value": None,
-                "margin": None,
-                "ci_low": None,
-                "ci_high": None,
-                "ci_method": None,
-                "decided": None,
-                "candidates": len(ok),
-                # settings with no valid point at this level (not measured, or flagged invalid): the band's answer
-                # does not rank them
-                "missing": [lab for lab in configs if not levels[level].get(lab)],
-            }
-            if ok:
-                ranked = sorted(
-                    ok.items(),
-                    key=lambda kv: -np.mean([r[key] for r in kv[1]]) if higher else np.mean([r[key] for r in kv[1]]),
-                )
-                (b_lab, b_rows) = ranked[0]
-                b_val = float(np.mean([r[key] for r in b_rows]))
-                band.update(best=b_lab, best_steps=steps_of[b_lab], value=b_val)
-                if len(ranked) > 1:
-                    r_lab, r_rows = ranked[1]
-                    r_val = float(np.mean([r[key] for r in r_rows]))
-                    lo, hi, method = _interval(run, b_rows, r_rows, key, higher, rng, resamples)
-                    band.update(
-                        runner_up=r_lab,
-                        runner_up_value=r_val,
-                        margin=_margin(b_val, r_val, higher),
-                        ci_low=lo,
-                        ci_high=hi,
-                        ci_method=method,
-                        decided=bool(lo is not None and lo > 0),
-                    )
-            bands.append(band)
-        crossovers = []
-        prev = None
-        for band in bands:
-            if band["best"] is None:
-                continue
-            if prev is not None and band["best"] != prev["best"]:
-                missing = sorted(set(prev["missing"]) | set(band["missing"]))
-                crossovers.append(
-                    {
-                        "from_level": prev["level"],
-                        "to_level": band["level"],
-                        "from": prev["best"],
-                        "to": band["best"],
-                        "from_steps": prev["best_steps"],
-                        "to_steps": band["best_steps"],
-                        "incomplete": missing or None,
-                        "decided": bool(band["decided"]) and not missing,
-                    }
-                )
-            prev = band
-        limits = []
-        for lab in configs:
-            passing = [
-                (level, r) for level in order for r in levels[level].get(lab, []) if meets is None or meets.get(r.point)
-            ]
-            top_level = max((lv for lv, _ in passing), default=None)
-            at = [r for lv, r in passing if lv == top_level]
-            entry: dict[str, Any] = {
-                "config": lab,
-                "steps": steps_of[lab],
-                "max_level": top_level,
-                "points": [r.point for r in at],
-            }
-            for k in LIMIT_KEYS:
-                vals: list[Any] = [r.get(k) for r in at if r.get(k) is not None]
-                entry[k] = (vals[0] if k == "energy_source" else float(np.mean(vals))) if vals else None
-            limits.append(entry)
+        ups: list[float | None] = [*order[1:], None]
+        bands = [_band(rk, levels[level], configs, level, up) for level, up in zip(order, ups, strict=True)]
         out.append(
-            {
-                "workload": workload,
-                "load_mode": mode,
-                "objective": objective,
-                "key": key,
-                "higher_is_better": higher,
-                "bands": bands,
-                "crossovers": crossovers,
-                "at_slo_limit": limits,
-            }
+            ScheduleGroup(
+                workload=workload,
+                load_mode=mode,
+                objective=objective,
+                key=key,
+                higher_is_better=higher,
+                bands=bands,
+                crossovers=_crossovers(bands),
+                at_slo_limit=_at_slo_limit(rk, levels, configs),
+            )
         )
     return out
 
 
-def schedule_rows(schedule: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def schedule_rows(schedule: list[ScheduleGroup]) -> list[dict[str, Any]]:
     """The bands of every group as flat rows (CSV)."""
     return [
         {"workload": s["workload"], "load_mode": s["load_mode"], "objective": s["objective"], **b}
@@ -271,7 +325,7 @@ def schedule_rows(schedule: list[dict[str, Any]]) -> list[dict[str, Any]]:
     ]
 
 
-def limit_rows(schedule: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def limit_rows(schedule: list[ScheduleGroup]) -> list[dict[str, Any]]:
     """The at-the-SLO-limit entries of every group as flat rows (CSV)."""
     return [
         {

@@ -20,6 +20,7 @@ QUEUED = ("sglang:num_queue_reqs", "vllm:num_requests_waiting")
 TOKEN_USAGE = ("sglang:token_usage", "vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
 GEN_THROUGHPUT = ("sglang:gen_throughput",)
 ACCEPT_GAUGE = ("sglang:spec_accept_length",)
+SPEC_STEPS = ("sglang:spec_num_steps",)  # the active speculative steps (SGLang's metrics_reporter.py)
 COUNTERS = (
     "sglang:generation_tokens_total",
     "sglang:spec_verify_calls_total",
@@ -27,7 +28,7 @@ COUNTERS = (
     "vllm:spec_decode_num_accepted_tokens_total",
     "vllm:spec_decode_num_draft_tokens_total",
 )
-ALL_NAMES = RUNNING + QUEUED + TOKEN_USAGE + GEN_THROUGHPUT + ACCEPT_GAUGE + COUNTERS
+ALL_NAMES = RUNNING + QUEUED + TOKEN_USAGE + GEN_THROUGHPUT + ACCEPT_GAUGE + SPEC_STEPS + COUNTERS
 
 
 @dataclass
@@ -43,7 +44,8 @@ class Series:
 
 
 def _series(table: pa.Table, names: tuple[str, ...], how: str, present: dict[str, np.ndarray]) -> Series:
-    """Samples of the first of ``names`` present, combined across label sets per scrape (``sum`` or ``mean``)."""
+    """Samples of the first of ``names`` present, combined across label sets per scrape (``sum``, ``mean`` or
+    ``max``)."""
     for name in names:
         if name in present:
             idx = present[name]
@@ -62,6 +64,9 @@ def _series(table: pa.Table, names: tuple[str, ...], how: str, present: dict[str
             total: np.ndarray = np.bincount(inv, weights=values, minlength=uniq.size)
             if how == "mean":
                 total = total / np.bincount(inv, minlength=uniq.size)
+            elif how == "max":  # every rank runs the same steps: the largest any reports
+                total = np.full(uniq.size, -np.inf)
+                np.maximum.at(total, inv, values)
             return Series(uniq, total)
     return Series(np.empty(0), np.empty(0))
 
@@ -78,7 +83,8 @@ def _rows_by_name(table: pa.Table) -> dict[str, np.ndarray]:
 
 
 def point_series(run: Run, point: str) -> dict[str, Series]:
-    """running, queued, token_usage, gen_throughput and accept_length gauges, and the counters, of one point."""
+    """running, queued, token_usage, gen_throughput, accept_length and spec_steps gauges, and the counters, of one
+    point."""
     t = read_point_server_metrics(run.run_dir, point, ALL_NAMES, on_skip=run.note)
     present = _rows_by_name(t)
     return {
@@ -87,6 +93,7 @@ def point_series(run: Run, point: str) -> dict[str, Series]:
         "token_usage": _series(t, TOKEN_USAGE, "mean", present),
         "gen_throughput": _series(t, GEN_THROUGHPUT, "sum", present),
         "accept_length_gauge": _series(t, ACCEPT_GAUGE, "mean", present),
+        "spec_steps": _series(t, SPEC_STEPS, "max", present),
         **{name: _series(t, (name,), "sum", present) for name in COUNTERS},
     }
 

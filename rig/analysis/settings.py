@@ -34,9 +34,10 @@ def grid_knobs(run: Run) -> dict[str, str]:
     return {cid: ", ".join(f"{k}={_value(ks.get(k))}" for k in varying) for cid, ks in knobs.items()}
 
 
-def setting_name(steps: Any, config: Any, knob_label: str | None, shared: bool) -> str:
-    """'steps=N', and where another configuration shares N, what tells them apart: its knob values, else its id."""
-    name = f"steps={steps}"
+def setting_name(steps: Any, config: Any, knob_label: str | None, shared: bool, adaptive: bool = False) -> str:
+    """'steps=N' ('adaptive(start steps=N)' for a server that switches steps itself), and where another
+    configuration shares N, what tells them apart: its knob values, else its id."""
+    name = f"adaptive(start steps={steps})" if adaptive else f"steps={steps}"
     if shared:
         name += f" ({knob_label or config})"
     return name

@@ -11,6 +11,8 @@ from typing import Any, TypedDict
 
 from rig.analysis.points import INVALIDATING
 from rig.analysis.report import Report
+from rig.analysis.rows import ScheduleGroup
+from rig.analysis.runs import Run
 from rig.analysis.settings import grid_knobs, setting_name
 from rig.contracts import CampaignRow
 
@@ -105,17 +107,21 @@ class Verdict:
     workloads: list[WorkloadVerdict]
 
 
-def setting_labels(rows: list[CampaignRow], knobs: Mapping[str, str] | None = None) -> dict[Any, str]:
-    """'steps=N' per server configuration; where two configurations share a steps value, with the knob values that
-    tell them apart (``knobs``: rig.analysis.settings.grid_knobs), else its id (as the schedule and rig compare name
-    them)."""
+def setting_labels(rows: list[CampaignRow], run: Run | None = None) -> dict[Any, str]:
+    """'steps=N' per server configuration ('adaptive(start steps=N)' for an adaptive server of ``run``); where two
+    configurations share a steps value, with the knob values that tell them apart (rig.analysis.settings.grid_knobs),
+    else its id (as the schedule and rig compare name them)."""
     configs: dict[Any, set[Any]] = defaultdict(set)
     for r in rows:
         configs[r.steps].add(r.server_config)
-    knobs = knobs or {}
+    knobs = grid_knobs(run) if run is not None else {}
     return {
         r.server_config: setting_name(
-            r.steps, r.server_config, knobs.get(r.server_config or ""), len(configs[r.steps]) > 1
+            r.steps,
+            r.server_config,
+            knobs.get(r.server_config or ""),
+            len(configs[r.steps]) > 1,
+            adaptive=run is not None and run.server_config(r.server_config).adaptive is not None,
         )
         for r in rows
     }
@@ -164,7 +170,7 @@ def _among(report: Report) -> str:
     return f"points meeting {describe(report.slos, report.slo_percentile)}" if report.slos else "valid points"
 
 
-def _from_schedule(s: dict[str, Any], among: str) -> WorkloadVerdict:
+def _from_schedule(s: ScheduleGroup, among: str) -> WorkloadVerdict:
     bands = [
         BandLine(
             level=b["level"],
@@ -193,7 +199,7 @@ def verdict(report: Report) -> Verdict:
     among = _among(report)
     out = [_from_schedule(s, among) for s in report.schedule]
     ranked = {(w.workload, w.load_mode) for w in out}
-    labels = setting_labels(report.campaign, grid_knobs(report.run))
+    labels = setting_labels(report.campaign, report.run)
     alone: dict[tuple[str, str], set[str]] = defaultdict(set)
     for r in report.campaign:
         key = (str(r.workload), str(r.load_mode))

@@ -52,7 +52,7 @@ def _panel(ax: plt.Axes, report: Report, rows: list[CampaignRow], key: str, colo
     its flagged points as crosses; returns the number of lines."""
     from rig.analysis.frontier import valid
 
-    labels = setting_labels(report.campaign, grid_knobs(report.run))
+    labels = setting_labels(report.campaign, report.run)
     by_setting: dict[str, list[CampaignRow]] = defaultdict(list)
     for r in rows:
         by_setting[labels[r.server_config]].append(r)
@@ -82,7 +82,7 @@ def _legend_extras(ax: plt.Axes, rows: list[CampaignRow], slo: bool) -> None:
 def plot_verdict(report: Report, workload: str, load_mode: str) -> plt.Figure:
     """Two stacked panels (they read at a phone's width as at a desktop's): throughput, then decode speed."""
     rows = [r for r in report.campaign if str(r.workload) == workload and str(r.load_mode) == load_mode]
-    labels = sorted(set(setting_labels(report.campaign, grid_knobs(report.run)).values()))
+    labels = sorted(set(setting_labels(report.campaign, report.run).values()))
     cycle = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     colors = {lab: cycle[i % len(cycle)] for i, lab in enumerate(labels)}
     w = next((x for x in verdict(report).workloads if (x.workload, x.load_mode) == (workload, load_mode)), None)

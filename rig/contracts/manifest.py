@@ -7,6 +7,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from rig.contracts.adaptive import AdaptiveTable
 from rig.contracts.dialect import DialectName
 from rig.contracts.errors import ContractError
 from rig.contracts.generator import GeneratorReport, RecordCounts, WindowAcceptance
@@ -104,6 +105,7 @@ class ServerConfigEntry(BaseModel):
     dialect_source: str | None = None  # engine | probe:<path> | user | default (no probe identified the server)
     extra_body: dict[str, Any] | None = None  # the fields --extra-body added to every request, exactly as sent
     telemetry: GpuTelemetry | None = None  # GPU samples (gpu_metrics) or why there are none
+    adaptive: AdaptiveTable | None = None  # SGLang --speculative-adaptive: its candidate table (rig.server.adaptive)
 
 
 class GeneratorHost(BaseModel):

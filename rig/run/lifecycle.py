@@ -24,6 +24,7 @@ from rig.run.capacity_note import queue_note
 from rig.run.context import RunContext
 from rig.server import env_refs
 from rig.server.actor import remote_class as server_class
+from rig.server.adaptive import adaptive_table
 from rig.server.effective import change_lines, effective_config
 from rig.server.engines import engine_for
 from rig.server.spec import ServerConfig
@@ -84,12 +85,15 @@ class ServerLifecycle:
         # What the server really runs (it may change requested values) and whether it honours per-request seeds.
         effective = effective_config(cfg, info.get("/server_info"), desc.startup, dialect.name == "sglang")
         warnings = change_lines(cid, effective)
+        # An adaptive server switches steps itself: its points are labelled with the table, not fixed steps.
+        adaptive, adaptive_warnings = adaptive_table(cfg, info.get("/server_info"))
+        warnings += adaptive_warnings
         asked = [(w.name, dict(w.sampling())) for w in self.ctx.spec.workloads]
         warnings += [f"server {cid}: {w}" for w in limits(dialect, asked)]  # what the dialect cannot send
         load = self.ctx.spec.load
         queued = queue_note(cid, effective, info.get("/server_info"), list(load.concurrency), load.mode)
         warnings += [queued] if queued else []  # said before the points run: levels above what runs at once
-        self.ctx.store.update_server_config(cid, effective=effective, warnings=warnings)
+        self.ctx.store.update_server_config(cid, effective=effective, warnings=warnings, adaptive=adaptive)
         for w in warnings:
             self.ctx.progress.status(f"warning: {w}")
         self.ctx.store.update_server_config(cid, telemetry=self.open_telemetry())
