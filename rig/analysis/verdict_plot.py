@@ -13,7 +13,6 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from rig.analysis.report import Report  # noqa: E402
-from rig.analysis.settings import grid_knobs  # noqa: E402
 from rig.analysis.verdict import setting_labels, verdict  # noqa: E402
 from rig.contracts import CampaignRow  # noqa: E402
 
