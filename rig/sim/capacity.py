@@ -130,11 +130,12 @@ def compute_capacity(
         intermediate_reqs = min(intermediate_reqs, configured_flag)
     state_gb = (slots + 1) * p_gb + (intermediate_reqs + 1) * d * p_gb  # +1: each buffer's padding slot
     kv_gb = rest - state_gb
-    if kv_gb <= 0:
+    tokens = int(max(0.0, kv_gb) * 1e9 / (profile.kv_bytes_per_token * shard))
+    if tokens <= 0:  # model_executor/pool_configurator.py:94-99 (0.5.23)
         raise CapacityError(
-            f"Not enough memory for the KV cache: the state pool takes {state_gb:.2f} GB of {rest:.2f} GB"
+            f"Not enough memory. Please try to increase --mem-fraction-static. Current value: mem_fraction_static={mf} "
+            f"(the state pool takes {state_gb:.2f} GB of the {rest:.2f} GB left after weights)"
         )
-    tokens = int(kv_gb * 1e9 / (profile.kv_bytes_per_token * shard))
     if max_total_tokens is not None:
         tokens = min(tokens, max_total_tokens)
     configured = configured_flag if configured_flag is not None else default_max_running(tokens, context_length)
