@@ -245,3 +245,14 @@ def test_search_and_tune_refuse_a_profile(argv, said):
 
     result = CliRunner().invoke(cli, [*argv, "--load-profile", "1:2s,4:2s", "--dry-run"])
     assert result.exit_code == 2 and said in result.output, result.output
+
+
+def test_the_open_loop_tags_each_arrival_with_the_phase_it_was_due_in(tmp_path):
+    offsets = tuple(0.01 + 0.02 * i for i in range(30))  # 0.01 .. 0.59 s, none on a boundary
+    plan = {"sessions": _sessions(30, 1), "arrivals": offsets, "slots": 8, "phase_starts": (0.0, 0.2, 0.4)}
+    summary = asyncio.run(_drive(tmp_path, plan))
+    t = read_requests(tmp_path).to_pandas()
+    assert summary.status == "complete" and len(t) == 30 and t.ok.all()
+    due = {f"s{i}-t0": off for i, off in enumerate(offsets)}
+    expected = [0 if due[r] < 0.2 else 1 if due[r] < 0.4 else 2 for r in t.request_id]
+    assert list(t.phase) == expected
