@@ -178,6 +178,15 @@ def _print_table(run_dir: Path) -> None:
     problems = render_problems(rows)
     if problems is not None:
         out.print(problems)
+    from rig.results import load_manifest
+
+    if any(p.phases for p in load_manifest(run_dir).points):  # a load profile: its phases, steady and adapting
+        from rig.analysis.runs import load_run
+        from rig.analysis.timeline_data import run_timelines
+        from rig.analysis.timeline_render import phase_table
+
+        for tl in run_timelines(load_run(run_dir)):
+            out.print(phase_table(tl))
 
 
 class LazyGroup(click.Group):

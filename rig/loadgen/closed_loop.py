@@ -46,6 +46,8 @@ async def closed_loop(run: ClosedRun, http: Http, start: float) -> None:
 
 async def _slot(run: ClosedRun, http: Http, todo: Iterator[Session], deadline: float | None, k: int) -> None:
     """Slot ``k``: the next session of the shared iterator as soon as the last one ended (and the phase has room)."""
+    if run.gate is not None and not run.gate.ever(k):
+        return  # a generator whose share is 0 in every phase: its lazy share has no session to find
     while True:
         await asyncio.sleep(0)  # building sessions is synchronous: let a stop (or the flusher) in between
         # Taken before the gate's wait, so a slot that gets room at a phase change sends at once rather than after

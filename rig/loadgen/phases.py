@@ -49,6 +49,10 @@ class PhaseGate:
                 return mono if j == i else self.origin + self.starts[j]
         return None
 
+    def ever(self, slot: int) -> bool:
+        """Does any phase give slot ``slot`` room?"""
+        return not self.caps or max(self.caps) > slot
+
     def freed(self) -> None:
         """A request of this generator ended: a slot waiting for the in-flight count to fall may go."""
         if self._freed is not None:

@@ -19,6 +19,7 @@ def run(tmp_path_factory):
     out = tmp_path_factory.mktemp("results")
     proc = rig("run", *ARGS, "--out", str(out), "--run-id", "profile")
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "Load profile ·" in proc.stdout and "steady state per phase" in proc.stdout  # the run ends with it
     return out / "profile"
 
 

@@ -148,6 +148,7 @@ def test_the_gate_gives_a_slot_room_only_in_phases_whose_cap_exceeds_it():
     assert gate.next_room(2, 101.0) == 110.0  # waits for the phase of 4
     assert gate.next_room(2, 115.0) == 115.0
     assert gate.next_room(0, 125.0) is None  # the last phase is idle: nothing more
+    assert gate.ever(3) and not gate.ever(4)
     assert [gate.phase_at(t) for t in (99.0, 100.0, 109.9, 110.0, 130.0)] == [0, 0, 0, 1, 2]
 
 
@@ -245,3 +246,33 @@ def test_search_and_tune_refuse_a_profile(argv, said):
 
     result = CliRunner().invoke(cli, [*argv, "--load-profile", "1:2s,4:2s", "--dry-run"])
     assert result.exit_code == 2 and said in result.output, result.output
+
+
+def test_the_open_loop_tags_each_arrival_with_the_phase_it_was_due_in(tmp_path):
+    offsets = tuple(0.01 + 0.02 * i for i in range(30))  # 0.01 .. 0.59 s, none on a boundary
+    plan = {"sessions": _sessions(30, 1), "arrivals": offsets, "slots": 8, "phase_starts": (0.0, 0.2, 0.4)}
+    summary = asyncio.run(_drive(tmp_path, plan))
+    t = read_requests(tmp_path).to_pandas()
+    assert summary.status == "complete" and len(t) == 30 and t.ok.all()
+    due = {f"s{i}-t0": off for i, off in enumerate(offsets)}
+    expected = [0 if due[r] < 0.2 else 1 if due[r] < 0.4 else 2 for r in t.request_id]
+    assert list(t.phase) == expected
+
+
+def test_a_generator_whose_share_is_zero_in_every_phase_ends_at_once(tmp_path):
+    """Concurrency 1 over two generators: the second one's lazy share holds no session (it would build millions
+    looking for one); it must not ask for a session at all."""
+    spec = build_spec({}, {"load": {"profile": "1:0.3s", "warmup_requests": 0}})
+    second = build_plans(spec, expand_points(spec)[0], "http://127.0.0.1:9", "m", "sglang-native", [0, 1], None)[1]
+    assert second.phase_slots == (0,) and second.lazy is not None and second.slots == 1
+
+    class NoSession:
+        def __iter__(self):
+            return self
+
+        def __next__(self):
+            raise AssertionError("a slot with no room in any phase asked for a session")
+
+    gated = {"slots": second.slots, "duration_s": second.duration_s, "phase_starts": second.phase_starts}
+    summary = asyncio.run(_drive(tmp_path, {"sessions": NoSession(), **gated, "phase_slots": second.phase_slots}))
+    assert summary.status == "complete" and summary.scheduled == 0, summary.error
