@@ -50,6 +50,9 @@ class StreamState:
     server_ts: dict[str, float] = field(default_factory=dict)
     # OpenAI APIs: completion tokens already attributed to a chunk (continuous usage stats)
     _usage_tokens: int = 0
+    # a chunk with text but neither token ids nor a running usage was counted as one token (SGLang 0.5.16's
+    # completions, a plain server): the chunks' counts may then not sum to the server's completion_tokens
+    counted_by_text: bool = False
     # native API: cumulative state
     _native_tokens: int = 0
     _native_text: str = ""
@@ -297,13 +300,7 @@ class _OpenAIBase(Api):
         _check_event(obj)
         usage = obj.get("usage")
         if isinstance(usage, dict):
-            if isinstance(usage.get("prompt_tokens"), int):
-                state.prompt_tokens = usage["prompt_tokens"]
-            if isinstance(usage.get("completion_tokens"), int):
-                state.completion_tokens = usage["completion_tokens"]
-            details = usage.get("prompt_tokens_details")
-            if isinstance(details, dict) and isinstance(details.get("cached_tokens"), int):
-                state.cached_tokens = details["cached_tokens"]
+            _take_usage(usage, state)
         ext = obj.get("sglext")
         if isinstance(ext, dict) and isinstance(ext.get("spec_tokens_details"), dict):
             state.speculative.update(_speculative_fields(ext["spec_tokens_details"]))
@@ -339,6 +336,7 @@ class _OpenAIBase(Api):
             state._usage_tokens = max(state._usage_tokens, ct)
         else:
             n = 1 if piece else 0
+            state.counted_by_text = state.counted_by_text or bool(piece)
         if piece:
             state.text_parts.append(piece)
         if choice.get("finish_reason") is not None:
@@ -347,6 +345,34 @@ class _OpenAIBase(Api):
             if state.finish_reason == "abort":
                 raise StreamError("server aborted the request")
         return n
+
+
+def _take_usage(usage: dict[str, Any], state: StreamState) -> None:
+    """An event's usage into the state: the prompt, completion (running, with continuous usage stats) and cached
+    token counts."""
+    if isinstance(usage.get("prompt_tokens"), int):
+        state.prompt_tokens = usage["prompt_tokens"]
+    if isinstance(usage.get("completion_tokens"), int):
+        state.completion_tokens = usage["completion_tokens"]
+    details = usage.get("prompt_tokens_details")
+    if isinstance(details, dict) and isinstance(details.get("cached_tokens"), int):
+        state.cached_tokens = details["cached_tokens"]
+
+
+def _typed_tokens(ids: Any, text: str, usage: dict[str, Any] | None, state: StreamState) -> int:
+    """A typed completions event's token count, as fold() counts it: its token ids, else the growth of the running
+    usage (continuous usage stats), else one per chunk with text (said in ``counted_by_text``)."""
+    if usage is not None:
+        _take_usage(usage, state)
+    if type(ids) is list:
+        return len(ids)
+    ct = usage.get("completion_tokens") if usage is not None else None
+    if text and type(ct) is int:
+        n = ct - state._usage_tokens if ct > state._usage_tokens else 0
+        state._usage_tokens = max(state._usage_tokens, ct)
+        return n
+    state.counted_by_text = state.counted_by_text or bool(text)
+    return 1 if text else 0
 
 
 class _Choice(msgspec.Struct, gc=False):
@@ -389,8 +415,9 @@ class OpenAICompletions(_OpenAIBase):
         parts = state.text_parts
         i = 0
         for e in events:
+            usage = e.usage
             if (
-                e.usage is not None
+                (usage is not None and type(usage) is not dict)
                 or e.error is not None
                 or e.sglext is not None
                 or e.metrics is not None
@@ -405,7 +432,7 @@ class OpenAICompletions(_OpenAIBase):
             elif type(text) is not str:
                 break  # fold() says what is wrong with it
             ids = choice.token_ids
-            n = len(ids) if type(ids) is list else 1 if text else 0
+            n = len(ids) if type(ids) is list and usage is None else _typed_tokens(ids, text, usage, state)
             if text:
                 parts.append(text)
             if choice.finish_reason is not None:
@@ -435,6 +462,11 @@ class OpenAICompletions(_OpenAIBase):
         body = self._common(turn, model)
         body["prompt"] = render_messages([*history, *turn.messages])
         body["max_tokens"] = turn.max_tokens
+        if self.dialect.continuous_usage:
+            # The running completion-token count on every chunk: the chunk counts where a server has no
+            # return_token_ids (SGLang 0.5.16's CompletionRequest lacks it and ignores unknown fields);
+            # serving_completions.py honours stream_options.continuous_usage_stats as serving_chat.py does.
+            body["stream_options"] = {"include_usage": True, "continuous_usage_stats": True}
         if self.dialect.token_ids:
             # Each streamed choice then carries its new token ids (several per chunk under speculative decoding):
             # the per-chunk token counts behind ITL (openai/serving_completions.py::_generate_completion_stream).
