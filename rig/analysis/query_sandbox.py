@@ -66,9 +66,9 @@ def read_only(con: duckdb.DuckDBPyConnection, sql: str) -> None:
     # SELECT alone: EXPLAIN ANALYZE runs the statement it explains (EXPLAIN ANALYZE COPY ... TO wrote a part file)
     for stmt in con.extract_statements(sql):
         if stmt.type != duckdb.StatementType.SELECT:
-            kind = stmt.type.name.lower()
+            kind = stmt.type.name
             raise QueryRefused(
-                f"rig query only reads: a {kind} statement is refused (write a result with -o FILE.parquet or FILE.csv)"
+                f"rig query only reads: a {kind} statement is refused, only SELECT runs (-o FILE writes a result)"
             )
 
 
