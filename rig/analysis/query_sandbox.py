@@ -68,7 +68,7 @@ def read_only(con: duckdb.DuckDBPyConnection, sql: str) -> None:
         if stmt.type != duckdb.StatementType.SELECT:
             kind = stmt.type.name
             raise QueryRefused(
-                f"rig query only reads: a {kind} statement is refused, only SELECT runs (-o FILE writes a result)"
+                f"rig query only reads: statement type {kind} is refused, only SELECT runs (-o FILE writes a result)"
             )
 
 
