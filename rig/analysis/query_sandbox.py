@@ -7,7 +7,8 @@ turns off extension autoinstall/autoload, and locks the configuration so a query
 
 ``allowed_paths`` lets DuckDB write the files it may read (``COPY (...) TO 'RUN/requests/.../part-00000.parquet'
 (USE_TMP_FILE false)`` overwrote a part file on DuckDB 2.0.1), so ``read_only`` also asks DuckDB's own parser
-what each statement is and runs only queries (SELECT, and EXPLAIN of one): no SQL text is matched.
+what each statement is and runs only queries (SELECT; not EXPLAIN, whose ANALYZE runs what it explains, a COPY
+too): no SQL text is matched.
 """
 
 from __future__ import annotations
@@ -59,15 +60,15 @@ def lock_down(con: duckdb.DuckDBPyConnection, files: list[str]) -> None:
 
 
 def read_only(con: duckdb.DuckDBPyConnection, sql: str) -> None:
-    """Raise QueryRefused unless every statement of ``sql`` is a query (DuckDB's parser decides, not a pattern)."""
+    """Raise QueryRefused unless every statement of ``sql`` is a SELECT (DuckDB's parser decides, not a pattern)."""
     import duckdb
 
-    allowed = {duckdb.StatementType.SELECT, duckdb.StatementType.EXPLAIN}
+    # SELECT alone: EXPLAIN ANALYZE runs the statement it explains (EXPLAIN ANALYZE COPY ... TO wrote a part file)
     for stmt in con.extract_statements(sql):
-        if stmt.type not in allowed:
-            kind = stmt.type.name.lower()
+        if stmt.type != duckdb.StatementType.SELECT:
+            kind = stmt.type.name
             raise QueryRefused(
-                f"rig query only reads: a {kind} statement is refused (write a result with -o FILE.parquet or FILE.csv)"
+                f"rig query only reads: statement type {kind} is refused, only SELECT runs (-o FILE writes a result)"
             )
 
 

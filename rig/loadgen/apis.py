@@ -16,12 +16,11 @@ import orjson
 
 from rig.loadgen.bodies import NativeBody, NativeSampling, OpenAIBody, RequestBody, SpecStats
 from rig.loadgen.dialects import Dialect
+from rig.loadgen.server_fields import server_timestamps as _server_timestamps
+from rig.loadgen.server_fields import speculative_fields as _speculative_fields
+from rig.loadgen.server_fields import vllm_speculative_fields as _vllm_speculative_fields
 from rig.loadgen.wire_ids import wire_id
 from rig.workloads.base import Turn, render_messages
-
-# Names of accepted / proposed draft counts across SGLang versions (0.5.9, 0.5.15 legacy, 0.5.15+).
-_ACCEPTED_KEYS = ("spec_num_correct_drafts", "spec_accepted_drafts", "spec_accept_token_num")
-_PROPOSED_KEYS = ("spec_num_proposed_drafts", "spec_proposed_drafts", "spec_draft_token_num")
 
 
 class StreamError(Exception):
@@ -50,6 +49,9 @@ class StreamState:
     server_ts: dict[str, float] = field(default_factory=dict)
     # OpenAI APIs: completion tokens already attributed to a chunk (continuous usage stats)
     _usage_tokens: int = 0
+    # a chunk with text but neither token ids nor a running usage was counted as one token (SGLang 0.5.16's
+    # completions, a plain server): the chunks' counts may then not sum to the server's completion_tokens
+    counted_by_text: bool = False
     # native API: cumulative state
     _native_tokens: int = 0
     _native_text: str = ""
@@ -90,54 +92,6 @@ def _check_event(obj: Any) -> None:
     msg = _error_message(obj)
     if msg is not None:
         raise StreamError(msg)
-
-
-def _speculative_fields(src: dict[str, Any]) -> SpecStats:
-    out: SpecStats = {}
-    if src.get("spec_verify_ct") is not None:
-        out["spec_verify_ct"] = int(src["spec_verify_ct"])
-    if src.get("spec_accept_length") is not None:
-        out["spec_accept_length"] = float(src["spec_accept_length"])
-    for k in _ACCEPTED_KEYS:
-        if src.get(k) is not None:
-            out["spec_accepted_drafts"] = int(src[k])
-            break
-    for k in _PROPOSED_KEYS:
-        if src.get(k) is not None:
-            out["spec_proposed_drafts"] = int(src[k])
-            break
-    return out
-
-
-def _vllm_speculative_fields(sd: dict[str, Any]) -> SpecStats:
-    """vLLM's per-request summary (--per-request-spec-decode-metrics summary) on the usage chunk."""
-    steps, accepted, drafted = sd.get("num_spec_steps"), sd.get("num_accepted_draft_tokens"), sd.get("num_draft_tokens")
-    if not (isinstance(steps, int) and isinstance(accepted, int) and isinstance(drafted, int)) or steps <= 0:
-        return {}
-    return {
-        "spec_verify_ct": steps,
-        "spec_accepted_drafts": accepted,
-        "spec_proposed_drafts": drafted,
-        "spec_accept_length": 1.0 + accepted / steps,
-    }
-
-
-def _server_timestamps(meta: dict[str, Any]) -> dict[str, float]:
-    out: dict[str, float] = {}
-    rec = meta.get("request_received_ts")
-    if isinstance(rec, (int, float)):
-        out["server_received_ts"] = float(rec)
-        ftl = meta.get("first_token_latency")
-        if isinstance(ftl, (int, float)):
-            out["server_first_token_ts"] = float(rec) + float(ftl)
-    if isinstance(meta.get("first_token_ts"), (int, float)):
-        out["server_first_token_ts"] = float(meta["first_token_ts"])
-    fin = meta.get("request_finished_ts")
-    if isinstance(fin, (int, float)):
-        out["server_finished_ts"] = float(fin)
-    if isinstance(meta.get("queue_time"), (int, float)):
-        out["server_queue_s"] = float(meta["queue_time"])
-    return out
 
 
 class Api:
@@ -297,13 +251,7 @@ class _OpenAIBase(Api):
         _check_event(obj)
         usage = obj.get("usage")
         if isinstance(usage, dict):
-            if isinstance(usage.get("prompt_tokens"), int):
-                state.prompt_tokens = usage["prompt_tokens"]
-            if isinstance(usage.get("completion_tokens"), int):
-                state.completion_tokens = usage["completion_tokens"]
-            details = usage.get("prompt_tokens_details")
-            if isinstance(details, dict) and isinstance(details.get("cached_tokens"), int):
-                state.cached_tokens = details["cached_tokens"]
+            _take_usage(usage, state)
         ext = obj.get("sglext")
         if isinstance(ext, dict) and isinstance(ext.get("spec_tokens_details"), dict):
             state.speculative.update(_speculative_fields(ext["spec_tokens_details"]))
@@ -339,6 +287,7 @@ class _OpenAIBase(Api):
             state._usage_tokens = max(state._usage_tokens, ct)
         else:
             n = 1 if piece else 0
+            state.counted_by_text = state.counted_by_text or bool(piece)
         if piece:
             state.text_parts.append(piece)
         if choice.get("finish_reason") is not None:
@@ -347,6 +296,34 @@ class _OpenAIBase(Api):
             if state.finish_reason == "abort":
                 raise StreamError("server aborted the request")
         return n
+
+
+def _take_usage(usage: dict[str, Any], state: StreamState) -> None:
+    """An event's usage into the state: the prompt, completion (running, with continuous usage stats) and cached
+    token counts."""
+    if isinstance(usage.get("prompt_tokens"), int):
+        state.prompt_tokens = usage["prompt_tokens"]
+    if isinstance(usage.get("completion_tokens"), int):
+        state.completion_tokens = usage["completion_tokens"]
+    details = usage.get("prompt_tokens_details")
+    if isinstance(details, dict) and isinstance(details.get("cached_tokens"), int):
+        state.cached_tokens = details["cached_tokens"]
+
+
+def _typed_tokens(ids: Any, text: str, usage: dict[str, Any] | None, state: StreamState) -> int:
+    """A typed completions event's token count, as fold() counts it: its token ids, else the growth of the running
+    usage (continuous usage stats), else one per chunk with text (said in ``counted_by_text``)."""
+    if usage is not None:
+        _take_usage(usage, state)
+    if type(ids) is list:
+        return len(ids)
+    ct = usage.get("completion_tokens") if usage is not None else None
+    if text and type(ct) is int:
+        n = ct - state._usage_tokens if ct > state._usage_tokens else 0
+        state._usage_tokens = max(state._usage_tokens, ct)
+        return n
+    state.counted_by_text = state.counted_by_text or bool(text)
+    return 1 if text else 0
 
 
 class _Choice(msgspec.Struct, gc=False):
@@ -389,8 +366,9 @@ class OpenAICompletions(_OpenAIBase):
         parts = state.text_parts
         i = 0
         for e in events:
+            usage = e.usage
             if (
-                e.usage is not None
+                (usage is not None and type(usage) is not dict)
                 or e.error is not None
                 or e.sglext is not None
                 or e.metrics is not None
@@ -405,7 +383,7 @@ class OpenAICompletions(_OpenAIBase):
             elif type(text) is not str:
                 break  # fold() says what is wrong with it
             ids = choice.token_ids
-            n = len(ids) if type(ids) is list else 1 if text else 0
+            n = len(ids) if type(ids) is list and usage is None else _typed_tokens(ids, text, usage, state)
             if text:
                 parts.append(text)
             if choice.finish_reason is not None:
@@ -435,6 +413,11 @@ class OpenAICompletions(_OpenAIBase):
         body = self._common(turn, model)
         body["prompt"] = render_messages([*history, *turn.messages])
         body["max_tokens"] = turn.max_tokens
+        if self.dialect.continuous_usage:
+            # The running completion-token count on every chunk: the chunk counts where a server has no
+            # return_token_ids (SGLang 0.5.16's CompletionRequest lacks it and ignores unknown fields);
+            # serving_completions.py honours stream_options.continuous_usage_stats as serving_chat.py does.
+            body["stream_options"] = {"include_usage": True, "continuous_usage_stats": True}
         if self.dialect.token_ids:
             # Each streamed choice then carries its new token ids (several per chunk under speculative decoding):
             # the per-chunk token counts behind ITL (openai/serving_completions.py::_generate_completion_stream).

@@ -94,6 +94,7 @@ class PointRun:
             "tokens": 0,
             "ended_early": 0,
             "tokens_estimated": 0,
+            "chunk_tokens_mismatch": 0,
         }
         self.latencies = RequestLatencies()  # the live view's sketches of successful requests' TTFT and TPOT
         self.slips: list[float] = []
@@ -159,6 +160,8 @@ class PointRun:
                 self.counts["ended_early"] += 1
             if out.state.tokens_source == "chunks":
                 self.counts["tokens_estimated"] += 1
+            elif out.state.counted_by_text and sum(out.chunk_tokens) != tokens:  # ITL is off there
+                self.counts["chunk_tokens_mismatch"] += 1
             self.latencies.add(rec["ttft_s"], rec["e2e_s"], tokens)
         self.counts["tokens"] += tokens
         if not sent:
@@ -482,6 +485,7 @@ class PointRun:
             tokens=self.counts["tokens"],
             ended_early=self.counts["ended_early"],
             tokens_estimated=self.counts["tokens_estimated"],
+            chunk_tokens_mismatch=self.counts["chunk_tokens_mismatch"],
             ran_out_s=self.ran_out_s,
             slip_p50_s=float(np.percentile(slips, 50)),
             slip_p99_s=float(np.percentile(slips, 99)),

@@ -42,7 +42,8 @@ def point_verdict(
 
 def dialect_flags(gens: list[GeneratorReport], ok: int, dialect: Dialect | None) -> dict[str, str]:
     """What the point's dialect could not do, as flags with their figures: requests that asked for a fixed length
-    and ended early (``ended_early``), completion tokens counted from chunks (``tokens_estimated``)."""
+    and ended early (``ended_early``), completion tokens counted from chunks (``tokens_estimated``), chunk token
+    counts that do not sum to the server's completion tokens (``chunk_tokens_mismatch``)."""
     why: dict[str, str] = {}
     early = sum(g.ended_early for g in gens)
     if early:
@@ -60,6 +61,13 @@ def dialect_flags(gens: list[GeneratorReport], ok: int, dialect: Dialect | None)
         why["tokens_estimated"] = (
             f"{estimated} of {ok} requests' completion tokens are estimates counted from "
             f"streamed chunks (completion_tokens_source=chunks): the server sent no usage"
+        )
+    mismatched = sum(g.chunk_tokens_mismatch for g in gens)
+    if mismatched:
+        why["chunk_tokens_mismatch"] = (
+            f"{mismatched} of {ok} requests' chunk token counts do not sum to their completion_tokens: the server "
+            "sent neither token ids nor a running usage per chunk (SGLang 0.5.16's completions has no "
+            "return_token_ids), so ITL spreads the wrong tokens over the chunks"
         )
     return why
 

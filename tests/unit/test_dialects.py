@@ -48,7 +48,8 @@ def test_sglang_bodies_keep_every_extension_sglang_reads():
         "temperature": 0.0,
         "top_p": 1.0,
         "stream": True,
-        "stream_options": {"include_usage": True},
+        # the running usage: chunk counts where the server has no return_token_ids (0.5.16)
+        "stream_options": {"include_usage": True, "continuous_usage_stats": True},
         "ignore_eos": True,
         "return_spec_tokens_details": True,
         "top_k": 20,

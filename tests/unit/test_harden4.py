@@ -310,3 +310,62 @@ def test_ngram_is_launched_by_draft_tokens_and_bfs_breadth_and_read_back_so():
     eff = effective_config(cfg, info, None)
     assert eff.effective["steps"] == 8 and eff.effective["eagle_topk"] == 4
     assert [c.knob for c in eff.changed] == []  # the label stands: steps=8 means 8 draft tokens
+
+
+# --- 6. SGLang 0.5.16's completions (no return_token_ids): chunk counts from continuous usage, else flagged
+def _events(*events: dict) -> tuple[bytes, int]:
+    import json
+
+    return ("[" + ",\n".join(json.dumps(e) for e in events) + "]").encode(), len(events)
+
+
+def test_completions_chunk_counts_come_from_continuous_usage_where_token_ids_are_missing():
+    from rig.loadgen.apis import StreamState, api_for
+    from rig.loadgen.dialects import Dialect
+    from rig.workloads.base import Turn
+
+    api = api_for("openai-completions", Dialect("sglang"))
+    turn = Turn(request_id="r", messages=({"role": "user", "content": "x"},), max_tokens=9, temperature=0.0)
+    body = api.payload(turn, [], "m")
+    assert body["stream_options"] == {"include_usage": True, "continuous_usage_stats": True}
+    assert body["return_token_ids"] is True  # asked too: 0.5.17+ answer with ids, 0.5.16 ignores the field
+
+    def choice(text, **kw):
+        return {"choices": [{"index": 0, "text": text, "finish_reason": kw.pop("finish", None)}], **kw}
+
+    # 0.5.16 with speculation: chunks of 3, 2 and 4 tokens, a running usage on each, then the usage chunk
+    use = {"prompt_tokens": 5, "total_tokens": 0}
+    stream = _events(
+        choice("a b c", usage={**use, "completion_tokens": 3}),
+        choice(" d e", usage={**use, "completion_tokens": 5}),
+        choice(" f g h i", usage={**use, "completion_tokens": 9}, finish="length"),
+        {"choices": [], "usage": {**use, "completion_tokens": 9}},
+    )
+    for fold in ("typed", "dicts"):
+        state, tokens = StreamState(), []
+        if fold == "typed":
+            assert api.fold_array(*stream, state, tokens) == 4
+        else:
+            import orjson
+
+            api.fold_all(orjson.loads(stream[0]), state, tokens)
+        assert tokens == [3, 2, 4] and state.completion_tokens == 9 and not state.counted_by_text, fold
+    # neither ids nor a running usage: one token per chunk is a guess, and the record can say so
+    state, tokens = StreamState(), []
+    bare = _events(
+        choice("a b c"), choice(" d e", finish="length"), {"choices": [], "usage": {**use, "completion_tokens": 5}}
+    )
+    api.fold_array(*bare, state, tokens)
+    assert tokens == [1, 1] and state.completion_tokens == 5 and state.counted_by_text
+
+
+def test_a_point_whose_chunk_tokens_do_not_sum_to_completion_tokens_is_flagged():
+    from rig.contracts.generator import GeneratorReport
+    from rig.run.statuses import dialect_flags
+
+    gens = [
+        GeneratorReport(generator=0, chunk_tokens_mismatch=7),
+        GeneratorReport(generator=1, chunk_tokens_mismatch=3),
+    ]
+    why = dialect_flags(gens, 40, None)["chunk_tokens_mismatch"]
+    assert why.startswith("10 of 40 requests' chunk token counts do not sum to their completion_tokens")
