@@ -134,10 +134,10 @@ def _flag_int(argv: tuple[str, ...], *flags: str) -> int | None:
 
 def refusal(schedule: Schedule, engine: str, steps: int, extra_args: tuple[str, ...]) -> str | None:
     """Why a schedule would not run as written on this launch (one line), or None."""
-    if engine != "vllm":
+    if engine not in ("vllm", "external"):  # external: a vLLM server you run, its schedule recorded as its steps are
         return (
-            f"spec_schedule is vLLM's num_speculative_tokens_per_batch_size (engine vllm); engine {engine} does not "
-            "take it"
+            f"spec_schedule is vLLM's num_speculative_tokens_per_batch_size (engine vllm, or external to record what "
+            f"a server you run uses); engine {engine} does not take it"
         )
     top = max_k(schedule)
     if steps > 0 and top > steps:

@@ -114,6 +114,13 @@ def test_a_schedule_that_would_not_run_as_written_is_refused(server, says):
         ServerConfig(**{"spec_schedule": "1-1:3,2-64:1", **server})
 
 
+def test_a_server_you_run_is_labelled_with_the_schedule_it_was_said_to_run():
+    spec = build_spec({"server": {"engine": "external", "url": "http://127.0.0.1:9", "spec_schedule": "1-2:4"}}, {})
+    (cfg,) = spec.server_configs()
+    assert cfg.config_id().startswith("external-sched-") and cfg.knobs()["spec_schedule"] == [[1, 2, 4]]
+    assert effective_config(cfg, None, None).requested["spec_schedule"] == "1-2:4"
+
+
 def test_steps_default_to_the_largest_k_and_given_steps_are_kept():
     spec = build_spec({"server": {**VLLM, "spec_schedule": [[1, 2, 4], [3, 64, 1]]}}, {})
     assert spec.steps == [4] and [c.config_id()[:11] for c in spec.server_configs()] == ["vllm-sched-"]
