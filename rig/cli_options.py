@@ -128,6 +128,7 @@ HAND_WRITTEN = {
     "server_grid": ("--grid",),
     "server.extra_body": ("--extra-body",),
     "server.command": ("--command",),
+    "server.spec_schedule": ("--spec-schedule",),
 }
 
 
@@ -328,7 +329,17 @@ def run_options(f: _Command) -> _Command:
             type=click.Path(path_type=Path),
             help="Cluster file (clusters/*.yaml). Default: the embedded local Ray.",
         ),
-        *[by_flag[s.flag] for s in SPEC_FLAGS[: SPEC_FLAGS.index(_flag("--dialect")) + 1]],
+        *[by_flag[s.flag] for s in SPEC_FLAGS[: SPEC_FLAGS.index(_flag("--draft-model")) + 1]],
+        click.option(
+            "--spec-schedule",
+            "spec_schedule",
+            metavar="SCHEDULE",
+            help=spec_field("server.spec_schedule").description,
+        ),
+        *[
+            by_flag[s.flag]
+            for s in SPEC_FLAGS[SPEC_FLAGS.index(_flag("--draft-model")) + 1 : SPEC_FLAGS.index(_flag("--dialect")) + 1]
+        ],
         click.option(
             "--extra-body",
             "extra_body",
@@ -389,6 +400,7 @@ def overrides_from_flags(kw: dict[str, Any], steps: list[int] | None, workloads:
     o.set("steps", steps)
     o.set("server.extra_body", _pairs("--extra-body", kw["extra_body"], json_values=True) or None)
     o.set("server.command", kw["command"])  # one string; ServerConfig splits it into arguments
+    o.set("server.spec_schedule", kw["spec_schedule"])  # one string; ServerConfig reads it (rig.server.spec_schedule)
     if workloads is not None or kw["dataset"] or kw["workload_opts"]:
         opts = _pairs("--workload-opt", kw["workload_opts"])
         if kw["dataset"]:

@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 from rig.cluster_spec import ClusterSpec
 from rig.contracts import Thresholds
 from rig.contracts.profile import LoadPhase, ProfileKind, fit_profile, parse_profile, peak_of
+from rig.server import spec_schedule
 from rig.server.spec import ServerConfig
 from rig.workloads.spec import WorkloadSpec
 
@@ -237,6 +238,13 @@ class RunSpec(BaseModel):
         _no_duplicates(v, "steps value")
         return v
 
+    @model_validator(mode="after")
+    def _scheduled_steps(self) -> RunSpec:
+        if self.server.spec_schedule is not None:  # steps default to the schedule's largest K
+            given = self.steps if "steps" in self.model_fields_set else None
+            self.steps = spec_schedule.steps_for(self.server.spec_schedule, given)
+        return self
+
     @field_validator("workloads")
     @classmethod
     def _workloads(cls, v: list[WorkloadSpec]) -> list[WorkloadSpec]:
@@ -307,7 +315,10 @@ class RunSpec(BaseModel):
 def as_it_runs(cfg: ServerConfig) -> ServerConfig:
     """The configuration with num_draft_tokens as SGLang (and the sim) will run it: with topk 1 it is steps + 1
     whatever was asked (arg_groups/speculative_hook.py::_handle_eagle_family), and without speculation it is not
-    passed at all. Planning and the records' server_args then state what ran."""
+    passed at all; likewise a vLLM schedule at steps 0 (no speculation to schedule). Planning and the records'
+    server_args then state what ran."""
+    if cfg.spec_schedule is not None and cfg.steps == 0:
+        return cfg.model_copy(update={"spec_schedule": None})
     if cfg.engine not in ("sglang", "sim") or cfg.num_draft_tokens is None:
         return cfg
     if cfg.steps == 0:
@@ -393,7 +404,7 @@ def _one_line(err: ValidationError, prefix: str = "") -> str:
     shown = "" if isinstance(value, dict) else f" (got {value!r})"
     msg = first["msg"].removeprefix("Value error, ")
     more = f" [+{len(err.errors()) - 1} more]" if len(err.errors()) > 1 else ""
-    return f"{loc}: {msg}{shown}{more}"
+    return f"{loc}: {msg}{shown}{more}" if loc else f"{msg}{shown}{more}"
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):

@@ -19,7 +19,12 @@ def notices(spec: RunSpec) -> list[str]:
                 f"every row, not given to the server"
             )
     asked = spec.asked_configs()
-    changed = [c for c in asked if as_it_runs(c) != c]
+    changed = [c for c in asked if as_it_runs(c).num_draft_tokens != c.num_draft_tokens]
+    if any(c.spec_schedule is not None and c.steps == 0 for c in asked):
+        out.append(
+            "steps 0 runs no speculation, so its configuration runs without spec_schedule (the no-speculation "
+            "baseline); the other steps values run the schedule"
+        )
     if changed:
         c = changed[0]
         out.append(

@@ -46,7 +46,7 @@ class WaitProgress(BaseModel):
 @with_config(ConfigDict(extra="allow"))  # an older rig's log parser may have recorded other keys
 class StartupFacts(TypedDict, total=False):
     """What an engine's startup log says about its capacity (rig.server.engines ``parse_startup_log``): SGLang's
-    capacity line, vLLM's KV cache and init lines. Absent keys: the log did not say."""
+    capacity line, vLLM's KV cache, init and speculative config lines. Absent keys: the log did not say."""
 
     max_total_num_tokens: int
     chunked_prefill_size: int
@@ -59,6 +59,9 @@ class StartupFacts(TypedDict, total=False):
     max_model_len: int
     max_concurrency: float
     init_engine_s: float
+    spec_method: str  # vLLM's engine config line: speculative_config=SpeculativeConfig(method=..., num_spec_tokens=N)
+    num_spec_tokens: int
+    spec_schedule_disabled: bool  # vLLM turned num_speculative_tokens_per_batch_size off (data parallelism)
 
 
 class ServerDescription(BaseModel):

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from typing import Any, TypeVar
 
 from rig.contracts.server import EffectiveConfig, KnobChange, Knobs, KnobValue, StartupFacts
+from rig.server import spec_schedule as sched
 from rig.server.spec import ServerConfig
 
 V = TypeVar("V")  # a knob value of the configuration (a list for extra_args)
@@ -44,6 +45,8 @@ def requested(cfg: ServerConfig) -> Knobs:
             eagle_topk=cfg.eagle_topk,
             num_draft_tokens=cfg.num_draft_tokens or (cfg.steps if ngram else cfg.steps + 1),
         )
+    if cfg.scheduled and cfg.spec_schedule is not None:
+        out["spec_schedule"] = sched.label(cfg.spec_schedule)  # K by batch size; steps is its ceiling
     mrr = _flag_value(cfg.extra_args, "--max-running-requests")
     if mrr is not None and mrr.isdigit():
         out["max_running_requests"] = int(mrr)
@@ -87,6 +90,17 @@ def _sglang_effective(info: dict[str, Any], startup: StartupFacts) -> Knobs:
     return out
 
 
+def _vllm_effective(want: Knobs, startup: StartupFacts) -> Knobs:
+    """What vLLM's startup log says it runs: num_spec_tokens from its engine config line (SpeculativeConfig.__repr__,
+    config/speculative.py:2004), and the schedule kept unless vLLM said it dropped it (config/vllm.py:1058-1075)."""
+    out: Knobs = {}
+    if "num_spec_tokens" in startup:
+        out["steps"] = startup["num_spec_tokens"]
+    if "spec_schedule" in want and "init_engine_s" in startup:  # the log was read through the engine's start
+        out["spec_schedule"] = "off" if startup.get("spec_schedule_disabled") else want["spec_schedule"]
+    return out
+
+
 def effective_config(
     cfg: ServerConfig, server_info: Any, startup: StartupFacts | None, speaks_sglang: bool = False
 ) -> EffectiveConfig:
@@ -107,7 +121,7 @@ def effective_config(
         det = got.get("deterministic_inference")
         seeds = det if isinstance(det, bool) else None
     elif cfg.engine == "vllm":
-        got, seeds = {}, True
+        got, seeds = _vllm_effective(want, startup or StartupFacts()), True
     else:
         got, seeds = {}, None
     changed: list[KnobChange] = []

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from rig.contracts import StartupFacts, WindowAcceptance
-from rig.server import command
+from rig.server import command, spec_schedule
 from rig.server.spec import ServerConfig
 from rig.sim.prometheus import SIM_BEHIND_METRIC, SIM_LATE_METRIC, SIM_LATE_S
 
@@ -205,7 +205,14 @@ class VLLMAdapter(EngineAdapter):
             r"(?P<max_concurrency>[\d.]+)x"
         ),
         re.compile(r"init engine \(profile, create kv cache, warmup model\) took (?P<init_engine_s>[\d.]+) s"),
+        # v1/engine/core.py:133 "Initializing a V1 LLM engine (v0.32.0) with config: ..., speculative_config=
+        # SpeculativeConfig(method='ngram', model=None, num_spec_tokens=3), ..."
+        re.compile(
+            r"speculative_config=SpeculativeConfig\(method='(?P<spec_method>\w+)'.*?num_spec_tokens=(?P<n>\d+)\)"
+        ),
     )
+    # config/vllm.py:1058-1075: under data parallelism vLLM drops the batch-size schedule and says so
+    schedule_off_line: ClassVar[str] = "Disabling num_speculative_tokens_per_batch_size"
 
     def argv(self, cfg: ServerConfig, host: str, port: int) -> list[str]:
         argv = [
@@ -230,6 +237,8 @@ class VLLMAdapter(EngineAdapter):
                 speculative_config.update({"prompt_lookup_max": 4, "prompt_lookup_min": 2})
             if cfg.draft_model_path:
                 speculative_config["model"] = cfg.draft_model_path
+            if cfg.spec_schedule is not None:  # K by batch size (rig/server/spec_schedule.py), steps its ceiling
+                speculative_config["num_speculative_tokens_per_batch_size"] = spec_schedule.as_json(cfg.spec_schedule)
             argv += ["--speculative-config", json.dumps(speculative_config, separators=(",", ":"))]
             # Per-request acceptance on the final usage chunk, under metrics.speculative_decoding (experimental in
             # vLLM 0.32; vLLM refuses the flag without --speculative-config, so only with steps > 0).
@@ -247,7 +256,7 @@ class VLLMAdapter(EngineAdapter):
     def parse_startup_log(self, text: str) -> StartupFacts:
         """KV capacity from the engine core's log (vLLM 0.32 prints one line on CPU; older GPU builds two)."""
         out = StartupFacts()
-        kv, conc, init = (pattern.search(text) for pattern in self.startup_lines)
+        kv, conc, init, spec = (pattern.search(text) for pattern in self.startup_lines)
         if kv:
             out["kv_cache_device"] = kv["kv_cache_device"]
             out["kv_cache_tokens"] = _count(kv["kv_cache_tokens"])
@@ -256,6 +265,11 @@ class VLLMAdapter(EngineAdapter):
             out["max_concurrency"] = float(conc["max_concurrency"])
         if init:
             out["init_engine_s"] = float(init["init_engine_s"])
+        if spec:
+            out["spec_method"] = spec["spec_method"]
+            out["num_spec_tokens"] = int(spec["n"])
+        if self.schedule_off_line in text:
+            out["spec_schedule_disabled"] = True
         return out
 
     def window_acceptance(self, before: dict[str, float], after: dict[str, float]) -> WindowAcceptance | None:

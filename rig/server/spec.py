@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator, m
 
 from rig.contracts.dialect import DialectName
 from rig.contracts.request_fields import rig_field_reason
+from rig.server import spec_schedule as sched
 from rig.server.redaction import plain_secret, plain_secret_in_command
 
 EngineName = Literal["sim", "sglang", "vllm", "external", "command"]
@@ -33,6 +34,12 @@ class ServerConfig(BaseModel):
     eagle_topk: int = Field(1, ge=1)
     num_draft_tokens: int | None = Field(None, ge=1)  # default steps + 1 (chain)
     draft_model_path: str | None = Field(None, description="Draft model path (EAGLE/STANDALONE).")
+    spec_schedule: sched.Schedule | None = Field(
+        None,
+        description="vLLM: speculative tokens by batch size (num_speculative_tokens_per_batch_size), as vLLM's JSON "
+        "list [[start,end,K],...], START-END:K,... (1-2:4,3-64:1) or a file holding the list; K=0: no speculation "
+        "in that range. Steps (num_speculative_tokens) default to the largest K.",
+    )
     deterministic: bool = Field(
         False,
         description="SGLang/sim: --enable-deterministic-inference, so per-request seeds are honoured; it also "
@@ -115,6 +122,11 @@ class ServerConfig(BaseModel):
             raise ValueError(why)
         return v
 
+    @field_validator("spec_schedule", mode="before")
+    @classmethod
+    def _schedule(cls, v: object) -> object:
+        return None if v is None else sched.parse(v)
+
     @field_validator("spec_algorithm")
     @classmethod
     def _upper(cls, v: str) -> str:
@@ -183,6 +195,10 @@ class ServerConfig(BaseModel):
             raise ValueError(why)
         if self.spec_algorithm == "STANDALONE" and self.steps > 0 and not self.draft_model_path:
             raise ValueError("spec_algorithm STANDALONE needs draft_model_path")
+        if self.spec_schedule is not None:
+            why = sched.refusal(self.spec_schedule, self.engine, self.steps, self.extra_args)
+            if why is not None:
+                raise ValueError(why)
         return self
 
     def knobs(self) -> dict:
@@ -196,15 +212,23 @@ class ServerConfig(BaseModel):
                 del d[key]
             elif key == "command":
                 d[key] = list(d[key])
-        for key in ("dialect", "extra_body"):  # likewise when unset
+        for key in ("dialect", "extra_body", "spec_schedule"):  # likewise when unset
             if not d[key]:
                 del d[key]
+        if "spec_schedule" in d:
+            d["spec_schedule"] = sched.as_json(d["spec_schedule"])
         return d
 
     def config_id(self) -> str:
-        """A short, stable, readable id: steps plus a hash of every other knob."""
+        """A short, stable, readable id: steps (or ``sched``: steps by batch size) plus a hash of every other knob."""
         blob = json.dumps(self.knobs(), sort_keys=True)
-        return f"{self.engine}-s{self.steps}-{hashlib.sha1(blob.encode()).hexdigest()[:8]}"
+        steps = "sched" if self.scheduled else f"s{self.steps}"
+        return f"{self.engine}-{steps}-{hashlib.sha1(blob.encode()).hexdigest()[:8]}"
+
+    @property
+    def scheduled(self) -> bool:
+        """Speculation follows a batch-size schedule (vLLM's num_speculative_tokens_per_batch_size), not fixed steps."""
+        return self.spec_schedule is not None and self.steps > 0
 
 
 def _not_finite(value: JsonValue, where: str = "") -> tuple[str, float] | None:
