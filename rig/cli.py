@@ -12,9 +12,11 @@ import click
 import yaml
 from click.core import ParameterSource
 
-from rig.cli_options import csv_ints, resolve_spec, run_options, settings_options, slo_options, spec_field
-from rig.config import RunSpec, SpecError, build_spec, load_yaml
+from rig.cli_options import csv_ints, resolve_spec, run_options, slo_options, spec_field
+from rig.cli_settings import settings_options
+from rig.config import RunSpec, SpecError, build_spec
 from rig.contracts import SearchSettings, TuneSettings
+from rig.spec_yaml import load_yaml
 
 if TYPE_CHECKING:  # imported when used: a command loads only what it needs
     from rig.run.points import Point

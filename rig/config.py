@@ -13,7 +13,6 @@ import time
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from rig.cluster_spec import ClusterSpec
@@ -21,6 +20,7 @@ from rig.contracts import Thresholds
 from rig.contracts.profile import LoadPhase, ProfileKind, fit_profile, parse_profile, peak_of
 from rig.server import spec_schedule
 from rig.server.spec import ServerConfig
+from rig.spec_yaml import SpecError, deep_merge
 from rig.workloads.spec import WorkloadSpec
 
 _LIMITS = Thresholds()
@@ -38,10 +38,6 @@ MAX_REQUESTS = 10_000_000
 
 # ServerConfig fields --grid cannot sweep (one per launch is not a server knob, or is set another way)
 _NOT_SWEPT = frozenset({"engine", "steps", "env", "url", "host", "port", "python", "command", "command_vars"})
-
-
-class SpecError(ValueError):
-    """A user-caused configuration error; its message is one line."""
 
 
 # A request's timeouts below this cannot be met by any server (a loopback round trip and a first byte take longer;
@@ -405,51 +401,6 @@ def _one_line(err: ValidationError, prefix: str = "") -> str:
     msg = first["msg"].removeprefix("Value error, ")
     more = f" [+{len(err.errors()) - 1} more]" if len(err.errors()) > 1 else ""
     return f"{loc}: {msg}{shown}{more}" if loc else f"{msg}{shown}{more}"
-
-
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """PyYAML's safe loader, refusing a key given twice in one mapping (it would keep the last one silently)."""
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        seen: set[Any] = set()
-        for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=deep)
-            if isinstance(key, (str, int, float, bool)) and key in seen:
-                raise yaml.constructor.ConstructorError(
-                    None, None, f"key {key!r} is given twice in one mapping", key_node.start_mark
-                )
-            seen.add(key)
-        return super().construct_mapping(node, deep=deep)
-
-
-def load_yaml(path: Path | str) -> dict[str, Any]:
-    p = Path(path)
-    try:
-        data = yaml.load(p.read_text(encoding="utf-8"), Loader=_UniqueKeyLoader)  # noqa: S506 (a safe loader)
-    except FileNotFoundError:
-        raise SpecError(f"{p}: no such file") from None
-    except IsADirectoryError:
-        raise SpecError(f"{p}: is a directory; give a YAML file") from None
-    except UnicodeDecodeError:
-        raise SpecError(f"{p}: not a text file (not UTF-8); give a YAML file") from None
-    except OSError as e:
-        raise SpecError(f"{p}: cannot read it ({e.strerror or type(e).__name__})") from None
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark else ""
-        raise SpecError(f"{p}:{where} invalid YAML ({getattr(e, 'problem', None) or e})") from None
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        raise SpecError(f"{p}: top level must be a mapping of keys, got {type(data).__name__}")
-    return data
-
-
-def deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
-    out = dict(base)
-    for k, v in over.items():
-        out[k] = deep_merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
-    return out
 
 
 def build_spec(yaml_data: dict[str, Any] | None, overrides: dict[str, Any]) -> RunSpec:

@@ -15,7 +15,7 @@ from rich.text import Text
 from rig.analysis.gate import Threshold, parse_threshold
 from rig.analysis.metrics import Slo, parse_slo
 from rig.analysis.runs import AnalysisInputError
-from rig.cli_options import settings_option
+from rig.cli_settings import settings_option
 from rig.contracts import DEFAULT_PERCENTILE, SloSettings
 
 if TYPE_CHECKING:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from rig.analysis.metrics import Slo, parse_slo
-from rig.cli_options import given_flags, settings_from
+from rig.cli_settings import given_flags, settings_from
 from rig.contracts import Manifest, SearchSettings, TuneSettings
 
 if TYPE_CHECKING:

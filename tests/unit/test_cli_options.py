@@ -15,7 +15,8 @@ from pydantic import BaseModel
 from support import DATA
 
 from rig.cli import cli
-from rig.cli_options import HAND_WRITTEN, SPEC_FLAGS, _unoptional, resolve_spec, run_options, spec_field
+from rig.cli_options import HAND_WRITTEN, SPEC_FLAGS, resolve_spec, run_options, spec_field
+from rig.cli_settings import unoptional as _unoptional
 from rig.config import RunSpec
 
 TRACE = DATA / "trace_small.jsonl"  # a dataset whose entries carry timestamps

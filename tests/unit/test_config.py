@@ -7,9 +7,10 @@ import pytest
 from click.testing import CliRunner
 
 from rig.cli import cli
-from rig.config import RunSpec, SpecError, build_spec, load_yaml
+from rig.config import RunSpec, SpecError, build_spec
 from rig.run.plans import split_closed, split_open
 from rig.run.points import expand_points
+from rig.spec_yaml import load_yaml
 from rig.workloads import build_sessions
 from rig.workloads.spec import WorkloadSpec
 

@@ -109,7 +109,7 @@ def test_grid_knob_values_name_the_configurations_in_the_tables(tmp_path):
         "greedy · sim-s4-bbbb (sim, steps=4, eagle_topk=1)",
         "greedy · sim-s4-cccc (sim, steps=4, eagle_topk=4)",
     ]
-    labels = setting_labels(rep.campaign, knobs)
+    labels = setting_labels(rep.campaign, rep.run)
     assert labels["sim-s4-cccc"] == "steps=4 (eagle_topk=4)" and labels["sim-s0-aaaa"] == "steps=0"
     bests = {b["best"] for band in rep.schedule for b in band["bands"]}  # the verdict's bands name them so too
     assert bests == {"steps=4 (eagle_topk=1)"}

@@ -14,7 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 from rig.cli import cli
-from rig.cli_options import field_flag
+from rig.cli_settings import field_flag
 from rig.contracts import SearchSettings, SloSettings, TuneSettings, parse_manifest
 
 
