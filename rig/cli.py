@@ -166,12 +166,14 @@ def _print_table(run_dir: Path) -> None:
     """The campaign table, then what went wrong per point (errors with counts, each flag's figure)."""
     from rich.console import Console
 
-    from rig.analysis.tables import campaign_table, render_campaign_table, render_problems
+    from rig.analysis.runs import load_run
+    from rig.analysis.tables import adaptive_configs, campaign_table, render_campaign_table, render_problems
 
-    rows = campaign_table(run_dir)
+    run = load_run(run_dir)
+    rows = campaign_table(run)
     # Not a terminal (a pipe, a CI log): wide enough that no header or number is cut.
     out = Console(width=None if sys.stdout.isatty() else 200)
-    out.print(render_campaign_table(rows))
+    out.print(render_campaign_table(rows, adaptive_configs(run)))
     problems = render_problems(rows)
     if problems is not None:
         out.print(problems)

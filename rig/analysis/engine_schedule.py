@@ -231,9 +231,9 @@ def _engine_schedule(
     stem = f"{group['workload']}-{group['load_mode']}"
     files = {"vllm": f"{stem}.vllm-speculative-config.json", "sglang": f"{stem}.sglang-adaptive.json"}
     ranges = batch_ranges(bands, _cap(run, bands, series), notes) if bands else []
-    if not bands:
+    if not bands and not notes:
         notes.append(
-            "no band of the schedule has a best setting (none measured or none meets the SLOs): nothing to write"
+            "no band of the schedule has a best setting (none valid, or none meets the SLOs): nothing to write"
         )
     elif not ranges:
         notes.append("no running-batch gauge in this run's server metrics: the bands cannot be given by batch")

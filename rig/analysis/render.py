@@ -14,7 +14,7 @@ from rig.analysis import columns, declared
 from rig.analysis.lossless import mismatch_rows
 from rig.analysis.report import Report
 from rig.analysis.rows import LatencyRow
-from rig.analysis.tables import render_campaign_table, render_problems
+from rig.analysis.tables import adaptive_configs, render_campaign_table, render_problems
 from rig.contracts import CampaignRow, GoodputRow, LosslessResult, ServerRow
 
 if TYPE_CHECKING:
@@ -239,7 +239,7 @@ def render_report(report: Report) -> Group:
     parts.append(Text(f"Per-request seeds: {seeds_line(report.run.points)}"))
     for line in report.telemetry:
         parts.append(Text(line, style="yellow" if "SIMULATED" in line or "absent" in line else ""))
-    parts.append(render_campaign_table(report.campaign))
+    parts.append(render_campaign_table(report.campaign, adaptive_configs(report.run)))
     problems = render_problems(report.campaign)
     if problems is not None:
         parts.append(problems)

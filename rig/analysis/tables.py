@@ -70,10 +70,14 @@ def group_rows(rows: Iterable[CampaignRow]) -> list[tuple[tuple[Any, Any], list[
     return list(groups.items())
 
 
-def group_title(rows: list[CampaignRow]) -> str:
-    """'workload · config (engine, steps=N)' for a group of campaign rows."""
+def group_title(rows: list[CampaignRow], adaptive: frozenset[str] = frozenset()) -> str:
+    """'workload · config (engine, steps=N)' for a group of campaign rows; 'adaptive, start steps=N' for a server
+    configuration in ``adaptive`` (its steps change by themselves)."""
     r = rows[0]
-    bits = [b for b in (r.get("engine"), f"steps={r['steps']}" if r.get("steps") is not None else None) if b]
+    steps = None if r.get("steps") is None else f"steps={r['steps']}"
+    if steps and r.get("server_config") in adaptive:
+        steps = f"adaptive, start {steps}"
+    bits = [b for b in (r.get("engine"), steps) if b]
     return f"{r.get('workload') or '?'} · {r.get('server_config') or '?'}" + (f" ({', '.join(bits)})" if bits else "")
 
 
@@ -97,13 +101,18 @@ def _flags_cell(flags: list[str]) -> Text:
     return Text(", ".join(flags), style="bold red" if bad else "yellow")
 
 
-def render_campaign_table(rows: list[CampaignRow]) -> Group:
+def adaptive_configs(run: Run) -> frozenset[str]:
+    """The run's server configurations that ran SGLang's adaptive speculation."""
+    return frozenset(cid for cid, entry in run.manifest.server_configs.items() if entry.adaptive is not None)
+
+
+def render_campaign_table(rows: list[CampaignRow], adaptive: frozenset[str] = frozenset()) -> Group:
     """The campaign's table, one rich Table per (server configuration, workload)."""
     tables = []
     for _, grp in group_rows(rows):
         header, level = _level_header(grp)
         show_repeat = len({r.get("repeat") for r in grp}) > 1
-        t = Table(title=group_title(grp), title_justify="left", header_style="bold")
+        t = Table(title=group_title(grp, adaptive), title_justify="left", header_style="bold")
         t.add_column(header, justify="right")
         if show_repeat:
             t.add_column("Repeat", justify="right")

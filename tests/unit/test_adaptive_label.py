@@ -60,6 +60,10 @@ def test_spec_time_reads_the_config_file(tmp_path):
     build_spec(None, {"server": {**base, "extra_args": args}, "steps": [3]})
     with pytest.raises(SpecError, match=r"num-steps 4 is not among the adaptive candidate steps \[1, 3\]"):
         build_spec(None, {"server": {**base, "extra_args": args}, "steps": [4]})
+    # without a file, the default table: steps 4 is a candidate of no SGLang version
+    with pytest.raises(SpecError, match=r"num-steps 4 is not among .* of SGLang's default table"):
+        build_spec(None, {"server": {**base, "extra_args": ["--speculative-adaptive"]}, "steps": [4]})
+    build_spec(None, {"server": {**base, "extra_args": ["--speculative-adaptive"]}, "steps": [3]})
     f.write_text("{")
     with pytest.raises(SpecError, match="is not JSON"):
         build_spec(None, {"server": {**base, "extra_args": args}, "steps": [3]})
