@@ -35,6 +35,7 @@ from rig.analysis import compare as cmp
 from rig.analysis.frontier import valid
 from rig.analysis.rows import (
     BatchBand,
+    EngineRangeRow,
     EngineSchedule,
     ScheduleGroup,
     SglangAdaptiveConfig,
@@ -276,3 +277,12 @@ def write_engine_files(schedules: list[EngineSchedule], out_dir: Path) -> list[P
             path.write_text(json.dumps(config, indent=2) + "\n")
             paths.append(path)
     return paths
+
+
+def range_rows(schedules: list[EngineSchedule]) -> list[EngineRangeRow]:
+    """Every schedule's batch-size ranges as flat rows."""
+    return [
+        EngineRangeRow(workload=s["workload"], load_mode=s["load_mode"], start=lo, end=hi, steps=k)
+        for s in schedules
+        for lo, hi, k in s["ranges"]
+    ]
