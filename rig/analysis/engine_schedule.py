@@ -4,7 +4,8 @@ adaptive config file, each with the command line that uses it.
 
 **Offered load to running batch.** Each band opens at a measured level; its best setting's points there give the
 running batch the server kept: the time-weighted mean of ``sglang:num_running_reqs`` (``vllm:num_requests_running``)
-over the point's scrapes (each value held until the next), per data-parallel rank (the engines schedule per rank).
+over the point's scrapes (each value held until the next; ramp-up and drain included), per data-parallel rank (the
+engines schedule per rank).
 A band's batch range starts at that batch, rounded (the first at 1), and runs to the next band's start - 1; the last
 runs to the server's max running requests (or the largest batch seen). Bands whose batch is not above the one below
 (a setting that queues instead of batching) are merged into it, said in the notes. Adjacent ranges with the same
