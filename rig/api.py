@@ -54,6 +54,8 @@ SECTIONS = (
     "best_per_slo",
     "schedule",
     "schedule_at_slo_limit",
+    "engine_schedule",
+    "active_steps",
     "lossless_mismatches",
     "verdict",
     "health",
@@ -227,6 +229,10 @@ def _section_rows(rep: Report, name: str) -> list[Any]:
         return schedule_rows(rep.schedule)
     if name == "schedule_at_slo_limit":
         return limit_rows(rep.schedule)
+    if name == "engine_schedule":
+        from rig.analysis.engine_schedule import range_rows
+
+        return range_rows(rep.engine_schedule)
     if name == "lossless_mismatches":
         return mismatch_rows(rep.lossless)
     if name == "verdict":

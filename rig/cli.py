@@ -170,13 +170,13 @@ def _print_table(run_dir: Path) -> None:
 
     from rig.analysis.runs import load_run
     from rig.analysis.settings import grid_knobs
-    from rig.analysis.tables import campaign_table, render_campaign_table, render_problems
+    from rig.analysis.tables import adaptive_configs, campaign_table, render_campaign_table, render_problems
 
     run = load_run(run_dir)
     rows = campaign_table(run)
     # Not a terminal (a pipe, a CI log): wide enough that no header or number is cut.
     out = Console(width=None if sys.stdout.isatty() else 200)
-    out.print(render_campaign_table(rows, grid_knobs(run)))
+    out.print(render_campaign_table(rows, grid_knobs(run), adaptive_configs(run)))
     problems = render_problems(rows)
     if problems is not None:
         out.print(problems)

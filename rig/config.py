@@ -358,7 +358,7 @@ def _check_adaptive(cfg: ServerConfig) -> None:
     """A --speculative-adaptive-config file is read now, as SGLang reads it at launch: a file it would refuse, or
     startup steps outside its candidates (SGLang refuses to launch, arg_groups/speculative_hook.py), is an error
     before anything starts."""
-    from rig.contracts.adaptive import AdaptiveTableError, steps_refusal
+    from rig.contracts.adaptive import DEFAULT_SLOTS_0_5_23, AdaptiveTableError, steps_refusal
     from rig.server.adaptive import asked_adaptive, config_file_slots
 
     if not asked_adaptive(cfg) or cfg.engine == "external":  # an external server's file is on its own machine
@@ -367,7 +367,13 @@ def _check_adaptive(cfg: ServerConfig) -> None:
         slots = config_file_slots(cfg)
     except AdaptiveTableError as e:
         raise SpecError(f"server: {e}") from None
-    why = steps_refusal(cfg.steps, slots) if slots is not None and cfg.steps > 0 else None
+    if cfg.steps <= 0:
+        return
+    if slots is not None:
+        why = steps_refusal(cfg.steps, slots)
+    else:  # the default table: 0.5.23's union [0,1,3,5,7] holds 0.5.16/0.5.17's [0,1,3,7]; outside it every one refuses
+        why = steps_refusal(cfg.steps, DEFAULT_SLOTS_0_5_23)
+        why = why and f"{why} of SGLang's default table (0.5.23; 0.5.16/0.5.17: [0, 1, 3, 7])"
     if why:
         raise SpecError(f"server (steps={cfg.steps}): {why}; SGLang refuses to launch with it")
 

@@ -4,7 +4,8 @@ adaptive config file, each with the command line that uses it.
 
 **Offered load to running batch.** Each band opens at a measured level; its best setting's points there give the
 running batch the server kept: the time-weighted mean of ``sglang:num_running_reqs`` (``vllm:num_requests_running``)
-over the point's scrapes (each value held until the next), per data-parallel rank (the engines schedule per rank).
+over the point's scrapes (each value held until the next; ramp-up and drain included), per data-parallel rank (the
+engines schedule per rank).
 A band's batch range starts at that batch, rounded (the first at 1), and runs to the next band's start - 1; the last
 runs to the server's max running requests (or the largest batch seen). Bands whose batch is not above the one below
 (a setting that queues instead of batching) are merged into it, said in the notes. Adjacent ranges with the same
@@ -35,6 +36,7 @@ from rig.analysis import compare as cmp
 from rig.analysis.frontier import valid
 from rig.analysis.rows import (
     BatchBand,
+    EngineRangeRow,
     EngineSchedule,
     ScheduleGroup,
     SglangAdaptiveConfig,
@@ -231,9 +233,9 @@ def _engine_schedule(
     stem = f"{group['workload']}-{group['load_mode']}"
     files = {"vllm": f"{stem}.vllm-speculative-config.json", "sglang": f"{stem}.sglang-adaptive.json"}
     ranges = batch_ranges(bands, _cap(run, bands, series), notes) if bands else []
-    if not bands:
+    if not bands and not notes:
         notes.append(
-            "no band of the schedule has a best setting (none measured or none meets the SLOs): nothing to write"
+            "no band of the schedule has a best setting (none valid, or none meets the SLOs): nothing to write"
         )
     elif not ranges:
         notes.append("no running-batch gauge in this run's server metrics: the bands cannot be given by batch")
@@ -276,3 +278,12 @@ def write_engine_files(schedules: list[EngineSchedule], out_dir: Path) -> list[P
             path.write_text(json.dumps(config, indent=2) + "\n")
             paths.append(path)
     return paths
+
+
+def range_rows(schedules: list[EngineSchedule]) -> list[EngineRangeRow]:
+    """Every schedule's batch-size ranges as flat rows."""
+    return [
+        EngineRangeRow(workload=s["workload"], load_mode=s["load_mode"], start=lo, end=hi, steps=k)
+        for s in schedules
+        for lo, hi, k in s["ranges"]
+    ]

@@ -19,7 +19,7 @@ from rig.analysis.plots import write_plots
 from rig.analysis.render import seeds_line
 from rig.analysis.report import Report
 from rig.analysis.settings import grid_knobs
-from rig.analysis.tables import group_rows, group_title
+from rig.analysis.tables import adaptive_configs, group_rows, group_title
 
 Col = tuple[str | None, str, Callable[[Any], str]]  # key (None: the function reads the row), header, text
 
@@ -266,7 +266,7 @@ def campaign_html(report: Report) -> list[str]:
         repeats = len({r.get("repeat") for r in grp}) > 1
         hidden = ({"rate"} if not open_loop else set()) | ({"repeat"} if not repeats else set())
         cols = html_cols([c for c in columns.CAMPAIGN if c.key not in hidden])
-        parts.append(table_html(grp, cols, group_title(grp, knobs)))
+        parts.append(table_html(grp, cols, group_title(grp, knobs, adaptive_configs(report.run))))
     problems = render_problems(report.campaign)
     if problems is not None:  # the same text as the terminal's: errors, each flag's figure, top error messages
         parts.append(f"<h3>What went wrong</h3><pre>{html.escape(problems.plain.split(chr(10), 1)[1])}</pre>")

@@ -87,6 +87,7 @@ def server_configs_table(runs: list[Run], names: list[str]) -> pa.Table:
                     "effective": _json(cfg.effective.model_dump(mode="json") if cfg.effective is not None else None),
                     "server_info": _json(cfg.server_info),
                     "ready_after_s": cfg.ready_after_s,
+                    "adaptive": _json(cfg.adaptive.model_dump(mode="json") if cfg.adaptive is not None else None),
                 }
             )
     schema = pa.schema(
@@ -100,6 +101,7 @@ def server_configs_table(runs: list[Run], names: list[str]) -> pa.Table:
             ("effective", pa.string()),
             ("server_info", pa.string()),
             ("ready_after_s", pa.float64()),
+            ("adaptive", pa.string()),  # SGLang --speculative-adaptive: its candidate table (JSON), else null
         ]
     )
     return pa.Table.from_pylist(rows, schema=schema)

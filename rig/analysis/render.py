@@ -15,7 +15,7 @@ from rig.analysis.lossless import mismatch_rows, not_checked_reason
 from rig.analysis.report import Report
 from rig.analysis.rows import LatencyRow
 from rig.analysis.settings import grid_knobs
-from rig.analysis.tables import render_campaign_table, render_problems
+from rig.analysis.tables import adaptive_configs, render_campaign_table, render_problems
 from rig.contracts import CampaignRow, GoodputRow, LosslessResult, ServerRow
 
 if TYPE_CHECKING:
@@ -242,7 +242,7 @@ def render_report(report: Report) -> Group:
     parts.append(Text(f"Per-request seeds: {seeds_line(report.run.points)}"))
     for line in report.telemetry:
         parts.append(Text(line, style="yellow" if "SIMULATED" in line or "absent" in line else ""))
-    parts.append(render_campaign_table(report.campaign, grid_knobs(report.run)))
+    parts.append(render_campaign_table(report.campaign, grid_knobs(report.run), adaptive_configs(report.run)))
     problems = render_problems(report.campaign)
     if problems is not None:
         parts.append(problems)

@@ -355,6 +355,11 @@ def export_csv(report: Report, out_dir: Path) -> list[Path]:
 
     tables["schedule"] = schedule_rows(report.schedule)
     tables["schedule_at_slo_limit"] = limit_rows(report.schedule)
+    from rig.analysis.engine_schedule import range_rows
+
+    tables["engine_schedule"] = range_rows(report.engine_schedule)
+    if worth_showing(report.active_steps):
+        tables["active_steps"] = report.active_steps
     paths = []
     for name, rows in tables.items():
         path = out_dir / f"{name}.csv"

@@ -342,3 +342,13 @@ class EngineSchedule(TypedDict):
     sglang_command: str | None
     files: dict[str, str]  # engine -> file name (rig report --engine-schedule DIR writes them)
     notes: list[str]
+
+
+class EngineRangeRow(TypedDict):
+    """One batch-size range of the schedule by running batch, flat (CSV, rig.open_run(...).section)."""
+
+    workload: str
+    load_mode: str
+    start: int
+    end: int
+    steps: int

@@ -70,11 +70,16 @@ def group_rows(rows: Iterable[CampaignRow]) -> list[tuple[tuple[Any, Any], list[
     return list(groups.items())
 
 
-def group_title(rows: list[CampaignRow], knobs: Mapping[str, str] | None = None) -> str:
+def group_title(
+    rows: list[CampaignRow], knobs: Mapping[str, str] | None = None, adaptive: frozenset[str] = frozenset()
+) -> str:
     """'workload · config (engine, steps=N, knob=value...)' for a group of campaign rows (``knobs``: the values that
-    differ between the run's configurations, rig.analysis.settings.grid_knobs)."""
+    differ between the run's configurations, rig.analysis.settings.grid_knobs); 'adaptive, start steps=N' for a
+    server configuration in ``adaptive`` (its steps change by themselves)."""
     r = rows[0]
-    steps = f"steps={r['steps']}" if r.get("steps") is not None else None
+    steps = None if r.get("steps") is None else f"steps={r['steps']}"
+    if steps and r.get("server_config") in adaptive:
+        steps = f"adaptive, start {steps}"
     bits = [b for b in (r.get("engine"), steps, (knobs or {}).get(r.get("server_config") or "")) if b]
     return f"{r.get('workload') or '?'} · {r.get('server_config') or '?'}" + (f" ({', '.join(bits)})" if bits else "")
 
@@ -99,13 +104,20 @@ def _flags_cell(flags: list[str]) -> Text:
     return Text(", ".join(flags), style="bold red" if bad else "yellow")
 
 
-def render_campaign_table(rows: list[CampaignRow], knobs: Mapping[str, str] | None = None) -> Group:
+def adaptive_configs(run: Run) -> frozenset[str]:
+    """The run's server configurations that ran SGLang's adaptive speculation."""
+    return frozenset(cid for cid, entry in run.manifest.server_configs.items() if entry.adaptive is not None)
+
+
+def render_campaign_table(
+    rows: list[CampaignRow], knobs: Mapping[str, str] | None = None, adaptive: frozenset[str] = frozenset()
+) -> Group:
     """The campaign's table, one rich Table per (server configuration, workload), titled with its grid knobs."""
     tables = []
     for _, grp in group_rows(rows):
         header, level = _level_header(grp)
         show_repeat = len({r.get("repeat") for r in grp}) > 1
-        t = Table(title=group_title(grp, knobs), title_justify="left", header_style="bold")
+        t = Table(title=group_title(grp, knobs, adaptive), title_justify="left", header_style="bold")
         t.add_column(header, justify="right")
         if show_repeat:
             t.add_column("Repeat", justify="right")

@@ -63,6 +63,7 @@ def test_report_shows_it_with_the_accept_rate_note(tmp_path):
     assert "Active speculative steps per point" in text and "Acceptance and throughput by active tier" in text
     assert "spec_accept_rate divides by the startup draft count" in text
     assert "1: 50% · 3: 50%" in text
+    assert "(sim, adaptive, start steps=3)" in text  # the campaign table's title: not fixed steps=3
 
 
 def test_a_fixed_point_whose_steps_moved_is_shown_too(tmp_path):

@@ -60,6 +60,10 @@ def test_spec_time_reads_the_config_file(tmp_path):
     build_spec(None, {"server": {**base, "extra_args": args}, "steps": [3]})
     with pytest.raises(SpecError, match=r"num-steps 4 is not among the adaptive candidate steps \[1, 3\]"):
         build_spec(None, {"server": {**base, "extra_args": args}, "steps": [4]})
+    # without a file, the default table: steps 4 is a candidate of no SGLang version
+    with pytest.raises(SpecError, match=r"num-steps 4 is not among .* of SGLang's default table"):
+        build_spec(None, {"server": {**base, "extra_args": ["--speculative-adaptive"]}, "steps": [4]})
+    build_spec(None, {"server": {**base, "extra_args": ["--speculative-adaptive"]}, "steps": [3]})
     f.write_text("{")
     with pytest.raises(SpecError, match="is not JSON"):
         build_spec(None, {"server": {**base, "extra_args": args}, "steps": [3]})
@@ -99,3 +103,19 @@ def test_the_verdict_names_an_adaptive_setting_as_the_schedule_does(tmp_path):
     labels = setting_labels(rep.campaign, rep.run)
     assert labels == {"cfg3": "adaptive(start steps=3)", "cfg1": "steps=1"}
     assert {b["best"] for s in rep.schedule for b in s["bands"]} <= set(labels.values())
+
+
+def test_rig_query_server_configs_carry_the_table(tmp_path):
+    from rig.analysis.query import server_configs_table
+
+    table = {"slots": {"1": [1, 3]}, "startup_steps": 3, "source": "config file a.json"}
+    manifest = {
+        "run_id": "a",
+        "server_configs": {"cfg3": {"engine": "sglang", "adaptive": table}, "cfg1": {}},
+        "points": [point_entry("p3", 3)],
+    }
+    run_dir = write_run(tmp_path / "run", manifest)
+    write_requests(run_dir, "p3", 0, greedy_rows("p3", 3, [0.05], [1.0], 100))
+    rows = server_configs_table([load_run(run_dir)], ["a"]).to_pylist()
+    adaptive = {r["server_config"]: r["adaptive"] for r in rows}
+    assert adaptive["cfg1"] is None and json.loads(adaptive["cfg3"])["slots"] == {"1": [1, 3]}
