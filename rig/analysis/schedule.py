@@ -80,7 +80,7 @@ def _pairs(
     return (mb, mr) if n >= 2 else None
 
 
-def _interval(
+def interval(
     run: Run,
     best: list[CampaignRow],
     runner: list[CampaignRow],
@@ -89,6 +89,8 @@ def _interval(
     rng: np.random.Generator,
     resamples: int,
 ) -> tuple[float | None, float | None, str | None]:
+    """Bootstrap 95 % interval of ``best`` over ``runner`` (best/runner - 1 when higher is better, else
+    1 - best/runner), and how it was drawn: over repeats, paired requests, or each side's requests."""
     if len(best) > 1 and len(runner) > 1:
         bv, rv = np.array([r[key] for r in best]), np.array([r[key] for r in runner])
         bs = bv[rng.integers(0, bv.size, (resamples, bv.size))].mean(1)
@@ -199,7 +201,7 @@ def build_schedule(
                 if len(ranked) > 1:
                     r_lab, r_rows = ranked[1]
                     r_val = float(np.mean([r[key] for r in r_rows]))
-                    lo, hi, method = _interval(run, b_rows, r_rows, key, higher, rng, resamples)
+                    lo, hi, method = interval(run, b_rows, r_rows, key, higher, rng, resamples)
                     band.update(
                         runner_up=r_lab,
                         runner_up_value=r_val,

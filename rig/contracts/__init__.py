@@ -65,6 +65,7 @@ from rig.contracts.report import (
     SloCheck,
     SloVerdict,
 )
+from rig.contracts.prove import ArmResult, ProveArm, ProveBand, ProveSection, ProveSettings, ScheduleSlot
 from rig.contracts.search import (
     DEFAULT_PERCENTILE,
     MAX_CONCURRENCY,
@@ -99,6 +100,12 @@ from rig.contracts.server import (
 from rig.contracts.validity import DISTURBED_FLAGS, JUDGED_FLAGS, Thresholds, judge_point, thresholds_of_spec
 
 __all__ = [
+    "ArmResult",
+    "ProveArm",
+    "ProveBand",
+    "ProveSection",
+    "ProveSettings",
+    "ScheduleSlot",
     "DEFAULT_PERCENTILE",
     "MAX_CONCURRENCY",
     "MAX_RATE",
