@@ -20,10 +20,11 @@ from typing import Any
 import numpy as np
 
 from rig.analysis import compare as cmp
+from rig.analysis.frontier import valid
 from rig.analysis.report import Report
 from rig.analysis.schedule import interval
-from rig.analysis.frontier import valid
 from rig.contracts import ArmResult, CampaignRow, ProveBand, ProveSection
+from rig.contracts.prove import BandVerdict
 
 KEY = "aggregate_tok_s"
 STEPS_SERIES = "spec_steps"  # the active speculative steps over the point, where the server reports them
@@ -49,7 +50,7 @@ def _steps_mean(report: Report, rows: list[CampaignRow]) -> float | None:
     return float(np.mean(means)) if means else None
 
 
-def _verdict(lo: float | None, hi: float | None) -> str:
+def _verdict(lo: float | None, hi: float | None) -> BandVerdict:
     if lo is not None and lo > 0:
         return "better"
     if hi is not None and hi < 0:
@@ -92,7 +93,7 @@ def judge_arms(section: ProveSection, report: Report, resamples: int = cmp.RESAM
                     ci_low=lo,
                     ci_high=hi,
                     ci_method=method,
-                    verdict=_verdict(lo, hi),  # type: ignore[arg-type]
+                    verdict=_verdict(lo, hi),
                     j_per_token=_mean(rows, "j_per_token"),
                     steps_mean=_steps_mean(report, rows),
                 )

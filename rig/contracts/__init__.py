@@ -40,6 +40,7 @@ from rig.contracts.manifest import (
     parse_manifest,
 )
 from rig.contracts.point import IDENTITY_FIELDS, PointColumns, PointIdentity, point_name
+from rig.contracts.prove import ArmResult, ProveArm, ProveBand, ProveSection, ProveSettings, ScheduleSlot
 from rig.contracts.records import (
     RECORD_FIELDS,
     Int32,
@@ -65,7 +66,6 @@ from rig.contracts.report import (
     SloCheck,
     SloVerdict,
 )
-from rig.contracts.prove import ArmResult, ProveArm, ProveBand, ProveSection, ProveSettings, ScheduleSlot
 from rig.contracts.search import (
     DEFAULT_PERCENTILE,
     MAX_CONCURRENCY,

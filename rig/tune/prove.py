@@ -109,9 +109,7 @@ class ProvePlanner:
         self.section.schedule, self.section.schedule_note = slots, note
         if not slots or len({s.steps for s in slots}) < 2 or max(s.steps for s in slots) == 0:
             self.section.schedule_note = (note or "") + (
-                "; no schedule arm: one setting is the best in every band, and it is measured already"
-                if slots
-                else ""
+                "; no schedule arm: one setting is the best in every band, and it is measured already" if slots else ""
             )
             runner.save()
             return None
@@ -121,8 +119,9 @@ class ProvePlanner:
         steps = max(s.steps for s in slots)
         cfg = adaptive_arm_config(self.base, steps, str(path))
         self.section.arms.append(
-            ProveArm(label="schedule", kind="schedule", server_config=cfg.config_id(), steps=steps,
-                     config_file=SCHEDULE_FILE)
+            ProveArm(
+                label="schedule", kind="schedule", server_config=cfg.config_id(), steps=steps, config_file=SCHEDULE_FILE
+            )
         )
         runner.save()
         return cfg

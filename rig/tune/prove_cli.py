@@ -31,7 +31,7 @@ def prove(steps_csv: str | None, **kw: Any) -> None:
     settings = settings_from(ProveSettings, {n: kw.pop(n) for n in PROVE_PARAMS})
     steps = sorted({0, *(csv_ints("--steps", steps_csv) or [0, 1, 2, 3, 4])})
     if kw.get("rate") or kw.get("mode") not in (None, "closed"):
-        raise click.UsageError("rig prove measures closed-loop concurrency levels (schedules are by batch); drop --rate")
+        raise click.UsageError("rig prove measures closed-loop levels (a schedule is by batch size); drop --rate")
     spec = resolve_spec(kw, steps, [kw["workload"]] if kw["workload"] else None)
     engine = spec.server_configs()[0].engine
     if engine not in ("sim", "sglang"):
