@@ -6,8 +6,11 @@ static setting there, on the same requests.
 - **Margin**: arm / best static - 1, with the schedule's bootstrap 95 % interval (rig.analysis.schedule.interval):
   paired over the requests both served when each side is one point of this run, over repeats when both have two or
   more.
-- **Verdict**: ``better`` when the interval lies above 0, ``worse`` when below, else ``as good`` (within the
-  interval of the best static setting); ``not measured`` when the arm has no valid point there.
+- **Verdict**, a non-inferiority reading of the interval with an equivalence margin (``--tolerance``, 2 %): ``better``
+  when the interval lies above 0, ``as good`` when it lies above -tolerance, ``worse`` when it lies below 0 and
+  reaches past -tolerance, else ``undecided`` (too wide: measure more requests or repeats); ``not measured`` when
+  the arm has no valid point there. A paired interval over one point each holds the request mix fixed but not
+  the point's own noise (its makespan, a server hiccup), hence the margin.
 - **Energy**: J/token of the best static point and of each arm's, as `rig report` computes them (GPU telemetry, or
   the simulator's power model, whose idle draw is part of every figure: the baseline is stated, never subtracted).
 """
@@ -23,7 +26,7 @@ from rig.analysis import compare as cmp
 from rig.analysis.frontier import valid
 from rig.analysis.report import Report
 from rig.analysis.schedule import interval
-from rig.contracts import ArmResult, CampaignRow, ProveBand, ProveSection
+from rig.contracts import ArmResult, CampaignRow, ProveBand, ProveSection, ProveSettings
 from rig.contracts.prove import BandVerdict
 
 KEY = "aggregate_tok_s"
@@ -50,17 +53,24 @@ def _steps_mean(report: Report, rows: list[CampaignRow]) -> float | None:
     return float(np.mean(means)) if means else None
 
 
-def _verdict(lo: float | None, hi: float | None) -> BandVerdict:
-    if lo is not None and lo > 0:
+def _verdict(lo: float | None, hi: float | None, tolerance: float) -> BandVerdict:
+    """A non-inferiority reading of the interval: better (all above 0), as good (all above -tolerance), worse
+    (all below 0, and not within the tolerance), else undecided (too wide to say)."""
+    if lo is None or hi is None:
+        return "undecided"
+    if lo > 0:
         return "better"
-    if hi is not None and hi < 0:
+    if lo >= -tolerance:
+        return "as good"
+    if hi < 0:
         return "worse"
-    return "as good"
+    return "undecided"
 
 
 def judge_arms(section: ProveSection, report: Report, resamples: int = cmp.RESAMPLES, seed: int = cmp.SEED) -> None:
     """Fill ``section.bands`` and ``section.verdict`` from the report of the proof's run."""
     rng = np.random.default_rng(seed)
+    tolerance = section.settings.tolerance if section.settings is not None else ProveSettings().tolerance
     kind_of = {a.server_config: a for a in section.arms}
     by_level: dict[tuple[str, str, float], dict[str, list[CampaignRow]]] = defaultdict(lambda: defaultdict(list))
     for r in report.campaign:
@@ -93,7 +103,7 @@ def judge_arms(section: ProveSection, report: Report, resamples: int = cmp.RESAM
                     ci_low=lo,
                     ci_high=hi,
                     ci_method=method,
-                    verdict=_verdict(lo, hi),
+                    verdict=_verdict(lo, hi, tolerance),
                     j_per_token=_mean(rows, "j_per_token"),
                     steps_mean=_steps_mean(report, rows),
                 )
@@ -111,19 +121,20 @@ def judge_arms(section: ProveSection, report: Report, resamples: int = cmp.RESAM
 def summarize(section: ProveSection) -> str:
     """One line per arm: as good as (or better than) the best static setting in every band, or where not."""
     lines = []
+    tol = section.settings.tolerance if section.settings is not None else ProveSettings().tolerance
     for arm in section.arms:
         if arm.kind == "static":
             continue
         results = [(b, b.arms.get(arm.label)) for b in section.bands if b.best_static is not None]
         worse = [f"{b.level:g}" for b, a in results if a is not None and a.verdict == "worse"]
-        unmeasured = [f"{b.level:g}" for b, a in results if a is None or a.verdict == "not measured"]
+        unmeasured = [f"{b.level:g}" for b, a in results if a is None or a.verdict in ("not measured", "undecided")]
         better = [f"{b.level:g}" for b, a in results if a is not None and a.verdict == "better"]
         if worse:
             head = f"{arm.label}: worse than the best static setting at level(s) {', '.join(worse)}"
         elif unmeasured:
-            head = f"{arm.label}: not proved (no valid point at level(s) {', '.join(unmeasured)})"
+            head = f"{arm.label}: not proved (unmeasured or undecided at level(s) {', '.join(unmeasured)})"
         else:
-            head = f"{arm.label}: as good as the best static setting in every band"
+            head = f"{arm.label}: as good as the best static setting in every band (within {tol:.0%})"
         if better:
             head += f"; better at {', '.join(better)}"
         lines.append(head)

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from rig.contracts.search import flag
 
 ArmKind = Literal["static", "schedule", "adaptive"]
-BandVerdict = Literal["better", "as good", "worse", "not measured"]
+BandVerdict = Literal["better", "as good", "worse", "undecided", "not measured"]
 
 
 class _Record(BaseModel):
@@ -39,6 +39,14 @@ class ProveSettings(_Record):
         description="Startup --speculative-num-steps of the adaptive arm (default: the largest candidate of its "
         "table, which every SGLang version accepts).",
         json_schema_extra=flag("--adaptive-steps"),
+    )
+    tolerance: float = Field(
+        0.02,
+        ge=0,
+        le=0.5,
+        description="Equivalence margin: an arm whose 95 % interval against the best static setting stays above "
+        "-tolerance is 'as good' (non-inferior) there.",
+        json_schema_extra=flag("--tolerance"),
     )
     adaptive_config: str | None = Field(
         None,

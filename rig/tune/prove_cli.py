@@ -11,7 +11,7 @@ import click
 from rig.cli_options import csv_ints, resolve_spec, run_options, settings_from, settings_options
 from rig.contracts import ProveSettings
 
-PROVE_PARAMS = ("adaptive", "adaptive_steps", "adaptive_config")
+PROVE_PARAMS = ("adaptive", "adaptive_steps", "adaptive_config", "tolerance")
 
 
 @click.command("prove")
