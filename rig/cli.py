@@ -201,6 +201,7 @@ class LazyGroup(click.Group):
         "compare": "rig.analysis.cli:compare",
         "query": "rig.analysis.query:query",
         "sim": "rig.sim.cli:sim",
+        "prove": "rig.tune.prove_cli:prove",
     }
 
     def list_commands(self, ctx: click.Context) -> list[str]:

@@ -35,6 +35,8 @@ def click_type(ann: Any) -> Any:
         return click.Path(path_type=Path)
     if ann in (int, float, str):
         return ann
+    if ann is bool:  # a --name/--no-name flag
+        return click.BOOL
     raise TypeError(f"no command-line type for {ann!r}")
 
 

@@ -117,27 +117,36 @@ CAMPAIGN_TOKENS = 200
 CAMPAIGN_TTFT = 0.05
 
 
-def campaign_run(run_dir: Path, spread: float = 0.03, jitter: float = 0.02, seed: int = 1) -> Path:
+def campaign_run(
+    run_dir: Path,
+    spread: float = 0.03,
+    jitter: float = 0.02,
+    seed: int = 1,
+    arms: dict[str, tuple[int, dict[int, float]]] | None = None,
+) -> Path:
     """A closed-loop greedy sweep shaped like the reference campaign: steps 1-4 x C=1..64, 2C requests a level (4
     at C=1) that run back to back in C slots, each at its level's TPOT times a seeded factor within ±``spread``
     (the same per request id at every point: the request's own length, as a sweep's points pair up) and one
-    within ±``jitter`` of its own (the point's noise)."""
+    within ±``jitter`` of its own (the point's noise). ``arms``: more configurations, by id: (startup steps, TPOT
+    per level), e.g. a schedule or an adaptive server."""
     import numpy as np
 
     rng = np.random.default_rng(seed)
     factors = 1 + rng.uniform(-spread, spread, 128)
     configs: dict[str, Any] = {}
     points, rows_of = [], {}
-    for steps, by_level in CAMPAIGN_TPOT.items():
-        cfg = f"cfg{steps}"
+    table = [(f"cfg{steps}", steps, by) for steps, by in CAMPAIGN_TPOT.items()]
+    table += [(cfg, steps, by) for cfg, (steps, by) in (arms or {}).items()]
+    for cfg, steps, by_level in table:
         configs[cfg] = {"engine": "sim", "knobs": {"engine": "sim", "tp": 4, "steps": steps}}
         for c, tpot in by_level.items():
-            n, point = (4 if c == 1 else 2 * c), f"s{steps}-c{c}"
+            n, point = (4 if c == 1 else 2 * c), f"{cfg}-c{c}" if arms and cfg in arms else f"s{steps}-c{c}"
             points.append(
                 point_entry(
                     point,
                     steps,
                     c,
+                    server_config=cfg,
                     requests_scheduled=n,
                     records={"ok": n, "failed": 0, "cancelled": 0},
                     generators=[{"generator": 0, "status": "complete"}],

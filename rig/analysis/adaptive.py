@@ -133,7 +133,7 @@ def tune_tables(section: TuneSection) -> list[Table]:
 
 
 def print_adaptive(run_dir: Path) -> None:
-    """The search and tune sections of a finished adaptive run."""
+    """The search, tune and prove sections of a finished adaptive run."""
     from rig.results import load_manifest
 
     manifest = load_manifest(run_dir)
@@ -143,3 +143,7 @@ def print_adaptive(run_dir: Path) -> None:
     if manifest.tune:
         for t in tune_tables(manifest.tune):
             out.print(t)
+    if manifest.prove:
+        from rig.analysis.prove import prove_table
+
+        out.print(prove_table(manifest.prove))

@@ -82,7 +82,7 @@ def _pairs(
     return (mb, mr) if n >= 2 else None
 
 
-def _interval(
+def interval(
     run: Run,
     best: list[CampaignRow],
     runner: list[CampaignRow],
@@ -91,6 +91,8 @@ def _interval(
     rng: np.random.Generator,
     resamples: int,
 ) -> tuple[float | None, float | None, str | None]:
+    """Bootstrap 95 % interval of ``best`` over ``runner`` (best/runner - 1 when higher is better, else
+    1 - best/runner), and how it was drawn: over repeats, paired requests, or each side's requests."""
     if len(best) > 1 and len(runner) > 1:
         bv, rv = np.array([r[key] for r in best]), np.array([r[key] for r in runner])
         bs = bv[rng.integers(0, bv.size, (resamples, bv.size))].mean(1)
@@ -217,7 +219,7 @@ def _band(
     if len(ranked) > 1:
         r_lab, r_rows = ranked[1]
         r_val = rk.mean(r_rows)
-        lo, hi, method = _interval(rk.run, b_rows, r_rows, rk.key, rk.higher, rk.rng, rk.resamples)
+        lo, hi, method = interval(rk.run, b_rows, r_rows, rk.key, rk.higher, rk.rng, rk.resamples)
         band["runner_up"], band["runner_up_value"] = r_lab, r_val
         band["margin"] = _margin(b_val, r_val, rk.higher)
         band["ci_low"], band["ci_high"], band["ci_method"] = lo, hi, method

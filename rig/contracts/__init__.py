@@ -40,6 +40,7 @@ from rig.contracts.manifest import (
     parse_manifest,
 )
 from rig.contracts.point import IDENTITY_FIELDS, PointColumns, PointIdentity, point_name
+from rig.contracts.prove import ArmResult, ProveArm, ProveBand, ProveSection, ProveSettings, ScheduleSlot
 from rig.contracts.records import (
     RECORD_FIELDS,
     Int32,
@@ -99,6 +100,12 @@ from rig.contracts.server import (
 from rig.contracts.validity import DISTURBED_FLAGS, JUDGED_FLAGS, Thresholds, judge_point, thresholds_of_spec
 
 __all__ = [
+    "ArmResult",
+    "ProveArm",
+    "ProveBand",
+    "ProveSection",
+    "ProveSettings",
+    "ScheduleSlot",
     "DEFAULT_PERCENTILE",
     "MAX_CONCURRENCY",
     "MAX_RATE",

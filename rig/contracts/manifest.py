@@ -13,6 +13,7 @@ from rig.contracts.errors import ContractError
 from rig.contracts.generator import GeneratorReport, RecordCounts, WindowAcceptance
 from rig.contracts.point import IDENTITY_FIELDS, PointIdentity
 from rig.contracts.profile import LoadPhase
+from rig.contracts.prove import ProveSection
 from rig.contracts.search import SearchSection, TuneSection
 from rig.contracts.server import EffectiveConfig, GpuTelemetry, StartupFacts
 from rig.contracts.validity import Thresholds, judge_point, thresholds_of_spec
@@ -148,6 +149,7 @@ class Manifest(BaseModel):
     finished: float | None = None
     search: SearchSection | None = None  # rig sweep --search: its settings and results
     tune: TuneSection | None = None  # rig tune: its settings, probes, rounds and recommendation
+    prove: ProveSection | None = None  # rig prove: its arms, the schedule it measured, the verdict per band
 
     @classmethod
     def from_data(cls, data: dict[str, Any]) -> Manifest:

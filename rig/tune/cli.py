@@ -132,4 +132,8 @@ def resumed_planner(spec: RunSpec, manifest: Manifest) -> Callable[[Runner], Ite
         from rig.tune.planner import tune_planner
 
         return tune_planner(spec, manifest.tune.settings)
+    if manifest.prove is not None and manifest.prove.settings is not None:
+        from rig.tune.prove import prove_planner
+
+        return prove_planner(spec, manifest.prove.settings)
     return None

@@ -1,0 +1,203 @@
+"""The verdict of `rig prove`: in each load band, each arm (the schedule, the adaptive controller) against the best
+static setting there, on the same requests.
+
+- **Best static**: among the static arms' valid points at the level, the highest aggregate tok/s (mean over repeats),
+  exactly as the report's schedule ranks them.
+- **Margin**: arm / best static - 1, with the schedule's bootstrap 95 % interval (rig.analysis.schedule.interval):
+  paired over the requests both served when each side is one point of this run, over repeats when both have two or
+  more.
+- **Verdict**, a non-inferiority reading of the interval with an equivalence margin (``--tolerance``, 2 %): ``better``
+  when the interval lies above 0, ``as good`` when it lies above -tolerance, ``worse`` when it lies below 0 and
+  reaches past -tolerance, else ``undecided`` (too wide: measure more requests or repeats); ``not measured`` when
+  the arm has no valid point there. A paired interval over one point each holds the request mix fixed but not
+  the point's own noise (its makespan, a server hiccup), hence the margin.
+- **Energy**: J/token of the best static point and of each arm's, as `rig report` computes them (GPU telemetry, or
+  the simulator's power model, whose idle draw is part of every figure: the baseline is stated, never subtracted).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+import numpy as np
+
+from rig.analysis import compare as cmp
+from rig.analysis.frontier import valid
+from rig.analysis.report import Report
+from rig.analysis.rows import SglangAdaptiveConfig
+from rig.analysis.schedule import interval
+from rig.contracts import ArmResult, CampaignRow, ProveBand, ProveSection, ProveSettings, ScheduleSlot
+from rig.contracts.prove import BandVerdict
+
+KEY = "aggregate_tok_s"
+STEPS_SERIES = "spec_steps"  # the active speculative steps over the point, where the server reports them
+
+
+def _mean(rows: list[CampaignRow], key: str) -> float | None:
+    vals = [r.get(key) for r in rows if r.get(key) is not None]
+    return float(np.mean(vals)) if vals else None
+
+
+def _steps_mean(report: Report, rows: list[CampaignRow]) -> float | None:
+    """Time-weighted mean of the active steps over the arm's points (None: no such series)."""
+    means = []
+    for r in rows:
+        s = report.series.get(r.point, {}).get(STEPS_SERIES)
+        if s is None or s.empty:
+            continue
+        if s.ts.size == 1:
+            means.append(float(s.values[0]))
+            continue
+        dt = np.diff(s.ts)
+        means.append(float(np.sum(s.values[:-1] * dt) / np.sum(dt)) if np.sum(dt) > 0 else float(s.values[0]))
+    return float(np.mean(means)) if means else None
+
+
+def _verdict(lo: float | None, hi: float | None, tolerance: float) -> BandVerdict:
+    """A non-inferiority reading of the interval: better (all above 0), as good (all above -tolerance), worse
+    (all below 0, and not within the tolerance), else undecided (too wide to say)."""
+    if lo is None or hi is None:
+        return "undecided"
+    if lo > 0:
+        return "better"
+    if lo >= -tolerance:
+        return "as good"
+    if hi < 0:
+        return "worse"
+    return "undecided"
+
+
+def judge_arms(section: ProveSection, report: Report, resamples: int = cmp.RESAMPLES, seed: int = cmp.SEED) -> None:
+    """Fill ``section.bands`` and ``section.verdict`` from the report of the proof's run."""
+    rng = np.random.default_rng(seed)
+    tolerance = section.settings.tolerance if section.settings is not None else ProveSettings().tolerance
+    kind_of = {a.server_config: a for a in section.arms}
+    by_level: dict[tuple[str, str, float], dict[str, list[CampaignRow]]] = defaultdict(lambda: defaultdict(list))
+    for r in report.campaign:
+        arm = kind_of.get(r.server_config or "")
+        if arm is None or r.level is None or not valid(r) or r.get(KEY) is None:
+            continue
+        by_level[(str(r.workload), str(r.load_mode), float(r.level))][arm.label].append(r)
+    bands = []
+    for (workload, mode, level), arms in sorted(by_level.items()):
+        band = ProveBand(workload=workload, load_mode=mode, level=level)
+        statics = {lab: rs for lab, rs in arms.items() if kind_of[rs[0].server_config or ""].kind == "static"}
+        if statics:
+            best_lab, best_rows = max(statics.items(), key=lambda kv: _mean(kv[1], KEY) or 0.0)
+            band.best_static, band.best_static_steps = best_lab, best_rows[0].steps
+            band.best_static_value = _mean(best_rows, KEY)
+            band.best_static_j_per_token = _mean(best_rows, "j_per_token")
+            for arm in section.arms:
+                if arm.kind == "static":
+                    continue
+                rows = arms.get(arm.label)
+                if not rows:
+                    band.arms[arm.label] = ArmResult()
+                    continue
+                lo, hi, method = interval(report.run, rows, best_rows, KEY, True, rng, resamples)
+                value = _mean(rows, KEY)
+                best = band.best_static_value
+                band.arms[arm.label] = ArmResult(
+                    value=value,
+                    margin=(value / best - 1) if value is not None and best else None,
+                    ci_low=lo,
+                    ci_high=hi,
+                    ci_method=method,
+                    verdict=_verdict(lo, hi, tolerance),
+                    j_per_token=_mean(rows, "j_per_token"),
+                    steps_mean=_steps_mean(report, rows),
+                )
+        bands.append(band)
+    section.bands = bands
+    section.verdict = summarize(section)
+    power = [r.mean_power_w for r in report.campaign if r.mean_power_w is not None]
+    if power:
+        section.energy_note = (
+            f"J/token from {report.campaign[0].energy_source or 'the GPU samples'}: the servers' whole draw "
+            f"(idle included, not subtracted; mean power {min(power):.0f}-{max(power):.0f} W across points)"
+        )
+
+
+def schedule_slots(report: Report, workload: str) -> tuple[list[ScheduleSlot], SglangAdaptiveConfig | None, str]:
+    """The closed-loop schedule of ``workload`` by running batch (rig.analysis.engine_schedule, as `rig report`
+    writes it) as slots, SGLang's adaptive config for it (None: nothing to launch), and how it was derived."""
+    entry = next((e for e in report.engine_schedule if e["workload"] == workload and e["load_mode"] == "closed"), None)
+    if entry is None:
+        return [], None, f"no closed-loop schedule for workload {workload} (it needs two or more settings measured)"
+    slots = []
+    for lo, _hi, steps in entry["ranges"]:
+        band = next((b for b in entry["bands"] if b["steps"] == steps), None)
+        slots.append(
+            ScheduleSlot(
+                batch_size=lo,
+                steps=steps,
+                level=band["level"] if band else 0.0,
+                running_mean=band["running_batch"] if band else None,
+            )
+        )
+    note = "slots keyed by the running batch the best setting kept at each band's level (rig report's engine schedule)"
+    return slots, entry["sglang_adaptive_config"], "; ".join([note, *entry["notes"]])
+
+
+def summarize(section: ProveSection) -> str:
+    """One line per arm: as good as (or better than) the best static setting in every band, or where not."""
+    lines = []
+    tol = section.settings.tolerance if section.settings is not None else ProveSettings().tolerance
+    for arm in section.arms:
+        if arm.kind == "static":
+            continue
+        results = [(b, b.arms.get(arm.label)) for b in section.bands if b.best_static is not None]
+        worse = [f"{b.level:g}" for b, a in results if a is not None and a.verdict == "worse"]
+        unmeasured = [f"{b.level:g}" for b, a in results if a is None or a.verdict in ("not measured", "undecided")]
+        better = [f"{b.level:g}" for b, a in results if a is not None and a.verdict == "better"]
+        if worse:
+            head = f"{arm.label}: worse than the best static setting at level(s) {', '.join(worse)}"
+        elif unmeasured:
+            head = f"{arm.label}: not proved (unmeasured or undecided at level(s) {', '.join(unmeasured)})"
+        else:
+            head = f"{arm.label}: as good as the best static setting in every band (within {tol:.0%})"
+        if better:
+            head += f"; better at {', '.join(better)}"
+        lines.append(head)
+    return "\n".join(lines) if lines else "no arm besides the static settings was measured"
+
+
+def _pct(v: float | None) -> str:
+    return "" if v is None else f"{v * 100:+.1f}%"
+
+
+def prove_table(section: ProveSection) -> Any:
+    """The proof as a terminal table: per band the best static setting, then each arm's margin, interval, verdict."""
+    from rich.table import Table
+
+    arms = [a for a in section.arms if a.kind != "static"]
+    t = Table(title="rig prove: each arm against the best static setting, per load band (aggregate tok/s)")
+    for head in ("Workload", "Level", "Best static", "tok/s", "J/tok"):
+        t.add_column(head, justify="right" if head in ("Level", "tok/s", "J/tok") else "left")
+    for a in arms:
+        t.add_column(f"{a.label} tok/s", justify="right")
+        t.add_column(f"{a.label} vs best [95% CI]", justify="right")
+        t.add_column(f"{a.label} steps", justify="right")
+    for b in section.bands:
+        cells = [
+            b.workload,
+            f"{b.level:g}",
+            b.best_static or "",
+            "" if b.best_static_value is None else f"{b.best_static_value:,.0f}",
+            "" if b.best_static_j_per_token is None else f"{b.best_static_j_per_token:.3f}",
+        ]
+        for a in arms:
+            r = b.arms.get(a.label) or ArmResult()
+            ci = f" [{_pct(r.ci_low)}, {_pct(r.ci_high)}]" if r.ci_low is not None else ""
+            cells += [
+                "" if r.value is None else f"{r.value:,.0f}",
+                f"{_pct(r.margin)}{ci} {r.verdict}",
+                "" if r.steps_mean is None else f"{r.steps_mean:.2f}",
+            ]
+        t.add_row(*cells)
+    notes = [n for n in (section.schedule_note, section.energy_note) if n]
+    if section.schedule:
+        notes.insert(0, "schedule: " + ", ".join(f"batch >= {s.batch_size}: steps {s.steps}" for s in section.schedule))
+    t.caption = "\n".join([*(section.verdict or "").splitlines(), *notes])
+    return t

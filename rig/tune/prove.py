@@ -1,0 +1,134 @@
+"""`rig prove`: does the schedule (or the engine's adaptive controller) beat every static speculative setting, at
+every load? One run directory, three stages of ordinary points:
+
+1. Every static setting (the --steps list; steps 0 is added when missing: "no speculation" is always an arm) at every
+   level, as `rig sweep` would run them.
+2. The schedule read off stage 1 by `rig report`'s own rule (rig.analysis.schedule: the best steps per load band),
+   turned into the engine's own per-batch-size configuration (rig.analysis.engine_schedule: an SGLang adaptive config
+   whose slots each hold one candidate, keyed by the running batch measured at each band), and launched as an arm.
+3. The engine's adaptive controller with its default table (or --adaptive-config), launched as another arm.
+
+The schedule and adaptive arms serve the same requests at the same levels as the static ones (the workload seed and
+the level fix the request ids), so each band's verdict is paired: the arm's throughput over the best static setting's
+there, with a bootstrap interval (rig.analysis.prove).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+from rig.analysis.prove import judge_arms, schedule_slots
+from rig.analysis.report import build_report
+from rig.config import RunSpec
+from rig.contracts import ProveArm, ProveSection, ProveSettings
+from rig.run.points import Point, expand_points, point_id
+from rig.run.runner import Runner
+from rig.server.spec import ServerConfig
+
+ADAPTIVE_FLAG = "--speculative-adaptive"
+ADAPTIVE_CONFIG_FLAG = "--speculative-adaptive-config"
+# SGLang's default adaptive table (srt/speculative/adaptive_spec_params.py, DEFAULT_ADAPTIVE_CONFIG): its largest
+# candidate is 7 in 0.5.16-0.5.23; a startup steps equal to the largest tier is accepted by every version (0.5.17
+# sizes its logits buffer for the startup draft tokens and fails to build a larger tier's state: seen on the H200).
+DEFAULT_TABLE_LARGEST = 7
+SCHEDULE_FILE = "prove/sglang_adaptive_config.json"  # where the schedule arm's config is written in the run
+
+
+def adaptive_arm_config(base: ServerConfig, steps: int, config_file: str | None) -> ServerConfig:
+    """``base`` with the engine's adaptive controller on, starting at ``steps``, reading ``config_file`` if given."""
+    extra = tuple(a for a in base.extra_args if a != ADAPTIVE_FLAG)
+    extra += (ADAPTIVE_FLAG,) + ((ADAPTIVE_CONFIG_FLAG, config_file) if config_file else ())
+    return base.model_copy(update={"steps": steps, "extra_args": extra})
+
+
+def _largest_candidate(config_file: str | None) -> int:
+    if config_file is None:
+        return DEFAULT_TABLE_LARGEST
+    data = json.loads(Path(config_file).read_text())
+    steps = [s for k, v in data.items() if k.isdigit() and isinstance(v, dict) for s in v.get("candidate_steps", [])]
+    return max(steps) if steps else DEFAULT_TABLE_LARGEST
+
+
+class ProvePlanner:
+    """A planner for Runner (see the module docstring); what it decides is kept in the manifest's ``prove``."""
+
+    def __init__(self, spec: RunSpec, settings: ProveSettings) -> None:
+        self.spec = spec
+        self.settings = settings
+        self.base = spec.server_configs()[0]
+        self.section = ProveSection()
+
+    def __call__(self, runner: Runner) -> Iterator[Point]:
+        self.section = runner.manifest.prove = runner.manifest.prove or ProveSection()
+        self.section.settings = self.settings
+        statics = expand_points(self.spec)
+        self.section.arms = [
+            ProveArm(label=f"steps {c.steps}", kind="static", server_config=c.config_id(), steps=c.steps)
+            for c in self.spec.server_configs()
+        ]
+        runner.save()
+        yield from statics
+        schedule_cfg = self._schedule_arm(runner)
+        if schedule_cfg is not None:
+            yield from self._points(schedule_cfg)
+        if self.settings.adaptive:
+            steps = self.settings.adaptive_steps or _largest_candidate(self.settings.adaptive_config)
+            cfg = adaptive_arm_config(self.base, steps, self.settings.adaptive_config)
+            self.section.arms.append(
+                ProveArm(
+                    label="adaptive",
+                    kind="adaptive",
+                    server_config=cfg.config_id(),
+                    steps=steps,
+                    config_file=self.settings.adaptive_config,
+                )
+            )
+            runner.save()
+            yield from self._points(cfg)
+        report = build_report(runner.run_dir, cdf_resolution=0)
+        judge_arms(self.section, report)
+        runner.save()
+
+    def _points(self, cfg: ServerConfig) -> list[Point]:
+        """The arm's points: the static grid's workloads, levels and repeats, on ``cfg``."""
+        out = []
+        for wl in self.spec.workloads:
+            for concurrency, rate in self.spec.load.levels():
+                for rep in range(self.spec.repeat):
+                    pid = point_id(cfg, wl, concurrency, rate, self.spec.load.mode, rep)
+                    out.append(Point(pid, cfg, wl, concurrency, rate, rep))
+        return out
+
+    def _schedule_arm(self, runner: Runner) -> ServerConfig | None:
+        """The schedule of the static points as the engine's own configuration, or None (said why) when there is
+        nothing to schedule: every band's best is one setting, or no band was decided."""
+        report = build_report(runner.run_dir, cdf_resolution=0)
+        slots, config, note = schedule_slots(report, self.spec.workloads[0].name)
+        self.section.schedule, self.section.schedule_note = slots, note
+        if config is None or len({s.steps for s in slots}) < 2:
+            self.section.schedule_note = note + (
+                "; no schedule arm: one setting is the best in every band, and it is measured already"
+                if slots
+                else "; no schedule arm"
+            )
+            runner.save()
+            return None
+        path = runner.run_dir / SCHEDULE_FILE
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(config, indent=2) + "\n")
+        steps = max(s.steps for s in slots)
+        cfg = adaptive_arm_config(self.base, steps, str(path))
+        self.section.arms.append(
+            ProveArm(
+                label="schedule", kind="schedule", server_config=cfg.config_id(), steps=steps, config_file=SCHEDULE_FILE
+            )
+        )
+        runner.save()
+        return cfg
+
+
+def prove_planner(spec: RunSpec, settings: ProveSettings) -> ProvePlanner:
+    """The planner Runner calls for `rig prove` (and for a resumed proof)."""
+    return ProvePlanner(spec, settings)

@@ -1,0 +1,45 @@
+"""`rig prove`: the static settings, the schedule read off them and the engine's adaptive controller, measured on
+the same requests at the same loads, and judged band by band (rig.tune.prove, rig.analysis.prove)."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import click
+
+from rig.cli_options import csv_ints, resolve_spec, run_options
+from rig.cli_settings import settings_from, settings_options
+from rig.contracts import ProveSettings
+
+PROVE_PARAMS = ("adaptive", "adaptive_steps", "adaptive_config", "tolerance")
+
+
+@click.command("prove")
+@click.option("--steps", "steps_csv", help="Static steps values to measure (steps 0 is always added), e.g. 1,2,3,4.")
+@settings_options(ProveSettings, *PROVE_PARAMS)
+@run_options
+def prove(steps_csv: str | None, **kw: Any) -> None:
+    """Does a schedule, or the engine's adaptive controller, beat every static setting at every load? Measures each
+    static steps value (0 included) at every --concurrency level, reads the best steps per load band off them (as
+    rig report's schedule does), runs that schedule as the engine's own per-batch-size configuration (an SGLang
+    adaptive config, one candidate per slot), then the engine's adaptive controller, all on the same requests,
+    and prints per band each arm's throughput against the best static setting with a paired 95 % interval.
+    Resume an interrupted proof with `rig sweep --resume RUN_DIR`."""
+    from rig.cli import execute, print_dry_run
+    from rig.tune.prove import prove_planner
+
+    settings = settings_from(ProveSettings, {n: kw.pop(n) for n in PROVE_PARAMS})
+    steps = sorted({0, *(csv_ints("--steps", steps_csv) or [0, 1, 2, 3, 4])})
+    if kw.get("rate") or kw.get("mode") not in (None, "closed"):
+        raise click.UsageError("rig prove measures closed-loop levels (a schedule is by batch size); drop --rate")
+    spec = resolve_spec(kw, steps, [kw["workload"]] if kw["workload"] else None)
+    engine = spec.server_configs()[0].engine
+    if engine not in ("sim", "sglang"):
+        raise click.UsageError(
+            f"rig prove launches the schedule as an SGLang adaptive config: --engine sim or sglang (got {engine})"
+        )
+    if kw["dry_run"]:
+        print_dry_run(spec)
+        return
+    sys.exit(execute(spec, kw["quiet"], planner=prove_planner(spec, settings)))

@@ -1,0 +1,91 @@
+"""rig prove's verdict and its schedule in SGLang's words, on synthetic runs shaped like the reference campaign
+(steps 4 best up to C=32, steps 3 at C=64): an arm that runs the best steps of every band is as good as the best
+static setting everywhere; one that stays at steps 4 is worse at C=64; one slower everywhere is worse everywhere."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from synthetic import CAMPAIGN_TPOT, campaign_run
+
+from rig.analysis.prove import judge_arms, prove_table, schedule_slots, summarize
+from rig.analysis.report import build_report
+from rig.contracts import ProveArm, ProveSection
+
+BEST = {c: min(CAMPAIGN_TPOT[s][c] for s in CAMPAIGN_TPOT) for c in CAMPAIGN_TPOT[4]}  # the best static per level
+
+
+def _section() -> ProveSection:
+    arms = [ProveArm(label=f"steps={s}", kind="static", server_config=f"cfg{s}", steps=s) for s in CAMPAIGN_TPOT]
+    arms += [
+        ProveArm(label="schedule", kind="schedule", server_config="cfgS", steps=4),
+        ProveArm(label="adaptive", kind="adaptive", server_config="cfgA", steps=4),
+        ProveArm(label="slow", kind="adaptive", server_config="cfgX", steps=4),
+    ]
+    return ProveSection(arms=arms)
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory):
+    arms = {
+        "cfgS": (4, dict(BEST)),  # the schedule: each band's best steps
+        "cfgA": (4, dict(CAMPAIGN_TPOT[4])),  # adaptive stuck at steps 4
+        "cfgX": (4, {c: t * 1.3 for c, t in BEST.items()}),  # 30 % slower everywhere
+    }
+    run = campaign_run(tmp_path_factory.mktemp("prove") / "run", arms=arms)
+    return build_report(run, cdf_resolution=0)
+
+
+def test_each_arm_is_judged_against_the_best_static_setting_per_band(report):
+    section = _section()
+    judge_arms(section, report)
+    bands = {b.level: b for b in section.bands}
+    assert [b.level for b in section.bands] == [1, 4, 16, 32, 64]
+    assert bands[64].best_static == "steps=3" and bands[1].best_static == "steps=4"
+    for b in section.bands:
+        sched = b.arms["schedule"]
+        assert sched.verdict == "as good" and sched.ci_low > -0.02 and abs(sched.margin) < 0.02, (b.level, sched)
+        assert sched.ci_method == "paired requests"
+        assert b.arms["slow"].verdict == "worse" and b.arms["slow"].margin == pytest.approx(-0.23, abs=0.03)
+    assert bands[64].arms["adaptive"].verdict == "worse"
+    assert bands[1].arms["adaptive"].verdict == "as good"
+    lines = summarize(section).splitlines()
+    assert lines[0] == "schedule: as good as the best static setting in every band (within 2%)"
+    assert lines[1].startswith("adaptive: worse than the best static setting at level(s) 64")
+    assert lines[2] == "slow: worse than the best static setting at level(s) 1, 4, 16, 32, 64"
+    assert prove_table(section).row_count == 5
+
+
+def test_an_arm_without_a_valid_point_at_a_level_is_not_proved(report):
+    section = _section()
+    section.arms.append(ProveArm(label="absent", kind="schedule", server_config="cfgNone", steps=4))
+    judge_arms(section, report)
+    assert all(b.arms["absent"].verdict == "not measured" for b in section.bands)
+    assert "absent: not proved (unmeasured or undecided at level(s) 1, 4, 16, 32, 64)" in summarize(section)
+
+
+def test_the_schedule_becomes_sglang_slots_keyed_by_the_running_batch(tmp_path):
+    from synthetic import write_server_metrics
+
+    run = campaign_run(tmp_path / "run")
+    # the server's running batch at each level (what SGLang's router sees): the level itself up to 32, then 40
+    for steps in CAMPAIGN_TPOT:
+        for c in CAMPAIGN_TPOT[steps]:
+            running = min(c, 40)
+            write_server_metrics(run, f"s{steps}-c{c}", [
+                {"ts": 100.0 + t, "name": "sglang:num_running_reqs", "value": float(running)} for t in range(3)
+            ])  # fmt: skip
+    slots, config, note = schedule_slots(build_report(run, cdf_resolution=0), "greedy")
+    # steps 4 best up to C=32 (batch 32), steps 3 from C=64 (batch 40)
+    assert [(s.batch_size, s.steps) for s in slots] == [(1, 4), (40, 3)]
+    assert slots[1].level == 64 and slots[1].running_mean == 40.0
+    assert config == {"1": {"candidate_steps": [4]}, "40": {"candidate_steps": [3]}}
+    assert note.startswith("slots keyed by the running batch")
+    json.dumps(config)  # what SGLang's json.load reads
+
+
+def test_without_a_running_batch_gauge_there_is_no_schedule_to_launch(report):
+    slots, config, note = schedule_slots(report, "greedy")
+    assert slots == [] and config is None
+    assert "no running-batch gauge" in note
