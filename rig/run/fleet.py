@@ -34,8 +34,8 @@ from rig.server.engines import engine_for
 
 # A level's common start, seconds ahead of the call that starts it (Fleet.start_lead_s): the start calls of a few
 # generators on a busy driver fit in the lower bound; a slow network stretches it up to the upper one, which grows
-# by LEAD_CEILING_PER_GENERATOR_S per generator (the start calls go out one after another: on 16 CPU cores, 256
-# generators' last first send came 0.25 s after a start set at the old 2.0 s ceiling's formula).
+# by LEAD_CEILING_PER_GENERATOR_S per generator (the start calls go out one after another: on 16 CPU cores, under
+# the old rule, 10 x RTT + 5 ms a generator within a flat 2.0 s, 256 generators' last first send came 0.25 s late).
 START_LEAD_S = (0.5, 2.0)
 LEAD_CEILING_PER_GENERATOR_S = 0.01
 # Hosts whose generators' clocks are probed at once (each probe is a few Ray round trips from the driver; more
