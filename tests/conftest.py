@@ -18,10 +18,12 @@ import functools
 import ipaddress
 import socket
 import sys
+from collections import OrderedDict
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import early
 import pytest
 from tserve_fixtures import tserve_executable, tserve_server  # noqa: F401
 
@@ -30,12 +32,24 @@ from vllm_fixtures import stop_vllm_servers, tiny_model_dir, vllm_engine_python,
 
 INTEGRATION = ("ray", "slow", "netns", "server")
 NET_REACHED = pytest.StashKey[list[str]]()  # the non-loopback addresses a fast-tier test tried to connect to
+EARLY = pytest.StashKey[list[Any]]()  # the early jobs' processes (tests/early.py)
 TESTS = Path(__file__).resolve().parent
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--fast", action="store_true", help="run only the fast tier (no Ray, no server processes)")
     parser.addoption("--static", action="store_true", help="also run the static checks (CI runs them as ./dev check)")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # Jobs some tests need, started now at the lowest CPU priority (tests/early.py); in the controller only (xdist's
+    # workers inherit where their output goes).
+    if not hasattr(config, "workerinput"):
+        config.stash[EARLY] = early.start([str(a) for a in config.args], bool(config.getoption("--fast")))
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    early.stop(config.stash.get(EARLY, []))
 
 
 def _tier_dir(item: pytest.Item) -> str | None:
@@ -133,6 +147,25 @@ def xdist_scope(path: str) -> str:
     return SERIAL if ray or _uses_engines(path) else path
 
 
+def order_units(queue: OrderedDict[str, Any], workers: int) -> None:
+    """The order units go out in (the next worker that asks takes the first): the first lane first (the longest
+    unit); with three or more workers the second lane next, on a worker of its own from the start; with two, the
+    second lane after the files without Ray, so it runs beside the first lane's end. Files whose job the session
+    started early (tests/early.py) go last: by then their job has had the most time."""
+    if SERIAL in queue:
+        queue.move_to_end(SERIAL, last=False)
+    if SECOND_LANE in queue and len(queue) > 1:
+        if workers >= 3:
+            queue.move_to_end(SECOND_LANE, last=False)
+            if SERIAL in queue:
+                queue.move_to_end(SERIAL, last=False)
+        else:
+            queue.move_to_end(SECOND_LANE)
+    for _, path in early.JOBS.values():
+        if path in queue:
+            queue.move_to_end(path)
+
+
 @pytest.hookimpl(tryfirst=True, optionalhook=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     # xdist's loadgroup marks no longer reach its scheduler under pytest 9.2 (nodeids are not rewritten any more), so
@@ -146,13 +179,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
             return xdist_scope(nodeid.split("::", 1)[0])
 
         def _assign_work_unit(self, node: Any) -> None:
-            # The first lane goes out first (the longest unit), the second lane last: it then runs on the worker that
-            # has finished the files without Ray, beside the first lane's end.
-            queue = self.workqueue
-            if SERIAL in queue:
-                queue.move_to_end(SERIAL, last=False)
-            elif SECOND_LANE in queue and len(queue) > 1:
-                queue.move_to_end(SECOND_LANE)
+            order_units(self.workqueue, len(self.nodes))
             super()._assign_work_unit(node)
 
     return ByUnit(config, log)
