@@ -181,8 +181,8 @@ class PointExecutor:
         self.ctx.progress.status(
             f"{len(gids)} generator(s) did not stop within {STOP_GRACE_S:g}s: killed; counting their rows on disk"
         )
+        self._retire(*gids)
         for gid in gids:
-            self._retire(gid)
             results[gid] = self.salvage(pid, gid, f"killed: still running {STOP_GRACE_S:g}s after the stop request")
             results[gid].status = "interrupted"  # stopped, by force: not a fault of the point
 
@@ -195,23 +195,28 @@ class PointExecutor:
             self._retire(gid)
             return False
 
-    def _retire(self, gid: int) -> None:
-        """Kill a generator and wait (bounded) until it is gone: rows are counted after its last write, not during
-        it (ray.kill only asks; the process may finish writing a part meanwhile)."""
-        handle = self.ctx.fleet.handle(gid)
-        if handle is None:
-            return
-        with contextlib.suppress(Exception):
-            ray.kill(handle)
+    def _retire(self, *gids: int) -> None:
+        """Kill generators and wait (bounded, all at once) until they are gone: rows are counted after their last
+        write, not during it (ray.kill only asks; a process may finish writing a part meanwhile)."""
+        handles = [h for h in map(self.ctx.fleet.handle, gids) if h is not None]
+        for h in handles:
+            with contextlib.suppress(Exception):
+                ray.kill(h)
         deadline = time.monotonic() + KILL_WAIT_S
-        while time.monotonic() < deadline:
-            try:
-                ray.get(handle.clock.remote(), timeout=PING_TIMEOUT_S)
-            except ray.exceptions.RayActorError:
-                return  # dead
-            except Exception:  # no answer yet: ask again until the deadline
-                pass
-            time.sleep(0.1)
+        while handles and time.monotonic() < deadline:
+            pings = [h.clock.remote() for h in handles]
+            alive = []
+            for h, ref in zip(handles, pings, strict=True):
+                try:
+                    ray.get(ref, timeout=max(0.1, deadline - time.monotonic()))
+                    alive.append(h)  # answered: not gone yet
+                except ray.exceptions.RayActorError:
+                    pass  # dead
+                except Exception:  # no answer yet: ask again until the deadline
+                    alive.append(h)
+            handles = alive
+            if handles:
+                time.sleep(0.1)
 
     def _close_metrics(
         self, pid: str, server_entry: ServerConfigEntry, server_died: int | None
