@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -70,11 +71,14 @@ def start(args: list[str], fast: bool) -> list[subprocess.Popen]:
 
 
 def stop(procs: list[subprocess.Popen]) -> None:
-    """End jobs still running at the session's end (their tests were deselected or failed early)."""
+    """End jobs still running at the session's end (their tests were deselected or failed early) and remove their
+    directory (only the session that started them: ``procs`` is empty elsewhere)."""
     for p in procs:
         if p.poll() is None:
             os.killpg(p.pid, 15)
             p.wait(timeout=30)
+    if procs and os.environ.get(DIR_VAR):
+        shutil.rmtree(os.environ.pop(DIR_VAR), ignore_errors=True)
 
 
 def result(name: str, tmp: Path, timeout: float = 1200) -> tuple[int, str, Path]:
