@@ -18,10 +18,12 @@ import functools
 import ipaddress
 import socket
 import sys
+from collections import OrderedDict
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import early
 import pytest
 from tserve_fixtures import tserve_executable, tserve_server  # noqa: F401
 
@@ -30,12 +32,24 @@ from vllm_fixtures import stop_vllm_servers, tiny_model_dir, vllm_engine_python,
 
 INTEGRATION = ("ray", "slow", "netns", "server")
 NET_REACHED = pytest.StashKey[list[str]]()  # the non-loopback addresses a fast-tier test tried to connect to
+EARLY = pytest.StashKey[list[Any]]()  # the early jobs' processes (tests/early.py)
 TESTS = Path(__file__).resolve().parent
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--fast", action="store_true", help="run only the fast tier (no Ray, no server processes)")
     parser.addoption("--static", action="store_true", help="also run the static checks (CI runs them as ./dev check)")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # Jobs some tests need, started now at the lowest CPU priority (tests/early.py); in the controller only (xdist's
+    # workers inherit where their output goes).
+    if not hasattr(config, "workerinput"):
+        config.stash[EARLY] = early.start([str(a) for a in config.args], bool(config.getoption("--fast")))
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    early.stop(config.stash.get(EARLY, []))
 
 
 def _tier_dir(item: pytest.Item) -> str | None:
@@ -79,13 +93,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 # The real-engine fixtures: a session-scoped server per steps value, so their tests belong in one process.
 ENGINE_FIXTURES = ("vllm_servers", "vllm_engine_python", "tiny_model_dir", "tserve_server", "tserve_executable")
 SERIAL = "ray-and-engines"
-# Ray files whose assertions do not ride on real-time margins: a second Ray lane, run beside the first once the other
-# worker has run every file without Ray. The suite waits on Ray starts, servers and real-time levels far more than it
-# computes (2026-12-01: 14.5 CPU-minutes in 18.7 minutes on 2 cores), so one lane of every Ray file was its critical
-# path. What stays in the first lane: tune's margins, the fault and signal tests with time bounds, the namespace
-# cluster, and the real engines. The sim's campaign test starts Ray only inside its `rig sweep` subprocesses (it is
-# not marked ray): a unit of its own on the other worker, beside the first lane, that measures again what the busy
-# host disturbed (tests/integration/test_sim_campaign.py).
+# The Ray files in two lanes, each run one test at a time (at most two Ray clusters at once). The suite waits on Ray
+# starts, servers and real-time levels far more than it computes (2026-12-01: 14.5 CPU-minutes in 18.7 minutes on 2
+# cores; a Ray start and its first actor took 12 s of wall time at load 12 on 2026-12-02), so each lane is a critical
+# path and the two are balanced by their cost: the first holds tune, the fault files, the namespace cluster and the
+# real engines (last); the second the rest, on a worker of its own from the start when .ci/run runs 3 workers (with 2,
+# after the files without Ray). No test in either lane may ride on real-time margins a busy host can break (the
+# bounds left are on what rig owns, with wide margins). The sim's campaign test starts Ray only inside its `rig sweep`
+# subprocesses (it is not marked ray): a unit of its own (tests/integration/test_sim_campaign.py).
 SECOND_LANE = "ray-second-lane"
 SECOND_LANE_FILES = frozenset(
     f"tests/integration/{name}.py"
@@ -99,6 +114,8 @@ SECOND_LANE_FILES = frozenset(
         "test_secrets",
         "test_harden3_stall",
         "test_tune_search_sweep",  # asserts the search's own consistency (probes, resume), not where its boundary lies
+        "test_first_hour_runs",  # its bounds (a stop, a failed launch: < 60 s) are wide; ~1/3 of the first lane's time
+        "test_live_view_run",
     )
 )
 
@@ -133,6 +150,25 @@ def xdist_scope(path: str) -> str:
     return SERIAL if ray or _uses_engines(path) else path
 
 
+def order_units(queue: OrderedDict[str, Any], workers: int) -> None:
+    """The order units go out in (the next worker that asks takes the first): the first lane first (the longest
+    unit); with three or more workers the second lane next, on a worker of its own from the start; with two, the
+    second lane after the files without Ray, so it runs beside the first lane's end. Files whose job the session
+    started early (tests/early.py) go last: by then their job has had the most time."""
+    if SERIAL in queue:
+        queue.move_to_end(SERIAL, last=False)
+    if SECOND_LANE in queue and len(queue) > 1:
+        if workers >= 3:
+            queue.move_to_end(SECOND_LANE, last=False)
+            if SERIAL in queue:
+                queue.move_to_end(SERIAL, last=False)
+        else:
+            queue.move_to_end(SECOND_LANE)
+    for _, path in early.JOBS.values():
+        if path in queue:
+            queue.move_to_end(path)
+
+
 @pytest.hookimpl(tryfirst=True, optionalhook=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     # xdist's loadgroup marks no longer reach its scheduler under pytest 9.2 (nodeids are not rewritten any more), so
@@ -146,13 +182,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
             return xdist_scope(nodeid.split("::", 1)[0])
 
         def _assign_work_unit(self, node: Any) -> None:
-            # The first lane goes out first (the longest unit), the second lane last: it then runs on the worker that
-            # has finished the files without Ray, beside the first lane's end.
-            queue = self.workqueue
-            if SERIAL in queue:
-                queue.move_to_end(SERIAL, last=False)
-            elif SECOND_LANE in queue and len(queue) > 1:
-                queue.move_to_end(SECOND_LANE)
+            order_units(self.workqueue, len(self.nodes))
             super()._assign_work_unit(node)
 
     return ByUnit(config, log)

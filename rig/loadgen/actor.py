@@ -124,10 +124,16 @@ class LoadGenerator:
         assert self._current is not None and self._http is not None, "prepare() first"
         notice = start_wall + self.clock_offset_s - time.time()  # how long before the start the call came
         start_mono = time.perf_counter() + notice
-        self._task = asyncio.get_running_loop().create_task(self._current.run(self._http, start_mono))
+        current = self._current
+        task = self._task = asyncio.get_running_loop().create_task(current.run(self._http, start_mono))
         shipping = asyncio.get_running_loop().create_task(self._ship_loop()) if self.shipper else None
         try:
-            result = await asyncio.shield(self._task)
+            result = await asyncio.shield(task)
+        except asyncio.CancelledError:
+            if not task.cancelled():  # this call was cancelled, not the level
+                raise
+            # stopped before the level's first step: nothing was sent or recorded
+            result = current.summary("interrupted", "stopped before the level started", {})
         finally:
             self._task = None
             if shipping is not None:
@@ -155,14 +161,22 @@ class LoadGenerator:
         if self._warm_task is not None and not self._warm_task.done():
             self._warm_task.cancel()
             await asyncio.gather(self._warm_task, return_exceptions=True)
-        if self._task is not None and not self._task.done() and self._current is not None:
-            # Rows already taken reach the disk first: cancelling thousands of requests on a swamped loop can take
-            # longer than the driver waits before it kills this actor.
-            with contextlib.suppress(OSError):
-                await asyncio.to_thread(self._current.writer.flush)
-        if self._task is not None and not self._task.done():
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+        task, current = self._task, self._current
+        if task is None or task.done() or current is None:
+            return
+        if current.ended_mono is not None:
+            # The level has ended and its last part is being written: a cancel now would interrupt that wait while
+            # the writer's thread goes on (run_point raised CancelledError, the driver counted the rows before the
+            # part reached the disk and dropped this generator). Let the write finish instead.
+            await asyncio.gather(asyncio.shield(task), return_exceptions=True)
+            return
+        # Rows already taken reach the disk first: cancelling thousands of requests on a swamped loop can take
+        # longer than the driver waits before it kills this actor.
+        with contextlib.suppress(OSError):
+            await asyncio.to_thread(current.writer.flush)
+        if not task.done() and current.ended_mono is None:
+            task.cancel()
+        await asyncio.gather(asyncio.shield(task), return_exceptions=True)
 
     async def progress(self) -> GeneratorProgress:
         """The running level's counters and latency sketches (the driver polls them for its progress and live view)."""

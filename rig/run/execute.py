@@ -34,6 +34,8 @@ from rig.run.statuses import dialect_flags, point_verdict
 from rig.server.engines import engine_for
 
 STOP_GRACE_S = 4.0  # after a stop request, how long generators may take to return before they are killed
+PING_TIMEOUT_S = 10.0  # a generator whose task failed must answer a ping within this to stay in the fleet
+KILL_WAIT_S = 10.0  # after ray.kill, how long to wait for the generator to be gone before counting its rows
 GATHER_THREADS = 16  # client hosts gathered from at once at the end of a point
 
 
@@ -140,7 +142,10 @@ class PointExecutor:
                 except ray.exceptions.RayActorError as e:
                     results[gid] = self.salvage(pid, gid, f"generator died: {type(e).__name__}")
                 except ray.exceptions.RayTaskError as e:  # its task failed: what it wrote is still on disk
-                    results[gid] = self.salvage(pid, gid, f"generator task failed: {_first_line(e)}")
+                    # The actor itself may be well (a task, not a process, failed): one that answers stays in the
+                    # fleet for the next point; one that does not is killed before its rows are counted.
+                    keep = self._answers(gid)
+                    results[gid] = self.salvage(pid, gid, f"generator task failed: {_first_line(e)}", keep=keep)
             ready, _ = ray.wait([exit_ref], timeout=0)
             if ready and server_died is None:
                 server_died = ray.get(exit_ref)
@@ -190,12 +195,42 @@ class PointExecutor:
         self.ctx.progress.status(
             f"{len(gids)} generator(s) did not stop within {STOP_GRACE_S:g}s: killed; counting their rows on disk"
         )
+        self._retire(*gids)
         for gid in gids:
-            handle = self.ctx.fleet.handle(gid)
-            with contextlib.suppress(Exception):
-                ray.kill(handle)
             results[gid] = self.salvage(pid, gid, f"killed: still running {STOP_GRACE_S:g}s after the stop request")
             results[gid].status = "interrupted"  # stopped, by force: not a fault of the point
+
+    def _answers(self, gid: int) -> bool:
+        """Whether a generator whose task failed still answers (else it is killed, so it writes nothing more)."""
+        try:
+            ray.get(self.ctx.fleet.handle(gid).clock.remote(), timeout=PING_TIMEOUT_S)
+            return True
+        except Exception:
+            self._retire(gid)
+            return False
+
+    def _retire(self, *gids: int) -> None:
+        """Kill generators and wait (bounded, all at once) until they are gone: rows are counted after their last
+        write, not during it (ray.kill only asks; a process may finish writing a part meanwhile)."""
+        handles = [h for h in map(self.ctx.fleet.handle, gids) if h is not None]
+        for h in handles:
+            with contextlib.suppress(Exception):
+                ray.kill(h)
+        deadline = time.monotonic() + KILL_WAIT_S
+        while handles and time.monotonic() < deadline:
+            pings = [h.clock.remote() for h in handles]
+            alive = []
+            for h, ref in zip(handles, pings, strict=True):
+                try:
+                    ray.get(ref, timeout=max(0.1, deadline - time.monotonic()))
+                    alive.append(h)  # answered: not gone yet
+                except ray.exceptions.RayActorError:
+                    pass  # dead
+                except Exception:  # no answer yet: ask again until the deadline
+                    alive.append(h)
+            handles = alive
+            if handles:
+                time.sleep(0.1)
 
     def _close_metrics(
         self, pid: str, server_entry: ServerConfigEntry, server_died: int | None
@@ -267,9 +302,11 @@ class PointExecutor:
         self.ctx.store.save()
         self.ctx.progress.status(f"{pid}: internal error ({kind}); traceback in {log}")
 
-    def salvage(self, pid: str, gid: int, why: str) -> GeneratorReport:
-        """A generator died mid-point: keep what its closed part files hold, count it, and stop using it."""
-        self.ctx.fleet.drop(gid)
+    def salvage(self, pid: str, gid: int, why: str, keep: bool = False) -> GeneratorReport:
+        """A generator died mid-point (or its task failed): keep what its closed part files hold, count it, and stop
+        using it unless ``keep`` (it answers: the next point may use it)."""
+        if not keep:
+            self.ctx.fleet.drop(gid)
         result = GeneratorReport(generator=gid, status="failed", error=why)
         # Its parts may still be on its host (the node outlives the actor); if its host is gone too, count what
         # reached the results dir.

@@ -178,28 +178,6 @@ def test_sigterm_on_an_overloaded_run_stops_and_counts_what_is_on_disk(tmp_path)
     assert_accounting(run)  # the manifest counts exactly the rows on disk
 
 
-@pytest.mark.ray
-def test_the_embedded_default_listens_on_loopback_and_a_busy_port_is_an_error(tmp_path):
-    import socket
-
-    proc = rig("run", *SMALL, "--steps", "0", "--out", str(tmp_path), "--run-id", "lo")
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    m = read_manifest(tmp_path / "lo")
-    (cfg,) = m["server_configs"].values()
-    assert cfg["url"].startswith("http://127.0.0.1:")
-    assert cfg["command"][cfg["command"].index("--host") + 1] == "127.0.0.1"
-    assert {g["node_ip"] for g in m["cluster"]["generators"]} == {"127.0.0.1"}
-    with socket.socket() as s:  # the port the user asks for is taken: say so, do not start elsewhere
-        s.bind(("127.0.0.1", 0))
-        s.listen()
-        port = s.getsockname()[1]
-        proc = rig("run", *SMALL, "--steps", "0", "--port", str(port), "--out", str(tmp_path), "--run-id", "busy")
-    assert proc.returncode == 1 and "Traceback" not in proc.stderr
-    m = read_manifest(tmp_path / "busy")
-    assert f"port {port}" in m["points"][0]["error"] and "in use" in m["points"][0]["error"]
-    assert f"port {port}" in proc.stdout  # the run's end names it
-
-
 # ------------------------------------------------------------------------------------------ one seed, one corpus
 def _code_tree(root: Path, salt: str = "") -> Path:
     root.mkdir(parents=True)
@@ -208,9 +186,12 @@ def _code_tree(root: Path, salt: str = "") -> Path:
     return root
 
 
-@pytest.mark.ray
-def test_the_manifest_records_each_hosts_corpus_and_code_dir_pins_it(tmp_path):
-    tree = _code_tree(tmp_path / "tree")
+@pytest.fixture(scope="module")
+def code_run(tmp_path_factory) -> tuple[Path, Path]:
+    """One embedded-default run of the realistic workload pinned to a code tree (its run dir, the tree): the corpus
+    test and the loopback test read the same run."""
+    tmp = tmp_path_factory.mktemp("code")
+    tree = _code_tree(tmp / "tree")
     proc = rig(
         "run",
         "--concurrency",
@@ -229,16 +210,43 @@ def test_the_manifest_records_each_hosts_corpus_and_code_dir_pins_it(tmp_path):
         "--steps",
         "0",
         "--out",
-        str(tmp_path),
+        str(tmp),
         "--run-id",
         "cp",
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    corpus = read_manifest(tmp_path / "cp")["cluster"]["corpus"]
-    host = read_manifest(tmp_path / "cp")["cluster"]["generators"][0]["host"]
+    return tmp / "cp", tree
+
+
+@pytest.mark.ray
+def test_the_embedded_default_listens_on_loopback_and_a_busy_port_is_an_error(code_run, tmp_path):
+    import socket
+
+    m = read_manifest(code_run[0])
+    (cfg,) = m["server_configs"].values()
+    assert cfg["url"].startswith("http://127.0.0.1:")
+    assert cfg["command"][cfg["command"].index("--host") + 1] == "127.0.0.1"
+    assert {g["node_ip"] for g in m["cluster"]["generators"]} == {"127.0.0.1"}
+    with socket.socket() as s:  # the port the user asks for is taken: say so, do not start elsewhere
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        proc = rig("run", *SMALL, "--steps", "0", "--port", str(port), "--out", str(tmp_path), "--run-id", "busy")
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    m = read_manifest(tmp_path / "busy")
+    assert f"port {port}" in m["points"][0]["error"] and "in use" in m["points"][0]["error"]
+    assert f"port {port}" in proc.stdout  # the run's end names it
+
+
+@pytest.mark.ray
+def test_the_manifest_records_each_hosts_corpus_and_code_dir_pins_it(code_run):
+    run, tree = code_run
+    corpus = read_manifest(run)["cluster"]["corpus"]
+    host = read_manifest(run)["cluster"]["generators"][0]["host"]
     assert set(corpus) == {"driver", "generator 0 (" + host + ")"}
     assert {c["realistic"]["root"] for c in corpus.values()} == {str(tree)}
     assert len({c["realistic"]["sha256"] for c in corpus.values()}) == 1
+    assert_accounting(run)
 
 
 @pytest.mark.ray

@@ -63,7 +63,7 @@ def spec(fc, **kw) -> ClusterSpec:
         client_label={"role": "client"},
         client_resource="client",
         allow_generators_on_server_node=False,
-        placement_timeout_s=20,
+        placement_timeout_s=120,  # a bound on the host's speed only when it fails: wide (failed at load 20 at 30 s)
     )
     base.update(kw)
     return ClusterSpec(**base)
@@ -96,7 +96,7 @@ def cleanup(handles, placement=None):
     rc.release(placement)
 
 
-def _wait_client_slots_free(timeout_s: float = 30.0) -> None:
+def _wait_client_slots_free(timeout_s: float = 120.0) -> None:
     """ray.kill is asynchronous: an earlier test's generators hold their client slots a moment after it ends."""
     deadline = time.monotonic() + timeout_s
     while ray.available_resources().get("client", 0.0) < N_CLIENTS:
@@ -111,7 +111,7 @@ def test_server_lands_on_the_server_node_with_its_gpus(fake_cluster):
     assert p.server_node == fake_cluster["server"]
     probe = Probe.options(**p.server_options).remote()
     try:
-        got = ray.get(probe.where.remote(), timeout=30)
+        got = ray.get(probe.where.remote(), timeout=120)
     finally:
         ray.kill(probe)
     assert got["node_id"] == fake_cluster["server"]
@@ -122,7 +122,7 @@ def test_server_lands_on_the_server_node_with_its_gpus(fake_cluster):
 def _placed(p, tmp_path, n):
     handles = start_generators(p, tmp_path)
     try:
-        info = rc.wait_started(handles, timeout_s=30)
+        info = rc.wait_started(handles, timeout_s=120)
         rc.verify_generators(p, info)
         return [i.node_id for i in info]
     finally:
@@ -162,7 +162,7 @@ def test_a_generator_beyond_the_hosts_queues_rather_than_doubling_up(fake_cluste
     try:
         # one generator per host first, with time to start on a loaded machine (which one is left over is Ray's
         # choice); then exactly one is still pending: it queues for a slot instead of doubling up on a host
-        ready, _ = ray.wait([h.info.remote() for h in handles], num_returns=N_CLIENTS, timeout=30)
+        ready, _ = ray.wait([h.info.remote() for h in handles], num_returns=N_CLIENTS, timeout=120)
         assert len(ready) == N_CLIENTS
         with pytest.raises(rc.PlacementError, match=r"^1 generator\(s\) \(\d\) could not be placed within 3s"):
             rc.wait_started(handles, timeout_s=3)
@@ -249,7 +249,7 @@ def test_unreachable_cluster_is_one_line(tmp_path):
         timeout=60,
         cwd=ROOT,
     )
-    assert proc.returncode == 1 and time.monotonic() - t0 < 30  # no minutes of Ray reconnect attempts
+    assert proc.returncode == 1 and time.monotonic() - t0 < 50  # no minutes of Ray reconnect attempts
     assert proc.stderr.strip() == "rig: error: cannot reach the Ray cluster at 127.0.0.1:1: Connection refused"
 
 

@@ -435,21 +435,26 @@ def test_an_exception_inside_a_request_is_that_requests_error_and_the_level_goes
         "failed": 1,
         "cancelled": 0,
     }
-    bad = t.iloc[2]
-    assert bad.request_id == "s2-t0" and bad.status == "failed" and bad.http_status == 200
+    # The third request whose first event is folded fails: in the open loop, under a busy host, that need not be
+    # the third one sent (this asserted s2 and failed at load 25), so the failed one is found, not assumed.
+    (bad,) = (r for _, r in t.iterrows() if r.status == "failed")
+    assert bad.http_status == 200
     assert bad.error == "internal error: RuntimeError: boom second line"  # the kind, then one line
     assert pd.isna(bad.output_hash) and bad.e2e_s >= 0
-    assert t.iloc[3:].ok.all()  # the requests after it went on
+    assert t[t.request_id != bad.request_id].ok.all()  # the level went on: every other request, before and after
 
 
-def _session_raising(session_id: str):
-    """A patch: the level's own machinery raises when it comes to ``session_id`` (before sending anything)."""
+def _session_raising(session_id: str, after_ok: int = 0):
+    """A patch: the level's own machinery raises when it comes to ``session_id`` (before sending anything), once
+    ``after_ok`` requests have been recorded ok (so which requests were done by then is not up to the host's load)."""
 
     def patch(run):
         real = run._run_session
 
         async def run_session(http, session, *a, **kw):
             if session.session_id == session_id:
+                while run.counts["ok"] < after_ok:
+                    await asyncio.sleep(0.005)
                 raise KeyError("no such slot")
             return await real(http, session, *a, **kw)
 
@@ -458,13 +463,15 @@ def _session_raising(session_id: str):
     return patch
 
 
-@pytest.mark.parametrize("load", [{"slots": 2}, {"arrivals": (0.0, 0.0, 0.05, 0.1, 0.15, 0.2)}])
+# s4 is due well after s3 (whose failure waits for s0 and s1 to be ok): a level that went on would send it
+@pytest.mark.parametrize("load", [{"slots": 2}, {"arrivals": (0.0, 0.0, 0.05, 0.1, 5.0, 5.05)}])
 def test_an_exception_in_the_level_ends_the_point_with_one_line_and_keeps_every_record(tmp_path, load, caplog):
     from rig.loadgen.drive import LEVEL_FAILED
 
-    # s2 hangs (in flight when s3's turn breaks the level): it must be recorded as cancelled, not lost
+    # s2 hangs (in flight when s3's turn breaks the level): it must be recorded as cancelled, not lost; s3 breaks it
+    # once s0 and s1 are done (at load 25 they were still in flight 100 ms in, and were cancelled)
     s = sessions(6, {2: "hang"})
-    summary = drive(tmp_path, patch=_session_raising("s3"), sessions=s, **load)
+    summary = drive(tmp_path, patch=_session_raising("s3", after_ok=2), sessions=s, **load)
     assert summary.status == "failed"
     assert summary.error == "level stopped: internal error: KeyError: 'no such slot'"
     t = read_requests(tmp_path).to_pandas().set_index("request_id")
@@ -473,7 +480,7 @@ def test_an_exception_in_the_level_ends_the_point_with_one_line_and_keeps_every_
     assert list(t.loc[["s0-t0", "s1-t0"], "status"]) == ["ok", "ok"]
     assert t.loc["s2-t0", "status"] == "cancelled" and t.loc["s2-t0", "error"] == LEVEL_FAILED
     assert "s3-t0" not in t.index  # never sent, never scheduled
-    if "arrivals" in load:  # nothing is sent after the failure (s4 was due 50 ms after it)
+    if "arrivals" in load:  # nothing is sent after the failure (s4 was due seconds after it)
         assert "s4-t0" not in t.index
     # the full traceback goes to the generator's log, not to the user
     (logged,) = [r for r in caplog.records if r.name == "rig.loadgen.drive"]
