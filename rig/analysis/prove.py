@@ -119,6 +119,88 @@ def judge_arms(section: ProveSection, report: Report, resamples: int = cmp.RESAM
         )
 
 
+def _phase_band(
+    workload: str,
+    phase: int,
+    label: str,
+    by_arm: dict[str, float | None],
+    statics: set[str],
+    steps: dict[str, float | None],
+    tolerance: float,
+) -> ProveBand:
+    """One phase: the best static arm's steady-state tok/s, and each other arm's margin over it (no interval: the
+    steady windows of one phase are one stretch of time, not independent samples)."""
+    band = ProveBand(workload=workload, load_mode="profile phase", level=float(phase), phase=phase, label=label)
+    measured = {lab: v for lab, v in by_arm.items() if lab in statics and v is not None}
+    if not measured:
+        return band
+    best = max(measured, key=lambda k: measured[k] or 0.0)
+    band.best_static, band.best_static_value = best, measured[best]
+    for lab, v in by_arm.items():
+        if lab in statics:
+            continue
+        if v is None:
+            band.arms[lab] = ArmResult(steps_mean=steps.get(lab))
+            continue
+        margin = v / measured[best] - 1
+        verdict: BandVerdict = "better" if margin > tolerance else "as good" if margin >= -tolerance else "worse"
+        band.arms[lab] = ArmResult(value=v, margin=margin, verdict=verdict, steps_mean=steps.get(lab))
+    return band
+
+
+def judge_phases(section: ProveSection, report: Report, resamples: int = cmp.RESAMPLES, seed: int = cmp.SEED) -> None:
+    """Fill ``section.phases`` from a proof run on a load profile: per phase, each arm's steady-state tok/s against
+    the best static arm's (rig.analysis.timeline's steady spans: ramp-up and drain excluded); then the whole
+    profile, each arm's aggregate tok/s against the best static arm's with the paired interval of the bands."""
+    tolerance = section.settings.tolerance if section.settings is not None else ProveSettings().tolerance
+    arm_of = {a.server_config: a for a in section.arms}
+    statics = {a.label for a in section.arms if a.kind == "static"}
+    timelines = {t.point: t for t in report.timelines}
+    by_phase: dict[tuple[str, int], dict[str, float | None]] = defaultdict(dict)
+    steps: dict[tuple[str, int], dict[str, float | None]] = defaultdict(dict)
+    labels: dict[int, str] = {}
+    for r in report.campaign:
+        arm = arm_of.get(r.server_config or "")
+        tl = timelines.get(r.point)
+        if arm is None or tl is None or not valid(r):
+            continue
+        for ph in tl.phases:
+            by_phase[(str(r.workload), ph.phase)][arm.label] = ph.output_tok_s
+            steps[(str(r.workload), ph.phase)][arm.label] = ph.spec_steps
+            labels[ph.phase] = ph.label
+    section.phases = [
+        _phase_band(w, ph, labels[ph], by_arm, statics, steps[(w, ph)], tolerance)
+        for (w, ph), by_arm in sorted(by_phase.items())
+    ]
+    whole = ProveSection(settings=section.settings, arms=section.arms)
+    judge_arms(whole, report, resamples, seed)  # each profiled point is one campaign row: the band is the profile
+    for b in whole.bands:
+        section.phases.append(b.model_copy(update={"load_mode": "profile", "label": "whole profile"}))
+    section.verdict = summarize_phases(section)
+
+
+def summarize_phases(section: ProveSection) -> str:
+    """One line per arm across the load changes: the phases where it fell behind the best static setting, and its
+    verdict over the whole profile."""
+    lines = []
+    for arm in section.arms:
+        if arm.kind == "static":
+            continue
+        phases = [(b, b.arms.get(arm.label)) for b in section.phases if b.phase is not None and b.best_static]
+        behind = [b.label or str(b.phase) for b, a in phases if a is not None and a.verdict == "worse"]
+        whole = next((b.arms.get(arm.label) for b in section.phases if b.load_mode == "profile"), None)
+        overall = f"whole profile {whole.verdict}" if whole is not None else "whole profile not measured"
+        if whole is not None and whole.margin is not None:
+            overall += f" ({whole.margin * 100:+.1f}% vs the best static setting)"
+        head = (
+            f"{arm.label}: behind the best static setting in phase(s) {', '.join(behind)}"
+            if behind
+            else (f"{arm.label}: as good as the best static setting in every phase")
+        )
+        lines.append(f"{head}; {overall}")
+    return "\n".join(lines) if lines else "no arm besides the static settings was measured"
+
+
 def schedule_slots(report: Report, workload: str) -> tuple[list[ScheduleSlot], SglangAdaptiveConfig | None, str]:
     """The closed-loop schedule of ``workload`` by running batch (rig.analysis.engine_schedule, as `rig report`
     writes it) as slots, SGLang's adaptive config for it (None: nothing to launch), and how it was derived."""
@@ -172,17 +254,24 @@ def prove_table(section: ProveSection) -> Any:
     from rich.table import Table
 
     arms = [a for a in section.arms if a.kind != "static"]
-    t = Table(title="rig prove: each arm against the best static setting, per load band (aggregate tok/s)")
-    for head in ("Workload", "Level", "Best static", "tok/s", "J/tok"):
+    rows = section.phases or section.bands
+    title = (
+        f"rig prove across load changes ({section.profile}): each arm against the best static setting, per phase "
+        "(steady-state output tok/s) and over the whole profile (aggregate tok/s, paired interval)"
+        if section.phases
+        else "rig prove: each arm against the best static setting, per load band (aggregate tok/s)"
+    )
+    t = Table(title=title)
+    for head in ("Workload", "Phase" if section.phases else "Level", "Best static", "tok/s", "J/tok"):
         t.add_column(head, justify="right" if head in ("Level", "tok/s", "J/tok") else "left")
     for a in arms:
         t.add_column(f"{a.label} tok/s", justify="right")
         t.add_column(f"{a.label} vs best [95% CI]", justify="right")
         t.add_column(f"{a.label} steps", justify="right")
-    for b in section.bands:
+    for b in rows:
         cells = [
             b.workload,
-            f"{b.level:g}",
+            b.label or f"{b.level:g}",
             b.best_static or "",
             "" if b.best_static_value is None else f"{b.best_static_value:,.0f}",
             "" if b.best_static_j_per_token is None else f"{b.best_static_j_per_token:.3f}",

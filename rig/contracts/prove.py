@@ -36,8 +36,8 @@ class ProveSettings(_Record):
         None,
         ge=1,
         le=32,
-        description="Startup --speculative-num-steps of the adaptive arm (default: the largest candidate of its "
-        "table, which every SGLang version accepts).",
+        description="Startup --speculative-num-steps of the adaptive arm (default: the middle of its table's "
+        "candidates, as SGLang picks; SGLang 0.5.17 needs the largest, 7).",
         json_schema_extra=flag("--adaptive-steps"),
     )
     tolerance: float = Field(
@@ -47,6 +47,12 @@ class ProveSettings(_Record):
         description="Equivalence margin: an arm whose 95 % interval against the best static setting stays above "
         "-tolerance is 'as good' (non-inferior) there.",
         json_schema_extra=flag("--tolerance"),
+    )
+    from_run: str | None = Field(
+        None,
+        description="Prove across load changes: run every arm of this earlier rig prove run (its static steps, its "
+        "schedule, its adaptive arm) on one point whose load follows --load-profile, judged phase by phase.",
+        json_schema_extra=flag("--from"),
     )
     adaptive_config: str | None = Field(
         None,
@@ -86,9 +92,14 @@ class ArmResult(_Record):
 
 
 class ProveBand(_Record):
+    """One load band (a level), or under a load profile one phase (``phase`` and its ``label``) or the whole
+    profile (``load_mode`` 'profile')."""
+
     workload: str
     load_mode: str
     level: float
+    phase: int | None = None
+    label: str | None = None
     best_static: str | None = None
     best_static_steps: int | None = None
     best_static_value: float | None = None
@@ -103,6 +114,8 @@ class ProveSection(_Record):
     schedule_note: str | None = None  # how the slots were derived, or why there is no schedule arm
     objective: str = "throughput"
     bands: list[ProveBand] = Field(default_factory=list)
+    profile: str | None = None  # the load profile the arms ran (rig prove --from RUN --load-profile ...)
+    phases: list[ProveBand] = Field(default_factory=list)  # per phase (steady state), then the whole profile
     idle_watts: float | None = None  # the energy baseline the J/token figures stand on, where known
     energy_note: str | None = None
     verdict: str | None = None  # one line per arm: as good as the best static everywhere, or where not

@@ -16,23 +16,28 @@ there, with a bootstrap interval (rig.analysis.prove).
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
-from rig.analysis.prove import judge_arms, schedule_slots
+from rig.analysis.prove import judge_arms, judge_phases, schedule_slots
 from rig.analysis.report import build_report
-from rig.config import RunSpec
+from rig.config import RunSpec, as_it_runs
 from rig.contracts import ProveArm, ProveSection, ProveSettings
+from rig.contracts.profile import profile_text
+from rig.results import load_manifest
+from rig.run.errors import RunInputError
 from rig.run.points import Point, expand_points, point_id
 from rig.run.runner import Runner
 from rig.server.spec import ServerConfig
 
 ADAPTIVE_FLAG = "--speculative-adaptive"
 ADAPTIVE_CONFIG_FLAG = "--speculative-adaptive-config"
-# SGLang's default adaptive table (srt/speculative/adaptive_spec_params.py, DEFAULT_ADAPTIVE_CONFIG): its largest
-# candidate is 7 in 0.5.16-0.5.23; a startup steps equal to the largest tier is accepted by every version (0.5.17
-# sizes its logits buffer for the startup draft tokens and fails to build a larger tier's state: seen on the H200).
-DEFAULT_TABLE_LARGEST = 7
+# SGLang's default adaptive table (srt/speculative/adaptive_spec_params.py, DEFAULT_ADAPTIVE_CONFIG) in 0.5.23: its
+# candidate union. Without --speculative-num-steps SGLang starts at the union's middle (3); the startup steps also
+# size the state pool, so starting at the largest tier (which 0.5.17 needs: it sizes its logits buffer for the
+# startup draft tokens) would shrink the server's running batch.
+DEFAULT_TABLE_UNION = (0, 1, 3, 5, 7)
 SCHEDULE_FILE = "prove/sglang_adaptive_config.json"  # where the schedule arm's config is written in the run
 
 
@@ -40,15 +45,20 @@ def adaptive_arm_config(base: ServerConfig, steps: int, config_file: str | None)
     """``base`` with the engine's adaptive controller on, starting at ``steps``, reading ``config_file`` if given."""
     extra = tuple(a for a in base.extra_args if a != ADAPTIVE_FLAG)
     extra += (ADAPTIVE_FLAG,) + ((ADAPTIVE_CONFIG_FLAG, config_file) if config_file else ())
-    return base.model_copy(update={"steps": steps, "extra_args": extra})
+    return as_it_runs(base.model_copy(update={"steps": steps, "extra_args": extra}))
 
 
-def _largest_candidate(config_file: str | None) -> int:
-    if config_file is None:
-        return DEFAULT_TABLE_LARGEST
-    data = json.loads(Path(config_file).read_text())
-    steps = [s for k, v in data.items() if k.isdigit() and isinstance(v, dict) for s in v.get("candidate_steps", [])]
-    return max(steps) if steps else DEFAULT_TABLE_LARGEST
+def default_adaptive_steps(config_file: str | None) -> int:
+    """The startup steps SGLang picks for an adaptive table: the middle of its candidate union (a positive one)."""
+    union = list(DEFAULT_TABLE_UNION)
+    if config_file is not None:
+        data = json.loads(Path(config_file).read_text())
+        union = sorted(
+            {s for k, v in data.items() if k.isdigit() and isinstance(v, dict) for s in v.get("candidate_steps", [])}
+        )
+    positive = [s for s in union if s > 0] or [1]
+    middle = union[len(union) // 2] if union else positive[0]
+    return middle if middle > 0 else positive[0]
 
 
 class ProvePlanner:
@@ -63,6 +73,9 @@ class ProvePlanner:
     def __call__(self, runner: Runner) -> Iterator[Point]:
         self.section = runner.manifest.prove = runner.manifest.prove or ProveSection()
         self.section.settings = self.settings
+        if self.settings.from_run is not None:
+            yield from self._across_load_changes(runner)
+            return
         statics = expand_points(self.spec)
         self.section.arms = [
             ProveArm(label=f"steps {c.steps}", kind="static", server_config=c.config_id(), steps=c.steps)
@@ -74,7 +87,7 @@ class ProvePlanner:
         if schedule_cfg is not None:
             yield from self._points(schedule_cfg)
         if self.settings.adaptive:
-            steps = self.settings.adaptive_steps or _largest_candidate(self.settings.adaptive_config)
+            steps = self.settings.adaptive_steps or default_adaptive_steps(self.settings.adaptive_config)
             cfg = adaptive_arm_config(self.base, steps, self.settings.adaptive_config)
             self.section.arms.append(
                 ProveArm(
@@ -91,6 +104,38 @@ class ProvePlanner:
         judge_arms(self.section, report)
         runner.save()
 
+    def _across_load_changes(self, runner: Runner) -> Iterator[Point]:
+        """Every arm of the earlier proof (its statics, its schedule with the same config file, its adaptive arm)
+        on one point each, whose load follows the spec's profile; judged phase by phase."""
+        prior = load_manifest(Path(str(self.settings.from_run)))
+        if prior.prove is None:
+            raise RunInputError(f"{self.settings.from_run} is not a rig prove run (its manifest has no prove section)")
+        self.section.profile = profile_text(self.spec.load.profile or [])
+        arms = [
+            (ProveArm(label=f"steps {c.steps}", kind="static", server_config=c.config_id(), steps=c.steps), c)
+            for c in self.spec.server_configs()
+        ]
+        for arm in prior.prove.arms:
+            if arm.kind == "static" or (arm.kind == "adaptive" and not self.settings.adaptive):
+                continue
+            config_file = None
+            if arm.config_file is not None:  # the earlier run's file, copied: this run holds what it ran
+                src = Path(str(self.settings.from_run)) / arm.config_file
+                dest = runner.run_dir / (SCHEDULE_FILE if arm.kind == "schedule" else "prove/adaptive_config.json")
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(src, dest)
+                config_file = str(dest)
+            cfg = adaptive_arm_config(self.base, arm.steps, config_file)
+            arms.append((arm.model_copy(update={"server_config": cfg.config_id()}), cfg))
+        self.section.arms = [a for a, _ in arms]
+        self.section.schedule = prior.prove.schedule
+        runner.save()
+        for _, cfg in arms:
+            yield from self._points(cfg)
+        report = build_report(runner.run_dir, cdf_resolution=0)
+        judge_phases(self.section, report)
+        runner.save()
+
     def _points(self, cfg: ServerConfig) -> list[Point]:
         """The arm's points: the static grid's workloads, levels and repeats, on ``cfg``."""
         out = []
@@ -98,6 +143,8 @@ class ProvePlanner:
             for concurrency, rate in self.spec.load.levels():
                 for rep in range(self.spec.repeat):
                     pid = point_id(cfg, wl, concurrency, rate, self.spec.load.mode, rep)
+                    if self.spec.load.profile:  # named as rig sweep names a profiled point
+                        pid = pid.replace(f"-{wl.name}-", f"-{wl.name}-profile-", 1)
                     out.append(Point(pid, cfg, wl, concurrency, rate, rep))
         return out
 

@@ -12,7 +12,22 @@ from rig.cli_options import csv_ints, resolve_spec, run_options
 from rig.cli_settings import settings_from, settings_options
 from rig.contracts import ProveSettings
 
-PROVE_PARAMS = ("adaptive", "adaptive_steps", "adaptive_config", "tolerance")
+PROVE_PARAMS = ("adaptive", "adaptive_steps", "adaptive_config", "tolerance", "from_run")
+
+
+def _earlier_steps(settings: ProveSettings) -> list[int] | None:
+    """The static steps of the earlier proof --from names (None: no --from); one line if it is not one."""
+    if settings.from_run is None:
+        return None
+    from rig.results import load_manifest
+
+    try:
+        prior = load_manifest(settings.from_run)
+    except Exception as e:
+        raise click.BadParameter(f"{settings.from_run}: {str(e).splitlines()[0]}", param_hint="--from") from None
+    if prior.prove is None:
+        raise click.BadParameter(f"{settings.from_run} is not a rig prove run", param_hint="--from")
+    return [a.steps for a in prior.prove.arms if a.kind == "static"]
 
 
 @click.command("prove")
@@ -25,12 +40,19 @@ def prove(steps_csv: str | None, **kw: Any) -> None:
     rig report's schedule does), runs that schedule as the engine's own per-batch-size configuration (an SGLang
     adaptive config, one candidate per slot), then the engine's adaptive controller, all on the same requests,
     and prints per band each arm's throughput against the best static setting with a paired 95 % interval.
+    Across load changes: `rig prove --from RUN --load-profile 1:60s,64:60s,1:60s` runs RUN's arms (its static steps,
+    its schedule with the same config file, its adaptive arm) on one point each whose load follows the profile, and
+    judges them phase by phase (steady state) and over the whole profile.
     Resume an interrupted proof with `rig sweep --resume RUN_DIR`."""
     from rig.cli import execute, print_dry_run
     from rig.tune.prove import prove_planner
 
     settings = settings_from(ProveSettings, {n: kw.pop(n) for n in PROVE_PARAMS})
-    steps = sorted({0, *(csv_ints("--steps", steps_csv) or [0, 1, 2, 3, 4])})
+    steps = sorted({0, *(csv_ints("--steps", steps_csv) or _earlier_steps(settings) or [0, 1, 2, 3, 4])})
+    if settings.from_run is not None and not kw.get("load_profile"):
+        raise click.UsageError("--from RUN proves across load changes: give --load-profile (e.g. 1:60s,64:60s,1:60s)")
+    if settings.from_run is None and kw.get("load_profile"):
+        raise click.UsageError("a load profile needs the arms of an earlier proof: rig prove --from RUN --load-profile")
     if kw.get("rate") or kw.get("mode") not in (None, "closed"):
         raise click.UsageError("rig prove measures closed-loop levels (a schedule is by batch size); drop --rate")
     spec = resolve_spec(kw, steps, [kw["workload"]] if kw["workload"] else None)
