@@ -43,7 +43,7 @@ from rig.server.effective import change_lines, label_knobs
 
 # Knobs that only change how speculation runs; configurations differing only in these must agree on greedy output.
 SPECULATIVE_KNOBS = frozenset(
-    {"steps", "spec_algorithm", "spec_method", "eagle_topk", "num_draft_tokens", "draft_model_path"}
+    {"steps", "spec_algorithm", "spec_method", "eagle_topk", "num_draft_tokens", "draft_model_path", "spec_schedule"}
 )
 CLOSED = "closed"
 T = TypeVar("T")

@@ -89,3 +89,37 @@ def test_without_a_running_batch_gauge_there_is_no_schedule_to_launch(report):
     slots, config, note = schedule_slots(report, "greedy")
     assert slots == [] and config is None
     assert "no running-batch gauge" in note
+
+
+def test_each_phase_is_judged_on_its_steady_state_and_the_whole_profile_sums_it_up():
+    from rig.analysis.prove import _phase_band, summarize_phases
+    from rig.contracts import ArmResult, ProveBand, ProveSettings
+
+    statics = {"steps 0", "steps 4"}
+    low = _phase_band("w", 0, "1:60s", {"steps 0": 100.0, "steps 4": 190.0, "adaptive": 187.0}, statics, {}, 0.02)
+    high = _phase_band("w", 1, "64:60s", {"steps 0": 900.0, "steps 4": 700.0, "adaptive": 810.0}, statics,
+                       {"adaptive": 0.4}, 0.02)  # fmt: skip
+    assert (low.best_static, low.best_static_value) == ("steps 4", 190.0)
+    assert low.arms["adaptive"].verdict == "as good" and low.arms["adaptive"].margin == pytest.approx(-0.0158, abs=1e-3)
+    assert high.best_static == "steps 0" and high.arms["adaptive"].verdict == "worse"
+    assert high.arms["adaptive"].steps_mean == 0.4
+    whole = ProveBand(workload="w", load_mode="profile", level=64, label="whole profile", best_static="steps 0",
+                      arms={"adaptive": ArmResult(value=1.0, margin=-0.05, verdict="worse")})  # fmt: skip
+    section = ProveSection(
+        settings=ProveSettings(),
+        arms=[ProveArm(label="adaptive", kind="adaptive", server_config="a", steps=3)],
+        phases=[low, high, whole],
+    )
+    assert summarize_phases(section) == (
+        "adaptive: behind the best static setting in phase(s) 64:60s; whole profile worse (-5.0% vs the best static "
+        "setting)"
+    )
+
+
+def test_the_adaptive_arm_starts_where_sglang_would(tmp_path):
+    from rig.tune.prove import default_adaptive_steps
+
+    assert default_adaptive_steps(None) == 3  # the middle of 0.5.23's union [0, 1, 3, 5, 7]
+    table = tmp_path / "t.json"
+    table.write_text(json.dumps({"1": {"candidate_steps": [2, 4]}, "16": {"candidate_steps": [0]}}))
+    assert default_adaptive_steps(str(table)) == 2  # union [0, 2, 4]: its middle
