@@ -111,6 +111,9 @@ def judge_arms(section: ProveSection, report: Report, resamples: int = cmp.RESAM
         bands.append(band)
     section.bands = bands
     section.verdict = summarize(section)
+    unreachable = _unreachable_slots(section, report)
+    if unreachable:
+        section.schedule_note = "; ".join([n for n in (section.schedule_note, unreachable) if n])
     power = [r.mean_power_w for r in report.campaign if r.mean_power_w is not None]
     if power:
         section.energy_note = (
@@ -220,6 +223,26 @@ def schedule_slots(report: Report, workload: str) -> tuple[list[ScheduleSlot], S
         )
     note = "slots keyed by the running batch the best setting kept at each band's level (rig report's engine schedule)"
     return slots, entry["sglang_adaptive_config"], "; ".join([note, *entry["notes"]])
+
+
+def _unreachable_slots(section: ProveSection, report: Report) -> str | None:
+    """The schedule's slots the schedule server could never reach: SGLang sizes its running batch by the startup
+    steps (the largest of the schedule, so every tier fits), and a slot keyed above that cap never switches."""
+    arm = next((a for a in section.arms if a.kind == "schedule"), None)
+    if arm is None:
+        return None
+    entry = report.run.manifest.server_configs.get(arm.server_config)
+    cap = (entry.startup or {}).get("max_running_requests") if entry is not None else None
+    if not isinstance(cap, int):
+        return None
+    above = [s for s in section.schedule if s.batch_size > cap]
+    if not above:
+        return None
+    return (
+        f"the schedule server holds at most {cap} running requests (sized for its startup steps {arm.steps}): "
+        + ", ".join(f"the slot from batch {s.batch_size} (steps {s.steps})" for s in above)
+        + " is never reached, so it runs the slot below there"
+    )
 
 
 def summarize(section: ProveSection) -> str:

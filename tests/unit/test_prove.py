@@ -123,3 +123,23 @@ def test_the_adaptive_arm_starts_where_sglang_would(tmp_path):
     table = tmp_path / "t.json"
     table.write_text(json.dumps({"1": {"candidate_steps": [2, 4]}, "16": {"candidate_steps": [0]}}))
     assert default_adaptive_steps(str(table)) == 2  # union [0, 2, 4]: its middle
+
+
+def test_a_slot_above_what_the_schedule_server_holds_is_said_to_be_unreachable():
+    from types import SimpleNamespace
+
+    from rig.analysis.prove import _unreachable_slots
+    from rig.contracts import ScheduleSlot
+
+    section = ProveSection(
+        arms=[ProveArm(label="schedule", kind="schedule", server_config="cfgS", steps=4)],
+        schedule=[ScheduleSlot(batch_size=1, steps=4, level=1), ScheduleSlot(batch_size=12, steps=2, level=16)],
+    )
+    configs = {"cfgS": SimpleNamespace(startup={"max_running_requests": 11})}
+    report = SimpleNamespace(run=SimpleNamespace(manifest=SimpleNamespace(server_configs=configs)))
+    assert _unreachable_slots(section, report) == (  # type: ignore[arg-type]
+        "the schedule server holds at most 11 running requests (sized for its startup steps 4): the slot from batch "
+        "12 (steps 2) is never reached, so it runs the slot below there"
+    )
+    configs["cfgS"].startup = {"max_running_requests": 12}
+    assert _unreachable_slots(section, report) is None  # type: ignore[arg-type]
