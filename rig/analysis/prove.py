@@ -195,11 +195,13 @@ def summarize_phases(section: ProveSection) -> str:
         overall = f"whole profile {whole.verdict}" if whole is not None else "whole profile not measured"
         if whole is not None and whole.margin is not None:
             overall += f" ({whole.margin * 100:+.1f}% vs the best static setting)"
-        head = (
-            f"{arm.label}: behind the best static setting in phase(s) {', '.join(behind)}"
-            if behind
-            else (f"{arm.label}: as good as the best static setting in every phase")
-        )
+        judged = [a for _, a in phases if a is not None and a.verdict != "not measured"]
+        if behind:
+            head = f"{arm.label}: behind the best static setting in phase(s) {', '.join(behind)}"
+        elif not judged:
+            head = f"{arm.label}: not proved (no valid point to judge a phase on: see the points' flags)"
+        else:
+            head = f"{arm.label}: as good as the best static setting in every phase"
         lines.append(f"{head}; {overall}")
     return "\n".join(lines) if lines else "no arm besides the static settings was measured"
 

@@ -143,3 +143,15 @@ def test_a_slot_above_what_the_schedule_server_holds_is_said_to_be_unreachable()
     )
     configs["cfgS"].startup = {"max_running_requests": 12}
     assert _unreachable_slots(section, report) is None  # type: ignore[arg-type]
+
+
+def test_no_valid_phase_proves_nothing():
+    from rig.analysis.prove import summarize_phases
+    from rig.contracts import ProveSettings
+
+    section = ProveSection(
+        settings=ProveSettings(), arms=[ProveArm(label="adaptive", kind="adaptive", server_config="a", steps=3)]
+    )
+    assert summarize_phases(section) == (
+        "adaptive: not proved (no valid point to judge a phase on: see the points' flags); whole profile not measured"
+    )
