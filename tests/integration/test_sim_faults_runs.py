@@ -20,6 +20,7 @@ import yaml
 from accounting import assert_accounting
 from support import engine_procs, free_port, rig
 
+from rig.contracts import DISTURBED_FLAGS
 from rig.results import read_manifest, read_requests
 from rig.sim.faults import FaultPlan, parse_fault
 
@@ -234,7 +235,9 @@ def test_the_point_completes_with_exact_counts(stream_run):
     m = read_manifest(run)
     (p,) = m["points"]
     n_bad = len(expected_faults([f"greedy-{i:06d}-t0" for i in range(N_STREAM)]))
-    assert m["status"] == "complete" and p["status"] == "complete" and p["flags"] == []
+    # a busy host may make rig flag the simulator's timing (sim_behind) or the client (client_saturated): flags that
+    # blame the measuring host, not the faults; nothing else may be flagged
+    assert m["status"] == "complete" and p["status"] == "complete" and set(p["flags"]) <= set(DISTURBED_FLAGS)
     assert p["records"] == {"ok": N_STREAM - n_bad, "failed": n_bad, "cancelled": 0}
     assert p["requests_scheduled"] == N_STREAM
     # the server's own counter saw only the requests that were generated in full (broken streams are aborted)
@@ -360,7 +363,7 @@ def test_the_sweep_goes_on_with_the_next_server_configuration(crashed):
     run, _ = crashed
     m = read_manifest(run)
     bad, good = m["points"]
-    assert m["status"] == "partial" and good["status"] == "complete" and good["flags"] == []
+    assert m["status"] == "partial" and good["status"] == "complete" and set(good["flags"]) <= set(DISTURBED_FLAGS)
     assert good["records"] == {"ok": 24, "failed": 0, "cancelled": 0}
     cfg_bad, cfg_good = (m["server_configs"][p["server_config"]] for p in (bad, good))
     assert "--sim-fault" in cfg_bad["command"] and "--sim-fault" not in cfg_good["command"]

@@ -51,7 +51,9 @@ def hidden_server(tmp_path_factory):
     # told; the rig only sees what any server shows: its measured requests and its startup limits.
     ref = load_profile()
     hidden = ref.with_values(
-        d_fixed_ms=ref.d_fixed_ms * 60, acc_logit_greedy=ref.acc_logit_greedy - 1.0, state_pool_share=0.3
+        d_fixed_ms=ref.d_fixed_ms * 60,
+        acc_logit_greedy=ref.acc_logit_greedy - 1.0,
+        mamba_state_mb_per_req=ref.mamba_state_mb_per_req / 0.6,  # each request's state 1/0.6 larger: 40 % fewer fit
     )
     hidden.save(d / "hidden.yaml")
     spec = d / "spec.yaml"

@@ -427,6 +427,8 @@ async def metrics(request: web.Request) -> web.Response:
         ("sglang:token_usage", "gauge", 0.0),
         ("sglang:gen_throughput", "gauge", 0.0),
         ("sglang:spec_accept_length", "gauge", accept),
+        ("sglang:spec_num_steps", "gauge", STEPS),  # the active tier (real 0.5.17 publishes it, with num_draft_tokens)
+        ("sglang:spec_num_draft_tokens", "gauge", ARGS.speculative_num_draft_tokens or 0),
     )
     labels = f'{{model_name="{ARGS.served_model_name}",engine_type="unified",tp_rank="0",pp_rank="0"}}'
     text = "".join(f"# TYPE {n} {t}\n{n}{labels} {v}\n" for n, t, v in samples)
