@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from rig.contracts import Manifest, unknown_columns
+from rig.contracts import Manifest, PointColumns, unknown_columns
 from rig.results import (
     REQUEST_SCHEMA,
     SERVER_METRICS_SCHEMA,
@@ -194,3 +194,12 @@ def campaign_run(
     for point, rows in rows_of.items():
         write_requests(run_dir, point, 0, rows)
     return run_dir
+
+
+def point_columns(**over: Any) -> PointColumns:
+    """The point columns a generator stamps on every record, for a closed-loop point of an external server."""
+    base: dict[str, Any] = dict(
+        run_id="r", point="p0", engine="external", workload="t", api="sglang-native", steps=0, server_config="x",
+        server_args="{}", load_mode="closed", concurrency=2, rate=None, repeat=0,
+    )  # fmt: skip
+    return PointColumns(**{**base, **over})

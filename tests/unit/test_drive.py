@@ -9,27 +9,14 @@ import pyarrow.parquet as pq
 import pytest
 from aiohttp.test_utils import TestServer
 from fake_server import make_app
+from synthetic import point_columns
 
-from rig.contracts import PointColumns
 from rig.loadgen.drive import PointRun, make_session
 from rig.loadgen.plan import GeneratorPlan
 from rig.results import read_requests
 from rig.workloads.base import Session, Turn
 
-INFO = PointColumns(
-    run_id="r",
-    point="p0",
-    engine="external",
-    workload="t",
-    api="sglang-native",
-    steps=0,
-    server_config="x",
-    server_args="{}",
-    load_mode="closed",
-    concurrency=2,
-    rate=None,
-    repeat=0,
-)
+INFO = point_columns()
 
 
 def sessions(n: int, modes: dict[int, str] | None = None, turns: int = 1, max_tokens: int = 4) -> tuple[Session, ...]:

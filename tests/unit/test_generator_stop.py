@@ -11,27 +11,14 @@ import time
 import pyarrow.parquet as pq
 from aiohttp.test_utils import TestServer
 from fake_server import make_app
+from synthetic import point_columns
 
-from rig.contracts import PointColumns
 from rig.loadgen.actor import LoadGenerator
 from rig.loadgen.plan import GeneratorPlan
 from rig.results import PART_GLOB, requests_dir
 from rig.workloads.base import Session, Turn
 
-INFO = PointColumns(
-    run_id="r",
-    point="p0",
-    engine="external",
-    workload="t",
-    api="sglang-native",
-    steps=0,
-    server_config="x",
-    server_args="{}",
-    load_mode="closed",
-    concurrency=2,
-    rate=None,
-    repeat=0,
-)
+INFO = point_columns()
 
 
 def _sessions(n: int) -> tuple[Session, ...]:

@@ -11,10 +11,10 @@ import pytest
 from aiohttp.test_utils import TestServer
 from click.testing import CliRunner
 from fake_server import make_app
+from synthetic import point_columns
 
 from rig.cli_options import resolve_spec, run_options
 from rig.config import LoadSpec, SpecError, build_spec
-from rig.contracts import PointColumns
 from rig.contracts.errors import ContractError
 from rig.contracts.profile import parse_profile, profile_text, schedule
 from rig.loadgen import arrivals
@@ -178,20 +178,7 @@ def test_a_slot_under_a_lowered_cap_waits_until_in_flight_falls_below_it():
     assert asyncio.run(main()) == ["ended -> 2", "ended -> 1", "admitted at 0"]
 
 
-INFO = PointColumns(
-    run_id="r",
-    point="p0",
-    engine="external",
-    workload="t",
-    api="sglang-native",
-    steps=0,
-    server_config="x",
-    server_args="{}",
-    load_mode="closed",
-    concurrency=4,
-    rate=None,
-    repeat=0,
-)
+INFO = point_columns(concurrency=4)
 
 
 def _sessions(n: int, turns: int) -> tuple[Session, ...]:
