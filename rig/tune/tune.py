@@ -149,7 +149,8 @@ def recommend(
         return rec
     b = best[0]
     mf = f"misses them at {b['min_failing']:g}" if b["min_failing"] is not None else "the highest level tried"
-    rec.best_steps = b["steps"]
+    # the steps the chosen configuration runs (tune's own table; the row's as a fallback for a config it lacks)
+    rec.best_steps = section.configs.get(b["server_config"], b["steps"])
     rec.server_config = b["server_config"]
     rec.max_passing = b["max_passing"]
     rec.min_failing = b["min_failing"]
