@@ -1,7 +1,7 @@
 """Test tiers: the fast tier (no Ray, no server processes, no network) and the integration tier.
 
-`./dev pytest --fast` runs the fast tier, what a developer runs on every change (under 2 minutes on 2 cores);
-`./dev pytest` runs every test, and `./dev check` the static checks (ruff, mypy): .ci/run runs both.
+`./dev fast` (`pytest --fast -q -n 3`) runs the fast tier, what a developer runs on every change (under a minute on
+2 cores); `./dev pytest` runs every test, and `./dev check` the static checks (ruff, mypy): .ci/run runs both.
 
 A test belongs to the integration tier when it lives under tests/integration/ or is marked ``ray``, ``slow``,
 ``netns`` or ``server`` (starts an engine, simulator or other server process of its own); tests under tests/unit/
@@ -93,31 +93,38 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 # The real-engine fixtures: a session-scoped server per steps value, so their tests belong in one process.
 ENGINE_FIXTURES = ("vllm_servers", "vllm_engine_python", "tiny_model_dir", "tserve_server", "tserve_executable")
 SERIAL = "ray-and-engines"
-# The Ray files in two lanes, each run one test at a time (at most two Ray clusters at once). The suite waits on Ray
-# starts, servers and real-time levels far more than it computes (2026-12-01: 14.5 CPU-minutes in 18.7 minutes on 2
-# cores; a Ray start and its first actor took 12 s of wall time at load 12 on 2026-12-02), so each lane is a critical
-# path and the two are balanced by their cost: the first holds tune, the fault files, the namespace cluster and the
-# real engines (last); the second the rest, on a worker of its own from the start when .ci/run runs 3 workers (with 2,
-# after the files without Ray). No test in either lane may ride on real-time margins a busy host can break (the
-# bounds left are on what rig owns, with wide margins). The sim's campaign test starts Ray only inside its `rig sweep`
-# subprocesses (it is not marked ray): a unit of its own (tests/integration/test_sim_campaign.py).
+# The Ray files in three lanes, each run one test at a time (at most three Ray clusters at once). The suite waits on
+# Ray starts, servers and real-time levels more than it computes (2026-12-02, a quiet fresh-clone .ci/run with the
+# engine venvs cached: ~750 CPU-seconds in 553 s on 2 cores), so each lane is a critical path and the three are
+# balanced by their cost (that run's durations: 491 s, 392 s and, beside it, 291 s of files without Ray): the first
+# holds tune, the generator-fault file, the namespace cluster and the real engines (last); the second and third go
+# to workers of their own from the start when .ci/run runs 3 workers (with 2, after the files without Ray), and the
+# third lane's worker runs the files without Ray after it. No test in any lane may ride on real-time margins a busy
+# host can break (the bounds left are on what rig owns, with wide margins). The sim's campaign test starts Ray only
+# inside its `rig sweep` subprocesses (it is not marked ray): a unit of its own
+# (tests/integration/test_sim_campaign.py).
 SECOND_LANE = "ray-second-lane"
-SECOND_LANE_FILES = frozenset(
-    f"tests/integration/{name}.py"
-    for name in (
-        "test_placement_cluster",
-        "test_sweep",
-        "test_openai_strict_sweep",
-        "test_agentic_sim",
-        "test_command_run",
-        "test_e2e_run",
-        "test_secrets",
-        "test_harden3_stall",
-        "test_tune_search_sweep",  # asserts the search's own consistency (probes, resume), not where its boundary lies
-        "test_first_hour_runs",  # its bounds (a stop, a failed launch: < 60 s) are wide; ~1/3 of the first lane's time
-        "test_live_view_run",
-    )
-)
+THIRD_LANE = "ray-third-lane"
+LANE_FILES = {
+    SECOND_LANE: frozenset(
+        f"tests/integration/{name}.py"
+        for name in (
+            "test_placement_cluster",
+            "test_sweep",
+            "test_openai_strict_sweep",
+            "test_agentic_sim",
+            "test_command_run",
+            "test_e2e_run",
+            "test_secrets",
+            "test_harden3_stall",
+            # asserts the search's own consistency (probes, resume), not where its boundary lies
+            "test_tune_search_sweep",
+            "test_first_hour_runs",  # its bounds (a stop, a failed launch: < 60 s) are wide
+            "test_live_view_run",
+        )
+    ),
+    THIRD_LANE: frozenset({"tests/integration/test_sim_faults_runs.py"}),  # ~100 s: a third of the first lane's time
+}
 
 
 def _relpath(item: pytest.Item) -> str:
@@ -141,29 +148,27 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
 @functools.cache
 def xdist_scope(path: str) -> str:
     """The unit of work a file's tests go to a pytest-xdist worker in: files with Ray or real-engine tests are in one
-    of two lanes, each run one test at a time (at most two Ray clusters at once, and never two engines); any other
+    of three lanes, each run one test at a time (at most three Ray clusters at once, and never two engines); any other
     file is a unit of its own (a module-scoped fixture is built once)."""
     text = (TESTS.parent / path).read_text()
     ray = "pytest.mark.ray" in text or "pytest.mark.netns" in text  # the namespace cluster runs Ray too
-    if path in SECOND_LANE_FILES and not _uses_engines(path):
-        return SECOND_LANE
+    for lane, files in LANE_FILES.items():
+        if path in files and not _uses_engines(path):
+            return lane
     return SERIAL if ray or _uses_engines(path) else path
 
 
 def order_units(queue: OrderedDict[str, Any], workers: int) -> None:
     """The order units go out in (the next worker that asks takes the first): the first lane first (the longest
-    unit); with three or more workers the second lane next, on a worker of its own from the start; with two, the
-    second lane after the files without Ray, so it runs beside the first lane's end. Files whose job the session
-    started early (tests/early.py) go last: by then their job has had the most time."""
+    unit); with three or more workers the other lanes next, each on a worker of its own from the start; with two,
+    the other lanes after the files without Ray, so they run beside the first lane's end. Files whose job the
+    session started early (tests/early.py) go last: by then their job has had the most time."""
+    lanes = [lane for lane in LANE_FILES if lane in queue]
+    if lanes and len(queue) > len(lanes):
+        for lane in reversed(lanes) if workers >= 3 else lanes:
+            queue.move_to_end(lane, last=workers < 3)
     if SERIAL in queue:
         queue.move_to_end(SERIAL, last=False)
-    if SECOND_LANE in queue and len(queue) > 1:
-        if workers >= 3:
-            queue.move_to_end(SECOND_LANE, last=False)
-            if SERIAL in queue:
-                queue.move_to_end(SERIAL, last=False)
-        else:
-            queue.move_to_end(SECOND_LANE)
     for _, path in early.JOBS.values():
         if path in queue:
             queue.move_to_end(path)
