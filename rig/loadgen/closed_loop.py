@@ -31,7 +31,8 @@ async def closed_loop(run: ClosedRun, http: Http, start: float) -> None:
     """Every slot of the generator until its sessions or the level's duration end."""
     todo = run.plan.session_iter()
     deadline = start + run.plan.duration_s if run.plan.duration_s else None
-    n = max(1, run.plan.slots or 1)
+    # slots 0: a generator beyond the level's concurrency (C < G) sends nothing; None (a plan without a split): one
+    n = 1 if run.plan.slots is None else run.plan.slots
     slots = [asyncio.ensure_future(_slot(run, http, todo, deadline, k)) for k in range(n)]
     try:
         await asyncio.gather(*slots)

@@ -30,6 +30,8 @@ class LazySessions:
     def __iter__(self) -> Iterator[Session]:
         from rig.workloads import build_session_range
 
+        if self.index >= min(self.concurrency, self.n_gen):
+            return  # no slot of the level is this generator's (C < G): no session to find among the ten million
         for start in range(0, self.limit, self.chunk):
             batch = build_session_range(
                 self.workload, seed=self.seed, start=start, stop=min(self.limit, start + self.chunk)

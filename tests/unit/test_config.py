@@ -2,6 +2,7 @@
 
 import subprocess
 import sys
+from itertools import islice
 
 import pytest
 from click.testing import CliRunner
@@ -128,6 +129,28 @@ def test_lazy_sessions_match_the_eager_split():
         lazy = list(islice(iter(LazySessions(spec, 3, 5, 2, g, limit=60, chunk=7)), 1000))
         assert [s.session_id for s in lazy] == [s.session_id for s in eager[g][0]]
         assert lazy == eager[g][0]  # same prompts, sampling and seeds, built in chunks on the generator
+
+
+def test_a_lazy_share_beyond_the_levels_concurrency_builds_no_session(monkeypatch):
+    """C=1 over 2 generators, bound by duration: generator 1 holds no slot, and its share must end at once rather
+    than build the level's ten million sessions looking for one of its own (synchronously, on its event loop)."""
+    import rig.workloads
+    from rig.loadgen.plan import LazySessions
+
+    built: list[int] = []
+    real = rig.workloads.build_session_range
+
+    def counting(*a, **kw):
+        built.append(kw["stop"] - kw["start"])
+        return real(*a, **kw)
+
+    monkeypatch.setattr(rig.workloads, "build_session_range", counting)
+    spec = WorkloadSpec(name="greedy")
+    assert [slots for _, slots in split_closed([], 1, 2)] == [1, 0]
+    assert list(LazySessions(spec, 0, 1, 2, 1, limit=10_000_000)) == [] and built == []
+    # the generator that holds the slot takes every session, in chunks
+    first = list(islice(iter(LazySessions(spec, 0, 1, 2, 0, limit=10_000_000, chunk=8)), 10))
+    assert len(first) == 10 and built == [8, 8]
 
 
 def test_num_draft_tokens_grid_is_planned_as_it_runs():

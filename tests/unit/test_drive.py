@@ -707,6 +707,12 @@ def test_a_duration_bound_closed_loop_says_when_its_sessions_ran_out(tmp_path):
     assert drive(tmp_path / "count", sessions=sessions(3), slots=2).ran_out_s is None
 
 
+def test_a_generator_with_no_slot_of_a_duration_bound_level_sends_nothing_and_ends_at_once(tmp_path):
+    # C < G: this generator holds none of the level's slots; it must not send (the level's concurrency would grow)
+    summary = drive(tmp_path, sessions=sessions(5), slots=0, duration_s=30.0)
+    assert summary.scheduled == 0 and summary.rows_written == 0 and summary.ran_out_s is None
+
+
 def test_an_open_loop_reports_where_its_plan_ran_out_of_sessions(tmp_path):
     plan = {"sessions": sessions(3), "arrivals": (0.0, 0.01, 0.02), "duration_s": 5.0, "supply_ends_s": 0.03}
     assert drive(tmp_path, **plan).ran_out_s == 0.03
