@@ -253,7 +253,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--command", help="the launch command, for the provenance")
     ap.add_argument("--rid-reuse", action="store_true")
     ap.add_argument("--model", default="default")
+    ap.add_argument(
+        "--long-tokens", type=int, default=LONG_TOKENS, help="the long streams' max_tokens (under the context length)"
+    )
     a = ap.parse_args(argv)
+    global LONG_TOKENS
+    LONG_TOKENS = a.long_tokens
     r = Recorder(a.url, a.out / a.label)
     provenance(r, a.command, a.label)
     record_routes(r, a.model)

@@ -1,6 +1,6 @@
 #!/bin/bash
-# The job queue that benchmarks/gpu/h200_queue.sh starts (in its own process session): trained models, SGLang's
-# recorded responses, then rig's sweeps against SGLang 0.5.17 on the H200. Each job leaves /tmp/q/JOB.done or
+# The job queue that benchmarks/gpu/h200_queue.sh starts (in its own process session): trained models and SGLang's
+# recorded responses side by side, then rig's sweeps against SGLang 0.5.17 on the H200. Each job leaves /tmp/q/JOB.done or
 # JOB.failed, so a queue started again skips what is done. usage: h200_jobs.sh REPO
 set -u
 REPO=$1; cd "$REPO"
@@ -34,38 +34,32 @@ wait_for() {  # wait_for FILE SECONDS
 }
 
 train() {
-  env -u PYTHONPATH taskset -c 0,1 python3 -m rig.server.spec_models $SPEC && cp $SPEC/train_report.json $R/
+  env -u PYTHONPATH taskset -c 0-11 python3 -m rig.server.spec_models $SPEC && cp $SPEC/train_report.json $R/
 }
 
-scale() {  # the scale-out benchmark on the CPUs (benchmarks/device_scale.sh), else the control plane at 256
-  mkdir -p $R/scale
-  if [ -f benchmarks/device_scale.sh ]; then
-    OUT=$R/scale PYTHONPATH=/tmp/rig-site bash benchmarks/device_scale.sh
-  else
-    PYTHONPATH=/tmp/rig-site timeout 400 taskset -c 2-15 python3 benchmarks/control_plane.py --nodes 16 \
-      --per-host 16 --requests 2560 --concurrency 256 | tee $R/scale/control_plane_256.txt
-  fi
-}
-
-record() {  # SGLang's own responses, with EAGLE + adaptive speculation (the configuration richest in fields)
+record() {  # SGLang's own responses (STANDALONE, so meta_info has its speculative fields), beside the training:
+  # the 4-layer random model of rig.server.tiny_model as target and draft, a fifth of the GPU's memory
   local port=31000 d=$R/recorded
   mkdir -p $d
-  local cmd=(/tmp/sglpy -m sglang.launch_server --model-path $SPEC/target --host 127.0.0.1 --port $port
-             --enable-metrics --enable-cache-report "${SGL_ARGS[@]}" --speculative-algorithm EAGLE
-             --speculative-draft-model-path $SPEC/eagle --speculative-num-steps 3 --speculative-eagle-topk 1
-             --speculative-num-draft-tokens 4 --speculative-adaptive)
+  wait_for /tmp/site/.ok 900 || { echo "SGLang is not installed"; return 1; }
+  env -u PYTHONPATH python3 -m rig.server.tiny_model /tmp/mtiny || return 1
+  local cmd=(/tmp/sglpy -m sglang.launch_server --model-path /tmp/mtiny --host 127.0.0.1 --port $port
+             --enable-metrics --enable-cache-report "${SGL_ARGS[@]}" --mem-fraction-static 0.2
+             --speculative-algorithm STANDALONE --speculative-draft-model-path /tmp/mtiny
+             --speculative-num-steps 3 --speculative-eagle-topk 1 --speculative-num-draft-tokens 4)
   echo "${cmd[*]}" > $d/command.txt
-  setsid "${cmd[@]}" > $d/server.log 2>&1 < /dev/null &
+  setsid taskset -c 12-15 "${cmd[@]}" > $d/server.log 2>&1 < /dev/null &
   local pid=$! t=$(date +%s) ok=0
   while kill -0 $pid 2>/dev/null && [ $(( $(date +%s) - t )) -lt 400 ]; do
     curl -sf -m 5 http://127.0.0.1:$port/health > /dev/null && { ok=1; break; }
     sleep 2
   done
   echo "ready=$ok after $(( $(date +%s) - t )) s" | tee $d/ready.txt
-  [ $ok = 1 ] && python3 scripts/record_sglang.py --url http://127.0.0.1:$port --out $d --label eagle-adaptive \
-      --rid-reuse --log $d/server.log --command "$(cat $d/command.txt)"
+  [ $ok = 1 ] && python3 scripts/record_sglang.py --url http://127.0.0.1:$port --out $d --label standalone \
+      --rid-reuse --long-tokens 3500 --model /tmp/mtiny --log $d/server.log --command "$(cat $d/command.txt)"
+  local rc=$?
   kill -TERM -- -$pid 2>/dev/null; sleep 5; kill -KILL -- -$pid 2>/dev/null
-  [ $ok = 1 ]
+  [ $ok = 1 ] && [ $rc = 0 ]
 }
 
 sweep() {  # sweep RUN_ID RIG_ARGS...: a rig sweep against SGLang, resumed if an earlier call left it unfinished
@@ -82,27 +76,35 @@ standalone() {
   sweep standalone --steps 0,1,2,3,4 --spec-algorithm STANDALONE --draft-model $SPEC/draft \
     --workload greedy,realistic --concurrency 1,4,16,64
 }
+ngram() {  # steps 0 is the standalone sweep's; NGRAM drafts by draft tokens (rig labels the point by them)
+  sweep ngram --steps 3 --spec-algorithm NGRAM --workload greedy,realistic --concurrency 1,4,16,64
+}
+prove() {  # the campaign's question on the GPU: static steps 0 and 3, the schedule read off them (an SGLang adaptive
+  # config, one candidate per slot) and SGLang's own controller (0.5.17: only from its largest tier, 7: its logits
+  # buffer is sized at startup), EAGLE with the trained head, on the same requests
+  if [ -f $RUNS/prove/manifest.json ]; then
+    rig sweep --resume $RUNS/prove
+  else
+    rig prove --engine sglang --engine-python /tmp/sglpy --model $SPEC/target --tp 1 --out $RUNS --run-id prove \
+      --spec-algorithm EAGLE --draft-model $SPEC/eagle --steps 3 --adaptive-steps 7 --concurrency 1,16,64 \
+      --workload greedy $(server_args)
+  fi
+}
 eagle() {
   sweep eagle --steps 1,3 --spec-algorithm EAGLE --draft-model $SPEC/eagle --workload greedy,realistic \
-    --concurrency 1,4,16,64 &&
-  sweep adaptive --steps 3 --spec-algorithm EAGLE --draft-model $SPEC/eagle --workload greedy,realistic \
-    --concurrency 1,4,16,64 --server-arg=--speculative-adaptive
-}
-ngram() {
-  sweep ngram --steps 3,11 --spec-algorithm NGRAM --workload greedy,realistic --concurrency 1,4,16,64
+    --concurrency 1,4,16,64
 }
 
-log "queue start in $REPO ($(git log --oneline -1 2>/dev/null || echo 'no git'))"
+log "queue start in $REPO"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader > $R/gpu.txt 2>&1
-wait_for /tmp/rig-site/.ok 600 || { log "rig is not installed"; exit 1; }
-( job scale scale ) &
-SCALE=$!
+( job record record ) &  # not a measurement: beside the training
+REC=$!
 job train train
-wait_for /tmp/site/.ok 1200 || { log "SGLang is not installed"; exit 1; }
-job record record  # not a measurement: it may run beside the scale-out benchmark
-wait $SCALE  # the sweeps measure: nothing else on the CPUs
+wait $REC
+wait_for /tmp/rig-site/.ok 900 || { log "rig is not installed"; exit 1; }
 job standalone standalone
-job eagle eagle
 job ngram ngram
+job prove prove
+job eagle eagle
 touch $Q/all.done
 log "queue done"

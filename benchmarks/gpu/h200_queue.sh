@@ -1,18 +1,20 @@
 #!/bin/bash
 # rig against real SGLang on the device's H200, as a queue of jobs that outlives each device call.
 #
-# Each call runs this script with whatever it carried; the script installs what arrived (idempotent), starts the
-# queue in its own process session if it is not running (so it goes on between back-to-back calls on the warm
-# machine), follows it until LIMIT seconds, then packs every result so far into $OUT/h200.tgz and returns.
-#   call 1: carry [".rigwh"]                    rig's wheelhouse (scripts/wheelhouse.py build ... --slim-ray)
-#   call 2: carry [".gpuw/c1", ".gpuw/c2"]      SGLang 0.5.17's wheels (../shared/tools/sglang-h200/build_payload.sh)
-#   call 3+: carry nothing                       the queue goes on
+# Each call runs this script with whatever it carried; the script installs what arrived (idempotent), copies the
+# work tree to /tmp/repo and starts the queue there in its own process session if it is not running (so it goes on
+# between back-to-back calls on the warm machine), follows it until LIMIT seconds, then packs every result so far
+# into $OUT/h200.tgz and returns. One call carries at most 64 MiB, so the payload goes over in two calls:
+#   call 1: carry [".gpuw/c1"]                  SGLang 0.5.17's wheels (../shared/tools/sglang-h200/build_payload.sh)
+#                                               the queue starts: training needs only the node's torch
+#   call 2: carry [".rigwh", ".gpuw/c2"]        rig's wheelhouse (scripts/wheelhouse.py build ... --slim-ray, duckdb
+#                                               left out) and sgl-deep-gemm; SGLang is launched only once both are in
+#   call 3+: carry nothing                      the queue goes on
 # usage: bash benchmarks/gpu/h200_queue.sh [LIMIT_S]     (default 540)
-# Jobs (in order; each leaves /tmp/q/JOB.done or JOB.failed): train, record, standalone, ngram, eagle.
+# Jobs (benchmarks/gpu/h200_jobs.sh; each leaves /tmp/q/JOB.done or JOB.failed).
 set -u
 LIMIT=${1:-540}
 T0=$(date +%s)
-REPO=$(pwd)
 Q=/tmp/q; R=/tmp/q/res; mkdir -p $R
 log() { echo "[$(date +%H:%M:%S) +$(( $(date +%s) - T0 ))s] $*" | tee -a $R/calls.log; }
 
@@ -22,29 +24,37 @@ if [ -d .rigwh ] && [ ! -f /tmp/rig-site/.ok ]; then
   python3 scripts/wheelhouse.py install .rigwh --target /tmp/rig-site > $R/rig-install.log 2>&1 && touch /tmp/rig-site/.ok
   tail -3 $R/rig-install.log
 fi
-if [ -f .gpuw/c1/payload.tar.xz ] && [ ! -f /tmp/site/.ok ]; then
+if [ -f .gpuw/c1/payload.tar.xz ] && [ ! -f /tmp/site/.c1 ]; then
   log "installing SGLang 0.5.17 (unpack + pip --target /tmp/site)"
   rm -rf /tmp/whl && mkdir -p /tmp/whl
   python3 -c "import tarfile;tarfile.open('.gpuw/c1/payload.tar.xz','r:xz').extractall('/tmp/whl')" &&
-    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site /tmp/whl/*.whl .gpuw/c2/*.whl \
-      > $R/sglang-install.log 2>&1 && touch /tmp/site/.ok
+    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site /tmp/whl/*.whl \
+      > $R/sglang-install.log 2>&1 && touch /tmp/site/.c1
   tail -3 $R/sglang-install.log; rm -rf /tmp/whl
-  log "SGLang install: $(ls /tmp/site/.ok 2>/dev/null || echo FAILED)"
 fi
+if ls .gpuw/c2/*.whl > /dev/null 2>&1 && [ -f /tmp/site/.c1 ] && [ ! -f /tmp/site/.c2 ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .gpuw/c2/*.whl \
+    >> $R/sglang-install.log 2>&1 && touch /tmp/site/.c2
+fi
+[ -f /tmp/site/.c1 ] && [ -f /tmp/site/.c2 ] && touch /tmp/site/.ok
+log "installed: rig $(ls /tmp/rig-site/.ok 2>/dev/null || echo no), SGLang $(ls /tmp/site/.ok 2>/dev/null || echo no)"
 # The engine's interpreter: the image's python3 with SGLang's install first on the path (its transformers 5.12.1
 # and tokenizers 0.22.2 shadow the image's, as SGLang pins them).
-cat > /tmp/sglpy <<'EOF'
+cat > /tmp/sglpy <<'EOS'
 #!/bin/bash
 export PYTHONPATH=/tmp/site HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 export CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
 exec python3 "$@"
-EOF
+EOS
 chmod +x /tmp/sglpy
 
 # ---------------------------------------------------------------- the queue (runs on between calls)
 if ! { [ -f $Q/queue.pid ] && kill -0 "$(cat $Q/queue.pid)" 2>/dev/null; }; then
-  log "starting the queue"
-  setsid nohup bash "$REPO/benchmarks/gpu/h200_jobs.sh" "$REPO" > $R/queue.log 2>&1 < /dev/null &
+  # Its own copy of the tree: the next call replaces this one (and removes what it does not carry).
+  rm -rf /tmp/repo && mkdir -p /tmp/repo
+  tar --exclude=./.gpuw --exclude=./.rigwh -cf - . | tar -C /tmp/repo -xf -
+  log "starting the queue in /tmp/repo"
+  setsid nohup bash /tmp/repo/benchmarks/gpu/h200_jobs.sh /tmp/repo > $R/queue.log 2>&1 < /dev/null &
   echo $! > $Q/queue.pid
 else
   log "queue running (pid $(cat $Q/queue.pid)); last: $(tail -1 $R/queue.log 2>/dev/null)"
@@ -56,7 +66,7 @@ while [ $(( $(date +%s) - T0 )) -lt "$LIMIT" ]; do
   n=$(wc -l < $R/queue.log 2>/dev/null || echo 0)
   [ "$n" -gt "$seen" ] && { sed -n "$((seen + 1)),${n}p" $R/queue.log | cut -c1-300; seen=$n; }
   [ -f $Q/all.done ] && break
-  sleep 5
+  sleep 3
 done
 log "packing results ($(ls $Q/*.done $Q/*.failed 2>/dev/null | xargs -n1 basename 2>/dev/null | tr '\n' ' '))"
 tar -C /tmp/q -czf "$OUT/h200.tgz" --exclude='*.safetensors' res runs 2>/dev/null
