@@ -63,13 +63,17 @@ class Recorder:
         t0 = time.time()
         conn.request(method, path, body=data, headers=hdrs)
         resp = conn.getresponse()
-        chunks, stamps = [], []
+        chunks, stamps, broken = [], [], None
         while True:
-            piece = resp.read1(65536) if hasattr(resp, "read1") else resp.read(65536)
-            if not piece:
+            try:
+                piece = resp.read1(65536) if hasattr(resp, "read1") else resp.read(65536)
+            except http.client.IncompleteRead as e:  # the server closed a chunked body mid-way: that is the truth
+                piece, broken = e.partial, f"IncompleteRead after {sum(map(len, chunks)) + len(e.partial)} bytes"
+            if piece:
+                chunks.append(piece)
+                stamps.append(round(time.time() - t0, 4))
+            if not piece or broken:
                 break
-            chunks.append(piece)
-            stamps.append(round(time.time() - t0, 4))
         conn.close()
         payload = b"".join(chunks)
         req = {"method": method, "path": path, "headers": hdrs, "body": body if raw_body is None else raw_body.decode()}
@@ -87,9 +91,10 @@ class Recorder:
                 "reads": len(chunks),
                 "read_offsets_s": stamps[:50],
                 "t": t0,
+                **({"broken": broken} if broken else {}),
             }
         )
-        print(f"record: {name}: {method} {path} -> {resp.status}, {len(payload)} bytes", flush=True)
+        print(f"record: {name}: {method} {path} -> {resp.status}, {len(payload)} bytes {broken or ''}", flush=True)
         return resp.status, payload
 
     def save_index(self) -> None:
@@ -178,12 +183,12 @@ def record_routes(r: Recorder, model: str) -> None:
     r.exchange("err_not_found", "GET", "/no_such_route")
 
 
-def long_completion(model: str, rid: str) -> dict:
+def long_completion(model: str, rid: str, max_tokens: int) -> dict:
     """A long streamed completion under a rid of rig's choosing (SGLang's CompletionRequest has ``rid``)."""
     return {
         "model": model,
         "prompt": PROMPT,
-        "max_tokens": LONG_TOKENS,
+        "max_tokens": max_tokens,
         "temperature": 0.0,
         "ignore_eos": True,
         "stream": True,
@@ -192,10 +197,11 @@ def long_completion(model: str, rid: str) -> dict:
     }
 
 
-def record_busy(r: Recorder, model: str) -> None:
+def record_busy(r: Recorder, model: str, long_tokens: int) -> None:
     """/flush_cache while a request runs, and a duplicate live rid."""
     long = threading.Thread(
-        target=r.exchange, args=("busy_long_stream", "POST", "/v1/completions", long_completion(model, "busy-1"))
+        target=r.exchange,
+        args=("busy_long_stream", "POST", "/v1/completions", long_completion(model, "busy-1", long_tokens)),
     )
     long.start()
     time.sleep(1.0)
@@ -204,12 +210,13 @@ def record_busy(r: Recorder, model: str) -> None:
     long.join()
 
 
-def record_rid_reuse(r: Recorder, model: str) -> None:
+def record_rid_reuse(r: Recorder, model: str, long_tokens: int) -> None:
     """SGLang's background abort: a short stream under rid X, then X (and X0, which X prefixes) again at once."""
     r.exchange("rid_reuse_first", "POST", "/generate", native(PROMPT, 4, True, rid="reuse-t1", ignore_eos=True))
     threads = [
         threading.Thread(
-            target=r.exchange, args=(f"rid_reuse_{name}", "POST", "/v1/completions", long_completion(model, rid))
+            target=r.exchange,
+            args=(f"rid_reuse_{name}", "POST", "/v1/completions", long_completion(model, rid, long_tokens)),
         )
         for name, rid in (("same", "reuse-t1"), ("prefixed", "reuse-t10"), ("other", "other-t1"))
     ]
@@ -257,14 +264,12 @@ def main(argv: list[str] | None = None) -> int:
         "--long-tokens", type=int, default=LONG_TOKENS, help="the long streams' max_tokens (under the context length)"
     )
     a = ap.parse_args(argv)
-    global LONG_TOKENS
-    LONG_TOKENS = a.long_tokens
     r = Recorder(a.url, a.out / a.label)
     provenance(r, a.command, a.label)
     record_routes(r, a.model)
-    record_busy(r, a.model)
+    record_busy(r, a.model, a.long_tokens)
     if a.rid_reuse:
-        record_rid_reuse(r, a.model)
+        record_rid_reuse(r, a.model, a.long_tokens)
     r.exchange("metrics_final", "GET", "/metrics")
     r.save_index()
     if a.log and a.log.exists():

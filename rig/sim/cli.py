@@ -57,6 +57,12 @@ def sim(argv: tuple[str, ...]) -> None:
     is_flag=True,
     help="Also fit once without each measured point and predict it: the held-out error beside the in-sample error.",
 )
+@click.option(
+    "--folds",
+    type=click.IntRange(min=2),
+    default=None,
+    help="With --hold-out: K interleaved folds of points instead of one fit per point (for large sweeps).",
+)
 def fit_cmd(
     run_dir: Path | None,
     campaign: bool,
@@ -65,6 +71,7 @@ def fit_cmd(
     max_evals: int,
     name: str | None,
     hold_out: bool,
+    folds: int | None,
 ) -> None:
     """Fit a profile's parameters to the campaign (--campaign) or to a results directory of real runs."""
     from rich.console import Console
@@ -73,6 +80,8 @@ def fit_cmd(
 
     if campaign == (run_dir is not None):
         raise click.UsageError("give either --campaign or RUN_DIR")
+    if folds is not None and not hold_out:
+        raise click.UsageError("--folds needs --hold-out")
     from rig.results import run_file_clash
 
     clash = run_file_clash(output) if output is not None else None
@@ -100,7 +109,10 @@ def fit_cmd(
     elapsed = time.monotonic() - t0
     _print_table(result, elapsed)
     if hold_out:
-        _print_held_out(targets, base, free, max_evals, console)
+        try:
+            _print_held_out(targets, base, free, max_evals, console, folds)
+        except ValueError as e:
+            raise click.ClickException(str(e)) from None
     if output:
         command = [
             "rig",
@@ -138,7 +150,9 @@ def _print_table(result: FitResult, elapsed: float) -> None:
     Console().print(p)
 
 
-def _print_held_out(targets: list, base: Profile, free: tuple[str, ...], max_evals: int, console: object) -> None:
+def _print_held_out(
+    targets: list, base: Profile, free: tuple[str, ...], max_evals: int, console: object, folds: int | None
+) -> None:
     from rich.console import Console
     from rich.table import Table
 
@@ -148,9 +162,15 @@ def _print_held_out(targets: list, base: Profile, free: tuple[str, ...], max_eva
     with console.status("held-out fits...") as status:
         shown = FitProgress(console, max_evals, status)
         rows = hold_out_each_point(
-            targets, base, free, max_evals, progress=lambda p, i, n: shown.step(f"held-out fit {i}/{n}: without {p}")
+            targets,
+            base,
+            free,
+            max_evals,
+            progress=lambda p, i, n: shown.step(f"held-out fit {i}/{n}: without {p}"),
+            folds=folds,
         )
-    t = Table(title="held out: each point predicted by a fit to the others")
+    how = "a fit to the others" if folds is None else f"a fit without its fold ({folds} folds)"
+    t = Table(title=f"held out: each point predicted by {how}")
     for col in ("target", "measured", "predicted", "error"):
         t.add_column(col, justify="left" if col == "target" else "right")
     for r in rows:

@@ -43,11 +43,12 @@ RUN_DIR_FREE = (
     "c_tok_ms",
     "d_fixed_ms",
     "acc_logit_greedy",
+    "acc_logit_position_decay",
     "acc_logit_temperature_slope",
     "acc_logit_loop",
 )
 # logits are searched linearly; the rest in log space
-_LINEAR = {"acc_logit_loop", "acc_logit_greedy", "acc_logit_temperature_slope"}
+_LINEAR = {"acc_logit_loop", "acc_logit_greedy", "acc_logit_position_decay", "acc_logit_temperature_slope"}
 
 
 @dataclass(frozen=True)
@@ -161,6 +162,7 @@ def run_dir_targets(run_dir: Path | str) -> list[Target]:
     df = df[df["ok"].fillna(False).astype(bool)]
     if df.empty:
         raise ValueError(f"{run_dir}: no successful requests to fit to")
+    servers = _server_limits(Path(run_dir))
     out: list[Target] = []
     filler = ("Explain how this system works in detail.",)  # prompt text is not recorded; a neutral stand-in
     keys = ["steps", "concurrency", "temperature"]
@@ -170,7 +172,22 @@ def run_dir_targets(run_dir: Path | str) -> list[Target]:
         steps, conc = int(steps), int(conc)
         temp = 0.0 if temp is None or math.isnan(temp) else float(temp)
         lens = tuple(int(x) for x in g["completion_tokens"])
-        sc = Scenario(steps, conc, len(g), lens, filler, temperature=temp, ignore_eos=True, label=f"s{steps} C={conc}")
+        # The limits the server reported at startup, where one server holds these steps: a real server's capacity
+        # is a fact of its run (SGLang: 4,096 running requests plain, 48 under speculation, on the 0.28 B model),
+        # not the profile's model of the reference hardware's memory. Its TP is not replayed: the profile's
+        # weights are the reference model's (244 GB at TP 1), and the fitted costs stand for the run's per step.
+        limits = servers.get(steps, {})
+        sc = Scenario(
+            steps,
+            conc,
+            len(g),
+            lens,
+            filler,
+            temperature=temp,
+            ignore_eos=True,
+            label=f"s{steps} C={conc}",
+            **limits,
+        )
         label = f"steps{steps} C={conc} T={temp:g}"
         wall = float(g["end_ts"].max() - g["send_ts"].min())
         out.append(Target(f"{label} aggregate", "aggregate_tok_s", float(g["completion_tokens"].sum()) / wall, sc))
@@ -184,6 +201,28 @@ def run_dir_targets(run_dir: Path | str) -> list[Target]:
     if not out:
         raise ValueError(f"{run_dir}: no closed-loop points to fit to")
     return out
+
+
+def _server_limits(run_dir: Path) -> dict[int, dict[str, int]]:
+    """Per steps value held by exactly one server configuration of the run: its startup limits."""
+    import json
+
+    try:
+        configs = json.loads((run_dir / "manifest.json").read_text()).get("server_configs") or {}
+    except (OSError, ValueError):
+        return {}
+    by_steps: dict[int, list[dict[str, int]]] = {}
+    for c in configs.values():
+        knobs, startup = c.get("knobs") or {}, c.get("startup") or {}
+        if knobs.get("engine") == "sim" or knobs.get("steps") is None:
+            continue  # a simulated run's limits are the profile's own
+        limits: dict[str, int] = {}
+        if startup.get("max_running_requests"):
+            limits["max_running"] = int(startup["max_running_requests"])
+        if startup.get("max_total_num_tokens"):
+            limits["kv_pool_tokens"] = int(startup["max_total_num_tokens"])
+        by_steps.setdefault(int(knobs["steps"]), []).append(limits)
+    return {steps: ls[0] for steps, ls in by_steps.items() if len(ls) == 1 and ls[0]}
 
 
 def _simulate(job: tuple[Profile, list[Scenario]]) -> list[dict[str, float]]:

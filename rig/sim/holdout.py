@@ -1,7 +1,8 @@
-"""Held-out error of a fitted profile: fit without one measured point, predict it, for every point in turn.
+"""Held-out error of a fitted profile: fit without some measured points, predict them, for every point in turn.
 
 The in-sample error of ``rig sim fit`` says how well the model can be bent to the figures; this says how well it
-predicts a point it was not shown (leave-one-point-out cross-validation), which is what a twin is for.
+predicts a point it was not shown (cross-validation: leave-one-point-out by default, or K interleaved folds for a
+large sweep, where one fit per point would take hours), which is what a twin is for.
 """
 
 from __future__ import annotations
@@ -38,18 +39,27 @@ def hold_out_each_point(
     free: tuple[str, ...],
     max_evals: int,
     progress: Callable[[str, int, int], None] | None = None,
+    folds: int | None = None,
 ) -> list[HeldOut]:
-    """For each point: fit on the others (from ``base``), then predict that point's figures."""
+    """For each fold of points: fit on the others (from ``base``), then predict that fold's figures.
+
+    ``folds`` None: one point per fold (leave-one-point-out); K: the sorted points dealt into K folds (point i in
+    fold i mod K), so that each fold spans the sweep rather than cutting off one end of it.
+    """
     points = sorted({point_of(t) for t in targets})
     if len(points) < 2:
         raise ValueError("holding a point out needs at least two measured points")
+    k = len(points) if folds is None else folds
+    if not 2 <= k <= len(points):
+        raise ValueError(f"--folds must be from 2 to the number of measured points ({len(points)}), got {k}")
+    groups = [set(points[i::k]) for i in range(k)]
     out: list[HeldOut] = []
-    for i, p in enumerate(points, 1):
+    for i, held in enumerate(groups, 1):
         if progress:
-            progress(p, i, len(points))
-        train = [t for t in targets if point_of(t) != p and t.metric != "ratio"]
-        test = [t for t in targets if point_of(t) == p and t.metric != "ratio"]
+            progress(next(iter(held)) if len(held) == 1 else f"{len(held)} points", i, k)
+        train = [t for t in targets if point_of(t) not in held and t.metric != "ratio"]
+        test = [t for t in targets if point_of(t) in held and t.metric != "ratio"]
         prof = fit(train, base, free=free, max_evals=max_evals).profile
-        for row in evaluate(prof, test):
-            out.append(HeldOut(p, row["label"], row["metric"], row["target"], row["sim"]))
+        for t, row in zip(test, evaluate(prof, test), strict=True):
+            out.append(HeldOut(point_of(t), row["label"], row["metric"], row["target"], row["sim"]))
     return out

@@ -1,0 +1,77 @@
+"""Held-out fits (rig sim fit --hold-out [--folds K]): each point is predicted by a fit that never saw it."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import pytest
+
+from rig.sim import holdout
+from rig.sim.fit import Target, _server_limits
+from rig.sim.virtual import Scenario
+
+
+def targets(n_points: int) -> list[Target]:
+    out = []
+    for i in range(n_points):
+        sc = Scenario(i % 3, 1 + i, 4, (8,), ("p",), label=f"point {i}")
+        out.append(Target(f"steps{sc.steps} C={sc.concurrency} T=0 aggregate", "aggregate_tok_s", 100.0 + i, sc))
+        out.append(Target(f"steps{sc.steps} C={sc.concurrency} T=0 per-request", "decode_tok_s", 10.0 + i, sc))
+    return out
+
+
+@pytest.fixture
+def recorded_fits(monkeypatch):
+    """fit and evaluate replaced by recorders: which points each fit saw, and a prediction per test target."""
+    seen: list[set[str]] = []
+
+    def fake_fit(train, base, free, max_evals):
+        seen.append({holdout.point_of(t) for t in train})
+        return SimpleNamespace(profile=len(seen))
+
+    def fake_evaluate(profile, test):
+        return [{"label": t.label, "metric": t.metric, "target": t.value, "sim": t.value * 1.1} for t in test]
+
+    monkeypatch.setattr(holdout, "fit", fake_fit)
+    monkeypatch.setattr(holdout, "evaluate", fake_evaluate)
+    return seen
+
+
+@pytest.mark.parametrize("folds", [None, 2, 3, 7])
+def test_every_point_is_held_out_once_by_a_fit_that_never_saw_it(recorded_fits, folds):
+    ts = targets(7)
+    rows = holdout.hold_out_each_point(ts, base=None, free=(), max_evals=1, folds=folds)
+    points = {holdout.point_of(t) for t in ts}
+    assert len(recorded_fits) == (7 if folds is None else folds)
+    assert sorted(r.point for r in rows) == sorted(holdout.point_of(t) for t in ts)  # each figure predicted once
+    held_by_fit = [points - s for s in recorded_fits]
+    assert sorted(p for held in held_by_fit for p in held) == sorted(points)  # the folds partition the points
+    for r in rows:
+        fit_that_predicted = next(i for i, held in enumerate(held_by_fit) if r.point in held)
+        assert r.point not in recorded_fits[fit_that_predicted]
+    assert all(r.rel_err == pytest.approx(0.1) for r in rows)
+
+
+def test_folds_outside_two_to_the_number_of_points_are_refused(recorded_fits):
+    with pytest.raises(ValueError, match="from 2 to the number of measured points"):
+        holdout.hold_out_each_point(targets(3), base=None, free=(), max_evals=1, folds=4)
+
+
+def test_a_real_runs_points_replay_under_their_servers_startup_limits(tmp_path):
+    """The fit replays each steps value under the limits its server logged at startup."""
+    cfg = {
+        "a": {"knobs": {"engine": "sglang", "steps": 0, "tp": 1}, "startup": {"max_running_requests": 4096}},
+        "b": {
+            "knobs": {"engine": "sglang", "steps": 3, "tp": 2},
+            "startup": {"max_running_requests": 48, "max_total_num_tokens": 2_634_680},
+        },
+        "c1": {"knobs": {"engine": "sglang", "steps": 4, "tp": 1}, "startup": {"max_running_requests": 48}},
+        "c2": {"knobs": {"engine": "sglang", "steps": 4, "tp": 1}, "startup": {"max_running_requests": 40}},
+        "sim": {"knobs": {"engine": "sim", "steps": 1, "tp": 4}, "startup": {"max_running_requests": 22}},
+    }
+    (tmp_path / "manifest.json").write_text(json.dumps({"server_configs": cfg}))
+    assert _server_limits(tmp_path) == {
+        0: {"max_running": 4096},
+        3: {"max_running": 48, "kv_pool_tokens": 2_634_680},
+    }  # steps 4: two servers disagree, so neither is assumed; a simulated server's limits are its profile's
