@@ -171,7 +171,7 @@ def vllm_problems(ranges: list[list[int]]) -> list[str]:
 
 
 def _vllm(
-    ranges: list[list[int]], method: str, model: str, notes: list[str]
+    ranges: list[list[int]], method: str, draft: str | None, model: str, notes: list[str]
 ) -> tuple[VllmSpeculativeConfig | None, str | None]:
     top = max((k for _, _, k in ranges), default=0)
     if top <= 0:
@@ -184,6 +184,8 @@ def _vllm(
     config = VllmSpeculativeConfig(
         method=method, num_speculative_tokens=top, num_speculative_tokens_per_batch_size=ranges
     )
+    if draft and method in ("draft_model", "eagle", "eagle3"):
+        config["model"] = draft
     command = f"vllm serve {shlex.quote(model)} --speculative-config {shlex.quote(json.dumps(config))}"
     return config, command
 
@@ -212,6 +214,24 @@ def _sglang(
         f"--speculative-adaptive --speculative-adaptive-config {shlex.quote(file)}"
     )
     return config, command
+
+
+# SGLang's --speculative-algorithm in vLLM's words (speculative_config "method"), for a schedule measured on SGLang
+# or the sim and written for vLLM too.
+VLLM_METHOD_OF_SGLANG = {
+    "NEXTN": "mtp",
+    "EAGLE": "eagle",
+    "EAGLE3": "eagle3",
+    "STANDALONE": "draft_model",
+    "NGRAM": "ngram",
+}
+
+
+def _vllm_method(run: Run, bands: list[BatchBand]) -> str:
+    """The vLLM method of the run's speculation: its own on vLLM, else its SGLang algorithm's (mtp by default)."""
+    if _knob(run, bands, "engine", "") == "vllm":
+        return _knob(run, bands, "spec_method", "mtp")
+    return VLLM_METHOD_OF_SGLANG.get(_knob(run, bands, "spec_algorithm", "NEXTN").upper(), "mtp")
 
 
 def _knob(run: Run, bands: list[BatchBand], key: str, default: str) -> str:
@@ -243,7 +263,8 @@ def _engine_schedule(
     vllm, vllm_cmd = (None, None)
     sgl, sgl_cmd = (None, None)
     if ranges:
-        vllm, vllm_cmd = _vllm(ranges, _knob(run, bands, "spec_method", "mtp"), model, notes)
+        draft = _knob(run, bands, "draft_model_path", "") or None
+        vllm, vllm_cmd = _vllm(ranges, _vllm_method(run, bands), draft, model, notes)
         sgl, sgl_cmd = _sglang(ranges, _knob(run, bands, "spec_algorithm", "EAGLE"), model, files["sglang"], notes)
     return EngineSchedule(
         workload=group["workload"],

@@ -308,6 +308,7 @@ class VllmSpeculativeConfig(TypedDict):
     method: str
     num_speculative_tokens: int
     num_speculative_tokens_per_batch_size: list[list[int]]
+    model: NotRequired[str]  # the draft (draft_model, eagle, eagle3): vLLM loads it from here
 
 
 class SglangSlot(TypedDict):

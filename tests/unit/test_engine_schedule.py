@@ -89,3 +89,27 @@ def test_without_a_running_gauge_the_bands_cannot_be_given_by_batch(tmp_path):
     rep = build_report(campaign_run(tmp_path / "run"))
     [s] = rep.engine_schedule
     assert s["ranges"] == [] and s["vllm_speculative_config"] is None and "no running-batch gauge" in s["notes"][-1]
+
+
+def test_the_vllm_config_names_the_runs_speculation_in_vllms_words():
+    """A schedule measured on SGLang is written for vLLM with vLLM's method (and draft path where vLLM needs one):
+    on the 2026-12-07 H100 sweep (STANDALONE) it said "mtp", which vLLM would load as the target's own MTP head."""
+    from rig.analysis.engine_schedule import VLLM_METHOD_OF_SGLANG, _vllm
+
+    ranges = [[1, 1, 4], [2, 4096, 0]]
+    config, command = _vllm(ranges, VLLM_METHOD_OF_SGLANG["STANDALONE"], "/models/draft", "/models/target", [])
+    assert config == {
+        "method": "draft_model",
+        "num_speculative_tokens": 4,
+        "num_speculative_tokens_per_batch_size": ranges,
+        "model": "/models/draft",
+    }
+    assert command is not None and json.loads(command.split("--speculative-config ", 1)[1].strip("'")) == config
+    mtp, _ = _vllm(ranges, VLLM_METHOD_OF_SGLANG["NEXTN"], "/models/draft", "/models/target", [])
+    assert mtp is not None and mtp["method"] == "mtp" and "model" not in mtp  # MTP heads live in the target
+
+
+def test_a_sim_runs_schedule_keeps_mtp_for_nextn(tmp_path):
+    rep = build_report(_run_with_running_gauge(tmp_path))
+    [s] = rep.engine_schedule
+    assert s["vllm_speculative_config"] is not None and s["vllm_speculative_config"]["method"] == "mtp"

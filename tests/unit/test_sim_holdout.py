@@ -75,3 +75,13 @@ def test_a_real_runs_points_replay_under_their_servers_startup_limits(tmp_path):
         0: {"max_running": 4096},
         3: {"max_running": 48, "kv_pool_tokens": 2_634_680},
     }  # steps 4: two servers disagree, so neither is assumed; a simulated server's limits are its profile's
+
+
+def test_a_real_runs_points_replay_with_their_recorded_prompt_lengths():
+    """Prompt text is not recorded, its length is: each stand-in has the request's length and a prefix of its own."""
+    from rig.sim.fit import _stand_in_prompts
+    from rig.sim.text import tokenize
+
+    prompts = _stand_in_prompts([83, 2160, 1, float("nan")], "Explain how this system works in detail.")
+    assert [len(tokenize(p)) for p in prompts] == [83, 2160, 1, 8]  # NaN: the filler's own length
+    assert len({tokenize(p)[0] for p in prompts}) == 4  # no two share a first token, so no cached prefix
