@@ -80,8 +80,11 @@ def test_a_real_runs_points_replay_under_their_servers_startup_limits(tmp_path):
 def test_a_real_runs_points_replay_with_their_recorded_prompt_lengths():
     """Prompt text is not recorded, its length is: each stand-in has the request's length and a prefix of its own."""
     from rig.sim.fit import _stand_in_prompts
-    from rig.sim.text import tokenize
+    from rig.sim.text import content_score, tokenize
 
-    prompts = _stand_in_prompts([83, 2160, 1, float("nan")], "Explain how this system works in detail.")
+    filler = "Explain how this system works in detail."
+    prompts = _stand_in_prompts([83, 2160, 1, float("nan")], filler)
     assert [len(tokenize(p)) for p in prompts] == [83, 2160, 1, 8]  # NaN: the filler's own length
     assert len({tokenize(p)[0] for p in prompts}) == 4  # no two share a first token, so no cached prefix
+    # the content reads as the filler does at every length (a repeated filler read as repetitive text)
+    assert {content_score(tokenize(p)) for p in prompts[:2]} == {content_score(tokenize(filler))}
