@@ -51,6 +51,7 @@ class Stream:
     finished: bool = False
     first_token_wall: float | None = None
     finished_wall: float | None = None
+    sent_wall: float | None = None  # when the first answer (chunk or whole body) went out: its meta_info says so
     last_chunk_mono: float | None = None
     signalled: int = 0  # tokens already announced to the handler (stream_interval)
     abort_message: str = "client disconnected"

@@ -132,7 +132,7 @@ async def completions(request: web.Request) -> web.StreamResponse:
         st = srv.submit(toks, tok_ids, s, rid=body.get("rid"), stops=stops)
     except DuplicateRid as e:
         return _oai_error(str(e))
-    rid = f"cmpl-{st.rid}"
+    rid = st.rid  # the response id is the request's meta_info id, no "cmpl-" prefix (serving_completions.py)
     want_ids = bool(body.get("return_token_ids"))
     continuous = _continuous_usage(body)
     model = body.get("model") or srv.model
@@ -156,6 +156,7 @@ async def completions(request: web.Request) -> web.StreamResponse:
                     }
                 ],
                 "usage": usage(st, cache_report=srv.args.enable_cache_report),
+                "metadata": {"weight_version": "default"},  # weight_versions.py::build_endpoint_weight_version_metadata
                 **({"sglext": x} if (x := _sglext(st, srv, body)) else {}),
             }
         )
@@ -265,7 +266,7 @@ class _ChatReply:
 
     def __init__(self, srv: SimServer, body: dict[str, Any], st: Any) -> None:
         self.srv, self.body, self.st = srv, body, st
-        self.rid = f"chatcmpl-{st.rid}"
+        self.rid = st.rid  # the request's meta_info id, no "chatcmpl-" prefix (serving_chat.py)
         self.model = body.get("model") or srv.model
         self.created = int(time.time())
 
@@ -289,6 +290,7 @@ class _ChatReply:
                 "model": self.model,
                 "choices": [choice],
                 "usage": usage(st, cache_report=srv.args.enable_cache_report),
+                "metadata": {"weight_version": "default"},  # weight_versions.py::build_endpoint_weight_version_metadata
                 **({"sglext": x} if (x := _sglext(st, srv, body)) else {}),
             }
         )

@@ -4,8 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics, generate_latest
-from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    disable_created_metrics,
+    exposition,
+    generate_latest,
+)
 
 # SGLang's default buckets (tokenizer metrics).
 TTFT_BUCKETS = (0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 2.0, 4.0, 6.0, 8.0, 10.0, 20.0, 40.0, 60.0, 80.0, 100.0, 200.0, 400.0)
@@ -56,7 +63,9 @@ E2E_BUCKETS = (
     800.0,
 )
 LAG_BUCKETS = (0.0001, 0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.5, 1.0)
-CONTENT_TYPE = CONTENT_TYPE_LATEST
+# What SGLang's /metrics (prometheus_client's ASGI app) answers a client that asks for no format (choose_encoder): the
+# 0.0.4 text format, whose type names it (newer prometheus_client releases' CONTENT_TYPE_LATEST says version=1.0.0).
+CONTENT_TYPE = getattr(exposition, "CONTENT_TYPE_PLAIN_0_0_4", exposition.CONTENT_TYPE_LATEST)
 # The simulator's count of modelled time it could not keep to, and of iterations that ended over SIM_LATE_S after their
 # deadline (caught up, but the streams' timing then was off by as much); rig flags a point where either grew.
 SIM_BEHIND_METRIC = "sglang:sim_behind_seconds_total"

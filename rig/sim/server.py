@@ -241,7 +241,9 @@ def server_info_dict(srv: SimServer) -> dict[str, Any]:
             "memory_usage": {
                 "weight": cap.weight_gb_per_gpu,
                 "kvcache": cap.kv_pool_gb,
+                "startup_available": cap.available_gpu_mem_gb,  # scheduler_components/memory_usage.py
                 "token_capacity": cap.max_total_num_tokens,
+                "token_capacity_swa": None,  # no sliding-window pool
                 "graph": srv.profile.graph_reserve_gb,
                 "mamba_state": cap.state_pool_gb,
             },
