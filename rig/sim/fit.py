@@ -188,7 +188,8 @@ def run_dir_targets(run_dir: Path | str) -> list[Target]:
             temperature=temp,
             ignore_eos=True,
             label=f"s{steps} C={conc}",
-            **limits,
+            max_running=limits.get("max_running"),
+            kv_pool_tokens=limits.get("kv_pool_tokens"),
         )
         label = f"steps{steps} C={conc} T={temp:g}"
         wall = float(g["end_ts"].max() - g["send_ts"].min())
@@ -205,7 +206,7 @@ def run_dir_targets(run_dir: Path | str) -> list[Target]:
     return out
 
 
-def _stand_in_prompts(prompt_tokens: Iterable[object], filler: str) -> tuple[str, ...]:
+def _stand_in_prompts(prompt_tokens: Iterable[float | None], filler: str) -> tuple[str, ...]:
     """One prompt per request with its recorded prompt length (the text is not recorded): a request's prompt length
     sets its prefill and every decode step's attention cost (the realistic workload's average 483 tokens against
     greedy's 83 on the 2026-12-07 run). The words never repeat, so no two prompts share a cached prefix and the
@@ -214,8 +215,8 @@ def _stand_in_prompts(prompt_tokens: Iterable[object], filler: str) -> tuple[str
     words = tokenize(filler)
     punct = {k for k, w in enumerate(words) if not w.isalnum()}
     out = []
-    for i, n in enumerate(prompt_tokens):
-        n = int(n) if n is not None and not (isinstance(n, float) and math.isnan(n)) else len(words)
+    for i, recorded in enumerate(prompt_tokens):
+        n = len(words) if recorded is None or math.isnan(recorded) else int(recorded)
         toks = [words[k % len(words)] if k % len(words) in punct else f"w{i}n{k}" for k in range(max(n, 1))]
         out.append(" ".join(toks))
     return tuple(out)
