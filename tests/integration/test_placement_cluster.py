@@ -344,8 +344,9 @@ def test_rig_run_on_the_cluster_spools_gathers_and_leaves_the_cluster_up(fake_cl
     assert sorted(g["node_id"] for g in gens) == sorted(fake_cluster["clients"])
     assert all(g["output_mode"] == "spool" and g["spool_root"].startswith(str(tmp_path / "spool-")) for g in gens)
     assert len({g["spool_root"] for g in gens}) == N_CLIENTS  # one spool per host ({node_id} filled in there)
-    for g in gens:  # clock offset per generator and per host: same machine, so well under 5 ms, RTT > 0
-        assert abs(g["clock_offset_s"]) < 0.005 and 0 < g["clock_rtt_s"] < 0.5
+    for g in gens:  # clock offset per generator and per host: the same clock, so the estimate is off by at most
+        # half its probe's round trip (Cristian's bound; a fixed 5 ms failed beside a CPU hog: 6.1 ms, 2026-12-07)
+        assert 0 < g["clock_rtt_s"] < 0.5 and abs(g["clock_offset_s"]) <= g["clock_rtt_s"] / 2 + 1e-6
     assert sorted(m["cluster"]["hosts"]) == sorted({g["node_ip"] for g in gens})
     (point,) = m["points"]
     t = read_requests(run_dir).to_pandas()

@@ -93,7 +93,18 @@ def test_tune_reaches_the_grid_answer_with_at_most_half_of_its_points(hidden_ser
     assert rec["stable"], rec["stop_reason"]
     probes = [(p["point"], p["why"], p.get("meets")) for p in section["probes"]]
     chosen = {k: rec.get(k) for k in ("best_steps", "server_config", "max_passing", "answer")}
-    assert rec["best_steps"] == grid_best["steps"], (chosen, rec["per_workload"], grid_best, probes, section["configs"])
+    if rec["best_steps"] != grid_best["steps"]:
+        # Another answer is right only where the grid cannot tell the two apart: the grid's runner-up, passing up to
+        # the same level, its throughput margin there not significant (the paired interval spans 0). Both runs
+        # measure in real time on a shared host (beside a CPU hog the grid put steps 0 ahead of steps 2 by a margin
+        # its own interval did not support, 2026-12-07).
+        tie = (
+            grid_best["runner_up"] == f"steps={rec['best_steps']}"
+            and grid_best["runner_up_max_passing"] == grid_best["max_passing"] == rec["max_passing"]
+            and grid_best["ci_low"] is not None
+            and grid_best["ci_low"] <= 0 <= grid_best["ci_high"]
+        )
+        assert tie, (chosen, rec["per_workload"], grid_best, probes, section["configs"])
     assert rec["measured_points"] <= 0.5 * GRID_POINTS, probes
     # The recommendation is what `rig report` reads off the tune run's own points.
     [tune_best] = build_report(run).best_per_slo
