@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pyarrow.dataset as ds
 import pytest
+from sglang_0_5_17 import REAL_ONLY_INFO_KEYS
 from support import rig, start_sim
 
 from rig.analysis.server_series import ALL_NAMES
@@ -31,23 +32,6 @@ CONFIGS = MANIFEST["server_configs"]
 SIM_ONLY_METRICS = {
     "sglang:request_time_per_output_token_seconds": "0.5.23's TPOT histogram (the sim imitates 0.5.23)",
 }
-# /server_info keys of 0.5.17 the simulator (which imitates 0.5.23's ServerArgs) does not have.
-REAL_ONLY_INFO_KEYS = {
-    "cuda_graph_tc_compiler",
-    "custom_sigquit_handler",
-    "dsa_prefill_cp_mode",
-    "elastic_ep_rejoin",
-    "enable_dsa_prefill_context_parallel",
-    "enable_expert_distribution_metrics",
-    "enable_prefill_context_parallel",
-    "keep_mm_feature_on_device",
-    "kv_events",
-    "prefill_cp_mode",
-    "speculative_skip_dp_mlp_sync",
-    "stat_loggers",
-    "torchao_config",
-    "uses_mamba_radix_cache",
-}  # 0.5.17 arguments renamed or removed by 0.5.23; rig reads none of them
 
 
 def real_metric_names() -> set[str]:

@@ -38,6 +38,7 @@ import aiohttp
 import pyarrow.dataset as ds
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from sglang_0_5_17 import REAL_ONLY_INFO_KEYS
 from support import DATA, REPO, start_sim
 
 from rig.analysis.metrics import acceptance_from_counters
@@ -721,23 +722,6 @@ def test_sim_answers_carry_the_values_rig_reads(sim):
             assert rec["spec_verify_ct"] > 0 and rec["spec_accept_length"] >= 1
 
 
-# /server_info keys of 0.5.17 the simulator (which imitates 0.5.23's ServerArgs) does not have.
-REAL_ONLY_INFO_KEYS = {
-    "cuda_graph_tc_compiler",
-    "custom_sigquit_handler",
-    "dsa_prefill_cp_mode",
-    "elastic_ep_rejoin",
-    "enable_dsa_prefill_context_parallel",
-    "enable_expert_distribution_metrics",
-    "enable_prefill_context_parallel",
-    "keep_mm_feature_on_device",
-    "kv_events",
-    "prefill_cp_mode",
-    "speculative_skip_dp_mlp_sync",
-    "stat_loggers",
-    "torchao_config",
-    "uses_mamba_radix_cache",
-}  # 0.5.17 arguments renamed or removed by 0.5.23 (the same set as the H200 run's, test_sglang_recorded.py)
 # internal_states[0] keys of 0.5.17 the sim lacks: those arguments less two top-level-only ones, and what 0.5.17's
 # scheduler copy of ServerArgs carried besides (private attributes, two fields 0.5.23 turned into functions)
 REAL_ONLY_STATE_KEYS = (REAL_ONLY_INFO_KEYS - {"custom_sigquit_handler", "kv_events"}) | {
