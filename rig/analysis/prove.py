@@ -76,14 +76,20 @@ def judge_arms(section: ProveSection, report: Report, resamples: int = cmp.RESAM
     by_level: dict[tuple[str, str, float], dict[str, list[CampaignRow]]] = defaultdict(lambda: defaultdict(list))
     for r in report.campaign:
         arm = kind_of.get(r.server_config or "")
-        if arm is None or r.level is None or not valid(r) or r.get(KEY) is None:
+        if arm is None or r.level is None:
             continue
-        by_level[(str(r.workload), str(r.load_mode), float(r.level))][arm.label].append(r)
+        # a level whose points are all invalid still gets its band (every arm "not measured" there), so the
+        # verdict cannot call an arm as good everywhere while a band went unjudged
+        at = by_level[(str(r.workload), str(r.load_mode), float(r.level))]
+        if valid(r) and r.get(KEY) is not None:
+            at[arm.label].append(r)
     bands = []
     for (workload, mode, level), arms in sorted(by_level.items()):
         band = ProveBand(workload=workload, load_mode=mode, level=level)
         statics = {lab: rs for lab, rs in arms.items() if kind_of[rs[0].server_config or ""].kind == "static"}
-        if statics:
+        if not statics:
+            band.arms = {a.label: ArmResult() for a in section.arms if a.kind != "static"}
+        else:
             best_lab, best_rows = max(statics.items(), key=lambda kv: _mean(kv[1], KEY) or 0.0)
             band.best_static, band.best_static_steps = best_lab, best_rows[0].steps
             band.best_static_value = _mean(best_rows, KEY)
@@ -254,7 +260,7 @@ def summarize(section: ProveSection) -> str:
     for arm in section.arms:
         if arm.kind == "static":
             continue
-        results = [(b, b.arms.get(arm.label)) for b in section.bands if b.best_static is not None]
+        results = [(b, b.arms.get(arm.label) if b.best_static is not None else None) for b in section.bands]
         worse = [f"{b.level:g}" for b, a in results if a is not None and a.verdict == "worse"]
         unmeasured = [f"{b.level:g}" for b, a in results if a is None or a.verdict in ("not measured", "undecided")]
         better = [f"{b.level:g}" for b, a in results if a is not None and a.verdict == "better"]

@@ -9,6 +9,8 @@ import pytest
 from accounting import assert_accounting
 from support import rig
 
+from rig.analysis.frontier import valid
+from rig.analysis.report import build_report
 from rig.results import read_manifest, read_requests
 
 pytestmark = pytest.mark.ray
@@ -89,16 +91,26 @@ def test_each_band_judges_every_arm_against_the_best_static_setting(proof):
     static_cfg = {a["server_config"]: a["steps"] for a in prove["arms"] if a["kind"] == "static"}
     others = {a["label"] for a in prove["arms"] if a["kind"] != "static"}
     t = read_requests(run).to_pandas()
+    # a point flagged invalid (a busy client machine makes the simulator fall behind: sim_behind) is left out of
+    # the ranking, as the report leaves it out; which points those are is the report's call, read from it here
+    rows = {(r.server_config, r.level): r for r in build_report(run, cdf_resolution=0).campaign}
     assert [b["level"] for b in prove["bands"]] == list(LEVELS)
     for b in prove["bands"]:
-        assert static[b["best_static"]] == b["best_static_steps"]
-        # the best static setting is the one with the most tokens per second of wall time at that level
         at = t[t.concurrency == b["level"]]
-        statics = {
-            static_cfg[cfg]: g.completion_tokens.sum() / (g.end_ts.max() - g.send_ts.min())
-            for cfg, g in at.groupby("server_config")
-            if cfg in static_cfg
-        }
+        statics = {}
+        for cfg, g in at.groupby("server_config"):
+            if cfg not in static_cfg:
+                continue
+            # the figure ranked is the point's tokens per second of wall time, recomputed here from its records
+            tok_s = g.completion_tokens.sum() / (g.end_ts.max() - g.send_ts.min())
+            assert rows[(cfg, b["level"])].aggregate_tok_s == pytest.approx(tok_s, rel=1e-3)
+            if valid(rows[(cfg, b["level"])]):
+                statics[static_cfg[cfg]] = tok_s
+        if not statics:  # every static point at this level was invalid: nothing to judge against
+            assert b["best_static"] is None and set(b["arms"]) == others, b
+            assert all(r["verdict"] == "not measured" for r in b["arms"].values()), b
+            continue
+        assert static[b["best_static"]] == b["best_static_steps"]
         assert b["best_static_steps"] == max(statics, key=statics.__getitem__)
         assert set(b["arms"]) == others
         for name, r in b["arms"].items():

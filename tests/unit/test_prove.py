@@ -65,6 +65,27 @@ def test_an_arm_without_a_valid_point_at_a_level_is_not_proved(report):
     assert "absent: not proved (unmeasured or undecided at level(s) 1, 4, 16, 32, 64)" in summarize(section)
 
 
+def test_a_level_whose_static_points_are_all_invalid_keeps_its_band_and_proves_nothing(report):
+    import copy
+
+    statics = {f"cfg{s}" for s in CAMPAIGN_TPOT}
+    flagged = copy.copy(report)  # what a busy client machine makes of the simulator's points at C=64: sim_behind
+    flagged.campaign = [
+        r.model_copy(update={"flags": [*r.flags, "sim_behind"]}) if r.level == 64 and r.server_config in statics else r
+        for r in report.campaign
+    ]
+    section = _section()
+    judge_arms(section, flagged)
+    bands = {b.level: b for b in section.bands}
+    assert [b.level for b in section.bands] == [1, 4, 16, 32, 64]
+    assert bands[64].best_static is None and bands[64].best_static_value is None
+    assert {k: v.verdict for k, v in bands[64].arms.items()} == dict.fromkeys(("schedule", "adaptive", "slow"), "not measured")
+    lines = summarize(section).splitlines()
+    # the schedule is as good everywhere it was judged, but a band went unjudged: not proved, never "every band"
+    assert lines[0] == "schedule: not proved (unmeasured or undecided at level(s) 64)"
+    assert lines[2] == "slow: worse than the best static setting at level(s) 1, 4, 16, 32"
+
+
 def test_the_schedule_becomes_sglang_slots_keyed_by_the_running_batch(tmp_path):
     from synthetic import write_server_metrics
 
