@@ -79,7 +79,9 @@ def test_a_level_whose_static_points_are_all_invalid_keeps_its_band_and_proves_n
     bands = {b.level: b for b in section.bands}
     assert [b.level for b in section.bands] == [1, 4, 16, 32, 64]
     assert bands[64].best_static is None and bands[64].best_static_value is None
-    assert {k: v.verdict for k, v in bands[64].arms.items()} == dict.fromkeys(("schedule", "adaptive", "slow"), "not measured")
+    assert {k: v.verdict for k, v in bands[64].arms.items()} == dict.fromkeys(
+        ("schedule", "adaptive", "slow"), "not measured"
+    )
     lines = summarize(section).splitlines()
     # the schedule is as good everywhere it was judged, but a band went unjudged: not proved, never "every band"
     assert lines[0] == "schedule: not proved (unmeasured or undecided at level(s) 64)"
