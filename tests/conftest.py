@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import functools
 import ipaddress
+import json
+import os
 import socket
 import sys
 from collections import OrderedDict
@@ -192,6 +194,31 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
             super()._assign_work_unit(node)
 
     return ByUnit(config, log)
+
+
+# --- where the suite's time goes (RIG_TEST_TIMELINE=FILE): one JSON line per test phase, with its worker ---------
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    # Lanes are balanced by what each worker actually spent: scripts/test_timeline.py reads these lines.
+    path = os.environ.get("RIG_TEST_TIMELINE")
+    if not path or hasattr(report, "node"):  # the xdist controller sees each worker's reports again: written once
+        return
+    line = {
+        "worker": os.environ.get("PYTEST_XDIST_WORKER", "main"),
+        "unit": xdist_scope(_relpath_of(report.nodeid)),
+        "nodeid": report.nodeid,
+        "when": report.when,
+        "start": report.start,
+        "stop": report.stop,
+        "outcome": report.outcome,
+    }
+    with open(path, "a") as f:  # one short append per line: lines from several workers do not interleave
+        f.write(json.dumps(line) + "\n")
+
+
+def _relpath_of(nodeid: str) -> str:
+    return nodeid.split("::", 1)[0]
 
 
 # --- fast-tier guards: no network, no Ray ------------------------------------------------------------------------
