@@ -11,6 +11,10 @@ static setting there, on the same requests.
   reaches past -tolerance, else ``undecided`` (too wide: measure more requests or repeats); ``not measured`` when
   the arm has no valid point there. A paired interval over one point each holds the request mix fixed but not
   the point's own noise (its makespan, a server hiccup), hence the margin.
+- **Across load changes** (a proof on a load profile): per phase, the steady-state output tok/s of each arm against
+  the best static arm's, with a paired moving-block bootstrap interval over the steady windows both points share
+  (rig.analysis.phase_interval: the windows of one phase are one stretch of time, so they are resampled in blocks)
+  and the same verdict reading; then the whole profile as one band.
 - **Energy**: J/token of the best static point and of each arm's, as `rig report` computes them (GPU telemetry, or
   the simulator's power model, whose idle draw is part of every figure: the baseline is stated, never subtracted).
 """
@@ -24,9 +28,11 @@ import numpy as np
 
 from rig.analysis import compare as cmp
 from rig.analysis.frontier import valid
+from rig.analysis.phase_interval import MIN_WINDOWS, block_interval, shared_windows
 from rig.analysis.report import Report
 from rig.analysis.rows import SglangAdaptiveConfig
 from rig.analysis.schedule import interval
+from rig.analysis.timeline import PhaseSummary, Timeline
 from rig.contracts import ArmResult, CampaignRow, ProveBand, ProveSection, ProveSettings, ScheduleSlot
 from rig.contracts.prove import BandVerdict
 
@@ -136,9 +142,14 @@ def _phase_band(
     statics: set[str],
     steps: dict[str, float | None],
     tolerance: float,
+    windows: dict[str, dict[float, float]] | None = None,
+    rng: np.random.Generator | None = None,
+    resamples: int = cmp.RESAMPLES,
 ) -> ProveBand:
-    """One phase: the best static arm's steady-state tok/s, and each other arm's margin over it (no interval: the
-    steady windows of one phase are one stretch of time, not independent samples)."""
+    """One phase: the best static arm's steady-state tok/s, and each other arm's margin over it, with the paired
+    block-bootstrap interval over the steady windows both share (rig.analysis.phase_interval) and the verdict read
+    off it as in the bands; with too few shared windows (or none given), the verdict is the margin's against the
+    tolerance and the method says so."""
     band = ProveBand(workload=workload, load_mode="profile phase", level=float(phase), phase=phase, label=label)
     measured = {lab: v for lab, v in by_arm.items() if lab in statics and v is not None}
     if not measured:
@@ -152,21 +163,38 @@ def _phase_band(
             band.arms[lab] = ArmResult(steps_mean=steps.get(lab))
             continue
         margin = v / measured[best] - 1
+        ci = None
+        if windows and lab in windows and best in windows:
+            a, b = shared_windows(windows[lab], windows[best])
+            ci = block_interval(a, b, margin, rng or np.random.default_rng(cmp.SEED), resamples)
+        if ci is not None:
+            lo, hi, method = ci
+            band.arms[lab] = ArmResult(
+                value=v, margin=margin, ci_low=lo, ci_high=hi, ci_method=method,
+                verdict=_verdict(lo, hi, tolerance), steps_mean=steps.get(lab),
+            )  # fmt: skip
+            continue
         verdict: BandVerdict = "better" if margin > tolerance else "as good" if margin >= -tolerance else "worse"
-        band.arms[lab] = ArmResult(value=v, margin=margin, verdict=verdict, steps_mean=steps.get(lab))
+        band.arms[lab] = ArmResult(
+            value=v, margin=margin, verdict=verdict, steps_mean=steps.get(lab),
+            ci_method=f"margin against the tolerance (fewer than {MIN_WINDOWS} steady windows shared: no interval)",
+        )  # fmt: skip
     return band
 
 
 def judge_phases(section: ProveSection, report: Report, resamples: int = cmp.RESAMPLES, seed: int = cmp.SEED) -> None:
     """Fill ``section.phases`` from a proof run on a load profile: per phase, each arm's steady-state tok/s against
-    the best static arm's (rig.analysis.timeline's steady spans: ramp-up and drain excluded); then the whole
-    profile, each arm's aggregate tok/s against the best static arm's with the paired interval of the bands."""
+    the best static arm's (rig.analysis.timeline's steady spans: ramp-up and drain excluded), with a block-bootstrap
+    interval over the steady windows both share; then the whole profile, each arm's aggregate tok/s against the
+    best static arm's with the paired interval of the bands."""
     tolerance = section.settings.tolerance if section.settings is not None else ProveSettings().tolerance
+    rng = np.random.default_rng(seed)
     arm_of = {a.server_config: a for a in section.arms}
     statics = {a.label for a in section.arms if a.kind == "static"}
     timelines = {t.point: t for t in report.timelines}
     by_phase: dict[tuple[str, int], dict[str, float | None]] = defaultdict(dict)
     steps: dict[tuple[str, int], dict[str, float | None]] = defaultdict(dict)
+    steady: dict[tuple[str, int], dict[str, dict[float, float]]] = defaultdict(dict)
     labels: dict[int, str] = {}
     for r in report.campaign:
         arm = arm_of.get(r.server_config or "")
@@ -174,11 +202,13 @@ def judge_phases(section: ProveSection, report: Report, resamples: int = cmp.RES
         if arm is None or tl is None or not valid(r):
             continue
         for ph in tl.phases:
-            by_phase[(str(r.workload), ph.phase)][arm.label] = ph.output_tok_s
-            steps[(str(r.workload), ph.phase)][arm.label] = ph.spec_steps
+            key = (str(r.workload), ph.phase)
+            by_phase[key][arm.label] = ph.output_tok_s
+            steps[key][arm.label] = ph.spec_steps
+            steady[key][arm.label] = _steady_windows(tl, ph)
             labels[ph.phase] = ph.label
     section.phases = [
-        _phase_band(w, ph, labels[ph], by_arm, statics, steps[(w, ph)], tolerance)
+        _phase_band(w, ph, labels[ph], by_arm, statics, steps[(w, ph)], tolerance, steady[(w, ph)], rng, resamples)
         for (w, ph), by_arm in sorted(by_phase.items())
     ]
     whole = ProveSection(settings=section.settings, arms=section.arms)
@@ -186,6 +216,17 @@ def judge_phases(section: ProveSection, report: Report, resamples: int = cmp.RES
     for b in whole.bands:
         section.phases.append(b.model_copy(update={"load_mode": "profile", "label": "whole profile"}))
     section.verdict = summarize_phases(section)
+
+
+def _steady_windows(tl: Timeline, ph: PhaseSummary) -> dict[float, float]:
+    """The phase's windows that lie wholly inside its steady span, by start (seconds into the profile)."""
+    if ph.steady_from_s is None or ph.steady_to_s is None:
+        return {}
+    return {
+        w.start_s: w.output_tok_s
+        for w in tl.windows
+        if w.phase == ph.phase and w.start_s >= ph.steady_from_s and w.end_s <= ph.steady_to_s
+    }
 
 
 def summarize_phases(section: ProveSection) -> str:
