@@ -130,8 +130,12 @@ LANE_FILES = {
 }
 
 
+def _relpath_of(nodeid: str) -> str:
+    return nodeid.split("::", 1)[0]
+
+
 def _relpath(item: pytest.Item) -> str:
-    return item.nodeid.split("::", 1)[0]
+    return _relpath_of(item.nodeid)
 
 
 @functools.cache
@@ -187,7 +191,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 
     class ByUnit(LoadScopeScheduling):  # type: ignore[misc]
         def _split_scope(self, nodeid: str) -> str:
-            return xdist_scope(nodeid.split("::", 1)[0])
+            return xdist_scope(_relpath_of(nodeid))
 
         def _assign_work_unit(self, node: Any) -> None:
             order_units(self.workqueue, len(self.nodes))
@@ -215,10 +219,6 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     }
     with open(path, "a") as f:  # one short append per line: lines from several workers do not interleave
         f.write(json.dumps(line) + "\n")
-
-
-def _relpath_of(nodeid: str) -> str:
-    return nodeid.split("::", 1)[0]
 
 
 # --- fast-tier guards: no network, no Ray ------------------------------------------------------------------------

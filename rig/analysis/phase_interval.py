@@ -33,7 +33,7 @@ def block_interval(
     n = int(arm.size)
     if n < MIN_WINDOWS or not np.sum(best) > 0:
         return None
-    length = max(1, math.ceil(n ** (1 / 3)))
+    length = math.ceil(n ** (1 / 3))
     blocks = math.ceil(n / length)
     starts = rng.integers(0, n - length + 1, size=(resamples, blocks))
     idx = (starts[:, :, None] + np.arange(length)[None, None, :]).reshape(resamples, -1)[:, :n]

@@ -167,18 +167,23 @@ def _phase_band(
         if windows and lab in windows and best in windows:
             a, b = shared_windows(windows[lab], windows[best])
             ci = block_interval(a, b, margin, rng or np.random.default_rng(cmp.SEED), resamples)
-        if ci is not None:
-            lo, hi, method = ci
-            band.arms[lab] = ArmResult(
-                value=v, margin=margin, ci_low=lo, ci_high=hi, ci_method=method,
-                verdict=_verdict(lo, hi, tolerance), steps_mean=steps.get(lab),
-            )  # fmt: skip
-            continue
-        verdict: BandVerdict = "better" if margin > tolerance else "as good" if margin >= -tolerance else "worse"
+        lo, hi, method = ci or (
+            None,
+            None,
+            f"margin against the tolerance (fewer than {MIN_WINDOWS} steady windows shared: no interval)",
+        )
+        verdict: BandVerdict = (
+            _verdict(lo, hi, tolerance)
+            if ci is not None
+            else "better"
+            if margin > tolerance
+            else "as good"
+            if margin >= -tolerance
+            else "worse"
+        )
         band.arms[lab] = ArmResult(
-            value=v, margin=margin, verdict=verdict, steps_mean=steps.get(lab),
-            ci_method=f"margin against the tolerance (fewer than {MIN_WINDOWS} steady windows shared: no interval)",
-        )  # fmt: skip
+            value=v, margin=margin, ci_low=lo, ci_high=hi, ci_method=method, verdict=verdict, steps_mean=steps.get(lab)
+        )
     return band
 
 
