@@ -74,6 +74,11 @@ def _verdict(lo: float | None, hi: float | None, tolerance: float) -> BandVerdic
     return "undecided"
 
 
+def _margin_verdict(margin: float, tolerance: float) -> BandVerdict:
+    """A margin with no interval, read against the tolerance alone."""
+    return "better" if margin > tolerance else "as good" if margin >= -tolerance else "worse"
+
+
 def judge_arms(section: ProveSection, report: Report, resamples: int = cmp.RESAMPLES, seed: int = cmp.SEED) -> None:
     """Fill ``section.bands`` and ``section.verdict`` from the report of the proof's run."""
     rng = np.random.default_rng(seed)
@@ -172,15 +177,7 @@ def _phase_band(
             None,
             f"margin against the tolerance (fewer than {MIN_WINDOWS} steady windows shared: no interval)",
         )
-        verdict: BandVerdict = (
-            _verdict(lo, hi, tolerance)
-            if ci is not None
-            else "better"
-            if margin > tolerance
-            else "as good"
-            if margin >= -tolerance
-            else "worse"
-        )
+        verdict = _verdict(lo, hi, tolerance) if ci is not None else _margin_verdict(margin, tolerance)
         band.arms[lab] = ArmResult(
             value=v, margin=margin, ci_low=lo, ci_high=hi, ci_method=method, verdict=verdict, steps_mean=steps.get(lab)
         )
