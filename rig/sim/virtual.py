@@ -48,6 +48,7 @@ class RequestResult:
     prompt_tokens: int
     completion_tokens: int
     verify_ct: int
+    index: int = -1  # the request's place in the scenario's send order (results come in completion order)
 
     @property
     def ttft(self) -> float:
@@ -180,6 +181,7 @@ def _result(r: Req) -> RequestResult:
         r.prompt_len,
         r.generated,
         r.verify_ct,
+        int(r.rid[1:]),
     )
 
 

@@ -11,7 +11,9 @@ Rounds, each a batch of ordinary points of one run directory:
    level L* (ties: higher aggregate tok/s there).
 3. Measure what decides the answer and is not known yet: the leader at L* and at the level above, and every other
    configuration at L* unless the model predicts it misses there by more than ``confidence`` (a share of the SLO
-   limit); a contender that meets L* too is also measured one level up. Refit, and repeat from 2.
+   limit); a contender that meets L* too is also measured one level up. After each point the rest of the round is
+   decided again from what it showed (a point it implies is dropped; if the leader or L* moved, what they need is
+   added, for configurations not launched yet this round). Refit, and repeat from 2.
 4. Stop when nothing that decides the answer is unknown (the answer is stable), or after ``max_rounds``.
 
 The recommendation is then read off the measured points alone, by the same rule ``rig report`` uses
@@ -21,11 +23,12 @@ The recommendation is then read off the measured points alone, by the same rule 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 from rig.analysis.metrics import parse_slo
 from rig.analysis.slo import describe
 from rig.config import RunSpec
-from rig.contracts import TuneLeader, TuneNext, TuneProbe, TuneRound, TuneSection, TuneSettings
+from rig.contracts import Probe, TuneLeader, TuneNext, TuneProbe, TuneRound, TuneSection, TuneSettings
 from rig.run.points import Point
 from rig.run.runner import Runner
 from rig.sim.profile import Profile, load_profile
@@ -36,6 +39,15 @@ from rig.tune.tune import Knowledge, design_level, observed_caps, recommend
 
 Batch = list[tuple[str, int, str]]  # (server config id, level, why) of the points to measure next
 FITTED = ("t_fixed_ms", "t_experts_ms", "c_tok_ms", "d_fixed_ms", "acc_logit_greedy")  # recorded per round
+
+
+@dataclass(frozen=True)
+class Observation:
+    """What one measured point tells tune: its probe, request_id -> output tokens, the server's startup limits."""
+
+    probe: Probe
+    lengths: dict[str, int]
+    caps: dict[str, int]
 
 
 class TunePlanner:
@@ -65,8 +77,13 @@ class TunePlanner:
         batch = self._design()
         stop_reason = f"max rounds ({self.settings.max_rounds}) reached"
         for rnd in range(self.settings.max_rounds):
-            for cid, lv, why in self._in_launch_order(batch):
+            queue, tried = self._in_launch_order(batch), set()
+            while queue:
+                cid, lv, why = queue.pop(0)
+                tried.add((cid, lv))
                 yield from self._measure(runner, rnd, cid, lv, why)
+                if rnd > 0:  # the design round measures every configuration once, whatever the first one showed
+                    queue = self._still_needed(cid, tried)
             if not self.fit_points:
                 stop_reason = "nothing could be measured"
                 break
@@ -75,10 +92,23 @@ class TunePlanner:
             if not batch:
                 stop_reason = "stable: every point that decides the answer is measured or predicted beyond the margin"
                 break
+        self.conclude(runner, stop_reason)
+        runner.save()
+
+    # ---- where measurements come from and where the answer is read (a virtual-time tune replaces both) ----
+    def observe(self, runner: Runner, p: Point) -> Observation | None:
+        """What the server showed at one point that ran: its probe, each request's output length, the server's
+        startup limits; None when it has no rows (it did not run: e.g. its server did not start)."""
+        probe = read_probe(runner.run_dir, p.point, self.slos, self.settings.percentile)
+        if probe is None:
+            return None
+        return Observation(probe, output_lengths(runner.run_dir, p.point), observed_caps(runner, p.config_id))
+
+    def conclude(self, runner: Runner, stop_reason: str) -> None:
+        """The recommendation, read off the run's measured points by rig report's rule."""
         self.section.recommendation = recommend(
             runner, self.section, self.slos, self.settings.percentile, stop_reason, len(self.by_id) * len(self.ladder)
         )
-        runner.save()
 
     def _start(self, runner: Runner) -> None:
         """A fresh start: the manifest's tune section, the starting profile, nothing measured."""
@@ -106,6 +136,21 @@ class TunePlanner:
         order = list(self.by_id)
         return sorted(batch, key=lambda x: (order.index(x[0]), x[1]))
 
+    def _still_needed(self, current: str, tried: set[tuple[str, int]]) -> Batch:
+        """The rest of the round, decided again after each point with what it showed (the round's predictions
+        unchanged): a point a measurement now implies is dropped, one the new leader needs is added. Only
+        configurations from ``current`` on in launch order (one launch per configuration and round); the others
+        wait for the next round."""
+        know = Knowledge(self.ladder, list(self.by_id), self.measured, dict(self.predicted))
+        order = list(self.by_id)
+        return self._in_launch_order(
+            [
+                (cid, lv, why)
+                for cid, lv, why in know.needed(self.settings.confidence)
+                if order.index(cid) >= order.index(current) and (cid, lv) not in tried
+            ]
+        )
+
     def _n_requests(self, level: int) -> int:
         return self.spec.load.requests_for(level, None) or 2 * level
 
@@ -129,17 +174,18 @@ class TunePlanner:
             entry.predicted_aggregate_tok_s, entry.predicted_decode_tok_s = pred.aggregate_tok_s, pred.decode_tok_s
         self.section.probes.append(entry)
         yield p
-        probe = read_probe(runner.run_dir, p.point, self.slos, self.settings.percentile)
-        if probe is None:
+        seen = self.observe(runner, p)
+        if seen is None:
             entry.error = runner.entry(p.point).error or "no rows"
             runner.save()
             return
+        probe = seen.probe
         entry.meets, entry.margin = probe.meets, probe.margin
         entry.aggregate_tok_s, entry.decode_tok_s = probe.aggregate_tok_s, probe.decode_tok_s
         entry.accept_length, entry.flags = probe.accept_length, probe.flags
         self.measured[(cid, lv)] = Verdict(probe.meets, probe.margin, probe.aggregate_tok_s)
-        self.caps[cid] = observed_caps(runner, cid)
-        self.replay.lengths.update(output_lengths(runner.run_dir, p.point))
+        self.caps[cid] = seen.caps
+        self.replay.lengths.update(seen.lengths)
         self.fit_points.append(
             FitPoint(
                 point=p.point,

@@ -73,8 +73,13 @@ def test_the_schedule_and_the_adaptive_arm_are_launched_in_sglangs_words(proof):
     assert "--speculative-adaptive" in commands[adaptive["server_config"]]
     assert "--speculative-adaptive-config" not in commands[adaptive["server_config"]]  # SGLang's default table
     best = {b["level"]: b["best_static_steps"] for b in prove["bands"]}
-    if "schedule" not in by_kind:  # one static setting is best in every band: the schedule is that setting
-        assert len(set(best.values())) == 1 or len(prove["schedule"]) == 1, (best, prove["schedule"])
+    # a level whose static points were all flagged invalid (a busy machine makes the simulator fall behind:
+    # sim_behind) has no best setting; the schedule is read off the decided levels only, and proves nothing there
+    decided = {level: steps for level, steps in best.items() if steps is not None}
+    if len(decided) < len(best):
+        assert "in every band" not in prove["verdict"], prove["verdict"]  # a band went unjudged: never "every band"
+    if "schedule" not in by_kind:  # one static setting is best in every decided band: the schedule is that setting
+        assert len(set(decided.values())) <= 1 or len(prove["schedule"]) == 1, (best, prove["schedule"])
         assert "no schedule arm" in prove["schedule_note"]
         return
     sched = by_kind["schedule"]
