@@ -312,7 +312,7 @@ def render_jobs(report: Report, jobs: list[Job]) -> list[Any]:
         _FORKED_REPORT = None
 
 
-def _draw(
+def draw_plot(
     report: Report, plot: Callable[..., plt.Figure | None], args: tuple[Any, ...], stem: Path, formats: tuple[str, ...]
 ) -> list[Path]:
     """One plot drawn and written in each format (nothing when the plot has nothing to show)."""
@@ -361,5 +361,5 @@ def write_plots(report: Report, out_dir: Path, formats: tuple[str, ...] = ("png"
     """Every plot of the report in ``out_dir``, one file per format (png: at 2x; svg: vector, its text as text);
     returns the paths written."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    jobs: list[Job] = [(_draw, (plot, args, stem, formats)) for plot, args, stem in plot_jobs(report, out_dir)]
+    jobs: list[Job] = [(draw_plot, (plot, args, stem, formats)) for plot, args, stem in plot_jobs(report, out_dir)]
     return [p for paths in render_jobs(report, jobs) for p in paths]

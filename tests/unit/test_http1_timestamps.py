@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import select
 import socket
 import threading
 import time
@@ -87,6 +88,9 @@ def _exchange(loop_kind: str, body: bytes = b"{}", block_s: float = 0.05):
                 times["go"] = time.perf_counter()
                 server.go.set()
                 assert server.sent.wait(5)
+                # sendall returning is not arrival: on a busy host the kernel may queue the loopback packet to
+                # ksoftirqd, and it reaches the socket (and is stamped) later. Wait until it is readable.
+                assert select.select([conn.transport.sock], [], [], 5)[0], "the chunk never reached the socket"
                 time.sleep(block_s)
                 times["resumed"] = time.perf_counter()
 

@@ -16,7 +16,7 @@ from synthetic import campaign_run
 from rig.analysis import metrics as m
 from rig.analysis.cli import report as report_cmd
 from rig.analysis.html import render_html
-from rig.analysis.plots import DPI, write_plots
+from rig.analysis.plots import DPI, draw_plot, plot_jobs, render_jobs, write_plots
 from rig.analysis.report import build_report
 from rig.analysis.verdict import verdict
 
@@ -97,7 +97,9 @@ def test_html_page_answer_first_then_collapsible_sections(campaign, tmp_path):
 
 def test_png_plots_are_drawn_at_twice_their_layout_resolution(campaign, tmp_path):
     rep = build_report(campaign, cdf_resolution=20)
-    paths = write_plots(rep, tmp_path, formats=("png", "svg"))
+    plot, args, stem = plot_jobs(rep, tmp_path)[0]  # the verdict's figure comes first; the others are drawn alike
+    assert stem.name == "verdict_greedy_closed"
+    paths = render_jobs(rep, [(draw_plot, (plot, args, stem, ("png", "svg")))])[0]
     png = next(p for p in paths if p.name == "verdict_greedy_closed.png")
     width, height = struct.unpack(">II", png.read_bytes()[16:24])
     assert DPI == 220 and (width, height) == (round(5.6 * DPI), round(6.8 * DPI))
