@@ -436,8 +436,14 @@ def test_a_simulator_its_host_stalled_flags_its_point_and_the_report_says_why(tm
     )
     run = tmp_path / "stall"
     (p,) = read_manifest(run)["points"]
-    assert p["records"]["ok"] == 1 and p["flags"] == ["sim_behind"], (p, res.stderr[-2000:])
-    assert re.fullmatch(r"the simulator fell 1\.\d\d s behind its modelled clock .*", p["flag_reasons"]["sim_behind"])
+    # sim_behind, and nothing but what a busy host may add beside it (client_saturated: the generator's own loop lag)
+    assert p["records"]["ok"] == 1 and "sim_behind" in p["flags"], (p, res.stderr[-2000:])
+    assert set(p["flags"]) <= DISTURBED_FLAGS, p["flags"]
+    # 1.6 s stalled, plus however late a busy host ran it besides
+    reason = p["flag_reasons"]["sim_behind"]
+    fell = re.fullmatch(r"the simulator fell (\d+\.\d\d) s behind its modelled clock .*", reason)
+    assert fell and float(fell.group(1)) >= 1.0, p["flag_reasons"]
     assert p["server_counters_delta"]["sglang:sim_behind_seconds_total"] >= 1.0
     rep = rig("report", str(run))
-    assert rep.returncode == 0 and "sim_behind" in rep.stdout and "fell 1." in rep.stdout, rep.stdout[-3000:]
+    assert rep.returncode == 0 and "sim_behind" in rep.stdout, rep.stdout[-3000:]
+    assert f"fell {fell.group(1)}" in rep.stdout, rep.stdout[-3000:]

@@ -147,8 +147,10 @@ def test_server_timestamps_agree_with_client(servers):
     client_ttft, client_e2e = times[0], times[-1]
     server_ttft = meta["first_token_latency"]
     server_e2e = meta["request_finished_ts"] - meta["request_received_ts"]
-    assert server_ttft <= client_ttft + 0.002 and client_ttft - server_ttft < 0.05
-    assert server_e2e <= client_e2e + 0.002 and client_e2e - server_e2e < 0.05
+    # the server's times are modelled; the client's real: the gap is transport plus however late a busy host ran
+    # the simulator's loop (caught up silently below 1 s), so it is bounded loosely
+    assert server_ttft <= client_ttft + 0.002 and client_ttft - server_ttft < 0.5
+    assert server_e2e <= client_e2e + 0.002 and client_e2e - server_e2e < 0.5
 
 
 def test_greedy_output_identical_with_and_without_speculation(servers):

@@ -77,9 +77,7 @@ def test_sweep_search_bisects_records_points_and_resumes(tmp_path):
     # The same probes in the same order (the re-measured last one may land on the other side of the SLO by noise and
     # extend the search, never change what came before it).
     assert [p["point"] for p in res2["probe_points"]][: len(probes)] == [p["point"] for p in probes]
-    assert [p["meets"] for p in res2["probe_points"]][:-1] == [p["meets"] for p in probes][
-        : len(res2["probe_points"]) - 1
-    ]
+    assert [p["meets"] for p in res2["probe_points"]][: len(probes) - 1] == [p["meets"] for p in probes][:-1]
     assert again["status"] == "complete"
     assert (run / "requests" / f"point={last}").exists()
     assert len(again.get("resumed", [])) == 1

@@ -381,7 +381,9 @@ def test_rig_check_with_a_stale_auto_record_fails_in_bounded_time(tmp_path):
         env={**env, "RAY_TMPDIR": str(tmp_path)},
         cwd=REPO,
     )
-    assert time.monotonic() - t0 < 20
+    # bounded: it gives up on the dead address instead of waiting out Ray's connect retries (the 60 s timeout above);
+    # an interpreter start on a host at load 18 alone took 21 s once (tests/unit/test_harden3.py), so the bound is wide
+    assert time.monotonic() - t0 < 45
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and f"127.0.0.1:{port}" in lines[0] and "stale" in lines[0], proc.stderr

@@ -70,7 +70,8 @@ async def _generate(stall_s: float) -> Outcome:
 def test_a_stall_shorter_than_the_resync_window_is_caught_up_and_a_longer_one_is_counted():
     base = asyncio.run(_generate(0.0))
     # Long enough for a stall to matter; nothing skipped or late on an idle loop.
-    assert base.seconds > 0.5 and base.behind_s == 0.0 and base.late == 0, base
+    # (not base.late == 0: on a busy host an iteration may end 0.1 s late with no stall of ours)
+    assert base.seconds > 0.5 and base.behind_s == 0.0, base
     short = 0.5 * RESYNC_S  # half the window: room for a busy host on top of the stall
     caught = asyncio.run(_generate(short))
     # Caught up: the late iterations ran back to back, so the request ends about when it would have, not `short` later.
