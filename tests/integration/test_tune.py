@@ -88,8 +88,10 @@ def test_tune_measures_ordinary_points_and_recommends_what_report_reads_off_them
     # The recommendation is what `rig report` reads off the tune run's own points, and its point met the SLOs.
     slos = [m.parse_slo(t) for t in SLO_SETS[question]]
     [tune_best] = build_report(run, slos=slos, slo_percentile=float(PERCENTILE)).best_per_slo
-    assert tune_best["best"] is not None, rec["answer"]
     assert tune_best["steps"] == rec["best_steps"] and tune_best["max_passing"] == rec["max_passing"]
+    if rec["max_passing"] is None:  # every passing point flagged invalid (a busy host): no answer, and it says so
+        assert "no configuration meets" in rec["answer"], rec["answer"]
+        return
     at = [p for p in measured if p["server_config"] == rec["server_config"] and p["level"] == rec["max_passing"]]
     assert [p["meets"] for p in at] == [True], at
     print(f"\n{question}: tune {rec['measured_points']} of {GRID_POINTS} points: {rec['answer']}")
