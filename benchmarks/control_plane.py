@@ -9,7 +9,10 @@ server with --nodes x --per-host generators, part files spooled on each "host" a
   can write its spool, one clock-offset probe per generator);
 - time to the common start: from the driver's start call to the last generator's first send (driver clock, from
   the records), and the spread of first sends over generators;
-- time to gather every part file (PointExecutor.gather: list and fetch each host's spooled parts through Ray).
+- the progress polling cost on the driver (Fleet.poll_progress: one beat asks every generator; wall and driver CPU
+  per beat, and the driver's CPU over the whole level);
+- time to gather every part file (PointExecutor.gather: list and fetch each host's spooled parts through Ray), and
+  the bytes gathered; the manifest's size.
 """
 
 from __future__ import annotations
@@ -39,16 +42,19 @@ from rig.run.runner import Runner  # noqa: E402
 MB100 = 100 * 2**20
 
 
-def timed(cls, name: str, sink: dict) -> None:
-    """Wrap a method so each call's wall time is kept under its name."""
+def timed(cls, name: str, sink: dict, cpu: dict | None = None) -> None:
+    """Wrap a method so each call's wall time is kept under its name (and, given cpu, the driver process's CPU
+    seconds during the call)."""
     orig = getattr(cls, name)
 
     def wrapper(self, *a, **kw):
-        t0 = time.time()
+        t0, c0 = time.time(), time.process_time()
         try:
             return orig(self, *a, **kw)
         finally:
             sink.setdefault(name, []).append((t0, time.time()))
+            if cpu is not None:
+                cpu.setdefault(name, []).append(time.process_time() - c0)
 
     setattr(cls, name, wrapper)
 
@@ -88,6 +94,7 @@ def main() -> None:
         initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False, "object_store_memory": MB100}
     )
     marks: dict[str, list] = {}
+    cpu: dict[str, list] = {}  # driver CPU seconds per call
     try:
         c.add_node(num_cpus=1, labels={"role": "server"}, object_store_memory=MB100)
         for _ in range(args.nodes):
@@ -117,7 +124,8 @@ def main() -> None:
 
         fleet.Fleet.setup = keep_fleet
         timed(PointExecutor, "gather", marks)
-        timed(PointExecutor, "run_point", marks)
+        timed(PointExecutor, "run_point", marks, cpu)
+        timed(fleet.Fleet, "poll_progress", marks, cpu)
         spec = build_spec(
             {},
             {
@@ -156,7 +164,9 @@ def main() -> None:
         start_wall = point.start_wall
         setup = marks["_setup_cluster"][0]
         gather = marks["gather"][0]
-        parts = len(list(run_dir.rglob(PART_GLOB)))
+        part_files = list(run_dir.rglob(PART_GLOB))
+        parts, part_bytes = len(part_files), sum(f.stat().st_size for f in part_files)
+        manifest_bytes = (run_dir / "manifest.json").stat().st_size
         print(
             f"\n{n_gen} generators ({args.nodes} hosts x {args.per_host}), {args.requests} requests, closed loop "
             f"{args.concurrency}, 16 tokens each; run status {m.status}, {int(t.ok.sum())} ok of {len(t)}"
@@ -190,9 +200,23 @@ def main() -> None:
             )
         else:
             print(f"  first sends spread {first.max() - first.min():.3f} s over generators")
+        beats = marks.get("poll_progress", [])
+        if beats:
+            walls = sorted(b - a for a, b in beats)
+            beat_cpu = cpu["poll_progress"]
+            level = marks["run_point"][0]
+            level_cpu = cpu["run_point"][0]
+            print(
+                f"  progress polling on the driver: {len(beats)} beats, each asks {n_gen} generators: wall median "
+                f"{walls[len(walls) // 2] * 1e3:.1f} ms, max {walls[-1] * 1e3:.1f} ms; driver CPU "
+                f"{sum(beat_cpu) / len(beat_cpu) * 1e3:.1f} ms a beat ({sum(beat_cpu):.2f} s in all); the driver's "
+                f"CPU over the point {level_cpu:.2f} s of {level[1] - level[0]:.2f} s "
+                f"({level_cpu / (level[1] - level[0]) * 100:.0f} % of a core)"
+            )
         print(
             f"  time to gather every part file ({parts} parts from {args.nodes} host spools through Ray): "
-            f"{gather[1] - gather[0]:.2f} s"
+            f"{gather[1] - gather[0]:.2f} s, {part_bytes / 1e6:.2f} MB ({part_bytes / max(len(t), 1):.0f} B a "
+            f"record); manifest {manifest_bytes / 1e3:.1f} kB ({manifest_bytes / n_gen / 1e3:.2f} kB a generator)"
         )
         print(
             f"  whole run (ready + level + gather + manifest): {t_total:.2f} s; "

@@ -1,9 +1,11 @@
 #!/bin/bash
 # The job queue that benchmarks/gpu/h200_queue.sh starts (in its own process session): trained models and SGLang's
 # recorded responses side by side, then rig's sweeps against SGLang 0.5.17 on the H200. Each job leaves /tmp/q/JOB.done or
-# JOB.failed, so a queue started again skips what is done. usage: h200_jobs.sh REPO
+# JOB.failed, so a queue started again skips what is done. usage: h200_jobs.sh REPO [JOB...]
+# (JOB: standalone ngram prove eagle scale_out, run in that order after the training; default: prove scale_out)
 set -u
-REPO=$1; cd "$REPO"
+REPO=$1; shift; cd "$REPO"
+JOBS=("$@"); [ ${#JOBS[@]} -gt 0 ] || JOBS=(prove scale_out)
 Q=/tmp/q; R=$Q/res; RUNS=$Q/runs; SPEC=/tmp/spec; mkdir -p $R $RUNS
 log() { echo "[$(date +%H:%M:%S)] $*"; }
 export PYTHONUNBUFFERED=1 RAY_USAGE_STATS_ENABLED=0 RAY_AUTH_MODE=disabled HF_HUB_OFFLINE=1
@@ -79,15 +81,16 @@ standalone() {
 ngram() {  # steps 0 is the standalone sweep's; NGRAM drafts by draft tokens (rig labels the point by them)
   sweep ngram --steps 3 --spec-algorithm NGRAM --workload greedy,realistic --concurrency 1,4,16,64
 }
-prove() {  # the campaign's question on the GPU: static steps 0 and 3, the schedule read off them (an SGLang adaptive
-  # config, one candidate per slot) and SGLang's own controller (0.5.17: only from its largest tier, 7: its logits
-  # buffer is sized at startup), EAGLE with the trained head, on the same requests
+prove() {  # the campaign's question on the GPU: static steps 0-4, the schedule read off them (an SGLang adaptive
+  # config, one candidate per slot; no arm when one setting wins every band) and SGLang's own controller (0.5.17:
+  # only from its largest tier, 7: its logits buffer is sized at startup), EAGLE with the trained head, on the same
+  # requests; its static points are also the twin's fit (rig sim fit --hold-out)
   if [ -f $RUNS/prove/manifest.json ]; then
     rig sweep --resume $RUNS/prove
   else
     rig prove --engine sglang --engine-python /tmp/sglpy --model $SPEC/target --tp 1 --out $RUNS --run-id prove \
-      --spec-algorithm EAGLE --draft-model $SPEC/eagle --steps 3 --adaptive-steps 7 --concurrency 1,16,64 \
-      --workload greedy $(server_args)
+      --spec-algorithm EAGLE --draft-model $SPEC/eagle --steps 1,2,3,4 --adaptive-steps 7 --concurrency 1,4,16,64 \
+      --workload greedy,realistic $(server_args)
   fi
 }
 eagle() {
@@ -95,16 +98,18 @@ eagle() {
     --concurrency 1,4,16,64
 }
 
-log "queue start in $REPO"
+scale_out() {  # issue 30 on the machine's 16 cores once the GPU work is done (the GPU idle): N = 1, 8, 4, 2, then
+  # the control plane at 256 generators; rig from the queue's install
+  OUT=$R/scale SITE=/tmp/rig-site BUDGET_S=270 bash benchmarks/gpu/scale_out_device.sh
+}
+
+log "queue start in $REPO (jobs after the training: ${JOBS[*]})"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader > $R/gpu.txt 2>&1
 ( job record record ) &  # not a measurement: beside the training
 REC=$!
 job train train
 wait $REC
 wait_for /tmp/rig-site/.ok 900 || { log "rig is not installed"; exit 1; }
-job standalone standalone
-job ngram ngram
-job prove prove
-job eagle eagle
+for j in "${JOBS[@]}"; do job "$j" "$j"; done
 touch $Q/all.done
 log "queue done"

@@ -10,6 +10,7 @@
 #   call 2: carry [".rigwh", ".gpuw/c2"]        rig's wheelhouse (scripts/wheelhouse.py build ... --slim-ray, duckdb
 #                                               left out) and sgl-deep-gemm; SGLang is launched only once both are in
 #   call 3+: carry nothing                      the queue goes on
+# Results come back as $OUT/h200.tgz.part-aa, -ab, ...: cat them | tar -xz
 # usage: bash benchmarks/gpu/h200_queue.sh [LIMIT_S]     (default 540)
 # Jobs (benchmarks/gpu/h200_jobs.sh; each leaves /tmp/q/JOB.done or JOB.failed).
 set -u
@@ -69,5 +70,6 @@ while [ $(( $(date +%s) - T0 )) -lt "$LIMIT" ]; do
   sleep 3
 done
 log "packing results ($(ls $Q/*.done $Q/*.failed 2>/dev/null | xargs -n1 basename 2>/dev/null | tr '\n' ' '))"
-tar -C /tmp/q -czf "$OUT/h200.tgz" --exclude='*.safetensors' res runs 2>/dev/null
+# in parts of 15 MB (a file that comes back is at most 16 MB): cat h200.tgz.part-* | tar -xz
+tar -C /tmp/q -czf - --exclude='*.safetensors' res runs 2>/dev/null | split -b 15M - "$OUT/h200.tgz.part-"
 ls -la "$OUT"
