@@ -106,7 +106,23 @@ def json_media_type(request: web.Request) -> web.Response | None:
     """http_server.py validate_json_request (a dependency of both /v1 routes, 0.5.17 and 0.5.23): a body whose
     Content-Type is not application/json (parameters aside) fails validation, answered 400 'Bad Request'."""
     if request.headers.get("Content-Type", "").lower().split(";", 1)[0].strip() != "application/json":
-        return validation_error("Unsupported Media Type: Only 'application/json' is allowed")
+        err = {
+            "loc": ["header", "content-type"],
+            "msg": "Unsupported Media Type: Only 'application/json' is allowed",
+            "type": "value_error",
+        }
+        return validation_error(f"1 validation error:\n  {err} [{err}]")  # as 0.5.17 words it (pydantic's repr)
+    return None
+
+
+def typed_int_fields(body: dict, *keys: str) -> web.Response | None:
+    """protocol.py's request models type these fields: a value that is not an integer fails FastAPI's validation,
+    answered 400 'Bad Request' (recorded on 0.5.17: err_completions_bad_type; its text is pydantic's)."""
+    for key in keys:
+        v = body.get(key)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int)):
+            err = {"type": "int_parsing", "loc": ("body", key), "msg": "Input should be a valid integer", "input": v}
+            return validation_error(f"1 validation error:\n  {err}")
     return None
 
 
@@ -116,6 +132,8 @@ async def completions(request: web.Request) -> web.StreamResponse:
         return refused
     try:
         body = await read_json(request)
+        if (refused := typed_int_fields(body, "max_tokens")) is not None:
+            return refused
         prompt = body.get("prompt")
         if not prompt or (isinstance(prompt, list) and all(not p for p in prompt)):
             raise BadRequest("Prompt cannot be empty")  # serving_completions.py::_validate_request
@@ -246,6 +264,8 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         return refused
     try:
         body = await read_json(request)
+        if (refused := typed_int_fields(body, "max_tokens", "max_completion_tokens")) is not None:
+            return refused
         toks, tok_ids, s, stops = _parse_chat(srv, body)
     except ServingValueError as e:
         return _oai_error(str(e), err_type="BadRequest")

@@ -51,6 +51,14 @@ class Rids:
             if streamed:
                 self._later(ABORT_AFTER_STREAM_S, self.abort, st.rid)
 
+    def refused_stream(self, rid: str | None) -> None:
+        """A streamed /generate refused inside its stream (a duplicate rid, a prompt too long) still carries the
+        background abort: 2 s after it ends, a request live under that rid is aborted, which for a duplicate is
+        the original (recorded on SGLang 0.5.17: tests/data/sglang-0.5.17-recorded, busy_long_stream ended abort
+        2.0 s after err_duplicate_live_rid was refused)."""
+        if rid is not None:
+            self._later(ABORT_AFTER_STREAM_S, self.abort, rid)
+
     @staticmethod
     def _later(delay: float, fn: Callable[[str], int], rid: str) -> None:
         asyncio.get_running_loop().call_later(delay, fn, rid)

@@ -131,8 +131,16 @@ def validation_error(message: str) -> web.Response:
     )
 
 
-def error_json(message: str, status: int = 400, err_type: str = "BadRequestError") -> web.Response:
-    return web.json_response({"error": {"message": message, "type": err_type, "code": status}}, status=status)
+def error_json(message: str, status: int = 400) -> web.Response:
+    """http_server.py::_create_error_response: the native routes' refusal is the message alone (recorded on 0.5.17:
+    err_generate_no_text, err_generate_too_long_nostream)."""
+    return web.json_response({"error": {"message": message}}, status=status)
+
+
+def stream_error(message: str) -> dict[str, Any]:
+    """http_server.py::stream_results: a ValueError inside a /generate stream, as 0.5.17 sent it (recorded:
+    err_generate_too_long_stream, err_duplicate_live_rid)."""
+    return {"error": {"message": message, "type": "invalid_request_error", "code": 400, "retryable": False}}
 
 
 async def read_json(request: web.Request) -> dict:
@@ -180,6 +188,8 @@ def make_middlewares(srv: SimServer) -> list:
             resp = web.json_response({"error": str(e)}, status=400)
         except BadRequest as e:
             resp = error_json(str(e))
+        except web.HTTPNotFound:  # FastAPI's answer to an unknown route (recorded on 0.5.17: err_not_found)
+            resp = web.json_response({"detail": "Not Found"}, status=404)
         _access(request, resp.status)
         return resp
 
@@ -428,7 +438,7 @@ async def generate(request: web.Request) -> web.StreamResponse:
     body = await read_json(request)
     text, ids = body.get("text"), body.get("input_ids")
     if (text is None) == (ids is None):
-        raise BadRequest("Either text or input_ids should be provided.")
+        raise BadRequest("Either text, input_ids or input_embeds should be provided.")  # as 0.5.17 words it
     sampling, stops = parse_native(body.get("sampling_params"))
     toks, tok_ids = srv.tokenize_prompt(text, ids)
     rid = body.get("rid")
@@ -442,8 +452,9 @@ async def generate(request: web.Request) -> web.StreamResponse:
         if not stream:
             raise
         resp = await start_sse(request)  # SGLang reports validation failures inside the stream (http_server.py)
-        await resp.write(sse(json.dumps({"error": {"message": str(e), "type": "invalid_request_error", "code": 400}})))
+        await resp.write(sse(json.dumps(stream_error(str(e)))))
         await resp.write(DONE)
+        srv.rids.refused_stream(rid)
         return resp
     try:
         st = srv.submit(toks, tok_ids, sampling, rid=rid, stops=stops)
@@ -451,14 +462,9 @@ async def generate(request: web.Request) -> web.StreamResponse:
         if not stream:  # http_server.py::_create_error_response
             return web.json_response({"error": {"message": str(e)}}, status=400)
         resp = await start_sse(request)  # http_server.py::stream_results: the ValueError inside the stream
-        await resp.write(
-            sse(
-                json.dumps(
-                    {"error": {"message": str(e), "type": "invalid_request_error", "code": 400, "retryable": False}}
-                )
-            )
-        )
+        await resp.write(sse(json.dumps(stream_error(str(e)))))
         await resp.write(DONE)
+        srv.rids.refused_stream(rid)
         return resp
     if not stream:
         await srv.wait_finished(st)

@@ -69,6 +69,34 @@ def test_a_reused_rid_is_aborted_two_seconds_after_the_earlier_stream_by_prefix(
     assert other["finish_reason"]["type"] == "length" and other["completion_tokens"] == LONG
 
 
+async def _refusal(http: aiohttp.ClientSession, url: str, rid: str) -> str:
+    """A streamed /generate under a live rid; returns the error event's message."""
+    body = {"text": "hello there", "rid": rid, "stream": True, "sampling_params": {"max_new_tokens": 8}}
+    async with http.post(url + "/generate", json=body) as r:
+        assert r.status == 200  # the refusal comes inside the stream
+        events = [json.loads(line[6:]) for line in [ln async for ln in r.content] if line.startswith(b"data: {")]
+    (event,) = events
+    return event["error"]["message"]
+
+
+def test_a_refused_duplicate_aborts_the_live_request_two_seconds_later(sim_url):
+    """Recorded on SGLang 0.5.17 (tests/data/sglang-0.5.17-recorded: err_duplicate_live_rid, busy_long_stream): the
+    duplicate's refusal is a stream too, and carries the background abort, so the original request, live under that
+    rid, ends 'abort' 2 s after the refusal."""
+
+    async def go():
+        async with aiohttp.ClientSession() as http:
+            original = asyncio.create_task(_stream(http, sim_url, "d-t1", LONG))
+            await asyncio.sleep(0.5)
+            refused = await _refusal(http, sim_url, "d-t1")
+            return refused, await original
+
+    refused, meta = asyncio.run(go())
+    assert refused == "Duplicate request ID detected: d-t1"
+    assert meta["finish_reason"] == {"type": "abort", "message": "Aborted"}
+    assert 0 < meta["completion_tokens"] < LONG
+
+
 def _sessions(n: int) -> tuple[Session, ...]:
     return tuple(
         Session(

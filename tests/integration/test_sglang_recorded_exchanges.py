@@ -1,15 +1,16 @@
 """rig's parsers and the simulator's answers held to real SGLang 0.5.17's responses, recorded byte for byte.
 
 The data (tests/data/sglang-0.5.17-recorded) is one SGLang 0.5.17 server on an NVIDIA H100 80GB HBM3 (driver
-580.159.04), 2026-12-07, launched as command.txt says: STANDALONE speculative decoding, steps 3, topk 1, 4 draft
-tokens, a 4-layer random-weight Llama as target and draft. scripts/record_sglang.py recorded each exchange as
+580.159.04), 2026-12-07 12:49 UTC, launched as command.txt says: STANDALONE speculative decoding, steps 3, topk 1, 4
+draft tokens, a 4-layer random-weight Llama as target and draft. scripts/record_sglang.py recorded each exchange as
 ``NAME.request.json`` (method, path, headers, body) and ``NAME.response`` (status line, headers, a blank line, the raw
-body: streamed SSE bodies exactly as they arrived), with provenance.json, the server's log (server.log) and the
-startup lines rig parses (startup_lines.txt). The recording stopped at ``err_generate_unknown_sampling_field``:
-SGLang 0.5.17 raised ``TypeError: Unexpected keyword argument 'not_a_field'`` inside the /generate stream, after
-the 200 head went out, and uvicorn closed the connection mid-body (server.log); the recorder, which did not then catch
-``http.client.IncompleteRead``, died there, so that exchange, the later error / busy / rid-reuse ones and index.json
-are missing.
+body: streamed SSE bodies exactly as they arrived; a body over 192 KiB keeps its head and tail), with index.json
+(the exchanges in the order sent, each one's status, size and start time), provenance.json, the server's log
+(server.log, progress bars removed) and the startup lines rig parses (startup_lines.txt). Besides the routes: the
+refusals (bad bodies, unknown routes), ``/flush_cache`` while a request runs, a duplicate of a live rid, and a rid
+reused right after its stream ended. ``err_generate_unknown_sampling_field``: SGLang 0.5.17 raised ``TypeError:
+Unexpected keyword argument 'not_a_field'`` inside the /generate stream after the 200 head went out, and uvicorn
+closed the connection with no body (server.log); the recorder keeps that as it came.
 
 What is held here: rig's stream folds (rig.loadgen) and meta_info readers give the token counts, finish reasons and
 speculative figures the recorded JSON itself says (every expected value computed here from the recording); rig's
@@ -30,6 +31,7 @@ import re
 import shlex
 import socket
 import threading
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -74,30 +76,15 @@ TOPK = int(flag("--speculative-eagle-topk"))
 DRAFT_TOKENS = int(flag("--speculative-num-draft-tokens"))
 MODEL = flag("--model-path")
 
-# The exchanges in the order scripts/record_sglang.py sent them (provenance first, then record_routes up to the one
-# that broke); test_recording_is_what_the_log_saw holds it to the server's access log.
-ORDER = (
-    "server_info_for_provenance",
-    "health_idle",
-    "health_generate_idle",
-    "server_info_idle",
-    "get_server_info_idle",
-    "model_info_idle",
-    "get_model_info_idle",
-    "v1_models_idle",
-    "metrics_idle",
-    "generate_stream_greedy",
-    "generate_stream_sampled",
-    "generate_nostream",
-    "completions_stream",
-    "completions_stream_token_ids",
-    "completions_nostream",
-    "chat_stream",
-    "metrics_after_load",
-    "flush_cache_idle",
-)
+INDEX = json.loads((REC / "index.json").read_text())
+RECORDED = tuple(e["name"] for e in INDEX)  # every exchange, in the order scripts/record_sglang.py sent it
+SENT_AT = {e["name"]: e["t"] for e in INDEX}  # the recorder's clock when it sent each
+# record_routes' routes, up to the idle /flush_cache: the sim is asked them in this order
+ORDER = RECORDED[: RECORDED.index("flush_cache_idle") + 1]
 GENERATIONS = ORDER[ORDER.index("metrics_idle") + 1 : ORDER.index("metrics_after_load")]  # between the two scrapes
-BROKEN = "err_generate_unknown_sampling_field"  # sent next; its stream broke, so nothing of it was saved
+BROKEN = "err_generate_unknown_sampling_field"  # its stream broke: 200, then no body
+# the refusals the recorder sent one after another (the duplicate rid needs the busy request: held apart)
+REFUSALS = tuple(n for n in RECORDED if n.startswith("err_") and n not in (BROKEN, "err_duplicate_live_rid"))
 
 
 @dataclass(frozen=True)
@@ -148,21 +135,68 @@ INFO = body_json("server_info_idle")
 
 
 def test_recording_is_what_the_log_saw():
-    """Every exchange saved is one the server logged, in order; after them the broken one, logged 200 OK (the head
-    had gone out) and then SGLang's TypeError: nothing after it, no index.json."""
+    """Every exchange saved is one the server logged (the busy and rid-reuse ones ran side by side, so order aside);
+    the broken one logged 200 OK (the head had gone out), then SGLang's TypeError, and came back with no body."""
     saved = {p.name.removesuffix(".request.json") for p in REC.glob("*.request.json")}
-    assert saved == set(ORDER) == {p.name.removesuffix(".response") for p in REC.glob("*.response")}
-    assert not (REC / "index.json").exists() and not (REC / f"{BROKEN}.response").exists()
+    assert saved == set(RECORDED) == {p.name.removesuffix(".response") for p in REC.glob("*.response")}
     access = re.findall(r'INFO: +[\d.]+:\d+ - "(\w+) (\S+) HTTP/1\.1" (\d+)', LOG)
-    ours = [(request(n)["method"], request(n)["path"], str(recorded(n).status)) for n in ORDER]
-    assert access[-len(ours) - 1 :] == [*ours, ("POST", "/generate", "200")]
-    tail = LOG[LOG.rindex('"POST /generate HTTP/1.1" 200 OK') :]
-    assert "Exception in ASGI application" in tail and "uvicorn/protocols/http/h11_impl.py" in tail
-    assert "TypeError: Unexpected keyword argument 'not_a_field'" in tail
+    ours = Counter((request(e["name"])["method"], request(e["name"])["path"], str(e["status"])) for e in INDEX)
+    assert Counter(access[-len(INDEX) :]) == ours
+    broken = INDEX[RECORDED.index(BROKEN)]
+    assert (broken["status"], broken["bytes"], broken["broken"]) == (200, 0, "IncompleteRead after 0 bytes")
+    assert "Exception in ASGI application" in LOG and "uvicorn/protocols/http/h11_impl.py" in LOG
+    assert "TypeError: Unexpected keyword argument 'not_a_field'" in LOG
     assert PROVENANCE["command"] == COMMAND and PROVENANCE["sglang_version"] == INFO["version"] == "0.5.17"
     assert PROVENANCE["gpu"].startswith("NVIDIA H100 80GB HBM3, 580.159.04")
     assert PROVENANCE["date_utc"].startswith("2026-12-07")
     assert (flag("--speculative-algorithm"), STEPS, TOPK, DRAFT_TOKENS) == ("STANDALONE", 3, 1, 4)
+
+
+def _tail_objects(name: str) -> list[dict[str, Any]]:
+    """The whole events after the elided middle of a long recorded stream (the first block there is cut)."""
+    raw = (REC / f"{name}.response").read_bytes()
+    tail = raw.rsplit(b" bytes elided ...]\n", 1)[1]
+    blocks = tail.split(b"\n\n")[1:-1]
+    assert blocks and blocks[-1] == b"data: [DONE]"
+    return [json.loads(b.removeprefix(b"data: ")) for b in blocks[:-1]]
+
+
+def _ending(chunks: list[dict[str, Any]]) -> tuple[str, int]:
+    """A streamed completion's finish reason (its last choice) and the completion tokens of its usage chunk."""
+    finish = [c["choices"][0]["finish_reason"] for c in chunks if c["choices"]][-1]
+    return finish, chunks[-1]["usage"]["completion_tokens"]
+
+
+def test_rid_rules_as_0517_showed_them():
+    """What the simulator's rid rules (rig/sim/rids.py) rest on, seen: a duplicate of a live rid is refused inside a
+    200 stream, and that refusal's background abort ends the live original 2 s later; a stream under a rid that
+    ended a moment ago is aborted 2 s after it ended, and so is one whose rid it prefixes; another rid runs on."""
+    (refusal,) = sse_objects(recorded("err_duplicate_live_rid").body)
+    assert recorded("err_duplicate_live_rid").status == 200
+    assert refusal == {
+        "error": {
+            "message": "Duplicate request ID detected: busy-1",
+            "type": "invalid_request_error",
+            "code": 400,
+            "retryable": False,
+        }
+    }
+    wanted = request("busy_long_stream")["body"]["max_tokens"]
+    finish, tokens = _ending(sse_objects(recorded("busy_long_stream").body))
+    assert finish == "abort" and 0 < tokens < wanted
+    # the recorder sent rid_reuse_first the moment the busy stream ended: 2 s after the refusal
+    assert 2.0 <= SENT_AT["rid_reuse_first"] - SENT_AT["err_duplicate_live_rid"] < 2.1
+    first = sse_objects(recorded("rid_reuse_first").body)
+    assert first[-1]["meta_info"]["finish_reason"]["type"] == "length"
+    for name, rid in (("rid_reuse_same", "reuse-t1"), ("rid_reuse_prefixed", "reuse-t10")):
+        chunks = sse_objects(recorded(name).body)
+        assert {c["id"] for c in chunks} == {rid}
+        finish, tokens = _ending(chunks)
+        assert finish == "abort" and 0 < tokens < request(name)["body"]["max_tokens"]
+    other = _tail_objects("rid_reuse_other")
+    assert _ending(other) == ("length", request("rid_reuse_other")["body"]["max_tokens"])
+    busy_flush = recorded("flush_cache_busy")
+    assert (busy_flush.status, busy_flush.body) == (400, b"Flush cache failed.\n")
 
 
 # ---------------------------------------------------------------- rig's stream folds on the recorded bodies
@@ -519,7 +553,8 @@ def _send(port: int, method: str, path: str, headers: dict[str, str], body: Any)
 @pytest.fixture(scope="module")
 def sim(tmp_path_factory):
     """The sim, launched with the recording's flags, asked each recorded request in the recording's order (the
-    model renamed), then the request whose stream broke 0.5.17; its answers by exchange name, its log."""
+    model renamed), then the request whose stream broke 0.5.17, then the refusals; its answers by exchange name, its
+    log."""
     proc, url, log = start_sim(tmp_path_factory.mktemp("rec17"), "rec17", SIM_MODEL, SIM_FLAGS)
     port = int(url.rsplit(":", 1)[1])
     try:
@@ -529,6 +564,18 @@ def sim(tmp_path_factory):
             answers[name] = _send(port, req["method"], req["path"], req["headers"], _adapted(req["body"]))
         broken = _recorder_module().native("def fibonacci(n):\n    ", 8, True, temperature=0.0, not_a_field=1)
         answers[BROKEN] = _send(port, "POST", "/generate", {"Content-Type": "application/json"}, broken)
+        for name in REFUSALS:
+            req = request(name)
+            body = req["body"]
+            if isinstance(body, str):  # sent as text (the wrong content type): the same bytes, the model renamed
+                body = json.dumps(_adapted(json.loads(body)))
+                conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+                conn.request(req["method"], req["path"], body=body, headers=req["headers"])
+                resp = conn.getresponse()
+                answers[name] = Answer(resp.status, {k.lower(): v for k, v in resp.getheaders()}, resp.read())
+                conn.close()
+            else:
+                answers[name] = _send(port, req["method"], req["path"], req["headers"], _adapted(body))
     finally:
         proc.terminate()
         proc.wait(timeout=10)
@@ -918,6 +965,54 @@ def test_unknown_sampling_field_sim_refuses_where_0517_broke_the_stream(sim):
     ans = answers[BROKEN]
     assert ans.status == 400 and "not_a_field" in json.loads(ans.body)["error"]
     assert "TypeError: Unexpected keyword argument 'not_a_field'" in LOG
+
+
+# The refusals whose text the sim does not copy, each with its reason
+REFUSAL_TEXT_DIFFERS = {
+    # pydantic's own error list with a source location (http_server.py line 1694 of the install) in 0.5.17; the sim
+    # says what is wrong in a sentence (same status, same ErrorResponse keys and type)
+    "err_completions_bad_type": "pydantic's validation text and the install's file path",
+}
+
+
+def _numbers_masked(v: Any) -> Any:
+    """Numbers inside texts as N: the model's context length and the prompt's token count are the model's (the sim
+    serves another), the template is the server's."""
+    if isinstance(v, str):
+        return re.sub(r"\d+", "N", v)
+    if isinstance(v, dict):
+        return {k: _numbers_masked(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_numbers_masked(x) for x in v]
+    return v
+
+
+def _refusal_body(ans: Answer) -> Any:
+    """What a refusal says: its JSON, its stream's events, or for a request the server took, how it ended."""
+    if ans.headers.get("content-type", "").startswith("text/event-stream"):
+        chunks = sse_objects(ans.body)
+        return _numbers_masked(chunks) if "error" in chunks[0] else ("served", _ending(chunks)[0])
+    return _numbers_masked(json.loads(ans.body))
+
+
+@pytest.mark.server
+def test_sim_refusals_as_recorded(sim):
+    """Each refusal 0.5.17 was sent one after another (no body text, a prompt too long streamed and not, a bad type,
+    an unknown field, the wrong content type, no messages, an unknown route): the sim answers the same status and the
+    same JSON, or the same events inside a 200 stream, less the texts listed with their reasons."""
+    answers, _ = sim
+    assert len(REFUSALS) == 8
+    for name in REFUSALS:
+        real, got = recorded(name), answers[name]
+        assert got.status == real.status, name
+        want, have = _refusal_body(real), _refusal_body(got)
+        if name in REFUSAL_TEXT_DIFFERS:
+            assert set(have) == set(want) and {k: v for k, v in have.items() if k != "message"} == {
+                k: v for k, v in want.items() if k != "message"
+            }, name
+            assert have["message"] != want["message"], f"{name}: the same text now: drop it from REFUSAL_TEXT_DIFFERS"
+        else:
+            assert have == want, name
 
 
 # ---------------------------------------------------------------- the broken stream, and the recorder
