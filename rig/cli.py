@@ -12,7 +12,7 @@ import click
 import yaml
 from click.core import ParameterSource
 
-from rig.cli_options import csv_ints, resolve_spec, run_options, slo_options, spec_field
+from rig.cli_options import csv_ints, csv_workloads, resolve_spec, run_options, slo_options, spec_field
 from rig.cli_settings import settings_options
 from rig.config import RunSpec, SpecError, build_spec
 from rig.contracts import SearchSettings, TuneSettings
@@ -301,7 +301,7 @@ def sweep(
         sys.exit(execute(spec, kw["quiet"], resume_dir=resume_dir, planner=planner, redo=redo))
     settings = search_settings(ctx, {n: kw.pop(n) for n in SEARCH_PARAMS}, kw)
     steps = csv_ints("--steps", steps_csv)
-    workloads = [w.strip() for w in kw["workload"].split(",")] if kw["workload"] else None
+    workloads = csv_workloads(kw["workload"])
     g: dict[str, list[Any]] = {}
     for item in grid:
         key, sep, values = item.partition("=")

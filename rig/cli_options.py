@@ -148,6 +148,11 @@ def spec_field(path: str) -> FieldInfo:
 slo_options = settings_options(SloSettings, "slos", "percentile")
 
 
+def csv_workloads(text: str | None) -> list[str] | None:
+    """--workload of the commands that run several (sweep, prove): comma-separated names."""
+    return [w.strip() for w in text.split(",") if w.strip()] if text else None
+
+
 def csv_ints(name: str, text: str | None) -> list[int] | None:
     if text is None:
         return None
@@ -249,7 +254,7 @@ def run_options(f: _Command) -> _Command:
             for s in SPEC_FLAGS[SPEC_FLAGS.index(_flag("--dialect")) + 1 : SPEC_FLAGS.index(_flag("--mode"))]
         ],
         click.option("--command", "command", metavar="'SERVER ARGS'", help=spec_field("server.command").description),
-        click.option("--workload", help=f"{_either(typing.get_args(WorkloadName))} (sweep: comma-separated)."),
+        click.option("--workload", help=f"{_either(typing.get_args(WorkloadName))} (sweep, prove: comma-separated)."),
         click.option(
             "--dataset", type=click.Path(path_type=Path), help="dataset workload: a ShareGPT JSON or JSONL file."
         ),

@@ -90,7 +90,7 @@ prove() {  # the campaign's question on the GPU: static steps 0-4, the schedule 
   else
     rig prove --engine sglang --engine-python /tmp/sglpy --model $SPEC/target --tp 1 --out $RUNS --run-id prove \
       --spec-algorithm EAGLE --draft-model $SPEC/eagle --steps 1,2,3,4 --adaptive-steps 7 --concurrency 1,4,16,64 \
-      --workload greedy --workload realistic $(server_args)
+      --workload greedy,realistic $(server_args)
   fi
 }
 eagle() {

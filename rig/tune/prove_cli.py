@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from rig.cli_options import csv_ints, resolve_spec, run_options
+from rig.cli_options import csv_ints, csv_workloads, resolve_spec, run_options
 from rig.cli_settings import settings_from, settings_options
 from rig.contracts import ProveSettings
 
@@ -55,7 +55,7 @@ def prove(steps_csv: str | None, **kw: Any) -> None:
         raise click.UsageError("a load profile needs the arms of an earlier proof: rig prove --from RUN --load-profile")
     if kw.get("rate") or kw.get("mode") not in (None, "closed"):
         raise click.UsageError("rig prove measures closed-loop levels (a schedule is by batch size); drop --rate")
-    spec = resolve_spec(kw, steps, [kw["workload"]] if kw["workload"] else None)
+    spec = resolve_spec(kw, steps, csv_workloads(kw["workload"]))  # the schedule is read off the first
     engine = spec.server_configs()[0].engine
     if engine not in ("sim", "sglang"):
         raise click.UsageError(

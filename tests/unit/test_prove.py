@@ -178,3 +178,18 @@ def test_no_valid_phase_proves_nothing():
     assert summarize_phases(section) == (
         "adaptive: not proved (no valid point to judge a phase on: see the points' flags); whole profile not measured"
     )
+
+
+def test_prove_takes_several_workloads_as_sweep_does():
+    """`--workload greedy,realistic` is two workloads for rig prove as for rig sweep (on the GPU it was refused with
+    a validation error, and a repeated --workload kept only the last: the proof ran realistic alone)."""
+    from click.testing import CliRunner
+
+    from rig.cli import cli
+
+    result = CliRunner().invoke(
+        cli, ["prove", "--workload", "greedy,realistic", "--steps", "2", "--concurrency", "1", "--dry-run"]
+    )
+    assert result.exit_code == 0, result.output
+    points = [ln for ln in result.output.splitlines() if ln.startswith("sim-s") and ln.endswith("-c1")]
+    assert sorted(p.split("-", 3)[3] for p in points) == ["greedy-c1", "greedy-c1", "realistic-c1", "realistic-c1"]
