@@ -125,7 +125,7 @@ LANE_FILES = {
             "test_live_view_run",
         )
     ),
-    # ~100 s and ~30 s: the third lane is the shortest
+    # ~100 s and ~65 s (a proof, then its arms across load changes): the third lane is the shortest
     THIRD_LANE: frozenset({"tests/integration/test_sim_faults_runs.py", "tests/integration/test_prove_run.py"}),
 }
 

@@ -150,17 +150,21 @@ def _phase_band(
     windows: dict[str, dict[float, float]] | None = None,
     rng: np.random.Generator | None = None,
     resamples: int = cmp.RESAMPLES,
+    static_steps: dict[str, int] | None = None,
 ) -> ProveBand:
     """One phase: the best static arm's steady-state tok/s, and each other arm's margin over it, with the paired
     block-bootstrap interval over the steady windows both share (rig.analysis.phase_interval) and the verdict read
     off it as in the bands; with too few shared windows (or none given), the verdict is the margin's against the
-    tolerance and the method says so."""
+    tolerance and the method says so. An arm whose figure is None (its point flagged invalid, or no steady span) is
+    'not measured' there; ``static_steps``: the static arms' steps by label (the best one's are kept)."""
     band = ProveBand(workload=workload, load_mode="profile phase", level=float(phase), phase=phase, label=label)
     measured = {lab: v for lab, v in by_arm.items() if lab in statics and v is not None}
-    if not measured:
+    if not measured:  # every static point flagged (or without a steady span): nothing to judge the arms against
+        band.arms = {lab: ArmResult() for lab in by_arm if lab not in statics}
         return band
     best = max(measured, key=lambda k: measured[k] or 0.0)
     band.best_static, band.best_static_value = best, measured[best]
+    band.best_static_steps = (static_steps or {}).get(best)
     for lab, v in by_arm.items():
         if lab in statics:
             continue
@@ -192,7 +196,8 @@ def judge_phases(section: ProveSection, report: Report, resamples: int = cmp.RES
     tolerance = section.settings.tolerance if section.settings is not None else ProveSettings().tolerance
     rng = np.random.default_rng(seed)
     arm_of = {a.server_config: a for a in section.arms}
-    statics = {a.label for a in section.arms if a.kind == "static"}
+    static_steps = {a.label: a.steps for a in section.arms if a.kind == "static"}
+    statics = set(static_steps)
     timelines = {t.point: t for t in report.timelines}
     by_phase: dict[tuple[str, int], dict[str, float | None]] = defaultdict(dict)
     steps: dict[tuple[str, int], dict[str, float | None]] = defaultdict(dict)
@@ -201,16 +206,24 @@ def judge_phases(section: ProveSection, report: Report, resamples: int = cmp.RES
     for r in report.campaign:
         arm = arm_of.get(r.server_config or "")
         tl = timelines.get(r.point)
-        if arm is None or tl is None or not valid(r):
+        if arm is None or tl is None:
             continue
         for ph in tl.phases:
             key = (str(r.workload), ph.phase)
+            labels[ph.phase] = ph.label
+            if not valid(r):  # flagged (a busy host: sim_behind): the arm is in the phase, 'not measured' there
+                by_phase[key][arm.label] = None
+                continue
             by_phase[key][arm.label] = ph.output_tok_s
             steps[key][arm.label] = ph.spec_steps
             steady[key][arm.label] = _steady_windows(tl, ph)
-            labels[ph.phase] = ph.label
+    for by_arm in by_phase.values():  # an arm with no point to read (failed, or not run) is 'not measured' too
+        for a in section.arms:
+            by_arm.setdefault(a.label, None)
     section.phases = [
-        _phase_band(w, ph, labels[ph], by_arm, statics, steps[(w, ph)], tolerance, steady[(w, ph)], rng, resamples)
+        _phase_band(
+            w, ph, labels[ph], by_arm, statics, steps[(w, ph)], tolerance, steady[(w, ph)], rng, resamples, static_steps
+        )
         for (w, ph), by_arm in sorted(by_phase.items())
     ]
     whole = ProveSection(settings=section.settings, arms=section.arms)

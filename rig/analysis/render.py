@@ -171,7 +171,7 @@ def render_lossless(result: LosslessResult) -> RenderableType:
 
 
 def decision_tables(report: Report) -> list[RenderableType]:
-    """Frontier, best per level and per SLO, and the run's SLO search / tune results."""
+    """Frontier, best per level and per SLO, and the run's SLO search / tune / prove results."""
     from rig.analysis.adaptive import best_level_table, best_slo_table, frontier_table, search_table, tune_tables
     from rig.analysis.slo import describe
 
@@ -190,6 +190,10 @@ def decision_tables(report: Report) -> list[RenderableType]:
         out.append(search_table(report.search))
     if report.tune:
         out += tune_tables(report.tune)
+    if report.prove:
+        from rig.analysis.prove import prove_table
+
+        out.append(prove_table(report.prove))
     return out
 
 

@@ -22,7 +22,17 @@ from rig.analysis.rows import AcceptanceRow, FrontierRow, FullReport, LatencyRow
 from rig.analysis.runs import PointInfo, Run, load_run
 from rig.analysis.server_series import Series, counter_window_acceptance, summarize_point
 from rig.analysis.timeline import DEFAULT_WINDOW_S, Timeline
-from rig.contracts import CampaignRow, GoodputRow, LosslessResult, Manifest, Row, SearchSection, ServerRow, TuneSection
+from rig.contracts import (
+    CampaignRow,
+    GoodputRow,
+    LosslessResult,
+    Manifest,
+    ProveSection,
+    Row,
+    SearchSection,
+    ServerRow,
+    TuneSection,
+)
 
 
 @dataclass
@@ -43,6 +53,7 @@ class Report:
     best_per_slo: list[dict[str, Any]] = field(default_factory=list)
     search: SearchSection | None = None  # the manifest's SLO search section (rig sweep --search)
     tune: TuneSection | None = None  # the manifest's tune section (rig tune)
+    prove: ProveSection | None = None  # the manifest's prove section (rig prove: its bands or phases, its verdict)
     series: dict[str, dict[str, Series]] = field(default_factory=dict)
     cdfs: dict[str, dict[str, tuple[np.ndarray, np.ndarray]]] = field(default_factory=dict)
     energy: bool = False  # campaign rows carry energy figures (the run has GPU telemetry)
@@ -147,6 +158,7 @@ def build_report(
         best_per_slo=decided.best_per_slo,
         search=run.manifest.search,
         tune=run.manifest.tune,
+        prove=run.manifest.prove,
         series=sections.series,
         cdfs=sections.cdfs,
         energy=energy,
@@ -389,6 +401,8 @@ def full_json(report: Report) -> FullReport:
     }
     if report.telemetry:
         out["telemetry"] = report.telemetry
+    if report.prove:
+        out["prove"] = report.prove.model_dump(mode="json")
     if report.timelines:
         out["timeline"] = [asdict(tl) for tl in report.timelines]
     if worth_showing(report.active_steps):

@@ -190,6 +190,7 @@ class FullReport(TypedDict):
     schedule: list[ScheduleGroup]
     engine_schedule: list[EngineSchedule]
     telemetry: NotRequired[list[str]]  # only where the run has GPU figures or says why not
+    prove: NotRequired[dict[str, Any]]  # only in a rig prove run: the manifest's section (bands or phases, verdict)
     timeline: NotRequired[list[dict[str, Any]]]  # only where points ran a load profile (rig.analysis.timeline)
     active_steps: NotRequired[list[ActiveStepsRow]]  # only where a point is adaptive or its steps moved
 

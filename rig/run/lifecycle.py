@@ -91,7 +91,9 @@ class ServerLifecycle:
         asked = [(w.name, dict(w.sampling())) for w in self.ctx.spec.workloads]
         warnings += [f"server {cid}: {w}" for w in limits(dialect, asked)]  # what the dialect cannot send
         load = self.ctx.spec.load
-        queued = queue_note(cid, effective, info.get("/server_info"), list(load.concurrency), load.mode)
+        # the levels the points run (under a load profile its peak, not the unused default --concurrency list)
+        levels = [c for c, _ in load.levels() if c is not None]
+        queued = queue_note(cid, effective, info.get("/server_info"), levels, load.mode)
         warnings += [queued] if queued else []  # said before the points run: levels above what runs at once
         self.ctx.store.update_server_config(cid, effective=effective, warnings=warnings, adaptive=adaptive)
         for w in warnings:
