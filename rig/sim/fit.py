@@ -155,30 +155,35 @@ def _campaign_targets(d: dict, prompts: tuple[str, ...], lengths: tuple[int, ...
 
 
 def run_dir_targets(run_dir: Path | str) -> list[Target]:
-    """Targets from a rig results directory: per (steps, concurrency, temperature) point, its aggregate and
-    decode tok/s, mean TTFT and acceptance length, replayed with the same request count and output lengths."""
+    """Targets from a rig results directory: per point (closed loop, one fixed steps value), its aggregate and
+    decode tok/s and acceptance length, replayed with the same request count and output lengths under the startup
+    limits its server reported. Points of a server that ran the engine's adaptive controller (a rig prove arm) are
+    left out: a scenario replays fixed steps."""
     from rig.results import read_requests  # the only reader of the rig's Parquet
 
     df = read_requests(run_dir).to_pandas()
     df = df[df["ok"].fillna(False).astype(bool)]
     if df.empty:
         raise ValueError(f"{run_dir}: no successful requests to fit to")
-    servers = _server_limits(Path(run_dir))
+    servers, adaptive = _server_limits(Path(run_dir))
     out: list[Target] = []
+    seen: dict[str, int] = {}
     filler = "Explain how this system works in detail."  # prompt text is not recorded; a neutral stand-in
-    keys = ["steps", "concurrency", "temperature"]
-    for (steps, conc, temp), g in df.groupby(keys, dropna=False):
-        if not conc or math.isnan(conc):
-            continue  # open-loop points are not replayed by the closed-loop client
-        steps, conc = int(steps), int(conc)
+    # One point at a time: two servers at the same steps (a prove run's static and schedule arms) or two repeats
+    # are two measurements, never one pooled over both windows.
+    for _, g in df.groupby("point", sort=True):
+        conc, temp = g["concurrency"].iloc[0], g["temperature"].iloc[0]
+        if not conc or math.isnan(conc) or g["server_config"].iloc[0] in adaptive:
+            continue  # open-loop points are not replayed by the closed-loop client; adaptive ones not as fixed steps
+        steps, conc = int(g["steps"].iloc[0]), int(conc)
         temp = 0.0 if temp is None or math.isnan(temp) else float(temp)
         lens = tuple(int(x) for x in g["completion_tokens"])
         prompts = _stand_in_prompts(g["prompt_tokens"], filler)
-        # The limits the server reported at startup, where one server holds these steps: a real server's capacity
-        # is a fact of its run (SGLang: 4,096 running requests plain, 48 under speculation, on the 0.28 B model),
-        # not the profile's model of the reference hardware's memory. Its TP is not replayed: the profile's
-        # weights are the reference model's (244 GB at TP 1), and the fitted costs stand for the run's per step.
-        limits = servers.get(steps, {})
+        # The limits the server reported at startup: a real server's capacity is a fact of its run (SGLang: 4,096
+        # running requests plain, 48 under speculation, on the 0.28 B model), not the profile's model of the
+        # reference hardware's memory. Its TP is not replayed: the profile's weights are the reference model's
+        # (244 GB at TP 1), and the fitted costs stand for the run's per step.
+        limits = servers.get(str(g["server_config"].iloc[0]), {})
         sc = Scenario(
             steps,
             conc,
@@ -192,6 +197,9 @@ def run_dir_targets(run_dir: Path | str) -> list[Target]:
             kv_pool_tokens=limits.get("kv_pool_tokens"),
         )
         label = f"steps{steps} C={conc} T={temp:g}"
+        seen[label] = seen.get(label, 0) + 1
+        if seen[label] > 1:
+            label += f" #{seen[label]}"
         wall = float(g["end_ts"].max() - g["send_ts"].min())
         out.append(Target(f"{label} aggregate", "aggregate_tok_s", float(g["completion_tokens"].sum()) / wall, sc))
         dec = g[(g["completion_tokens"] > 1) & (g["e2e_s"] > g["ttft_s"])]
@@ -222,26 +230,31 @@ def _stand_in_prompts(prompt_tokens: Iterable[float | None], filler: str) -> tup
     return tuple(out)
 
 
-def _server_limits(run_dir: Path) -> dict[int, dict[str, int]]:
-    """Per steps value held by exactly one server configuration of the run: its startup limits."""
+def _server_limits(run_dir: Path) -> tuple[dict[str, dict[str, int]], set[str]]:
+    """Each real server configuration's startup limits, by its id; and the ids of those that ran the engine's
+    adaptive controller."""
     import json
 
     try:
         configs = json.loads((run_dir / "manifest.json").read_text()).get("server_configs") or {}
     except (OSError, ValueError):
-        return {}
-    by_steps: dict[int, list[dict[str, int]]] = {}
-    for c in configs.values():
+        return {}, set()
+    limits_of: dict[str, dict[str, int]] = {}
+    adaptive: set[str] = set()
+    for cid, c in configs.items():
         knobs, startup = c.get("knobs") or {}, c.get("startup") or {}
-        if knobs.get("engine") == "sim" or knobs.get("steps") is None:
+        if c.get("adaptive") or "--speculative-adaptive" in (knobs.get("extra_args") or []):
+            adaptive.add(cid)
+        if knobs.get("engine") == "sim":
             continue  # a simulated run's limits are the profile's own
         limits: dict[str, int] = {}
         if startup.get("max_running_requests"):
             limits["max_running"] = int(startup["max_running_requests"])
         if startup.get("max_total_num_tokens"):
             limits["kv_pool_tokens"] = int(startup["max_total_num_tokens"])
-        by_steps.setdefault(int(knobs["steps"]), []).append(limits)
-    return {steps: ls[0] for steps, ls in by_steps.items() if len(ls) == 1 and ls[0]}
+        if limits:
+            limits_of[cid] = limits
+    return limits_of, adaptive
 
 
 def _simulate(job: tuple[Profile, list[Scenario]]) -> list[dict[str, float]]:

@@ -59,7 +59,8 @@ def test_folds_outside_two_to_the_number_of_points_are_refused(recorded_fits):
 
 
 def test_a_real_runs_points_replay_under_their_servers_startup_limits(tmp_path):
-    """The fit replays each steps value under the limits its server logged at startup."""
+    """The fit replays each point under the limits its own server logged at startup (two servers at one steps value,
+    as a prove run's static and schedule arms, each keep theirs); adaptive servers are named, to be left out."""
     cfg = {
         "a": {"knobs": {"engine": "sglang", "steps": 0, "tp": 1}, "startup": {"max_running_requests": 4096}},
         "b": {
@@ -67,14 +68,22 @@ def test_a_real_runs_points_replay_under_their_servers_startup_limits(tmp_path):
             "startup": {"max_running_requests": 48, "max_total_num_tokens": 2_634_680},
         },
         "c1": {"knobs": {"engine": "sglang", "steps": 4, "tp": 1}, "startup": {"max_running_requests": 48}},
-        "c2": {"knobs": {"engine": "sglang", "steps": 4, "tp": 1}, "startup": {"max_running_requests": 40}},
+        "c2": {
+            "knobs": {"engine": "sglang", "steps": 4, "tp": 1, "extra_args": ["--speculative-adaptive"]},
+            "startup": {"max_running_requests": 40},
+        },
         "sim": {"knobs": {"engine": "sim", "steps": 1, "tp": 4}, "startup": {"max_running_requests": 22}},
+        "none": {"knobs": {"engine": "sglang", "steps": 2, "tp": 1}, "startup": {}},
     }
     (tmp_path / "manifest.json").write_text(json.dumps({"server_configs": cfg}))
-    assert _server_limits(tmp_path) == {
-        0: {"max_running": 4096},
-        3: {"max_running": 48, "kv_pool_tokens": 2_634_680},
-    }  # steps 4: two servers disagree, so neither is assumed; a simulated server's limits are its profile's
+    limits, adaptive = _server_limits(tmp_path)
+    assert limits == {
+        "a": {"max_running": 4096},
+        "b": {"max_running": 48, "kv_pool_tokens": 2_634_680},
+        "c1": {"max_running": 48},
+        "c2": {"max_running": 40},
+    }  # a simulated server's limits are its profile's; one that logged none has none
+    assert adaptive == {"c2"}
 
 
 def test_a_real_runs_points_replay_with_their_recorded_prompt_lengths():
@@ -88,3 +97,20 @@ def test_a_real_runs_points_replay_with_their_recorded_prompt_lengths():
     assert len({tokenize(p)[0] for p in prompts}) == 4  # no two share a first token, so no cached prefix
     # the content reads as the filler does at every length (a repeated filler read as repetitive text)
     assert {content_score(tokenize(p)) for p in prompts[:2]} == {content_score(tokenize(filler))}
+
+
+def test_each_point_of_a_real_run_is_its_own_target_and_adaptive_points_are_left_out():
+    """The H200 sweep (tests/data/h200-sglang-0.5.17-run: steps 0 and 3 at C=4 and 16): one target set per point,
+    each replayed under its own server's limits; the H100 adaptive run (every point adaptive) has none to fit."""
+    from support import DATA
+
+    from rig.sim.fit import run_dir_targets
+
+    targets = run_dir_targets(DATA / "h200-sglang-0.5.17-run")
+    aggregates = {t.label: t.scenario for t in targets if t.metric == "aggregate_tok_s"}
+    assert sorted(aggregates) == [f"steps{s} C={c} T=0 aggregate" for s in (0, 3) for c in (16, 4)]
+    assert {n: sc.max_running for n, sc in aggregates.items()} == {
+        n: 4096 if n.startswith("steps0") else 48 for n in aggregates
+    }
+    with pytest.raises(ValueError, match="no closed-loop points to fit to"):
+        run_dir_targets(DATA / "h100-2026-12-07" / "adaptive-run")
