@@ -16,7 +16,7 @@ from rig.sim.profile import Profile
 class ForwardCost:
     """Seconds per forward, precomputed from a profile for one tp."""
 
-    __slots__ = ("t_fixed", "t_experts", "c_tok", "c_ctx", "d_fixed", "d_tok", "_ln_miss")
+    __slots__ = ("t_fixed", "t_experts", "c_tok", "c_ctx", "d_fixed", "d_tok", "s_fixed", "_ln_miss")
 
     def __init__(self, profile: Profile, tp: int):
         scale = profile.calibrated_tp / tp
@@ -26,6 +26,7 @@ class ForwardCost:
         self.c_ctx = profile.c_ctx_ms_per_ktok / 1e6 * scale  # per context token
         self.d_fixed = profile.d_fixed_ms / 1000.0
         self.d_tok = profile.d_tok_ms / 1000.0 * scale
+        self.s_fixed = profile.spec_fixed_ms / 1000.0
         self._ln_miss = math.log(1.0 - profile.experts_per_token / profile.experts_total)
 
     def target(self, n_tokens: int, ctx_tokens: int) -> float:
@@ -39,13 +40,14 @@ class ForwardCost:
 
     def decode(self, batch: int, steps: int, ctx_tokens: int, speculative: bool | None = None) -> float:
         """One decode iteration: without speculation a plain forward; with it, k draft steps, a verify of
-        batch * (k + 1) tokens and one draft extend over the verified tokens. An adaptive server at steps 0 still
-        verifies the one bonus token and runs the draft extend over it (eagle_worker_v2.py, the zero-step branch)."""
+        batch * (k + 1) tokens, one draft extend over the verified tokens and the iteration's fixed speculative
+        cost. An adaptive server at steps 0 still verifies the one bonus token and runs the draft extend over it
+        (eagle_worker_v2.py, the zero-step branch)."""
         if steps <= 0:
             zero_step = self.target(batch, ctx_tokens)
-            return zero_step + self.draft(batch) if speculative else zero_step
+            return zero_step + self.draft(batch) + self.s_fixed if speculative else zero_step
         q = steps + 1
-        return self.target(batch * q, ctx_tokens) + steps * self.draft(batch) + self.draft(batch * q)
+        return self.target(batch * q, ctx_tokens) + steps * self.draft(batch) + self.draft(batch * q) + self.s_fixed
 
     def prefill(self, n_tokens: int, ctx_tokens: int, speculative: bool) -> float:
         """One prefill batch; with speculation the draft head also extends over the new tokens."""

@@ -43,6 +43,7 @@ RUN_DIR_FREE = (
     "t_experts_ms",
     "c_tok_ms",
     "d_fixed_ms",
+    "spec_fixed_ms",
     "acc_logit_greedy",
     "acc_logit_position_decay",
     "acc_logit_temperature_slope",
@@ -351,7 +352,10 @@ def fit(
     specs = [SPEC_BY_NAME[n] for n in free]
 
     def to_x(p: Profile) -> np.ndarray:
-        return np.array([p.values[s.name] if s.name in _LINEAR else math.log(p.values[s.name]) for s in specs])
+        # a log-space parameter stated as 0 (spec_fixed_ms in the reference profile) starts a little above it
+        return np.array(
+            [p.values[s.name] if s.name in _LINEAR else math.log(max(p.values[s.name], s.hi * 1e-3)) for s in specs]
+        )
 
     def from_x(x: np.ndarray) -> Profile:
         vals = {}

@@ -78,11 +78,12 @@ class PowerModel:
         else:
             b = len(it.reqs)
             k = it.steps  # the tier this decode ran (adaptive: it varies)
+            overhead = Terms(self.cost.s_fixed, 0.0, 0.0)  # the speculative iteration's own fixed cost
             if k <= 0:
-                parts = [self._target(b, it.ctx)] + ([self._draft(b)] if spec else [])
+                parts = [self._target(b, it.ctx)] + ([self._draft(b), overhead] if spec else [])
             else:
                 q = k + 1
-                parts = [self._target(b * q, it.ctx), self._draft(b, times=k), self._draft(b * q)]
+                parts = [self._target(b * q, it.ctx), self._draft(b, times=k), self._draft(b * q), overhead]
         return Terms(sum(p.fixed for p in parts), sum(p.memory for p in parts), sum(p.compute for p in parts))
 
     def watts(self, terms: Terms) -> float:

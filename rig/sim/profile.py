@@ -107,6 +107,15 @@ SPECS: tuple[ParamSpec, ...] = (
     ),
     _p("d_fixed_ms", "ms", 0.05, 0.0, 20, "Fixed cost of one draft (MTP head) forward."),
     _p("d_tok_ms", "ms/token", 0.01, 0.0, 2, "Per-token cost of one draft forward."),
+    _p(
+        "spec_fixed_ms",
+        "ms",
+        0.0,
+        0.0,
+        50,
+        "Fixed cost of one speculative decode iteration beyond its forwards (the draft tokens' sampling, the "
+        "acceptance check, the verify's metadata); a zero-step adaptive tier pays it too.",
+    ),
     _p("experts_total", "experts", 256, 1, 4096, "Routed experts per MoE layer (Qwen3.5-122B-A10B: 256)."),
     _p("experts_per_token", "experts", 8, 1, 64, "Routed experts each token activates."),
     # --- acceptance (logit scale; position i = 1..k) ---
