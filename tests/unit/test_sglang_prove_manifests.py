@@ -1,5 +1,5 @@
-"""The manifests of rig prove on real SGLang 0.5.17 (H100, 2026-12-07; tests/data/h100-2026-12-07-pm, docs/benchmarks.md):
-they parse with rig's contracts, and what they record is what the docs say was found there."""
+"""The manifests of rig prove on real SGLang 0.5.17 (H100, 2026-12-07; tests/data/h100-2026-12-07-pm and
+docs/benchmarks.md): they parse with rig's contracts, and what they record is what the docs say was found there."""
 
 from __future__ import annotations
 
