@@ -20,17 +20,11 @@ pytestmark = pytest.mark.ray
 LEVELS = (1, 8)
 
 
-@pytest.fixture(scope="module")
-def proof(tmp_path_factory):
-    out = tmp_path_factory.mktemp("prove")
+def _prove(out, run_id: str, *args: str):
+    """rig prove with ``args`` on the test's light greedy workload, into ``out/run_id``; it must succeed."""
     proc = rig(
         "prove",
-        "--steps",
-        "2",
-        "--concurrency",
-        ",".join(map(str, LEVELS)),
-        "--requests",
-        "8",
+        *args,
         "--workload",
         "greedy",
         "--workload-opt",
@@ -40,10 +34,17 @@ def proof(tmp_path_factory):
         "--out",
         str(out),
         "--run-id",
-        "p",
+        run_id,
         timeout=400,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc
+
+
+@pytest.fixture(scope="module")
+def proof(tmp_path_factory):
+    out = tmp_path_factory.mktemp("prove")
+    proc = _prove(out, "p", "--steps", "2", "--concurrency", ",".join(map(str, LEVELS)), "--requests", "8")
     return out / "p", proc
 
 
@@ -162,25 +163,7 @@ def across(proof, tmp_path_factory):
     run, _ = proof
     earlier = _with_a_schedule_arm(run, tmp_path_factory.mktemp("earlier") / "p")
     out = tmp_path_factory.mktemp("across")
-    proc = rig(
-        "prove",
-        "--from",
-        str(earlier),
-        "--load-profile",
-        PROFILE,
-        "--workload",
-        "greedy",
-        "--workload-opt",
-        "max_tokens=24",
-        "--warmup",
-        "0",
-        "--out",
-        str(out),
-        "--run-id",
-        "q",
-        timeout=400,
-    )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    proc = _prove(out, "q", "--from", str(earlier), "--load-profile", PROFILE)
     return earlier, out / "q", proc
 
 
