@@ -29,7 +29,7 @@ async def generate(request: web.Request) -> web.StreamResponse:
         await asyncio.sleep(3600)
     resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
     await resp.prepare(request)
-    out = ""
+    out, held = "", b""
     for i in range(n):
         if mode == "slowfirst" and i == 0:
             await asyncio.sleep(3600)
@@ -57,7 +57,12 @@ async def generate(request: web.Request) -> web.StreamResponse:
             meta.update(spec_verify_ct=n, spec_accept_length=len(out.split()) / n)
             if mode == "badspec":  # a field of the wrong type: no mapped error covers it
                 meta["spec_accept_length"] = "n/a"
-        await resp.write(f"data: {json.dumps({'text': out, 'meta_info': meta})}\n\n".encode())
+        event = f"data: {json.dumps({'text': out, 'meta_info': meta})}\n\n".encode()
+        if mode == "pairs" and i % 2 == 0 and not done:  # two events in one write: the client reads them together
+            held = event
+            continue
+        await resp.write(held + event)
+        held = b""
     if mode != "nodone":
         await resp.write(b"data: [DONE]\n\n")
     return resp

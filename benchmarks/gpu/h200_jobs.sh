@@ -2,7 +2,8 @@
 # The job queue that benchmarks/gpu/h200_queue.sh starts (in its own process session): trained models and SGLang's
 # recorded responses side by side, then rig's sweeps against SGLang 0.5.17 on the H200. Each job leaves /tmp/q/JOB.done or
 # JOB.failed, so a queue started again skips what is done. usage: h200_jobs.sh REPO [JOB...]
-# (JOB: standalone ngram prove eagle scale_out, run in that order after the training; default: prove scale_out)
+# (JOB: standalone ngram prove eagle scale_out scale_out16, in the order given, after the training; default: prove
+# scale_out)
 set -u
 REPO=$1; shift; cd "$REPO"
 JOBS=("$@"); [ ${#JOBS[@]} -gt 0 ] || JOBS=(prove scale_out)
@@ -101,6 +102,12 @@ eagle() {
 scale_out() {  # issue 30 on the machine's 16 cores once the GPU work is done (the GPU idle): N = 1, 8, 4, 2, then
   # the control plane at 256 generators; rig from the queue's install
   OUT=$R/scale SITE=/tmp/rig-site BUDGET_S=270 bash benchmarks/gpu/scale_out_device.sh
+}
+scale_out16() {  # the same with 16 streams (100 requests/s) per generator core, where its loop should read every
+  # stream before the server's next write (2 ms); no control plane
+  OUT=$R/scale16 SITE=/tmp/rig-site BUDGET_S=150 CONTROL_PLANE=0 SCALE_ARGS="--n 1,8,4 --level-s 3 --server-cpus 0-5 \
+--driver-cpus 6-7 --gen-cpus 8-15 --capacity-s 0 --per-gen-concurrency 16 --per-gen-rate 100" \
+    bash benchmarks/gpu/scale_out_device.sh
 }
 
 log "queue start in $REPO (jobs after the training: ${JOBS[*]})"

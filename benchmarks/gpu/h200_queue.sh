@@ -11,7 +11,8 @@
 #                                               left out) and sgl-deep-gemm; SGLang is launched only once both are in
 #   call 3+: carry nothing                      the queue goes on
 # Results come back as $OUT/h200.tgz.part-aa, -ab, ...: cat them | tar -xz
-# usage: bash benchmarks/gpu/h200_queue.sh [LIMIT_S]     (default 540)
+# usage: [JOBS="prove scale_out"] bash benchmarks/gpu/h200_queue.sh [LIMIT_S]     (default 540; JOBS: the jobs after
+# the training, read when the queue starts)
 # Jobs (benchmarks/gpu/h200_jobs.sh; each leaves /tmp/q/JOB.done or JOB.failed).
 set -u
 LIMIT=${1:-540}
@@ -55,7 +56,8 @@ if ! { [ -f $Q/queue.pid ] && kill -0 "$(cat $Q/queue.pid)" 2>/dev/null; }; then
   rm -rf /tmp/repo && mkdir -p /tmp/repo
   tar --exclude=./.gpuw --exclude=./.rigwh -cf - . | tar -C /tmp/repo -xf -
   log "starting the queue in /tmp/repo"
-  setsid nohup bash /tmp/repo/benchmarks/gpu/h200_jobs.sh /tmp/repo > $R/queue.log 2>&1 < /dev/null &
+  # shellcheck disable=SC2086
+  setsid nohup bash /tmp/repo/benchmarks/gpu/h200_jobs.sh /tmp/repo ${JOBS:-} > $R/queue.log 2>&1 < /dev/null &
   echo $! > $Q/queue.pid
 else
   log "queue running (pid $(cat $Q/queue.pid)); last: $(tail -1 $R/queue.log 2>/dev/null)"

@@ -7,7 +7,7 @@
 #   env: OUT (default /tmp/scale-out), WH (default .cache/device-payload/wh), PY (default python3),
 #        BUDGET_S (default 235), SITE (default /tmp/rig-site), SCALE_ARGS (scale_out.py's arguments instead of the
 #        16-core ones below), CP_ARGS (control_plane.py's), CP_NEEDS_S (seconds the control plane needs, 105),
-#        CP_CPUS (its cores, 2-15)
+#        CP_CPUS (its cores, 2-15), CONTROL_PLANE (0: no control plane, the scale-out gets the whole budget)
 set -u
 T0=$(date +%s)
 OUT=${OUT:-/tmp/scale-out}; WH=${WH:-.cache/device-payload/wh}; PY=${PY:-python3}; BUDGET_S=${BUDGET_S:-235}
@@ -52,6 +52,7 @@ log "installed: $(tail -1 "$OUT/install.txt")"
 SCALE_ARGS=${SCALE_ARGS:---n 1,8,4,2 --level-s 3 --server-cpus 0-5 --driver-cpus 6-7 --gen-cpus 8-15 --capacity-s 1.5}
 CP_ARGS=${CP_ARGS:---nodes 16 --per-host 16 --requests 2560 --concurrency 256}; CP_NEEDS_S=${CP_NEEDS_S:-105}
 CP_CPUS=${CP_CPUS:-2-15}  # as in the 256-generator figures of tests/data/h200-2026-12-02/control_plane_256.txt
+CONTROL_PLANE=${CONTROL_PLANE:-1}; [ "$CONTROL_PLANE" = 0 ] && CP_NEEDS_S=3
 cap=$(( $(left) - CP_NEEDS_S < 150 ? $(left) - CP_NEEDS_S : 150 ))
 [ $cap -lt 60 ] && cap=60  # the scale-out comes first: the control plane at 256 was measured before
 log "scale_out.py $SCALE_ARGS (cap ${cap}s)"
@@ -60,7 +61,9 @@ run_capped $cap "$OUT/scale_out.txt" $PY benchmarks/scale_out.py $SCALE_ARGS --j
 log "scale_out.py exit $?"
 cat "$OUT/scale_out.txt"
 
-if [ "$(left)" -ge "$CP_NEEDS_S" ]; then
+if [ "$CONTROL_PLANE" = 0 ]; then
+  log "control plane not asked for (CONTROL_PLANE=0)"
+elif [ "$(left)" -ge "$CP_NEEDS_S" ]; then
   log "control_plane.py $CP_ARGS (cap $(( $(left) - 3 ))s)"
   # shellcheck disable=SC2086
   run_capped $(( $(left) - 3 )) "$OUT/control_plane_256.txt" taskset -c "$CP_CPUS" \

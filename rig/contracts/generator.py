@@ -43,6 +43,8 @@ class GeneratorReport(BaseModel):
     ended_early: int = 0  # ok requests that asked for a fixed length (ignore_eos) and ended before max_tokens
     tokens_estimated: int = 0  # ok requests whose completion tokens were counted from chunks (no usage sent)
     chunk_tokens_mismatch: int = 0  # ok requests whose per-chunk token counts do not sum to completion_tokens
+    chunk_gaps: int = 0  # gaps between successive chunks of ok requests
+    gaps_in_one_read: int = 0  # of those, gaps of 0: the chunk came in the same read as the one before
     # a level bound by a duration: seconds into it when its sessions ran out (a finite dataset), None if they did not
     ran_out_s: float | None = None
     slip_p50_s: float | None = None

@@ -38,6 +38,7 @@ from rig.loadgen.flush import Flusher
 from rig.loadgen.gc_gaps import freeze_heap
 from rig.loadgen.health import LoopMonitor
 from rig.loadgen.open_loop import LEVEL_FAILED, Due, Http, OpenLoop, host_port
+from rig.loadgen.outcome import gaps_in_one_read
 from rig.loadgen.pacer import Pacer
 from rig.loadgen.phases import PhaseGate
 from rig.loadgen.plan import GeneratorPlan
@@ -95,6 +96,8 @@ class PointRun:
             "ended_early": 0,
             "tokens_estimated": 0,
             "chunk_tokens_mismatch": 0,
+            "chunk_gaps": 0,
+            "gaps_in_one_read": 0,
         }
         self.latencies = RequestLatencies()  # the live view's sketches of successful requests' TTFT and TPOT
         self.slips: list[float] = []
@@ -162,6 +165,9 @@ class PointRun:
                 self.counts["tokens_estimated"] += 1
             elif out.state.counted_by_text and sum(out.chunk_tokens) != tokens:  # ITL is off there
                 self.counts["chunk_tokens_mismatch"] += 1
+            if len(out.chunk_offsets) > 1:
+                self.counts["chunk_gaps"] += len(out.chunk_offsets) - 1
+                self.counts["gaps_in_one_read"] += gaps_in_one_read(out.chunk_offsets)
             self.latencies.add(rec["ttft_s"], rec["e2e_s"], tokens)
         self.counts["tokens"] += tokens
         if not sent:
@@ -486,6 +492,8 @@ class PointRun:
             ended_early=self.counts["ended_early"],
             tokens_estimated=self.counts["tokens_estimated"],
             chunk_tokens_mismatch=self.counts["chunk_tokens_mismatch"],
+            chunk_gaps=self.counts["chunk_gaps"],
+            gaps_in_one_read=self.counts["gaps_in_one_read"],
             ran_out_s=self.ran_out_s,
             slip_p50_s=float(np.percentile(slips, 50)),
             slip_p99_s=float(np.percentile(slips, 99)),

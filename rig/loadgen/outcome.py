@@ -9,6 +9,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from itertools import pairwise
 from typing import Any
 
 import orjson
@@ -200,3 +201,9 @@ def request_fields(turn: Turn, out: Outcome) -> dict[str, Any]:
     rec.update(st.speculative)
     rec.update(st.server_ts)
     return rec
+
+
+def gaps_in_one_read(offsets: list[float]) -> int:
+    """Inter-chunk gaps of 0: a chunk that came in the same read as the one before, so both carry one arrival time
+    (the client read later than the server's next write)."""
+    return sum(1 for a, b in pairwise(offsets) if a == b)

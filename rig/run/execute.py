@@ -30,7 +30,7 @@ from rig.run.live import LiveTracker
 from rig.run.plans import build_plans
 from rig.run.points import Point
 from rig.run.rundir import log_traceback, supersede
-from rig.run.statuses import dialect_flags, point_verdict
+from rig.run.statuses import dialect_flags, point_verdict, read_bound_flag
 from rig.server.engines import engine_for
 
 STOP_GRACE_S = 4.0  # after a stop request, how long generators may take to return before they are killed
@@ -384,6 +384,7 @@ class PointExecutor:
             gens, records, self.ctx.spec.load.mode, thresholds, server_died, self.ctx.stop.is_set(), entry.flag_reasons
         )
         flags.update(dialect_flags(gens, records.ok, plans[0].dialect if plans else None))
+        flags.update(read_bound_flag(gens))
         self.ctx.store.update_point(
             pid,
             generators=gens,

@@ -72,6 +72,28 @@ def dialect_flags(gens: list[GeneratorReport], ok: int, dialect: Dialect | None)
     return why
 
 
+# Above this share of inter-chunk gaps read together, a p99 inter-token latency is the client's read cadence.
+READ_BOUND_SHARE = 0.01
+
+
+def read_bound_flag(gens: list[GeneratorReport]) -> dict[str, str]:
+    """``itl_read_bound`` where more than 1 % of the gaps between chunks were 0 because the client read two of the
+    server's writes at once: both chunks carry one arrival time, so ITL's upper percentiles there are bounded by how
+    often the generator read, not by the server (a note, not a reason to drop the point's throughput)."""
+    gaps = sum(g.chunk_gaps for g in gens)
+    shared = sum(g.gaps_in_one_read for g in gens)
+    if not gaps or shared <= READ_BOUND_SHARE * gaps:
+        return {}
+    return {
+        "itl_read_bound": (
+            f"{shared:,} of {gaps:,} inter-chunk gaps ({100 * shared / gaps:.1f} %) came in one read with the chunk "
+            "before (one arrival time for both): ITL percentiles above "
+            f"p{100 * (1 - shared / gaps):.0f} are the client's read cadence; fewer streams per generator core "
+            "(more --clients) remove it"
+        )
+    }
+
+
 def run_status(point_statuses: list[str], error: str | None, interrupted: bool) -> str:
     """A run's status from its points' statuses, its run-level error and whether it was stopped."""
     if interrupted:

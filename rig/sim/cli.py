@@ -93,11 +93,13 @@ def fit_cmd(
             targets = fitmod.campaign_targets()
             base = load_profile(start) if start else Profile.defaults()
             free = fitmod.CAMPAIGN_FREE
+            first_step = None  # the campaign's fit starts from its own shipped values
             note = "shared/reference/campaign.md (rig/sim/data/campaign.yaml)"
         else:
             targets = fitmod.run_dir_targets(run_dir)
             base = load_profile(start) if start else load_profile(REFERENCE_PROFILE)
             free = fitmod.RUN_DIR_FREE
+            first_step = fitmod.RUN_DIR_FIRST_STEP
             note = f"rig results directory {run_dir}"
     except (ProfileError, ValueError, FileNotFoundError, KeyError) as e:
         raise click.ClickException(str(e)) from None
@@ -105,12 +107,12 @@ def fit_cmd(
     t0 = time.monotonic()
     with console.status("fitting (virtual-time simulation of every scenario per evaluation)...") as status:
         progress = FitProgress(console, max_evals, status)
-        result = fitmod.fit(targets, base, free=free, max_evals=max_evals, progress=progress)
+        result = fitmod.fit(targets, base, free=free, max_evals=max_evals, progress=progress, first_step=first_step)
     elapsed = time.monotonic() - t0
     _print_table(result, elapsed)
     if hold_out:
         try:
-            _print_held_out(targets, base, free, max_evals, console, folds)
+            _print_held_out(targets, base, free, max_evals, console, folds, first_step)
         except ValueError as e:
             raise click.ClickException(str(e)) from None
     if output:
@@ -151,7 +153,13 @@ def _print_table(result: FitResult, elapsed: float) -> None:
 
 
 def _print_held_out(
-    targets: list, base: Profile, free: tuple[str, ...], max_evals: int, console: object, folds: int | None
+    targets: list,
+    base: Profile,
+    free: tuple[str, ...],
+    max_evals: int,
+    console: object,
+    folds: int | None,
+    first_step: float | None,
 ) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -168,6 +176,7 @@ def _print_held_out(
             max_evals,
             progress=lambda p, i, n: shown.step(f"held-out fit {i}/{n}: without {p}"),
             folds=folds,
+            first_step=first_step,
         )
     how = "a fit to the others" if folds is None else f"a fit without its fold ({folds} folds)"
     t = Table(title=f"held out: each point predicted by {how}")

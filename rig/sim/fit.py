@@ -49,6 +49,10 @@ RUN_DIR_FREE = (
     "acc_logit_temperature_slope",
     "acc_logit_loop",
 )
+# A run directory's fit starts from the reference profile (a 122B MoE on Blackwell) whatever model and GPU the run
+# had, so its parameters must travel factors of ten: its first simplex moves each one by a factor of two (a logit by
+# 0.7), where scipy's own moves it by 5 % of its value (of its log here: 0.03 % for a value near 1 ms).
+RUN_DIR_FIRST_STEP = math.log(2.0)
 # logits are searched linearly; the rest in log space
 _LINEAR = {"acc_logit_loop", "acc_logit_greedy", "acc_logit_position_decay", "acc_logit_temperature_slope"}
 
@@ -344,8 +348,13 @@ def fit(
     free: tuple[str, ...] = CAMPAIGN_FREE,
     max_evals: int = 1500,
     progress: Callable[[int, float], None] | None = None,
+    first_step: float | None = None,
 ) -> FitResult:
-    """Minimise the objective over the free parameters, within each parameter's bounds."""
+    """Minimise the objective over the free parameters, within each parameter's bounds.
+
+    ``first_step``: None keeps scipy's first simplex; a number moves each parameter by that much in its search space
+    (log or linear) for the first simplex, and by half of it for the restart.
+    """
     from scipy.optimize import minimize
 
     base = start or Profile.defaults()
@@ -380,21 +389,23 @@ def fit(
         return val
 
     x0 = to_x(base)
+    first = {} if first_step is None else {"initial_simplex": _simplex(x0, bounds, first_step)}
     try:
         best = minimize(
             f,
             x0,
             method="Nelder-Mead",
             bounds=bounds,
-            options={"maxfev": max_evals, "xatol": 1e-4, "fatol": 1e-7, "adaptive": True},
+            options={"maxfev": max_evals, "xatol": 1e-4, "fatol": 1e-7, "adaptive": True, **first},
         )
         # A restart from the optimum escapes a collapsed simplex (common with piecewise-constant terms).
+        again = {} if first_step is None else {"initial_simplex": _simplex(best.x, bounds, first_step / 2)}
         best = minimize(
             f,
             best.x,
             method="Nelder-Mead",
             bounds=bounds,
-            options={"maxfev": max_evals, "xatol": 1e-5, "fatol": 1e-8, "adaptive": True},
+            options={"maxfev": max_evals, "xatol": 1e-5, "fatol": 1e-8, "adaptive": True, **again},
         )
     finally:
         if pool is not None:
@@ -402,6 +413,16 @@ def fit(
     prof = from_x(best.x)
     rows = evaluate(prof, targets)
     return FitResult(prof, rows, objective(rows), n_evals, tuple(free))
+
+
+def _simplex(x0: np.ndarray, bounds: list[tuple[float, float]], step: float) -> np.ndarray:
+    """Nelder-Mead's first simplex: x0 and, per parameter, x0 moved by ``step`` (downwards where up leaves bounds)."""
+    verts = [np.array(x0, dtype=float)]
+    for i, (lo, hi) in enumerate(bounds):
+        v = verts[0].copy()
+        v[i] = v[i] + step if v[i] + step <= hi else max(v[i] - step, lo)
+        verts.append(v)
+    return np.array(verts)
 
 
 def fitted_profile(result: FitResult, name: str, command: list[str], data_note: str) -> Profile:

@@ -40,6 +40,7 @@ def hold_out_each_point(
     max_evals: int,
     progress: Callable[[str, int, int], None] | None = None,
     folds: int | None = None,
+    first_step: float | None = None,
 ) -> list[HeldOut]:
     """For each fold of points: fit on the others (from ``base``), then predict that fold's figures.
 
@@ -59,7 +60,7 @@ def hold_out_each_point(
             progress(next(iter(held)) if len(held) == 1 else f"{len(held)} points", i, k)
         train = [t for t in targets if point_of(t) not in held and t.metric != "ratio"]
         test = [t for t in targets if point_of(t) in held and t.metric != "ratio"]
-        prof = fit(train, base, free=free, max_evals=max_evals).profile
+        prof = fit(train, base, free=free, max_evals=max_evals, first_step=first_step).profile
         for t, row in zip(test, evaluate(prof, test), strict=True):
             out.append(HeldOut(point_of(t), row["label"], row["metric"], row["target"], row["sim"]))
     return out

@@ -716,3 +716,27 @@ def test_a_generator_with_no_slot_of_a_duration_bound_level_sends_nothing_and_en
 def test_an_open_loop_reports_where_its_plan_ran_out_of_sessions(tmp_path):
     plan = {"sessions": sessions(3), "arrivals": (0.0, 0.01, 0.02), "duration_s": 5.0, "supply_ends_s": 0.03}
     assert drive(tmp_path, **plan).ran_out_s == 0.03
+
+
+def test_chunks_read_together_are_counted_and_their_share_flags_the_point(tmp_path):
+    """Six chunks per request written in pairs (one write each): five gaps, three of them read with the chunk before."""
+    from rig.run.statuses import read_bound_flag
+
+    summary = drive(tmp_path, sessions=sessions(4, {i: "pairs" for i in range(4)}, max_tokens=6), slots=2)
+    assert summary.records.ok == 4 and summary.chunk_gaps == 4 * 5
+    assert summary.gaps_in_one_read >= 4 * 3  # at least the pairs; a busy machine may read more together
+    why = read_bound_flag([summary])["itl_read_bound"]
+    assert why.startswith(f"{summary.gaps_in_one_read} of 20 inter-chunk gaps")
+
+
+def test_the_read_bound_note_starts_above_one_percent_of_the_gaps():
+    from rig.contracts.generator import GeneratorReport
+    from rig.run.statuses import read_bound_flag
+
+    def gen(i: int, shared: int) -> GeneratorReport:
+        return GeneratorReport(generator=i, chunk_gaps=1000, gaps_in_one_read=shared)
+
+    assert read_bound_flag([gen(0, 10), gen(1, 10)]) == {}  # 1.0 %: the p99 is still the server's
+    assert read_bound_flag([]) == {}
+    why = read_bound_flag([gen(0, 10), gen(1, 52)])["itl_read_bound"]
+    assert why.startswith("62 of 2,000 inter-chunk gaps (3.1 %) came in one read") and "above p97 " in why

@@ -26,7 +26,7 @@ def recorded_fits(monkeypatch):
     """fit and evaluate replaced by recorders: which points each fit saw, and a prediction per test target."""
     seen: list[set[str]] = []
 
-    def fake_fit(train, base, free, max_evals):
+    def fake_fit(train, base, free, max_evals, first_step=None):
         seen.append({holdout.point_of(t) for t in train})
         return SimpleNamespace(profile=len(seen))
 
