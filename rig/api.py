@@ -28,7 +28,7 @@ from rig.analysis.report import Report, build_report
 from rig.analysis.rows import EnergyRatioRow, GateRow, LevelBest, SpeedupRow
 from rig.analysis.runs import AnalysisInputError, PointInfo, Run, load_run, point_files, read_parts
 from rig.analysis.verdict import Verdict, verdict
-from rig.contracts import Manifest, Row
+from rig.contracts import ArmResult, Manifest, ProveBand, Row
 from rig.results import (
     GPU_METRICS_DIR,
     GPU_METRICS_SCHEMA,
@@ -61,7 +61,14 @@ SECTIONS = (
     "health",
     "timeline",  # a load profile's windows (one row per point and window)
     "timeline_phases",  # its phases: steady state and time to adapt
+    "search",  # an SLO search (rig sweep --search): one row per configuration and workload searched
+    "tune",  # rig tune: every probe, predicted against measured
+    "tune_recommendation",  # rig tune's answer with its evidence (one row)
+    "prove",  # rig prove: one row per load band (or phase) and arm, against the best static setting there
+    "prove_schedule",  # rig prove's schedule arm: from this running batch up, these steps
+    "cdfs",  # latency CDFs: one row per point, metric (ttft, tpot, itl, e2e) and quantile
 )
+CDF_RESOLUTION = 200  # quantiles per CDF for the cdfs section: what rig report's plots draw
 
 
 def _polars() -> Any:
@@ -74,8 +81,10 @@ def _polars() -> Any:
     return polars
 
 
-def _frame(rows: Iterable[Row | dict[str, Any]]) -> pd.DataFrame:
-    return pd.DataFrame([r.to_dict() if isinstance(r, Row) else dict(r) for r in rows])
+def _frame(rows: Iterable[Row | dict[str, Any]], columns: Iterable[str] = ()) -> pd.DataFrame:
+    """Rows as a DataFrame; with none, an empty frame with ``columns`` (where the section knows them)."""
+    dicts = [r.to_dict() if isinstance(r, Row) else dict(r) for r in rows]
+    return pd.DataFrame(dicts) if dicts else pd.DataFrame(columns=list(columns))
 
 
 class RunView:
@@ -194,10 +203,11 @@ class RunView:
         slo_percentile: float | None = None,
         objective: str = "throughput",
         gpu_hour_price: float | None = None,
+        cdf_resolution: int = 0,
     ) -> Report:
         """The whole report (as ``rig report`` computes it), built once per set of options. ``slos``: e.g.
-        ["ttft=500ms", "tpot=50ms"]."""
-        key = (tuple(slos), slo_percentile, objective, gpu_hour_price)
+        ["ttft=500ms", "tpot=50ms"]; ``cdf_resolution``: quantiles per latency CDF (``Report.cdfs``), 0 for none."""
+        key = (tuple(slos), slo_percentile, objective, gpu_hour_price, cdf_resolution)
         if key not in self._reports:
             self._reports[key] = build_report(
                 self.run,
@@ -205,7 +215,7 @@ class RunView:
                 slo_percentile=slo_percentile,
                 gpu_hour_price=gpu_hour_price,
                 objective=objective,
-                cdf_resolution=0,
+                cdf_resolution=cdf_resolution,
             )
         return self._reports[key]
 
@@ -214,10 +224,18 @@ class RunView:
         return verdict(self.report(**report_options))
 
     def section(self, name: str, **report_options: Any) -> pd.DataFrame:
-        """One section of the report as a DataFrame: one of SECTIONS (report options as for ``report``)."""
+        """One section of the report as a DataFrame: one of SECTIONS (report options as for ``report``). A section
+        the run does not have (no SLOs, no search, tune or prove) is an empty frame."""
         if name not in SECTIONS:
             raise ValueError(f"unknown section {name!r} (one of {', '.join(SECTIONS)})")
+        if name == "cdfs":
+            options = {"cdf_resolution": CDF_RESOLUTION, **report_options}
+            if options["cdf_resolution"] <= 0:
+                raise ValueError("the cdfs section needs cdf_resolution > 0 (quantiles per CDF)")
+            return _cdf_frame(self.report(**options))
         rep = self.report(**report_options)
+        if name in _RECORDED:
+            return _RECORDED[name](rep)
         return _frame(_section_rows(rep, name))
 
 
@@ -253,6 +271,78 @@ def _section_rows(rep: Report, name: str) -> list[Any]:
         ]
     rows: list[Any] = getattr(rep, name)
     return rows
+
+
+def _search_frame(rep: Report) -> pd.DataFrame:
+    """The SLO search as its table shows it: per configuration and workload, the bracket and its margins."""
+    from rig.analysis.adaptive import search_rows
+    from rig.analysis.rows import SearchRow
+
+    rows = [dict(r) for r in search_rows(rep.search)] if rep.search else []
+    return _frame(rows, SearchRow.__annotations__)
+
+
+def _tune_frame(rep: Report) -> pd.DataFrame:
+    """Every probe of a tune, numbered, its prediction beside its measurement, and the verdict."""
+    from rig.analysis.adaptive import tune_rows
+    from rig.contracts import TuneProbe
+
+    rows = [{"n": r.n, **r.probe.model_dump(), "verdict": r.verdict} for r in tune_rows(rep.tune)] if rep.tune else []
+    return _frame(rows, ["n", *TuneProbe.model_fields, "verdict"])
+
+
+def _recommendation_frame(rep: Report) -> pd.DataFrame:
+    from rig.contracts import Recommendation
+
+    rec = rep.tune.recommendation if rep.tune else None
+    return _frame([rec.model_dump()] if rec else [], Recommendation.model_fields)
+
+
+def _arm_rows(band: ProveBand) -> list[dict[str, Any]]:
+    """One row per arm judged at the band; a band no arm reached keeps its best static setting (arm None)."""
+    head = band.model_dump(exclude={"arms"})
+    arms = list(band.arms.items())
+    if not arms:
+        return [{**head, "arm": None, **ArmResult().model_dump()}]
+    return [{**head, "arm": label, **r.model_dump()} for label, r in arms]
+
+
+def _prove_frame(rep: Report) -> pd.DataFrame:
+    """rig prove's bands (a proof across load changes: its phases, then the whole profile) by arm."""
+    bands = [*rep.prove.bands, *rep.prove.phases] if rep.prove else []
+    columns = [*(k for k in ProveBand.model_fields if k != "arms"), "arm", *ArmResult.model_fields]
+    return _frame([row for b in bands for row in _arm_rows(b)], columns)
+
+
+def _prove_schedule_frame(rep: Report) -> pd.DataFrame:
+    from rig.contracts import ScheduleSlot
+
+    slots = rep.prove.schedule if rep.prove else []
+    return _frame([s.model_dump() for s in slots], ScheduleSlot.model_fields)
+
+
+def _cdf_frame(rep: Report) -> pd.DataFrame:
+    """The latency CDFs the report's plots draw: per point and metric, each quantile's value (seconds)."""
+    import numpy as np
+
+    parts = [
+        pd.DataFrame({"point": point, "metric": metric, "value_s": x, "fraction": f})
+        for point, per in rep.cdfs.items()
+        for metric, (x, f) in per.items()
+        if np.size(x)
+    ]
+    columns = ["point", "metric", "value_s", "fraction"]
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=columns)
+
+
+# the sections read from the manifest's adaptive-run records (rig sweep --search, rig tune, rig prove)
+_RECORDED = {
+    "search": _search_frame,
+    "tune": _tune_frame,
+    "tune_recommendation": _recommendation_frame,
+    "prove": _prove_frame,
+    "prove_schedule": _prove_schedule_frame,
+}
 
 
 def open_run(path: Path | str, thresholds: str | None = None) -> RunView:
