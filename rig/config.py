@@ -19,6 +19,7 @@ from rig.cluster_spec import ClusterSpec
 from rig.contracts import Thresholds
 from rig.contracts.profile import LoadPhase, ProfileKind, fit_profile, parse_profile, peak_of
 from rig.server import spec_schedule
+from rig.server.redaction import mask_argv
 from rig.server.spec import ServerConfig
 from rig.spec_yaml import SpecError, deep_merge
 from rig.workloads.spec import WorkloadSpec
@@ -403,6 +404,11 @@ def _one_line(err: ValidationError, prefix: str = "") -> str:
     loc = ".".join(str(p) if str(p).isidentifier() or isinstance(p, int) else repr(p) for p in first["loc"])
     loc = f"{prefix}.{loc}" if prefix and loc else (prefix or loc)
     value = first.get("input")
+    # the refused value is shown, but never a secret flag's value (the refusal itself may be that it is in plain text)
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        value = mask_argv(value)
+    elif isinstance(value, str):
+        value = " ".join(mask_argv(value.split(" ")))
     shown = "" if isinstance(value, dict) else f" (got {value!r})"
     msg = first["msg"].removeprefix("Value error, ")
     more = f" [+{len(err.errors()) - 1} more]" if len(err.errors()) > 1 else ""

@@ -13,6 +13,7 @@ from rig.server import env_refs
 from rig.server.actor import ServerActor
 from rig.server.engines import engine_for
 from rig.server.spec import ServerConfig
+from rig.spec_yaml import SpecError
 
 CFG = ServerConfig(
     engine="sglang",
@@ -122,3 +123,19 @@ def test_a_grid_knob_as_a_secret_flags_value_is_refused():
         build_spec(base, {"server_grid": {"adm": ["hunter2", "hunter3"]}}).server_configs()
     ok = build_spec({"server": {"engine": "command", "command": "srv --port {port} --api-key {api_key}"}}, {})
     assert ok.server.command[-1] == "{api_key}"
+
+
+@pytest.mark.parametrize(
+    "server",
+    [
+        {"extra_args": ["--admin-api-key=abcdefgh123"]},
+        {"extra_args": ["--api-key", "abcdefgh123"]},
+        {"engine": "command", "command": "srv --port {port} --admin-api-key=abcdefgh123"},
+    ],
+)
+def test_the_refusal_of_a_plain_secret_does_not_show_it(server):
+    """The one-line error shows the refused value, with every secret flag's value masked (it went to terminals and
+    CI logs in full: '(got ['--admin-api-key=abcdefgh123'])')."""
+    with pytest.raises(SpecError) as e:
+        build_spec({"server": server}, {})
+    assert "abcdefgh123" not in str(e.value)
