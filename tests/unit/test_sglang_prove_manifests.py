@@ -59,3 +59,20 @@ def test_the_proof_across_load_changes_judged_each_phase():
         2: {"schedule": "better", "adaptive": "worse"},
         None: {"schedule": "worse", "adaptive": "worse"},
     }
+
+
+def test_the_second_proof_on_both_workloads_found_no_schedule_to_prove():
+    """The evening's proof (models trained again; greedy and realistic): steps 0 was the best static setting in
+    every band, so rig measured no schedule arm, and SGLang's adaptive controller was worse in all eight bands."""
+    eve = DATA / "h100-2026-12-07-eve"
+    m = parse_manifest(gzip.decompress((eve / "prove_manifest.json.gz").read_bytes()).decode(), "prove")
+    assert m.status == "complete" and len(m.points) == 48
+    prove = m.prove
+    assert prove is not None
+    assert [(a.kind, a.steps) for a in prove.arms] == [("static", s) for s in range(5)] + [("adaptive", 7)]
+    assert [(s.batch_size, s.steps) for s in prove.schedule] == [(1, 0)]
+    bands = {(b.workload, b.level): b for b in prove.bands}
+    assert sorted(bands) == [(w, lvl) for w in ("greedy", "realistic") for lvl in (1.0, 4.0, 16.0, 64.0)]
+    assert {b.best_static for b in bands.values()} == {"steps 0"}
+    assert {b.arms["adaptive"].verdict for b in bands.values()} == {"worse"}
+    assert all(b.arms["adaptive"].ci_high < -0.15 for b in bands.values())  # at least 15 % slower, every band
