@@ -1,6 +1,7 @@
 """Per-position acceptance of draft tokens: a chain in which position i is accepted only if 1..i-1 were.
 
-Position i (1-based) is accepted with probability p_i = sigmoid(L - decay * (i - 1)), where the logit L depends on
+Position i (1-based) is accepted with probability p_i = sigmoid(L - decay * (i - 1) - beyond * max(0, i - trained)),
+where ``trained`` is the positions the draft head was trained for (0: no limit) and the logit L depends on
 the sampling regime and the content: L = greedy_logit + content_slope * (score - 0.5) - temperature_slope * min(T, 2).
 Greedy output that has fallen into repetition (past the greedy repeat onset, or past its natural end with EOS
 ignored) uses the loop logit at every position instead: a loop is as predictable four tokens ahead as one.
@@ -19,11 +20,12 @@ def sigmoid(x: float) -> float:
     return 1.0 / (1.0 + math.exp(-x))
 
 
-def chain_survival(logit1: float, decay: float, k: int) -> tuple[float, ...]:
+def chain_survival(logit1: float, decay: float, k: int, trained: int = 0, beyond: float = 0.0) -> tuple[float, ...]:
     """c_j = P(at least j drafts accepted) = p_1 * ... * p_j, for j = 1..k (non-increasing)."""
     out, c = [], 1.0
     for i in range(k):
-        c *= sigmoid(logit1 - decay * i)
+        untrained = max(0, i + 1 - trained) if trained > 0 else 0
+        c *= sigmoid(logit1 - decay * i - beyond * untrained)
         out.append(c)
     return tuple(out)
 
@@ -62,6 +64,7 @@ def regime_logit(profile: Profile, score: float, temperature: float) -> float:
 
 def request_acceptance(profile: Profile, score: float, temperature: float, k: int) -> RequestAcceptance:
     decay = profile.acc_logit_position_decay
-    normal = chain_survival(regime_logit(profile, score, temperature), decay, k)
-    loop = chain_survival(profile.acc_logit_loop, 0.0, k)
+    trained, beyond = int(round(profile.draft_trained_positions)), profile.acc_logit_beyond_trained
+    normal = chain_survival(regime_logit(profile, score, temperature), decay, k, trained, beyond)
+    loop = chain_survival(profile.acc_logit_loop, 0.0, k, trained, beyond)  # even a loop is drafted by that head
     return RequestAcceptance(normal, loop)

@@ -16,7 +16,7 @@ from rig.sim.profile import Profile
 class ForwardCost:
     """Seconds per forward, precomputed from a profile for one tp."""
 
-    __slots__ = ("t_fixed", "t_experts", "c_tok", "c_ctx", "d_fixed", "d_tok", "s_fixed", "_ln_miss")
+    __slots__ = ("t_fixed", "t_experts", "c_tok", "c_ctx", "d_fixed", "d_tok", "s_fixed", "h_chunk", "_ln_miss")
 
     def __init__(self, profile: Profile, tp: int):
         scale = profile.calibrated_tp / tp
@@ -27,6 +27,7 @@ class ForwardCost:
         self.d_fixed = profile.d_fixed_ms / 1000.0
         self.d_tok = profile.d_tok_ms / 1000.0 * scale
         self.s_fixed = profile.spec_fixed_ms / 1000.0
+        self.h_chunk = profile.host_chunk_ms / 1000.0
         self._ln_miss = math.log(1.0 - profile.experts_per_token / profile.experts_total)
 
     def target(self, n_tokens: int, ctx_tokens: int) -> float:
@@ -48,6 +49,11 @@ class ForwardCost:
             return zero_step + self.draft(batch) + self.s_fixed if speculative else zero_step
         q = steps + 1
         return self.target(batch * q, ctx_tokens) + steps * self.draft(batch) + self.draft(batch * q) + self.s_fixed
+
+    def host_floor(self, batch: int) -> float:
+        """The shortest a decode iteration of this many running requests can be: the host streams one chunk per
+        request per iteration, overlapped with the GPU's work (0 where host_chunk_ms is 0)."""
+        return self.h_chunk * batch
 
     def prefill(self, n_tokens: int, ctx_tokens: int, speculative: bool) -> float:
         """One prefill batch; with speculation the draft head also extends over the new tokens."""

@@ -44,8 +44,10 @@ RUN_DIR_FREE = (
     "c_tok_ms",
     "d_fixed_ms",
     "spec_fixed_ms",
+    "host_chunk_ms",
     "acc_logit_greedy",
     "acc_logit_position_decay",
+    "acc_logit_beyond_trained",
     "acc_logit_temperature_slope",
     "acc_logit_loop",
 )
@@ -54,7 +56,13 @@ RUN_DIR_FREE = (
 # 0.7), where scipy's own moves it by 5 % of its value (of its log here: 0.03 % for a value near 1 ms).
 RUN_DIR_FIRST_STEP = math.log(2.0)
 # logits are searched linearly; the rest in log space
-_LINEAR = {"acc_logit_loop", "acc_logit_greedy", "acc_logit_position_decay", "acc_logit_temperature_slope"}
+_LINEAR = {
+    "acc_logit_loop",
+    "acc_logit_greedy",
+    "acc_logit_position_decay",
+    "acc_logit_beyond_trained",
+    "acc_logit_temperature_slope",
+}
 
 
 @dataclass(frozen=True)

@@ -118,7 +118,9 @@ class PowerMeter:
             return
         terms = self.model.terms(it)
         share = terms.memory / terms.total if terms.total > 0 else 0.0
-        self._segments.append(_Segment(start, end, self.model.watts(terms) - self.model.idle_w, share))
+        # an iteration the host held longer than its forwards (ForwardCost.host_floor): the GPU idles the rest
+        busy = min(1.0, terms.total / it.duration) if it.duration > 0 and terms.total > 0 else 1.0
+        self._segments.append(_Segment(start, end, busy * (self.model.watts(terms) - self.model.idle_w), share))
         while self._segments and self._segments[0].end < end - KEEP_S:
             s = self._segments.popleft()
             self._folded_j += s.excess_w * (s.end - s.start)

@@ -116,6 +116,17 @@ SPECS: tuple[ParamSpec, ...] = (
         "Fixed cost of one speculative decode iteration beyond its forwards (the draft tokens' sampling, the "
         "acceptance check, the verify's metadata); a zero-step adaptive tier pays it too.",
     ),
+    _p(
+        "host_chunk_ms",
+        "ms/chunk",
+        0.0,
+        0.0,
+        5,
+        "Serial host cost of one streamed chunk (the tokenizer manager and detokenizer turn each running request's "
+        "new tokens into a chunk every decode iteration, overlapped with the GPU): a decode iteration lasts at least "
+        "host_chunk_ms x running requests. SGLang 0.5.17 on an H100 streamed at most ~10-12 k chunks/s (0.28 B "
+        "target: 1.7 ms a step at batch 16, 5.5 ms at 64); 0 in the reference profile.",
+    ),
     _p("experts_total", "experts", 256, 1, 4096, "Routed experts per MoE layer (Qwen3.5-122B-A10B: 256)."),
     _p("experts_per_token", "experts", 8, 1, 64, "Routed experts each token activates."),
     # --- acceptance (logit scale; position i = 1..k) ---
@@ -142,6 +153,24 @@ SPECS: tuple[ParamSpec, ...] = (
         0,
         5,
         "Logit drop per later draft position: the draft head compounds its own errors (assumption).",
+    ),
+    _p(
+        "draft_trained_positions",
+        "positions",
+        0,
+        0,
+        64,
+        "Draft positions the draft head was trained to predict (an EAGLE head trained on two self-fed steps: 2); "
+        "0: no such limit (the MTP head of the reference campaign). A stated fact of the head, not fitted.",
+    ),
+    _p(
+        "acc_logit_beyond_trained",
+        "logit/position",
+        0.0,
+        0,
+        20,
+        "Extra logit drop per draft position beyond draft_trained_positions: a head drafts worse where it was never "
+        "trained (0 in the reference profile).",
     ),
     _p(
         "acc_logit_temperature_slope",

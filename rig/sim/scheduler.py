@@ -210,7 +210,7 @@ class Scheduler:
             steps = self.adaptive.steps_for_batch(b) if self.adaptive is not None else self.cfg.steps
             return Iteration(
                 "decode",
-                self.cost.decode(b, steps, self.ctx_sum, self.cfg.speculative),
+                max(self.cost.decode(b, steps, self.ctx_sum, self.cfg.speculative), self.cost.host_floor(b)),
                 self.running[:],
                 tokens=b * (steps + 1),
                 ctx=self.ctx_sum,

@@ -113,3 +113,23 @@ def test_prefix_cache_matches_longest_prefix_and_evicts():
     assert c.match([1, 2, 3, 9]) == 3 and c.match([9]) == 0
     c.insert([5, 6, 7, 8, 9, 10, 11])  # over capacity: the oldest sequence goes
     assert c.match([1, 2]) == 0 and c.match([5, 6, 7]) == 3
+
+
+def test_a_head_drafts_worse_past_the_positions_it_was_trained_for():
+    free = chain_survival(1.5, 0.3, 4)
+    trained = chain_survival(1.5, 0.3, 4, trained=2, beyond=3.0)
+    assert trained[:2] == free[:2]  # positions 1-2 as before
+    assert trained[2] < free[2] * 0.2 and trained[3] < trained[2]
+    assert chain_survival(1.5, 0.3, 4, trained=0, beyond=3.0) == free  # 0: no limit
+
+
+def test_the_host_streams_at_most_one_chunk_per_host_chunk_ms(ref):
+    """A serial host cost per streamed chunk caps a plain server's decode at 1 / host_chunk_ms chunks a second (here
+    500 at 2 ms) however large the batch, and leaves a small batch (GPU-bound) as it was."""
+    capped = ref.with_values(host_chunk_ms=2.0)
+    big, small = Scenario(0, 64, 128, (100,), (PROSE,)), Scenario(0, 1, 4, (100,), (PROSE,))
+    free_big, capped_big = (summarize(run_closed_loop(p, big)) for p in (ref, capped))
+    assert free_big["aggregate_tok_s"] > 1000 and capped_big["aggregate_tok_s"] <= 500 * 1.001
+    assert capped_big["aggregate_tok_s"] > 500 * 0.8  # bound by the host, not starved
+    free_small, capped_small = (summarize(run_closed_loop(p, small)) for p in (ref, capped))
+    assert capped_small["aggregate_tok_s"] == pytest.approx(free_small["aggregate_tok_s"], rel=0.01)
