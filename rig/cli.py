@@ -256,7 +256,8 @@ def run(steps: int | None, **kw: Any) -> None:
     "--redo-disturbed",
     is_flag=True,
     help="With --resume: also run again the complete points the measuring host disturbed (flagged "
-    "client_saturated, schedule_slip, rate_shortfall or sim_behind); their old records move to superseded/.",
+    "client_saturated, schedule_slip, rate_shortfall, sim_behind or itl_read_bound); their old records move to "
+    "superseded/.",
 )
 @settings_options(SearchSettings, "variable")
 @slo_options

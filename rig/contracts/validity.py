@@ -47,9 +47,10 @@ class Thresholds(BaseModel):
 JUDGED_FLAGS = frozenset(
     {"client_saturated", "schedule_slip", "rate_shortfall", "generator_lost", "server_died", "dataset_exhausted"}
 )
-# Flags that blame the measuring host, not the system under test (a busy client, a simulator its host stalled): the
-# same point measured again on a quieter host may well be valid. `rig sweep --resume DIR --redo-disturbed` does that.
-DISTURBED_FLAGS = frozenset({"client_saturated", "schedule_slip", "rate_shortfall", "sim_behind"})
+# Flags that blame the measuring host, not the system under test (a busy client, a simulator its host stalled, a
+# client that read two writes at once): the same point measured again on a quieter host may well be valid (or
+# timed right). `rig sweep --resume DIR --redo-disturbed` does that.
+DISTURBED_FLAGS = frozenset({"client_saturated", "schedule_slip", "rate_shortfall", "sim_behind", "itl_read_bound"})
 
 
 def judge_point(

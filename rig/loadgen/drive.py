@@ -38,7 +38,7 @@ from rig.loadgen.flush import Flusher
 from rig.loadgen.gc_gaps import freeze_heap
 from rig.loadgen.health import LoopMonitor
 from rig.loadgen.open_loop import LEVEL_FAILED, Due, Http, OpenLoop, host_port
-from rig.loadgen.outcome import gaps_in_one_read
+from rig.loadgen.outcome import OK_COUNTS, count_ok
 from rig.loadgen.pacer import Pacer
 from rig.loadgen.phases import PhaseGate
 from rig.loadgen.plan import GeneratorPlan
@@ -93,11 +93,7 @@ class PointRun:
             "cancelled": 0,
             "in_flight": 0,
             "tokens": 0,
-            "ended_early": 0,
-            "tokens_estimated": 0,
-            "chunk_tokens_mismatch": 0,
-            "chunk_gaps": 0,
-            "gaps_in_one_read": 0,
+            **dict.fromkeys(OK_COUNTS, 0),
         }
         self.latencies = RequestLatencies()  # the live view's sketches of successful requests' TTFT and TPOT
         self.slips: list[float] = []
@@ -157,17 +153,7 @@ class PointRun:
                 self.unreachable = True  # stop starting sessions: a dead server would get a storm of records
         elif out.status == "ok":
             self._refused = 0
-            # A fixed length asked for (ignore_eos) and not had: a dialect without ignore_eos, or a server that
-            # stopped anyway. Said in the point's flags, never made up.
-            if turn.ignore_eos and (out.state.finish_reason == "stop" or tokens < turn.max_tokens):
-                self.counts["ended_early"] += 1
-            if out.state.tokens_source == "chunks":
-                self.counts["tokens_estimated"] += 1
-            elif out.state.counted_by_text and sum(out.chunk_tokens) != tokens:  # ITL is off there
-                self.counts["chunk_tokens_mismatch"] += 1
-            if len(out.chunk_offsets) > 1:
-                self.counts["chunk_gaps"] += len(out.chunk_offsets) - 1
-                self.counts["gaps_in_one_read"] += gaps_in_one_read(out.chunk_offsets)
+            count_ok(self.counts, out, turn, tokens)
             self.latencies.add(rec["ttft_s"], rec["e2e_s"], tokens)
         self.counts["tokens"] += tokens
         if not sent:
@@ -489,11 +475,7 @@ class PointRun:
             scheduled=self.counts["scheduled"],
             records=RecordCounts(**{k: self.counts[k] for k in ("ok", "failed", "cancelled")}),
             tokens=self.counts["tokens"],
-            ended_early=self.counts["ended_early"],
-            tokens_estimated=self.counts["tokens_estimated"],
-            chunk_tokens_mismatch=self.counts["chunk_tokens_mismatch"],
-            chunk_gaps=self.counts["chunk_gaps"],
-            gaps_in_one_read=self.counts["gaps_in_one_read"],
+            **{k: self.counts[k] for k in OK_COUNTS},
             ran_out_s=self.ran_out_s,
             slip_p50_s=float(np.percentile(slips, 50)),
             slip_p99_s=float(np.percentile(slips, 99)),

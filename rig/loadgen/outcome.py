@@ -203,6 +203,25 @@ def request_fields(turn: Turn, out: Outcome) -> dict[str, Any]:
     return rec
 
 
+# What a generator counts of its ok requests (GeneratorReport fields of the same names).
+OK_COUNTS = ("ended_early", "tokens_estimated", "chunk_tokens_mismatch", "chunk_gaps", "gaps_in_one_read")
+
+
+def count_ok(counts: dict[str, int], out: Outcome, turn: Turn, tokens: int) -> None:
+    """Add one ok request to the generator's OK_COUNTS."""
+    # A fixed length asked for (ignore_eos) and not had: a dialect without ignore_eos, or a server that stopped
+    # anyway. Said in the point's flags, never made up.
+    if turn.ignore_eos and (out.state.finish_reason == "stop" or tokens < turn.max_tokens):
+        counts["ended_early"] += 1
+    if out.state.tokens_source == "chunks":
+        counts["tokens_estimated"] += 1
+    elif out.state.counted_by_text and sum(out.chunk_tokens) != tokens:  # ITL is off there
+        counts["chunk_tokens_mismatch"] += 1
+    if len(out.chunk_offsets) > 1:
+        counts["chunk_gaps"] += len(out.chunk_offsets) - 1
+        counts["gaps_in_one_read"] += gaps_in_one_read(out.chunk_offsets)
+
+
 def gaps_in_one_read(offsets: list[float]) -> int:
     """Inter-chunk gaps of 0: a chunk that came in the same read as the one before, so both carry one arrival time
     (the client read later than the server's next write)."""

@@ -60,6 +60,7 @@ def test_one_ok_row_per_request_with_server_token_counts(run):
 
 def test_the_manifest_is_the_current_version_with_the_runs_thresholds_and_verdict(run):
     from rig.contracts import MANIFEST_VERSION, Thresholds, judge_point
+    from rig.contracts.validity import JUDGED_FLAGS
     from rig.results import load_manifest
 
     run_dir, _ = run
@@ -68,9 +69,9 @@ def test_the_manifest_is_the_current_version_with_the_runs_thresholds_and_verdic
     m = load_manifest(run_dir)  # validates
     for p in m.points:
         assert p.identity() is not None and len(p.generators) == 1 and p.generators[0].window_s > 0
-        # the verdict recorded is judge_point's over the generators' reports, with the recorded thresholds (plus
-        # sim_behind, which the executor adds from the simulator's own clock when the host stalled it)
-        judged = {k: v for k, v in p.flag_reasons.items() if k != "sim_behind"}
+        # the verdict recorded is judge_point's over the generators' reports, with the recorded thresholds (the
+        # executor adds others: sim_behind from the simulator's own clock, itl_read_bound from the chunk gaps)
+        judged = {k: v for k, v in p.flag_reasons.items() if k in JUDGED_FLAGS}
         assert judged == judge_point(p.load_mode, p.generators, m.thresholds)
         assert p.flags == sorted(p.flag_reasons)
 

@@ -719,14 +719,14 @@ def test_an_open_loop_reports_where_its_plan_ran_out_of_sessions(tmp_path):
 
 
 def test_chunks_read_together_are_counted_and_their_share_flags_the_point(tmp_path):
-    """Six chunks per request written in pairs (one write each): five gaps, three of them read with the chunk before."""
+    """Twenty chunks per request written in pairs (one write each): 19 gaps, ten of them read with the chunk before."""
     from rig.run.statuses import read_bound_flag
 
-    summary = drive(tmp_path, sessions=sessions(4, {i: "pairs" for i in range(4)}, max_tokens=6), slots=2)
-    assert summary.records.ok == 4 and summary.chunk_gaps == 4 * 5
-    assert summary.gaps_in_one_read >= 4 * 3  # at least the pairs; a busy machine may read more together
+    summary = drive(tmp_path, sessions=sessions(12, {i: "pairs" for i in range(12)}, max_tokens=20), slots=4)
+    assert summary.records.ok == 12 and summary.chunk_gaps == 12 * 19
+    assert summary.gaps_in_one_read >= 12 * 10  # at least the pairs; a busy machine may read more together
     why = read_bound_flag([summary])["itl_read_bound"]
-    assert why.startswith(f"{summary.gaps_in_one_read} of 20 inter-chunk gaps")
+    assert why.startswith(f"{summary.gaps_in_one_read} of 228 inter-chunk gaps")
 
 
 def test_the_read_bound_note_starts_above_one_percent_of_the_gaps():
@@ -738,5 +738,6 @@ def test_the_read_bound_note_starts_above_one_percent_of_the_gaps():
 
     assert read_bound_flag([gen(0, 10), gen(1, 10)]) == {}  # 1.0 %: the p99 is still the server's
     assert read_bound_flag([]) == {}
+    assert read_bound_flag([GeneratorReport(generator=0, chunk_gaps=39, gaps_in_one_read=1)]) == {}  # no p99 there
     why = read_bound_flag([gen(0, 10), gen(1, 52)])["itl_read_bound"]
     assert why.startswith("62 of 2,000 inter-chunk gaps (3.1 %) came in one read") and "above p97 " in why
