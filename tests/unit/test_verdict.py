@@ -76,8 +76,17 @@ def test_terminal_report_opens_with_the_verdict(campaign):
     assert "20 point(s): 20 valid" in out and "944 ok, 0 failed, 0 cancelled" in out
 
 
-def test_html_page_answer_first_then_collapsible_sections(campaign, tmp_path):
+def test_html_page_answer_first_then_collapsible_sections(campaign, tmp_path, monkeypatch):
+    import rig.analysis.html as html_mod
+
     rep = build_report(campaign, slos=[m.parse_slo("tpot=25ms")], cdf_resolution=50)
+    drawn: list[Path] = []
+
+    def write_and_keep(*args, **kwargs):  # the plots the page drew, counted without drawing them twice
+        drawn.extend(write_plots(*args, **kwargs))
+        return drawn
+
+    monkeypatch.setattr(html_mod, "write_plots", write_and_keep)
     page = render_html(rep)
     verdict_at, first_details = page.index('<section class="verdict">'), page.index("<details")
     assert verdict_at < first_details < page.index("Concurrency")
@@ -92,7 +101,7 @@ def test_html_page_answer_first_then_collapsible_sections(campaign, tmp_path):
     ]
     assert "<details open><summary>Campaign table" in page and "<details><summary>Latency" in page
     assert '<meta name="viewport" content="width=device-width, initial-scale=1">' in page
-    assert page.count("<svg") == len(write_plots(rep, tmp_path / "svg", formats=("svg",)))
+    assert len(drawn) > 1 and page.count("<svg") == len(drawn)  # every plot drawn is inline
 
 
 def test_png_plots_are_drawn_at_twice_their_layout_resolution(campaign, tmp_path):
