@@ -19,7 +19,7 @@ from rig.cluster_spec import ClusterSpec
 from rig.contracts import Thresholds
 from rig.contracts.profile import LoadPhase, ProfileKind, fit_profile, parse_profile, peak_of
 from rig.server import spec_schedule
-from rig.server.redaction import mask_argv
+from rig.server.redaction import mask_argv, mask_command_line
 from rig.server.spec import ServerConfig
 from rig.spec_yaml import SpecError, deep_merge
 from rig.workloads.spec import WorkloadSpec
@@ -408,7 +408,7 @@ def _one_line(err: ValidationError, prefix: str = "") -> str:
     if isinstance(value, list) and all(isinstance(v, str) for v in value):
         value = mask_argv(value)
     elif isinstance(value, str):
-        value = " ".join(mask_argv(value.split(" ")))
+        value = mask_command_line(value)
     shown = "" if isinstance(value, dict) else f" (got {value!r})"
     msg = first["msg"].removeprefix("Value error, ")
     more = f" [+{len(err.errors()) - 1} more]" if len(err.errors()) > 1 else ""

@@ -43,6 +43,11 @@ def mask_argv(argv: list[str]) -> list[str]:
     return out
 
 
+def mask_command_line(text: str) -> str:
+    """A command line as one string (words split on spaces) with every secret flag's value masked."""
+    return " ".join(mask_argv(text.split(" ")))
+
+
 def scrub_info(answer: Any) -> Any:
     """An info endpoint's JSON answer with SGLang's secret fields and the secrets in its launch command masked."""
     if not isinstance(answer, dict):
@@ -52,7 +57,7 @@ def scrub_info(answer: Any) -> Any:
         if out.get(name) not in (None, ""):
             out[name] = MASK
     if isinstance(out.get("launch_command"), str):
-        out["launch_command"] = " ".join(mask_argv(out["launch_command"].split(" ")))
+        out["launch_command"] = mask_command_line(out["launch_command"])
     states = out.get("internal_states")
     if isinstance(states, list):  # each DP rank's state repeats the server arguments
         out["internal_states"] = [scrub_info(s) for s in states]
