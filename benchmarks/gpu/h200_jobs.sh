@@ -2,7 +2,7 @@
 # The job queue that benchmarks/gpu/h200_queue.sh starts (in its own process session): trained models and SGLang's
 # recorded responses side by side, then rig's sweeps against SGLang 0.5.17 on the H200. Each job leaves /tmp/q/JOB.done or
 # JOB.failed, so a queue started again skips what is done. usage: h200_jobs.sh REPO [JOB...]
-# (JOB: standalone ngram prove eagle scale_out scale_out16, in the order given, after the training; default: prove
+# (JOB: standalone ngram prove eagle twin scale_out scale_out16 scale_out16c, in the order given, after the training; default: prove
 # scale_out)
 set -u
 REPO=$1; shift; cd "$REPO"
@@ -97,6 +97,20 @@ prove() {  # the campaign's question on the GPU: static steps 0-4, the schedule 
 eagle() {
   sweep eagle --steps 1,3 --spec-algorithm EAGLE --draft-model $SPEC/eagle --workload greedy,realistic \
     --concurrency 1,4,16,64
+}
+
+twin() {  # the twin's fit data (issue 28 item 5): every fixed setting of the proof, EAGLE with the trained head,
+  # bound by duration (TWIN_S seconds a point, 8 by default; a grace long enough that no request is cut) so that
+  # each point holds tens to hundreds of requests instead of the proof's 4-128; then `rig sim fit RUN --hold-out`
+  # off the device
+  sweep twin --steps 0,1,2,3,4 --spec-algorithm EAGLE --draft-model $SPEC/eagle --workload greedy,realistic \
+    --concurrency 1,4,16,64 --duration ${TWIN_S:-8} --grace 15
+}
+scale_out16c() {  # closed loop alone, 16 streams per generator core, after the lazy share stopped building the
+  # other generators' sessions (the loop lag that grew with N): N = 8 first, then 1 and 4
+  OUT=$R/scale16c SITE=/tmp/rig-site BUDGET_S=100 CONTROL_PLANE=0 SCALE_ARGS="--n 8,1,4 --modes closed --level-s 3 \
+--server-cpus 0-5 --driver-cpus 6-7 --gen-cpus 8-15 --capacity-s 0 --per-gen-concurrency 16" \
+    bash benchmarks/gpu/scale_out_device.sh
 }
 
 scale_out() {  # issue 30 on the machine's 16 cores once the GPU work is done (the GPU idle): N = 1, 8, 4, 2, then

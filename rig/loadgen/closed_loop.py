@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Iterator
+from itertools import chain, islice
 from typing import Protocol
 
 from rig.loadgen.open_loop import LEVEL_FAILED, Http
@@ -27,9 +28,19 @@ class ClosedRun(Protocol):
     ) -> None: ...
 
 
-async def closed_loop(run: ClosedRun, http: Http, start: float) -> None:
-    """Every slot of the generator until its sessions or the level's duration end."""
+def primed_sessions(run: ClosedRun) -> Iterator[Session]:
+    """The generator's sessions with the first one per slot built already (called before the common start, so a
+    duration-bound share's first sends do not wait for their sessions to be built one after another)."""
     todo = run.plan.session_iter()
+    n = 1 if run.plan.slots is None else run.plan.slots
+    if run.plan.phase_slots:  # slots no phase gives room never ask for a session (PhaseGate.ever)
+        n = min(n, max(run.plan.phase_slots))
+    return chain(list(islice(todo, n)), todo)
+
+
+async def closed_loop(run: ClosedRun, http: Http, start: float, todo: Iterator[Session] | None = None) -> None:
+    """Every slot of the generator until its sessions or the level's duration end."""
+    todo = run.plan.session_iter() if todo is None else todo
     deadline = start + run.plan.duration_s if run.plan.duration_s else None
     # slots 0: a generator beyond the level's concurrency (C < G) sends nothing; None (a plan without a split): one
     n = 1 if run.plan.slots is None else run.plan.slots

@@ -13,7 +13,7 @@ import gc
 import logging
 import os
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +33,7 @@ from rig.contracts.live import RequestLatencies
 from rig.loadgen import http1
 from rig.loadgen.apis import api_for
 from rig.loadgen.client import LeanRequest, Outcome, request_fields, reuse_trace, stream_request, unexpected_error
-from rig.loadgen.closed_loop import closed_loop
+from rig.loadgen.closed_loop import closed_loop, primed_sessions
 from rig.loadgen.flush import Flusher
 from rig.loadgen.gc_gaps import freeze_heap
 from rig.loadgen.health import LoopMonitor
@@ -288,9 +288,9 @@ class PointRun:
                 self._skip(session, k, session.turns[k], why)
         return why is None
 
-    async def _closed_loop(self, http: Http, start: float) -> None:
+    async def _closed_loop(self, http: Http, start: float, todo: Iterator[Session] | None = None) -> None:
         """Slots that each send the next session when their last one ended (rig.loadgen.closed_loop)."""
-        await closed_loop(self, http, start)
+        await closed_loop(self, http, start, todo)
 
     async def _open_loop(self, http: Http, start: float) -> None:
         """Each session's first turn sent at its arrival time (rig.loadgen.open_loop)."""
@@ -408,6 +408,7 @@ class PointRun:
         try:
             if self.plan.arrivals is not None and isinstance(http, http1.Pool):
                 await self._warm(http, start_mono)
+            todo = primed_sessions(self) if self.plan.arrivals is None else None
             freeze_heap(start_mono)
             # The open loop starts a little early: its sender builds the first requests and arms the timer for the
             # first due time (a sleep's wake-up can be a millisecond late; nothing is sent before it is due).
@@ -422,7 +423,9 @@ class PointRun:
                     self.plan.phase_starts, self.plan.phase_slots, start_mono, lambda: self.counts["in_flight"]
                 )
             level = (
-                self._closed_loop(http, start_mono) if self.plan.arrivals is None else self._open_loop(http, start_mono)
+                self._closed_loop(http, start_mono, todo)
+                if self.plan.arrivals is None
+                else self._open_loop(http, start_mono)
             )
             await self._bounded(level, start_mono)
             if self.unreachable:

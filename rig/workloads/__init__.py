@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Sequence
 
 from rig.workloads.base import Session, Turn, render_messages
 from rig.workloads.errors import WorkloadError
@@ -21,6 +22,7 @@ __all__ = [
     "Turn",
     "WorkloadError",
     "WorkloadSpec",
+    "build_session_indices",
     "build_session_range",
     "build_sessions",
     "dataset_size",
@@ -41,7 +43,9 @@ def _check(spec: WorkloadSpec, seed: int, n: int) -> None:
         raise WorkloadError(f"workload n_sessions must be an integer in [0, {_MAX_SESSIONS}] (got {n!r})")
 
 
-def _build(spec: WorkloadSpec, seed: int, indices: range, name: str, *, warmup: bool = False) -> list[Session]:
+def _build(
+    spec: WorkloadSpec, seed: int, indices: Sequence[int], name: str, *, warmup: bool = False
+) -> list[Session]:
     # The builders (and numpy, which they draw with) load on first use: rig.config and the CLI import this package
     # for WorkloadSpec alone, and `rig --version` must not pay numpy's ~0.1 s of start-up.
     from rig.workloads import agentic, dataset, greedy, realistic
@@ -71,6 +75,16 @@ def build_session_range(spec: WorkloadSpec, *, seed: int, start: int, stop: int)
     if not 0 <= start <= stop:
         raise WorkloadError(f"workload session range must satisfy 0 <= start <= stop (got {start}, {stop})")
     return _build(spec, seed, range(start, stop), spec.name)
+
+
+def build_session_indices(spec: WorkloadSpec, *, seed: int, indices: Sequence[int]) -> list[Session]:
+    """Sessions at the given increasing indices: each the session ``build_sessions`` would return there (a
+    generator's own share, built without the other generators' sessions)."""
+    last = indices[-1] + 1 if indices else 0
+    _check(spec, seed, last)
+    if any(b <= a for a, b in zip(indices, indices[1:], strict=False)) or (indices and indices[0] < 0):
+        raise WorkloadError("workload session indices must be increasing and >= 0")
+    return _build(spec, seed, indices, spec.name)
 
 
 def warmup_sessions(spec: WorkloadSpec, *, seed: int, n_sessions: int) -> list[Session]:

@@ -10,6 +10,8 @@ exceed ``agent_max_context_tokens`` (checked with the drawn sizes, before any te
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from rig.workloads import corpus, source, tools
@@ -23,7 +25,7 @@ TOOL_WEIGHTS: tuple[float, ...] = (0.45, 0.25, 0.2, 0.1)  # agents read files mo
 _FOCUS_MIN_CHARS = 4000  # the session's file must be big enough to read parts of
 
 
-def build(spec: WorkloadSpec, seed: int, indices: range, id_prefix: str, stream: int) -> list[Session]:
+def build(spec: WorkloadSpec, seed: int, indices: Sequence[int], id_prefix: str, stream: int) -> list[Session]:
     """Sessions ``indices`` of the agentic workload (several turns each)."""
     text = corpus.agent_text()
     tree = source.source_tree(spec.code_dir)

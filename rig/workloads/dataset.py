@@ -12,6 +12,9 @@ max_tokens: the spec's ``max_tokens`` if set, else the entry's (or its ShareGPT 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from functools import lru_cache
+
 import numpy as np
 
 from rig.workloads.base import Session, Turn
@@ -28,20 +31,22 @@ def entries_for(spec: WorkloadSpec) -> tuple[Entry, ...]:
     )
 
 
-def _order(spec: WorkloadSpec, seed: int, n: int, stream: int) -> np.ndarray:
-    """Entry order: file order, a seeded permutation (shuffle), reversed for warm-up."""
+@lru_cache(maxsize=8)
+def _order(shuffle: bool, seed: int, n: int, stream: int) -> np.ndarray:
+    """Entry order: file order, a seeded permutation (shuffle), reversed for warm-up (cached: a generator's lazy
+    share builds a session at a time, and a permutation per session would cost O(entries) each)."""
     order = np.arange(n)
-    if spec.shuffle:
+    if shuffle:
         # Depends on the seed and N only, never on how many sessions are asked for: prefix-stable.
         order = np.random.default_rng(np.random.SeedSequence([seed, n, 0x5EED])).permutation(n)
     return order[::-1] if stream == WARMUP else order
 
 
-def build(spec: WorkloadSpec, seed: int, indices: range, id_prefix: str, stream: int) -> list[Session]:
+def build(spec: WorkloadSpec, seed: int, indices: Sequence[int], id_prefix: str, stream: int) -> list[Session]:
     """Sessions ``indices`` of the dataset workload."""
     entries = entries_for(spec)
     n = len(entries)
-    order = _order(spec, seed, n, stream)
+    order = _order(spec.shuffle, seed, n, stream)
     timed = spec.use_timestamps and not spec.shuffle and entries[0].timestamp is not None
     if timed:
         t0, t_last = entries[0].timestamp or 0.0, entries[-1].timestamp or 0.0

@@ -8,6 +8,8 @@ campaign's request counts give its Tokens column: the first 4 requests (C=1) tot
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from rig.workloads.base import Session, Turn
 from rig.workloads.seeding import request_seed, session_rng
 from rig.workloads.spec import WorkloadSpec
@@ -46,7 +48,7 @@ TEMPLATES: tuple[tuple[str, int], ...] = (
 )
 
 
-def build(spec: WorkloadSpec, seed: int, indices: range, id_prefix: str, stream: int) -> list[Session]:
+def build(spec: WorkloadSpec, seed: int, indices: Sequence[int], id_prefix: str, stream: int) -> list[Session]:
     """Sessions ``indices`` of the greedy workload (one turn each)."""
     out = []
     for i in indices:

@@ -8,6 +8,8 @@ whole-line excerpt of a real source file (``rig.workloads.source``).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from rig.workloads import corpus, source
@@ -101,7 +103,7 @@ def code_prompt(rng: np.random.Generator, spec: WorkloadSpec, target_tokens: int
     return prompt, f"{ex.path}:{ex.first_line}"
 
 
-def build(spec: WorkloadSpec, seed: int, indices: range, id_prefix: str, stream: int) -> list[Session]:
+def build(spec: WorkloadSpec, seed: int, indices: Sequence[int], id_prefix: str, stream: int) -> list[Session]:
     """Sessions ``indices`` of the realistic workload (one turn each)."""
     out = []
     for i in indices:

@@ -131,26 +131,44 @@ def test_lazy_sessions_match_the_eager_split():
         assert lazy == eager[g][0]  # same prompts, sampling and seeds, built in chunks on the generator
 
 
-def test_a_lazy_share_beyond_the_levels_concurrency_builds_no_session(monkeypatch):
-    """C=1 over 2 generators, bound by duration: generator 1 holds no slot, and its share must end at once rather
-    than build the level's ten million sessions looking for one of its own (synchronously, on its event loop)."""
+def test_a_lazy_share_builds_only_its_own_sessions(monkeypatch):
+    """A duration-bound closed-loop share builds its own sessions and no other generator's: with 8 generators each
+    once built all the level's sessions to keep an eighth (a 256-session chunk, 20-150 ms on its event loop, every
+    32 of its sessions: the loop lag that grew with N in the scale-out benchmark). C=1 over 2 generators: generator
+    1 holds no slot and builds nothing, rather than look for its share among the ten million."""
     import rig.workloads
     from rig.loadgen.plan import LazySessions
 
-    built: list[int] = []
-    real = rig.workloads.build_session_range
+    built: list[list[int]] = []
+    real = rig.workloads.build_session_indices
 
     def counting(*a, **kw):
-        built.append(kw["stop"] - kw["start"])
+        built.append(list(kw["indices"]))
         return real(*a, **kw)
 
-    monkeypatch.setattr(rig.workloads, "build_session_range", counting)
+    monkeypatch.setattr(rig.workloads, "build_session_indices", counting)
     spec = WorkloadSpec(name="greedy")
     assert [slots for _, slots in split_closed([], 1, 2)] == [1, 0]
     assert list(LazySessions(spec, 0, 1, 2, 1, limit=10_000_000)) == [] and built == []
     # the generator that holds the slot takes every session, in chunks
     first = list(islice(iter(LazySessions(spec, 0, 1, 2, 0, limit=10_000_000, chunk=8)), 10))
-    assert len(first) == 10 and built == [8, 8]
+    assert len(first) == 10 and built == [list(range(8)), list(range(8, 16))]
+    # 16 slots over 8 generators: generator 3 owns residues 3 and 11 of every 16, and builds those alone
+    built.clear()
+    mine = list(islice(iter(LazySessions(spec, 0, 16, 8, 3, limit=10_000_000)), 6))
+    assert [s.session_id for s in mine] == [f"greedy-{i:06d}" for i in (3, 11, 19, 27, 35, 43)]
+    assert sum(len(b) for b in built) == 6 and max(len(b) for b in built) == 1  # one session per build
+
+
+def test_a_lazy_dataset_share_ends_with_the_file(tmp_path):
+    """A dataset without cycle: a share stops at the file's last entry it owns."""
+    from rig.loadgen.plan import LazySessions
+
+    path = tmp_path / "d.jsonl"
+    path.write_text("".join(f'{{"prompt": "question {i}", "max_tokens": 4}}\n' for i in range(7)))
+    spec = WorkloadSpec(name="dataset", path=str(path))
+    shares = [[s.session_id for s in LazySessions(spec, 0, 4, 2, g, limit=10_000_000)] for g in range(2)]
+    assert shares == [[f"dataset-{i:06d}" for i in (0, 2, 4, 6)], [f"dataset-{i:06d}" for i in (1, 3, 5)]]
 
 
 def test_num_draft_tokens_grid_is_planned_as_it_runs():
