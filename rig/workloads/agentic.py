@@ -35,7 +35,7 @@ def build(spec: WorkloadSpec, seed: int, indices: Sequence[int], id_prefix: str,
         rng = session_rng(seed, spec.name, i, stream)
         n_turns = draw_int(spec.agent_turns, rng)
         focus = source.pick_file(tree, rng, _FOCUS_MIN_CHARS)
-        names = source.names_defined(source.read_source(tree.root, focus)) or ["main"]
+        names = source.names_defined_in(tree.root, focus) or ("main",)
         name = names[int(rng.integers(len(names)))]
         task = text.tasks[int(rng.integers(len(text.tasks)))].format(path=focus, name=name)
         sid = f"{id_prefix}-{i:06d}"

@@ -134,6 +134,12 @@ def excerpt(tree: SourceTree, rng: np.random.Generator, target_chars: int, path:
     return Excerpt(rel, first + 1, text)
 
 
+@lru_cache(maxsize=1024)
+def names_defined_in(root: str, path: str) -> tuple[str, ...]:
+    """``names_defined`` of one whole file (cached: an agent session names one of its focus file's)."""
+    return tuple(names_defined(read_source(root, path)))
+
+
 def names_defined(text: str) -> list[str]:
     """Function and class names defined in a Python excerpt (for task wording and grep patterns)."""
     out = []
