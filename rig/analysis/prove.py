@@ -30,7 +30,7 @@ from rig.analysis import compare as cmp
 from rig.analysis.frontier import valid
 from rig.analysis.phase_interval import MIN_WINDOWS, block_interval, shared_windows
 from rig.analysis.report import Report
-from rig.analysis.rows import SglangAdaptiveConfig
+from rig.analysis.rows import SglangAdaptiveConfig, VllmSpeculativeConfig
 from rig.analysis.schedule import interval
 from rig.analysis.timeline import PhaseSummary, Timeline
 from rig.contracts import ArmResult, CampaignRow, ProveBand, ProveSection, ProveSettings, ScheduleSlot
@@ -268,9 +268,13 @@ def summarize_phases(section: ProveSection) -> str:
     return "\n".join(lines) if lines else "no arm besides the static settings was measured"
 
 
-def schedule_slots(report: Report, workload: str) -> tuple[list[ScheduleSlot], SglangAdaptiveConfig | None, str]:
+def schedule_slots(
+    report: Report, workload: str, engine: str = "sglang"
+) -> tuple[list[ScheduleSlot], SglangAdaptiveConfig | VllmSpeculativeConfig | None, str]:
     """The closed-loop schedule of ``workload`` by running batch (rig.analysis.engine_schedule, as `rig report`
-    writes it) as slots, SGLang's adaptive config for it (None: nothing to launch), and how it was derived."""
+    writes it) as slots, the engine's own configuration for it (SGLang's adaptive config, or vLLM's speculative
+    config with ``num_speculative_tokens_per_batch_size`` for ``engine`` vllm; None: nothing to launch), and how it
+    was derived."""
     entry = next((e for e in report.engine_schedule if e["workload"] == workload and e["load_mode"] == "closed"), None)
     if entry is None:
         return [], None, f"no closed-loop schedule for workload {workload} (it needs two or more settings measured)"
@@ -286,7 +290,8 @@ def schedule_slots(report: Report, workload: str) -> tuple[list[ScheduleSlot], S
             )
         )
     note = "slots keyed by the running batch the best setting kept at each band's level (rig report's engine schedule)"
-    return slots, entry["sglang_adaptive_config"], "; ".join([note, *entry["notes"]])
+    config = entry["vllm_speculative_config"] if engine == "vllm" else entry["sglang_adaptive_config"]
+    return slots, config, "; ".join([note, *entry["notes"]])
 
 
 def _unreachable_slots(section: ProveSection, report: Report) -> str | None:
@@ -372,7 +377,7 @@ def prove_table(section: ProveSection) -> Any:
                 "" if r.steps_mean is None else f"{r.steps_mean:.2f}",
             ]
         t.add_row(*cells)
-    notes = [n for n in (section.schedule_note, section.energy_note) if n]
+    notes = [n for n in (section.schedule_note, section.adaptive_note, section.energy_note) if n]
     if section.schedule:
         notes.insert(0, "schedule: " + ", ".join(f"batch >= {s.batch_size}: steps {s.steps}" for s in section.schedule))
     t.caption = "\n".join([*(section.verdict or "").splitlines(), *notes])

@@ -112,6 +112,7 @@ class ProveSection(_Record):
     arms: list[ProveArm] = Field(default_factory=list)
     schedule: list[ScheduleSlot] = Field(default_factory=list)
     schedule_note: str | None = None  # how the slots were derived, or why there is no schedule arm
+    adaptive_note: str | None = None  # why there is no adaptive arm (vLLM has no controller), when there is none
     objective: str = "throughput"
     bands: list[ProveBand] = Field(default_factory=list)
     profile: str | None = None  # the load profile the arms ran (rig prove --from RUN --load-profile ...)

@@ -5,8 +5,10 @@ every load? One run directory, three stages of ordinary points:
    level, as `rig sweep` would run them.
 2. The schedule read off stage 1 by `rig report`'s own rule (rig.analysis.schedule: the best steps per load band),
    turned into the engine's own per-batch-size configuration (rig.analysis.engine_schedule: an SGLang adaptive config
-   whose slots each hold one candidate, keyed by the running batch measured at each band), and launched as an arm.
-3. The engine's adaptive controller with its default table (or --adaptive-config), launched as another arm.
+   whose slots each hold one candidate, keyed by the running batch measured at each band; on vLLM its
+   ``num_speculative_tokens_per_batch_size`` list), and launched as an arm.
+3. The engine's adaptive controller with its default table (or --adaptive-config), launched as another arm (SGLang
+   and the simulator; vLLM has no controller: its speculation follows the load only through a schedule).
 
 The schedule and adaptive arms serve the same requests at the same levels as the static ones (the workload seed and
 the level fix the request ids), so each band's verdict is paired: the arm's throughput over the best static setting's
@@ -29,6 +31,7 @@ from rig.results import load_manifest
 from rig.run.errors import RunInputError
 from rig.run.points import Point, expand_points, point_id
 from rig.run.runner import Runner
+from rig.server import spec_schedule
 from rig.server.spec import ServerConfig
 
 ADAPTIVE_FLAG = "--speculative-adaptive"
@@ -39,6 +42,25 @@ ADAPTIVE_CONFIG_FLAG = "--speculative-adaptive-config"
 # startup draft tokens) would shrink the server's running batch.
 DEFAULT_TABLE_UNION = (0, 1, 3, 5, 7)
 SCHEDULE_FILE = "prove/sglang_adaptive_config.json"  # where the schedule arm's config is written in the run
+VLLM_SCHEDULE_FILE = "prove/vllm_speculative_config.json"  # the same for vLLM (its --speculative-config)
+NO_VLLM_CONTROLLER = (
+    "no adaptive arm: vLLM has no adaptive controller (its speculation follows the load only through "
+    "num_speculative_tokens_per_batch_size, the schedule arm)"
+)
+
+
+def schedule_file(engine: str) -> str:
+    """Where the schedule arm's engine configuration is kept in the run directory."""
+    return VLLM_SCHEDULE_FILE if engine == "vllm" else SCHEDULE_FILE
+
+
+def schedule_arm_config(base: ServerConfig, steps: int, config_file: str) -> ServerConfig:
+    """``base`` running the schedule in ``config_file``: vLLM with the file's per-batch-size list (its steps the
+    list's largest K), SGLang (and the simulator) as an adaptive controller reading the file."""
+    if base.engine == "vllm":
+        schedule = spec_schedule.parse(config_file)  # a file holding vLLM's speculative config
+        return as_it_runs(base.model_copy(update={"steps": steps, "spec_schedule": schedule}))
+    return adaptive_arm_config(base, steps, config_file)
 
 
 def adaptive_arm_config(base: ServerConfig, steps: int, config_file: str | None) -> ServerConfig:
@@ -86,7 +108,10 @@ class ProvePlanner:
         schedule_cfg = self._schedule_arm(runner)
         if schedule_cfg is not None:
             yield from self._points(schedule_cfg)
-        if self.settings.adaptive:
+        if self.settings.adaptive and self.base.engine == "vllm":
+            self.section.adaptive_note = NO_VLLM_CONTROLLER
+            runner.save()
+        elif self.settings.adaptive:
             steps = self.settings.adaptive_steps or default_adaptive_steps(self.settings.adaptive_config)
             cfg = adaptive_arm_config(self.base, steps, self.settings.adaptive_config)
             self.section.arms.append(
@@ -121,11 +146,15 @@ class ProvePlanner:
             config_file = None
             if arm.config_file is not None:  # the earlier run's file, copied: this run holds what it ran
                 src = Path(str(self.settings.from_run)) / arm.config_file
-                dest = runner.run_dir / (SCHEDULE_FILE if arm.kind == "schedule" else "prove/adaptive_config.json")
+                kept = schedule_file(self.base.engine) if arm.kind == "schedule" else "prove/adaptive_config.json"
+                dest = runner.run_dir / kept
                 dest.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copyfile(src, dest)
                 config_file = str(dest)
-            cfg = adaptive_arm_config(self.base, arm.steps, config_file)
+            if arm.kind == "schedule" and config_file is not None:
+                cfg = schedule_arm_config(self.base, arm.steps, config_file)
+            else:
+                cfg = adaptive_arm_config(self.base, arm.steps, config_file)
             arms.append((arm.model_copy(update={"server_config": cfg.config_id()}), cfg))
         self.section.arms = [a for a, _ in arms]
         self.section.schedule = prior.prove.schedule
@@ -152,7 +181,7 @@ class ProvePlanner:
         """The schedule of the static points as the engine's own configuration, or None (said why) when there is
         nothing to schedule: every band's best is one setting, or no band was decided."""
         report = build_report(runner.run_dir, cdf_resolution=0)
-        slots, config, note = schedule_slots(report, self.spec.workloads[0].name)
+        slots, config, note = schedule_slots(report, self.spec.workloads[0].name, self.base.engine)
         self.section.schedule, self.section.schedule_note = slots, note
         if config is None or len({s.steps for s in slots}) < 2:
             self.section.schedule_note = note + (
@@ -162,15 +191,14 @@ class ProvePlanner:
             )
             runner.save()
             return None
-        path = runner.run_dir / SCHEDULE_FILE
+        kept = schedule_file(self.base.engine)
+        path = runner.run_dir / kept
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(config, indent=2) + "\n")
         steps = max(s.steps for s in slots)
-        cfg = adaptive_arm_config(self.base, steps, str(path))
+        cfg = schedule_arm_config(self.base, steps, str(path))
         self.section.arms.append(
-            ProveArm(
-                label="schedule", kind="schedule", server_config=cfg.config_id(), steps=steps, config_file=SCHEDULE_FILE
-            )
+            ProveArm(label="schedule", kind="schedule", server_config=cfg.config_id(), steps=steps, config_file=kept)
         )
         runner.save()
         return cfg

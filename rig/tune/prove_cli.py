@@ -38,8 +38,8 @@ def prove(steps_csv: str | None, **kw: Any) -> None:
     """Does a schedule, or the engine's adaptive controller, beat every static setting at every load? Measures each
     static steps value (0 included) at every --concurrency level, reads the best steps per load band off them (as
     rig report's schedule does), runs that schedule as the engine's own per-batch-size configuration (an SGLang
-    adaptive config, one candidate per slot), then the engine's adaptive controller, all on the same requests,
-    and prints per band each arm's throughput against the best static setting with a paired 95 % interval.
+    adaptive config, one candidate per slot; vLLM's num_speculative_tokens_per_batch_size), then the engine's
+    adaptive controller (SGLang and the simulator: vLLM has none), all on the same requests, and prints per band each arm's throughput against the best static setting with a paired 95 % interval.
     Across load changes: `rig prove --from RUN --load-profile 1:60s,64:60s,1:60s` runs RUN's arms (its static steps,
     its schedule with the same config file, its adaptive arm) on one point each whose load follows the profile, and
     judges them phase by phase (steady state) and over the whole profile.
@@ -57,9 +57,14 @@ def prove(steps_csv: str | None, **kw: Any) -> None:
         raise click.UsageError("rig prove measures closed-loop levels (a schedule is by batch size); drop --rate")
     spec = resolve_spec(kw, steps, csv_workloads(kw["workload"]))  # the schedule is read off the first
     engine = spec.server_configs()[0].engine
-    if engine not in ("sim", "sglang"):
+    if engine not in ("sim", "sglang", "vllm"):
         raise click.UsageError(
-            f"rig prove launches the schedule as an SGLang adaptive config: --engine sim or sglang (got {engine})"
+            "rig prove launches the schedule as the engine's own configuration, an SGLang adaptive config or vLLM's "
+            f"num_speculative_tokens_per_batch_size: --engine sim, sglang or vllm (got {engine})"
+        )
+    if engine == "vllm" and (settings.adaptive_steps is not None or settings.adaptive_config is not None):
+        raise click.UsageError(
+            "vLLM has no adaptive controller (--adaptive-steps and --adaptive-config are SGLang's): drop them"
         )
     if kw["dry_run"]:
         print_dry_run(spec)

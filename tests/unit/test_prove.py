@@ -193,3 +193,63 @@ def test_prove_takes_several_workloads_as_sweep_does():
     assert result.exit_code == 0, result.output
     points = [ln for ln in result.output.splitlines() if ln.startswith("sim-s") and ln.endswith("-c1")]
     assert sorted(p.split("-", 3)[3] for p in points) == ["greedy-c1", "greedy-c1", "realistic-c1", "realistic-c1"]
+
+
+def _run_with_running_gauge(tmp_path):
+    from synthetic import write_server_metrics
+
+    run = campaign_run(tmp_path / "run")
+    for steps in CAMPAIGN_TPOT:
+        for c in CAMPAIGN_TPOT[steps]:
+            write_server_metrics(run, f"s{steps}-c{c}", [
+                {"ts": 100.0 + t, "name": "sglang:num_running_reqs", "value": float(min(c, 40))} for t in range(3)
+            ])  # fmt: skip
+    return run
+
+
+def test_on_vllm_the_schedule_is_its_per_batch_size_list(tmp_path):
+    """The same bands in vLLM's words: num_speculative_tokens_per_batch_size ranges, the largest K its ceiling."""
+    from rig.config import build_spec
+    from rig.tune.prove import schedule_arm_config
+
+    slots, config, _ = schedule_slots(
+        build_report(_run_with_running_gauge(tmp_path), cdf_resolution=0), "greedy", "vllm"
+    )
+    assert [(s.batch_size, s.steps) for s in slots] == [(1, 4), (40, 3)]
+    assert config is not None and config["num_speculative_tokens"] == 4
+    assert config["num_speculative_tokens_per_batch_size"][0][:1] == [1] and [
+        r[2] for r in config["num_speculative_tokens_per_batch_size"]
+    ] == [4, 3]
+    path = tmp_path / "vllm_speculative_config.json"
+    path.write_text(json.dumps(config))
+    base = build_spec({}, {"server": {"engine": "vllm", "model": "m", "spec_method": "ngram"}, "steps": [0]})
+    cfg = schedule_arm_config(base.server_configs()[0], 4, str(path))
+    assert cfg.scheduled and cfg.steps == 4 and cfg.config_id().startswith("vllm-sched-")
+    assert [list(e) for e in cfg.spec_schedule] == config["num_speculative_tokens_per_batch_size"]
+
+
+def test_a_vllm_proof_launches_the_schedule_arm_and_says_why_it_has_no_adaptive_one(tmp_path):
+    """rig prove --engine vllm: the statics, then the schedule as vLLM's list (kept in the run directory); no
+    adaptive arm (vLLM has no controller), and the proof says so instead of leaving it out silently."""
+    from types import SimpleNamespace
+
+    from rig.config import build_spec
+    from rig.contracts import ProveSettings
+    from rig.tune.prove import NO_VLLM_CONTROLLER, VLLM_SCHEDULE_FILE, prove_planner
+
+    run = _run_with_running_gauge(tmp_path)
+    server = {"engine": "vllm", "model": "m", "spec_method": "ngram"}
+    spec = build_spec(
+        {}, {"server": server, "steps": [0, 3, 4], "workloads": [{"name": "greedy"}], "load": {"concurrency": [1, 64]}}
+    )
+    runner = SimpleNamespace(run_dir=run, manifest=SimpleNamespace(prove=None), save=lambda: None)
+    points = list(prove_planner(spec, ProveSettings())(runner))
+    section = runner.manifest.prove
+    assert [a.kind for a in section.arms] == ["static", "static", "static", "schedule"]
+    sched_arm = section.arms[-1]
+    assert sched_arm.config_file == VLLM_SCHEDULE_FILE and sched_arm.server_config.startswith("vllm-sched-")
+    kept = json.loads((run / VLLM_SCHEDULE_FILE).read_text())
+    assert [r[2] for r in kept["num_speculative_tokens_per_batch_size"]] == [4, 3]
+    scheduled = [p for p in points if p.server.scheduled]
+    assert len(scheduled) == 2 and len(points) == 3 * 2 + 2  # statics at both levels, then the schedule arm's
+    assert section.adaptive_note == NO_VLLM_CONTROLLER and not any(a.kind == "adaptive" for a in section.arms)
