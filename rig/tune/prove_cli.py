@@ -39,7 +39,8 @@ def prove(steps_csv: str | None, **kw: Any) -> None:
     static steps value (0 included) at every --concurrency level, reads the best steps per load band off them (as
     rig report's schedule does), runs that schedule as the engine's own per-batch-size configuration (an SGLang
     adaptive config, one candidate per slot; vLLM's num_speculative_tokens_per_batch_size), then the engine's
-    adaptive controller (SGLang and the simulator: vLLM has none), all on the same requests, and prints per band each arm's throughput against the best static setting with a paired 95 % interval.
+    adaptive controller (SGLang and the simulator: vLLM has none), all on the same requests, and prints per band
+    each arm's throughput against the best static setting with a paired 95 % interval.
     Across load changes: `rig prove --from RUN --load-profile 1:60s,64:60s,1:60s` runs RUN's arms (its static steps,
     its schedule with the same config file, its adaptive arm) on one point each whose load follows the profile, and
     judges them phase by phase (steady state) and over the whole profile.

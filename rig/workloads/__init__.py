@@ -43,9 +43,7 @@ def _check(spec: WorkloadSpec, seed: int, n: int) -> None:
         raise WorkloadError(f"workload n_sessions must be an integer in [0, {_MAX_SESSIONS}] (got {n!r})")
 
 
-def _build(
-    spec: WorkloadSpec, seed: int, indices: Sequence[int], name: str, *, warmup: bool = False
-) -> list[Session]:
+def _build(spec: WorkloadSpec, seed: int, indices: Sequence[int], name: str, *, warmup: bool = False) -> list[Session]:
     # The builders (and numpy, which they draw with) load on first use: rig.config and the CLI import this package
     # for WorkloadSpec alone, and `rig --version` must not pay numpy's ~0.1 s of start-up.
     from rig.workloads import agentic, dataset, greedy, realistic
