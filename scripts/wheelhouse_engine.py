@@ -59,6 +59,28 @@ LEAVE_OUT_PRESETS = {
         "anthropic",
         "numpy",
     ),
+    # What vLLM 0.26.0 declares that a node serving a Llama-family model with ngram or a draft model should never
+    # import, read from its source (not yet checked on a node, unlike SGLang's list): the MLA, video, audio, MCP,
+    # Anthropic-API and OTLP-export extras and the kernels of other architectures' fast paths.
+    "vllm-0.26.0": (
+        "tilelang",
+        "z3-solver",
+        "nvidia-cutlass-dsl",
+        "nvidia-cutlass-dsl-libs-cu13",
+        "nvidia-cutlass-dsl-libs-base",
+        "tokenspeed-mla",
+        "torchcodec",
+        "pynvvideocodec",
+        "anthropic",
+        "mcp",
+        "quack-kernels",
+        "humming-kernels",
+        "fastsafetensors",
+        "opentelemetry-exporter-otlp",
+        "opentelemetry-exporter-otlp-proto-grpc",
+        "opentelemetry-exporter-otlp-proto-http",
+        "grpcio",
+    ),
 }
 NODE_BOUND = re.compile(r"^(torch|torchvision|torchaudio|triton|nvidia-.*|cuda-.*|pytorch-triton.*)$")
 
@@ -73,6 +95,12 @@ TRIMS: tuple[tuple[str, str, str], ...] = (
     ("ray", r"\.map$", "the dashboard's source maps"),
     ("*", r"(^|/)[^/]+\.a$", "a static library"),
     ("*", r"(^|/)(rocm|hip|xpu|npu|habana|neuron)(/|_ops).*\.(so|cubin|fatbin|hsaco)$", "another vendor's backend"),
+)
+# (wheel name, member pattern, why, the node architectures it applies to): what a node of that GPU never loads.
+ARCH_TRIMS: tuple[tuple[str, str, str, frozenset[int]], ...] = (
+    # vllm/vllm_flash_attn/flash_attn_interface.py imports each FlashAttention build in its own try: FA3 serves sm90
+    ("vllm", r"^vllm/vllm_flash_attn/_vllm_fa2_C", "FlashAttention-2, 305 MB (FA3 serves sm90)", frozenset({90})),
+    ("vllm", r"^vllm/third_party/fmha_sm100/", "Blackwell's FMHA sources (sm100 only)", frozenset({80, 86, 89, 90})),
 )
 # Generic rules and the architecture filter drop native code only: Python modules stay, since a package may import
 # another vendor's module unconditionally and only then check the device.
@@ -256,6 +284,8 @@ def _accepts(req: Requirement, version: str) -> bool:
 def trim_rules(name: str, gpu_arch: str | None) -> list[tuple[object, str]]:
     rules = [(re.compile(p), why) for w, p, why in TRIMS if w in ("*", name)]
     if gpu_arch:
+        arch = int(re.sub(r"\D", "", gpu_arch))
+        rules += [(re.compile(p), why) for w, p, why, archs in ARCH_TRIMS if w == name and arch in archs]
         rules.append(
             (_ArchFilter(int(re.sub(r"\D", "", gpu_arch))), f"GPU code for architectures other than {gpu_arch}")
         )

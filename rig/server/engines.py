@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from rig.contracts import StartupFacts, WindowAcceptance
-from rig.server import command, spec_schedule
+from rig.server import command, spec_schedule, vllm_features
 from rig.server.spec import ServerConfig
 from rig.sim.prometheus import SIM_BEHIND_METRIC, SIM_LATE_METRIC, SIM_LATE_S
 
@@ -241,8 +241,10 @@ class VLLMAdapter(EngineAdapter):
                 speculative_config["num_speculative_tokens_per_batch_size"] = spec_schedule.as_json(cfg.spec_schedule)
             argv += ["--speculative-config", json.dumps(speculative_config, separators=(",", ":"))]
             # Per-request acceptance on the final usage chunk, under metrics.speculative_decoding (experimental in
-            # vLLM 0.32; vLLM refuses the flag without --speculative-config, so only with steps > 0).
-            argv += ["--per-request-spec-decode-metrics", "summary"]
+            # vLLM 0.32; vLLM refuses the flag without --speculative-config, so only with steps > 0; 0.26 has no such
+            # flag and would not start: its acceptance comes from the counters alone).
+            if vllm_features.has_feature(self.python(cfg)):
+                argv += ["--per-request-spec-decode-metrics", "summary"]
         argv += list(cfg.extra_args)
         return argv
 

@@ -103,3 +103,27 @@ def test_tiny_model_stamp_is_checked(tmp_path):
     assert tiny_model.is_built(tmp_path)
     files = tiny_model.corpus_files()
     assert len(files) == tiny_model.RECIPE["corpus_files"] and files == sorted(files)
+
+
+def test_a_vllm_without_the_per_request_metrics_flag_is_launched_without_it(tmp_path):
+    """vLLM 0.26 (the GPU node's torch 2.11 pins 0.24-0.26) has no --per-request-spec-decode-metrics and would not
+    start with it: the launch line asks the engine interpreter's installed vLLM (its source, not an import)."""
+    import sys
+
+    def interpreter(name: str, observability: str) -> str:
+        site = tmp_path / name / "site"
+        (site / "vllm" / "config").mkdir(parents=True)
+        (site / "vllm" / "__init__.py").write_text("raise ImportError('never imported by the probe')\n")
+        (site / "vllm" / "config" / "observability.py").write_text(observability)
+        wrapper = tmp_path / name / "python"
+        wrapper.write_text(f'#!/bin/sh\nPYTHONPATH={site} exec {sys.executable} "$@"\n')
+        wrapper.chmod(0o755)
+        return str(wrapper)
+
+    old = interpreter("v026", "class ObservabilityConfig:\n    collect_detailed_traces = None\n")
+    new = interpreter("v032", "class ObservabilityConfig:\n    per_request_spec_decode_metrics = 'none'\n")
+    cfg = ServerConfig(engine="vllm", model="/m", steps=2, spec_method="ngram", python=old)
+    assert "--per-request-spec-decode-metrics" not in ENGINE.argv(cfg, "127.0.0.1", 8000)
+    assert "--speculative-config" in ENGINE.argv(cfg, "127.0.0.1", 8000)
+    argv = ENGINE.argv(cfg.model_copy(update={"python": new}), "127.0.0.1", 8000)
+    assert argv[argv.index("--per-request-spec-decode-metrics") + 1] == "summary"

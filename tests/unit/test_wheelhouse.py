@@ -186,6 +186,26 @@ def test_engine_trims_other_gpu_architectures_static_libs_and_lists_them(tmp_pat
     assert len(lines) == 3 and any("architectures other than sm90" in ln for ln in lines)
 
 
+def test_vllms_flashattention_2_is_trimmed_only_where_fa3_serves(tmp_path):
+    """vLLM imports each FlashAttention build in its own try: on sm90 FA3 serves and FA2's 305 MB stay behind; on
+    sm80 FA2 is the one that serves and stays."""
+    files = {
+        "vllm/__init__.py": b"",
+        "vllm/vllm_flash_attn/_vllm_fa2_C.abi3.so": b"2" * 300,
+        "vllm/vllm_flash_attn/_vllm_fa3_C.abi3.so": b"3" * 200,
+        "vllm/third_party/fmha_sm100/include/x.hpp": b"h" * 10,
+    }
+    kept = {}
+    for arch in ("sm90", "sm80", "sm100"):
+        out = tmp_path / f"{arch}.whl"
+        engine.trim_and_store(_wheel(tmp_path, "vllm", files), engine.trim_rules("vllm", arch), out)
+        with zipfile.ZipFile(out) as z:
+            kept[arch] = {n.rsplit("/", 1)[-1] for n in z.namelist()}
+    assert "_vllm_fa2_C.abi3.so" not in kept["sm90"] and "_vllm_fa3_C.abi3.so" in kept["sm90"]
+    assert {"_vllm_fa2_C.abi3.so", "_vllm_fa3_C.abi3.so"} <= kept["sm80"]
+    assert "x.hpp" in kept["sm100"] and "x.hpp" not in kept["sm90"]
+
+
 def test_have_versions_from_pip_freeze_and_list(tmp_path):
     f = tmp_path / "freeze.txt"
     f.write_text("# c\nPackage Version\n------- -------\ntorch==2.11.0\nPyYAML 6.0.2\nnvidia-ml-py\n")
