@@ -2,7 +2,7 @@
 # The job queue that benchmarks/gpu/h200_queue.sh starts (in its own process session): trained models and SGLang's
 # recorded responses side by side, then rig's sweeps against SGLang 0.5.17 on the H200. Each job leaves /tmp/q/JOB.done or
 # JOB.failed, so a queue started again skips what is done. usage: h200_jobs.sh REPO [JOB...]
-# (JOB: standalone ngram prove eagle twin scale_out scale_out16 scale_out16c, in the order given, after the training; default: prove
+# (JOB: standalone ngram prove eagle twin vllm_prove vllm_draft scale_out scale_out16 scale_out16c, in the order given, after the training; default: prove
 # scale_out)
 set -u
 REPO=$1; shift; cd "$REPO"
@@ -14,6 +14,9 @@ export PYTHONUNBUFFERED=1 RAY_USAGE_STATS_ENABLED=0 RAY_AUTH_MODE=disabled HF_HU
 # no prefill CUDA graph (its first capture compiles for 80+ s per model shape), decode graphs up to batch 64.
 SGL_ARGS=(--attention-backend triton --sampling-backend pytorch --cuda-graph-backend-prefill disabled
           --cuda-graph-max-bs-decode 64)
+# vLLM's: the target's whole context (8,192: realistic prompts and replies fit) and half the GPU (the rest for
+# the draft's and CUDA graphs' own memory)
+VLLM_ARGS=(--server-arg=--max-model-len --server-arg=8192 --server-arg=--gpu-memory-utilization --server-arg=0.5)
 rig() { PYTHONPATH=/tmp/rig-site python3 -c 'import sys; from rig.cli import main; sys.argv[0] = "rig"; main()' "$@"; }
 server_args() { for a in "${SGL_ARGS[@]}"; do printf -- '--server-arg=%s\n' "$a"; done; }
 
@@ -113,6 +116,27 @@ scale_out16c() {  # closed loop alone, 16 streams per generator core, after the 
     bash benchmarks/gpu/scale_out_device.sh
 }
 
+vllm_prove() {  # issue 29 item 6 on the GPU: vLLM 0.26.0 (its torch pin is the node's), ngram, every static K and
+  # the schedule arm read off them (vLLM's num_speculative_tokens_per_batch_size) on the same requests; no adaptive arm
+  wait_for /tmp/vsite/.ok 1200 || { echo "vLLM is not installed"; return 1; }
+  if [ -f $RUNS/vllm_prove/manifest.json ]; then
+    rig sweep --resume $RUNS/vllm_prove
+  else
+    rig prove --engine vllm --engine-python /tmp/vllmpy --model $SPEC/target --tp 1 --out $RUNS --run-id vllm_prove \
+      --spec-method ngram --steps 1,2,3,4 --concurrency 1,4,16,64 --workload greedy,realistic "${VLLM_ARGS[@]}"
+  fi
+}
+vllm_draft() {  # issue 28 item 6: vLLM with the trained standalone draft (method draft_model), steps 0 and 3
+  wait_for /tmp/vsite/.ok 1200 || { echo "vLLM is not installed"; return 1; }
+  if [ -f $RUNS/vllm_draft/manifest.json ]; then
+    rig sweep --resume $RUNS/vllm_draft
+  else  # not sweep(): SGLang's launch flags are not vLLM's
+    rig sweep --engine vllm --engine-python /tmp/vllmpy --model $SPEC/target --tp 1 --out $RUNS --run-id vllm_draft \
+      --spec-method draft_model --draft-model $SPEC/draft --steps 0,3 --workload greedy,realistic \
+      --concurrency 1,4,16,64 "${VLLM_ARGS[@]}"
+  fi
+}
+
 scale_out() {  # issue 30 on the machine's 16 cores once the GPU work is done (the GPU idle): N = 1, 8, 4, 2, then
   # the control plane at 256 generators; rig from the queue's install
   OUT=$R/scale SITE=/tmp/rig-site BUDGET_S=270 bash benchmarks/gpu/scale_out_device.sh
@@ -126,10 +150,13 @@ scale_out16() {  # the same with 16 streams (100 requests/s) per generator core,
 
 log "queue start in $REPO (jobs after the training: ${JOBS[*]})"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader > $R/gpu.txt 2>&1
-( job record record ) &  # not a measurement: beside the training
-REC=$!
+REC=
+if [ "${RECORD:-1}" = 1 ]; then  # RECORD=0: a session without SGLang's payload (vLLM alone)
+  ( job record record ) &  # not a measurement: beside the training
+  REC=$!
+fi
 job train train
-wait $REC
+[ -n "$REC" ] && wait $REC
 wait_for /tmp/rig-site/.ok 900 || { log "rig is not installed"; exit 1; }
 for j in "${JOBS[@]}"; do job "$j" "$j"; done
 touch $Q/all.done

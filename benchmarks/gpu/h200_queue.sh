@@ -10,6 +10,9 @@
 #   call 2: carry [".rigwh", ".gpuw/c2"]        rig's wheelhouse (scripts/wheelhouse.py build ... --slim-ray, duckdb
 #                                               left out) and sgl-deep-gemm; SGLang is launched only once both are in
 #   call 3+: carry nothing                      the queue goes on
+#   vLLM (JOBS vllm_prove vllm_draft): carry [".gpuv/pN"] on further calls, each holding one part of
+#   `scripts/wheelhouse.py build .gpuv-all --engine vllm==0.26.0 --gpu-arch sm90 --leave-out vllm-0.26.0 ...`
+#   (and parts.json with the first); installed into /tmp/vsite once every part is in
 # Results come back as $OUT/h200.tgz.part-aa, -ab, ...: cat them | tar -xz
 # usage: [JOBS="prove scale_out"] bash benchmarks/gpu/h200_queue.sh [LIMIT_S]     (default 540; JOBS: the jobs after
 # the training, read when the queue starts)
@@ -39,6 +42,25 @@ if ls .gpuw/c2/*.whl > /dev/null 2>&1 && [ -f /tmp/site/.c1 ] && [ ! -f /tmp/sit
     >> $R/sglang-install.log 2>&1 && touch /tmp/site/.c2
 fi
 [ -f /tmp/site/.c1 ] && [ -f /tmp/site/.c2 ] && touch /tmp/site/.ok
+# vLLM 0.26.0 (JOBS with vllm_*): its wheelhouse's parts, one (or two) a call under .gpuv/ (the part files and
+# parts.json), gathered in /tmp/vparts until every part parts.json names is there, then verified and installed
+if [ -d .gpuv ] && [ ! -f /tmp/vsite/.ok ]; then
+  mkdir -p /tmp/vparts && find .gpuv -type f -exec cp {} /tmp/vparts/ \;
+  if python3 -c "import json,os,sys; p=json.load(open('/tmp/vparts/parts.json'))['parts']; \
+sys.exit(0 if all(os.path.exists('/tmp/vparts/' + x['name']) for x in p) else 1)" 2>/dev/null; then
+    log "installing vLLM 0.26.0 ($(ls /tmp/vparts | wc -l) files)"
+    python3 scripts/wheelhouse.py install /tmp/vparts --target /tmp/vsite > $R/vllm-install.log 2>&1 && touch /tmp/vsite/.ok
+    tail -3 $R/vllm-install.log
+  else
+    log "vLLM parts so far: $(ls /tmp/vparts | tr '\n' ' ')"
+  fi
+fi
+cat > /tmp/vllmpy <<'EOS'
+#!/bin/bash
+export PYTHONPATH=/tmp/vsite HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false VLLM_NO_USAGE_STATS=1
+exec python3 "$@"
+EOS
+chmod +x /tmp/vllmpy
 log "installed: rig $(ls /tmp/rig-site/.ok 2>/dev/null || echo no), SGLang $(ls /tmp/site/.ok 2>/dev/null || echo no)"
 # The engine's interpreter: the image's python3 with SGLang's install first on the path (its transformers 5.12.1
 # and tokenizers 0.22.2 shadow the image's, as SGLang pins them).
