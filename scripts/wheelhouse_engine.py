@@ -179,7 +179,8 @@ def resolve(engine: list[str], python_version: str, platforms: list[str], pip_ar
 
 
 def _requirements_by_package(closure: list[Resolved], python_version: str) -> dict[str, list[Requirement]]:
-    """Each resolved package's own requirements that apply on the node (markers evaluated, extras off)."""
+    """Each resolved package's own requirements that apply on the node (markers evaluated, with the extras other
+    packages of the closure ask of it)."""
     env = {
         **default_environment(),
         "python_version": python_version,
@@ -189,17 +190,34 @@ def _requirements_by_package(closure: list[Resolved], python_version: str) -> di
         "platform_machine": "x86_64",
     }
     names = {r.name for r in closure}
-    out: dict[str, list[Requirement]] = {}
+    parsed: dict[str, list[Requirement]] = {}
     for r in closure:
         for line in r.requires:
             try:
-                req = Requirement(line)
+                parsed.setdefault(r.name, []).append(Requirement(line))
             except InvalidRequirement:
                 continue
-            if req.marker is not None and not req.marker.evaluate({**env, "extra": ""}):
-                continue
-            if canonical(req.name) in names:
-                out.setdefault(r.name, []).append(req)
+    # The extras the closure asks of each package (vLLM's fastapi[standard] brings uvicorn): a package's lines under
+    # `extra == "x"` apply when something that applies asks for x. Repeated until no new extra turns up.
+    extras: dict[str, set[str]] = {}
+
+    def applies(req: Requirement, owner: str) -> bool:
+        wanted = ("", *sorted(extras.get(owner, ())))
+        return req.marker is None or any(req.marker.evaluate({**env, "extra": e}) for e in wanted)
+
+    while True:
+        before = sum(len(v) for v in extras.values())
+        for owner, reqs in parsed.items():
+            for req in reqs:
+                if req.extras and applies(req, owner):
+                    extras.setdefault(canonical(req.name), set()).update(req.extras)
+        if sum(len(v) for v in extras.values()) == before:
+            break
+    out: dict[str, list[Requirement]] = {}
+    for owner, reqs in parsed.items():
+        for req in reqs:
+            if applies(req, owner) and canonical(req.name) in names:
+                out.setdefault(owner, []).append(req)
     return out
 
 

@@ -186,6 +186,24 @@ def test_engine_trims_other_gpu_architectures_static_libs_and_lists_them(tmp_pat
     assert len(lines) == 3 and any("architectures other than sm90" in ln for ln in lines)
 
 
+def test_an_extra_the_closure_asks_for_is_shipped_with_what_it_brings():
+    """vLLM 0.26 requires fastapi[standard]: uvicorn comes in only through that extra (the GPU image has fastapi's
+    neighbours but no uvicorn), so a plan that evaluated every marker with no extra left the server unable to start."""
+    closure = [
+        engine.Resolved("vllm", "0.26.0", ["fastapi[standard]<0.137", "torch==2.11.0"]),
+        engine.Resolved("fastapi", "0.136.3", ["starlette>=1", 'uvicorn[standard]>=0.12; extra == "standard"']),
+        engine.Resolved("starlette", "1.10.0", []),
+        engine.Resolved("uvicorn", "0.40.0", ["h11>=0.8", 'httptools>=0.6; extra == "standard"']),
+        engine.Resolved("h11", "0.16.0", []),
+        engine.Resolved("httptools", "0.7.1", []),
+        engine.Resolved("torch", "2.11.0", []),
+        engine.Resolved("rich", "14.0.0", ['pygments; extra == "jupyter"']),  # an extra nobody asks for
+        engine.Resolved("pygments", "2.19.0", []),
+    ]
+    p = engine.plan(closure, {"torch": "2.11.0"}, "3.12", roots={"vllm"})
+    assert [r.name for r in p.ship] == ["fastapi", "h11", "httptools", "starlette", "uvicorn", "vllm"]
+
+
 def test_vllms_flashattention_2_is_trimmed_only_where_fa3_serves(tmp_path):
     """vLLM imports each FlashAttention build in its own try: on sm90 FA3 serves and FA2's 305 MB stay behind; on
     sm80 FA2 is the one that serves and stays."""
