@@ -10,9 +10,13 @@
 #   call 2: carry [".rigwh", ".gpuw/c2"]        rig's wheelhouse (scripts/wheelhouse.py build ... --slim-ray, duckdb
 #                                               left out) and sgl-deep-gemm; SGLang is launched only once both are in
 #   call 3+: carry nothing                      the queue goes on
-#   vLLM (JOBS vllm_prove vllm_draft): carry [".gpuv/pN"] on further calls, each holding one part of
-#   `scripts/wheelhouse.py build .gpuv-all --engine vllm==0.26.0 --gpu-arch sm90 --leave-out vllm-0.26.0 ...`
-#   (and parts.json with the first); installed into /tmp/vsite once every part is in
+#   vLLM 0.26.0 (JOBS="vllm_prove vllm_draft" RECORD=0, no SGLang payload): call 1 carries [".rigwh"], calls 2-4
+#   [".gpuv/p0"] (parts.json + part000), [".gpuv/p1"], [".gpuv/p2"], one 60 MB part each, built by
+#     scripts/wheelhouse.py build /tmp/vwh --engine vllm==0.26.0 --have benchmarks/gpu/image-packages.txt \
+#       --python-version 3.12 --gpu-arch sm90 --leave-out vllm-0.26.0          (72 wheels, 156 MB, 3 parts)
+#     mkdir -p .gpuv/p0 .gpuv/p1 .gpuv/p2 && cp /tmp/vwh/parts.json /tmp/vwh/*part000 .gpuv/p0/ &&
+#       cp /tmp/vwh/*part001 .gpuv/p1/ && cp /tmp/vwh/*part002 .gpuv/p2/        (.gpuv/ in .git/info/exclude)
+#   installed into /tmp/vsite once every part is in; the training runs meanwhile
 # Results come back as $OUT/h200.tgz.part-aa, -ab, ...: cat them | tar -xz
 # usage: [JOBS="prove scale_out"] bash benchmarks/gpu/h200_queue.sh [LIMIT_S]     (default 540; JOBS: the jobs after
 # the training, read when the queue starts)
